@@ -1,0 +1,31 @@
+//===- Sparsec.h - sparsec dialect ------------------------------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_DIALECT_SPARSEC_IR_SPARSEC_H
+#define SPARSEC_DIALECT_SPARSEC_IR_SPARSEC_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/Dialect/Traits.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "sparsec/Dialect/Sparsec/IR/SparsecOpsDialect.h.inc"
+
+#include "sparsec/Dialect/Sparsec/IR/SparsecEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "sparsec/Dialect/Sparsec/IR/SparsecAttrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "sparsec/Dialect/Sparsec/IR/SparsecOps.h.inc"
+
+#endif // SPARSEC_DIALECT_SPARSEC_IR_SPARSEC_H

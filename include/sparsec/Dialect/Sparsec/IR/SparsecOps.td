@@ -1,0 +1,547 @@
+//===- SparsecOps.td - sparsec operations ------------------*- tablegen -*-===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_DIALECT_SPARSEC_IR_SPARSECOPS_TD
+#define SPARSEC_DIALECT_SPARSEC_IR_SPARSECOPS_TD
+
+include "sparsec/Dialect/Sparsec/IR/SparsecBase.td"
+include "sparsec/Dialect/Sparsec/IR/SparsecAttrs.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+def Sparsec_Tensor : RankedTensorOf<[AnyType]>;
+def Sparsec_FloatTensor : RankedTensorOf<[AnyFloat]>;
+def Sparsec_IntTensor : RankedTensorOf<[AnySignlessInteger]>;
+
+// Ops whose result shape can be computed from operand types (and constant
+// shape operands) implement InferShapedTypeOpInterface; the
+// `sparsec-infer-shapes` pass uses it to refine dynamic dimensions.
+defvar InferShape = InferShapedTypeOpAdaptor;
+
+//===----------------------------------------------------------------------===//
+// Constants and weights
+//===----------------------------------------------------------------------===//
+
+def Sparsec_ConstantOp : Sparsec_Op<"constant",
+    [ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
+  let summary = "small constant tensor (shapes, axes, scalars)";
+  let description = [{
+    A constant small enough to live in the IR: shape vectors, axes, scalar
+    factors. Model weights are never constants; they are `sparsec.weight`.
+    ```mlir
+    %0 = sparsec.constant dense<[0, 2, 1, 3]> : tensor<4xi64>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let builders = [
+    OpBuilder<(ins "::mlir::ElementsAttr":$value), [{
+      build($_builder, $_state, value.getType(), value);
+    }]>
+  ];
+  let hasFolder = 1;
+}
+
+def Sparsec_GlobalOp : Sparsec_Op<"global", [Symbol]> {
+  let summary = "declares a model weight held by the weight store";
+  let description = [{
+    Declares a weight by symbol and type. `source` names the ONNX
+    initializer (or Constant node output) whose bytes the weight store
+    memory-maps; the IR never holds the data. `transforms` records layout
+    changes (e.g. `"transpose"`, `"permute:<site>"`) that are applied only
+    when weights are packed.
+    ```mlir
+    sparsec.global @fc1_w : tensor<256x1024xf32> {source = "onnx::MatMul_480"}
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Sparsec_Tensor>:$type,
+                       StrAttr:$source,
+                       OptionalAttr<StrArrayAttr>:$transforms);
+  let assemblyFormat = "$sym_name `:` $type attr-dict";
+}
+
+def Sparsec_WeightOp : Sparsec_Op<"weight",
+    [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "references a weight declared by sparsec.global";
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Sparsec_UnaryOp<string mnemonic, string desc, list<Trait> traits = []>
+    : Sparsec_Op<mnemonic, !listconcat([Pure, SameOperandsAndResultType],
+                                       traits)> {
+  let summary = desc;
+  let arguments = (ins Sparsec_Tensor:$input);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Sparsec_ReluOp : Sparsec_UnaryOp<"relu", "max(x, 0)"> {
+  let arguments = (ins Sparsec_FloatTensor:$input,
+                       OptionalAttr<Sparsec_ActSparsityAttr>:$sparsity);
+}
+def Sparsec_GeluOp : Sparsec_UnaryOp<"gelu", "Gaussian error linear unit"> {
+  let arguments = (ins Sparsec_FloatTensor:$input, UnitAttr:$tanh_approx,
+                       OptionalAttr<Sparsec_ActSparsityAttr>:$sparsity);
+}
+def Sparsec_SiluOp : Sparsec_UnaryOp<"silu", "x * sigmoid(x)"> {
+  let arguments = (ins Sparsec_FloatTensor:$input,
+                       OptionalAttr<Sparsec_ActSparsityAttr>:$sparsity);
+}
+def Sparsec_SigmoidOp : Sparsec_UnaryOp<"sigmoid", "1 / (1 + exp(-x))">;
+def Sparsec_TanhOp : Sparsec_UnaryOp<"tanh", "hyperbolic tangent">;
+def Sparsec_ExpOp : Sparsec_UnaryOp<"exp", "e^x">;
+def Sparsec_LogOp : Sparsec_UnaryOp<"log", "natural logarithm">;
+def Sparsec_ErfOp : Sparsec_UnaryOp<"erf", "error function">;
+def Sparsec_SqrtOp : Sparsec_UnaryOp<"sqrt", "square root">;
+def Sparsec_ReciprocalOp : Sparsec_UnaryOp<"reciprocal", "1 / x">;
+def Sparsec_AbsOp : Sparsec_UnaryOp<"abs", "absolute value">;
+def Sparsec_NegOp : Sparsec_UnaryOp<"neg", "-x"> { let hasFolder = 1; }
+def Sparsec_NotOp : Sparsec_UnaryOp<"not", "logical not of i1">;
+
+def Sparsec_CastOp : Sparsec_Op<"cast", [Pure, SameOperandsAndResultShape]> {
+  let summary = "element type conversion";
+  let arguments = (ins Sparsec_Tensor:$input);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
+}
+
+class Sparsec_BinaryOp<string mnemonic, string desc, list<Trait> traits = []>
+    : Sparsec_Op<mnemonic, !listconcat([Pure, ResultsBroadcastableShape,
+                                        InferShape], traits)> {
+  let summary = desc # " (numpy broadcasting)";
+  let arguments = (ins Sparsec_Tensor:$lhs, Sparsec_Tensor:$rhs);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+  let hasFolder = 1;
+}
+
+def Sparsec_AddOp : Sparsec_BinaryOp<"add", "elementwise sum", [Commutative]>;
+def Sparsec_SubOp : Sparsec_BinaryOp<"sub", "elementwise difference">;
+def Sparsec_MulOp : Sparsec_BinaryOp<"mul", "elementwise product", [Commutative]>;
+def Sparsec_DivOp : Sparsec_BinaryOp<"div", "elementwise quotient">;
+def Sparsec_PowOp : Sparsec_BinaryOp<"pow", "elementwise power">;
+def Sparsec_MaxOp : Sparsec_BinaryOp<"max", "elementwise maximum", [Commutative]>;
+def Sparsec_MinOp : Sparsec_BinaryOp<"min", "elementwise minimum", [Commutative]>;
+def Sparsec_AndOp : Sparsec_BinaryOp<"and", "logical and of i1", [Commutative]>;
+def Sparsec_OrOp : Sparsec_BinaryOp<"or", "logical or of i1", [Commutative]>;
+
+def Sparsec_CompareOp : Sparsec_Op<"compare",
+    [Pure, ResultsBroadcastableShape, InferShape]> {
+  let summary = "elementwise comparison producing i1 (numpy broadcasting)";
+  let arguments = (ins Sparsec_ComparePredicateAttr:$predicate,
+                       Sparsec_Tensor:$lhs, Sparsec_Tensor:$rhs);
+  let results = (outs RankedTensorOf<[I1]>:$result);
+  let assemblyFormat = [{
+    $predicate `,` $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)
+    `->` type($result)
+  }];
+  let hasFolder = 1;
+}
+
+def Sparsec_WhereOp : Sparsec_Op<"where", [Pure, InferShape]> {
+  let summary = "select(cond, x, y) with numpy broadcasting";
+  let arguments = (ins RankedTensorOf<[I1]>:$condition, Sparsec_Tensor:$x,
+                       Sparsec_Tensor:$y);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $condition `,` $x `,` $y attr-dict `:` type($condition) `,` type($x) `,`
+    type($y) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Layers
+//===----------------------------------------------------------------------===//
+
+def Sparsec_MatMulOp : Sparsec_Op<"matmul", [Pure, InferShape]> {
+  let summary = "numpy matmul (batched, broadcasting leading dimensions)";
+  let arguments = (ins Sparsec_Tensor:$lhs, Sparsec_Tensor:$rhs);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sparsec_LinearOp : Sparsec_Op<"linear", [Pure, InferShape]> {
+  let summary = "y = x . W (+ b) over the last dimension of x";
+  let description = [{
+    `weight` is `[K, N]` (ONNX MatMul layout) or, with `transpose_weight`,
+    `[N, K]` (PyTorch / Gemm transB layout). `input` is `[..., K]`, the
+    result `[..., N]`. Leading dimensions of `input` are batch/sequence.
+    ```mlir
+    %y = sparsec.linear %x, %w, %b : tensor<?x?x256xf32>, tensor<256x1024xf32>,
+         tensor<1024xf32> -> tensor<?x?x1024xf32>
+    ```
+  }];
+  let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$weight,
+                       Optional<Sparsec_FloatTensor>:$bias,
+                       UnitAttr:$transpose_weight);
+  let results = (outs Sparsec_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,`
+    type($weight) (`,` type($bias)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sparsec_LayerNormOp : Sparsec_Op<"layer_norm",
+    [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "layer normalisation over the trailing dimensions from axis";
+  let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$scale,
+                       Optional<Sparsec_FloatTensor>:$bias,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs Sparsec_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale (`,` $bias^)? attr-dict `:` type($input) `,`
+    type($scale) (`,` type($bias)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sparsec_RmsNormOp : Sparsec_Op<"rms_norm",
+    [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "x / sqrt(mean(x^2) + eps) * scale over the last dimension";
+  let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$scale,
+                       DefaultValuedAttr<F32Attr, "1.0e-6">:$epsilon);
+  let results = (outs Sparsec_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale attr-dict `:` type($input) `,` type($scale) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sparsec_SoftmaxOp : Sparsec_Op<"softmax", [Pure, SameOperandsAndResultType]> {
+  let summary = "softmax along one axis";
+  let arguments = (ins Sparsec_FloatTensor:$input,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs Sparsec_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Sparsec_AttentionOp : Sparsec_Op<"attention",
+    [Pure, AttrSizedOperandSegments, AttrSizedResultSegments]> {
+  let summary = "scaled dot-product attention with mask and optional KV cache";
+  let description = [{
+    `query` is `[B, H, Sq, D]`, `key` and `value` `[B, H, Sk, D]` (the new
+    tokens' keys and values). With `past_key`/`past_value` (`[B, H, P, D]`)
+    the keys and values attended to are the concatenation along the
+    sequence axis, returned as `present_key`/`present_value`
+    (`[B, H, P + Sk, D]`). `mask` is additive and broadcasts to
+    `[B, H, Sq, P + Sk]`; `causal` adds the causal mask. Scores are
+    `scale * q . k^T`.
+    ```mlir
+    %o = sparsec.attention %q, %k, %v mask %m {scale = 1.0 : f32}
+         : (tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>,
+            tensor<?x1x?x?xf32>) -> tensor<?x4x?x64xf32>
+    ```
+  }];
+  let arguments = (ins Sparsec_FloatTensor:$query, Sparsec_FloatTensor:$key,
+                       Sparsec_FloatTensor:$value,
+                       Optional<Sparsec_FloatTensor>:$mask,
+                       Optional<Sparsec_FloatTensor>:$past_key,
+                       Optional<Sparsec_FloatTensor>:$past_value,
+                       DefaultValuedAttr<F32Attr, "1.0">:$scale,
+                       UnitAttr:$causal);
+  let results = (outs Sparsec_FloatTensor:$result,
+                      Optional<Sparsec_FloatTensor>:$present_key,
+                      Optional<Sparsec_FloatTensor>:$present_value);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` $mask^)?
+    (`past` `(` $past_key^ `,` $past_value `)`)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sparsec_EmbeddingOp : Sparsec_Op<"embedding", [Pure, InferShape]> {
+  let summary = "rows of a [V, D] table selected by integer ids";
+  let arguments = (ins Sparsec_FloatTensor:$table, Sparsec_IntTensor:$ids);
+  let results = (outs Sparsec_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sparsec_ConvOp : Sparsec_Op<"conv", [Pure]> {
+  let summary = "N-d convolution, NCHW layout (ONNX Conv)";
+  let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$weight,
+                       Optional<Sparsec_FloatTensor>:$bias,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs Sparsec_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,`
+    type($weight) (`,` type($bias)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sparsec_BatchNormOp : Sparsec_Op<"batch_norm",
+    [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "inference batch normalisation over the channel axis (1)";
+  let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$scale,
+                       Sparsec_FloatTensor:$bias, Sparsec_FloatTensor:$mean,
+                       Sparsec_FloatTensor:$variance,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs Sparsec_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $bias `,` $mean `,` $variance attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+def Sparsec_PoolOp : Sparsec_Op<"pool", [Pure]> {
+  let summary = "max / average pooling, NCHW (global when kernel is empty)";
+  let arguments = (ins Sparsec_PoolKindAttr:$kind, Sparsec_FloatTensor:$input,
+                       DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$pads,
+                       UnitAttr:$count_include_pad);
+  let results = (outs Sparsec_FloatTensor:$result);
+  let assemblyFormat = [{
+    $kind `,` $input attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def Sparsec_ReduceOp : Sparsec_Op<"reduce", [Pure, InferShape]> {
+  let summary = "reduction over a set of axes";
+  let arguments = (ins Sparsec_ReduceKindAttr:$kind, Sparsec_Tensor:$input,
+                       DenseI64ArrayAttr:$axes, BoolAttr:$keepdims);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $kind `,` $input attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sparsec_CumSumOp : Sparsec_Op<"cumsum", [Pure, SameOperandsAndResultType]> {
+  let summary = "cumulative sum along an axis";
+  let arguments = (ins Sparsec_Tensor:$input, I64Attr:$axis,
+                       UnitAttr:$exclusive, UnitAttr:$reverse);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Sparsec_TriluOp : Sparsec_Op<"trilu", [Pure, SameOperandsAndResultType]> {
+  let summary = "keep the upper or lower triangle (offset k) of the last two dims";
+  let arguments = (ins Sparsec_Tensor:$input, BoolAttr:$upper,
+                       DefaultValuedAttr<I64Attr, "0">:$k);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Shape and data movement
+//===----------------------------------------------------------------------===//
+
+def Sparsec_ShapeOp : Sparsec_Op<"shape", [Pure, InferShape]> {
+  let summary = "the dimensions of a tensor as a 1-D i64 tensor";
+  let arguments = (ins Sparsec_Tensor:$input,
+                       DefaultValuedAttr<I64Attr, "0">:$start,
+                       OptionalAttr<I64Attr>:$end);
+  let results = (outs RankedTensorOf<[I64]>:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
+}
+
+def Sparsec_GatherOp : Sparsec_Op<"gather", [Pure, InferShape]> {
+  let summary = "ONNX Gather: select slices of data along an axis";
+  let arguments = (ins Sparsec_Tensor:$data, Sparsec_IntTensor:$indices,
+                       DefaultValuedAttr<I64Attr, "0">:$axis);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $data `,` $indices attr-dict `:` type($data) `,` type($indices) `->`
+    type($result)
+  }];
+  let hasFolder = 1;
+  let hasVerifier = 1;
+}
+
+def Sparsec_ReshapeOp : Sparsec_Op<"reshape", [Pure, InferShape]> {
+  let summary = "ONNX Reshape (0 copies a dimension, -1 is inferred)";
+  let arguments = (ins Sparsec_Tensor:$input, RankedTensorOf<[I64]>:$shape,
+                       UnitAttr:$allowzero);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $shape attr-dict `:` type($input) `,` type($shape) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Sparsec_TransposeOp : Sparsec_Op<"transpose", [Pure, InferShape]> {
+  let summary = "permute dimensions";
+  let arguments = (ins Sparsec_Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Sparsec_ConcatOp : Sparsec_Op<"concat", [Pure, InferShape]> {
+  let summary = "concatenate along an axis";
+  let arguments = (ins Variadic<Sparsec_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $inputs attr-dict `:` functional-type($inputs, $result)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Sparsec_SliceOp : Sparsec_Op<"slice", [Pure, InferShape]> {
+  let summary = "ONNX Slice: strided slice with per-axis starts/ends/steps";
+  let arguments = (ins Sparsec_Tensor:$data, Sparsec_IntTensor:$starts,
+                       Sparsec_IntTensor:$ends, Sparsec_IntTensor:$axes,
+                       Sparsec_IntTensor:$steps);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $data `,` $starts `,` $ends `,` $axes `,` $steps attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasFolder = 1;
+}
+
+def Sparsec_SplitOp : Sparsec_Op<"split", [Pure, InferShape]> {
+  let summary = "split along an axis into pieces of the given sizes";
+  let arguments = (ins Sparsec_Tensor:$input, I64Attr:$axis,
+                       DenseI64ArrayAttr:$sizes);
+  let results = (outs Variadic<Sparsec_Tensor>:$results);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
+  let hasVerifier = 1;
+}
+
+def Sparsec_UnsqueezeOp : Sparsec_Op<"unsqueeze", [Pure, InferShape]> {
+  let summary = "insert unit dimensions at the given result axes";
+  let arguments = (ins Sparsec_Tensor:$input, DenseI64ArrayAttr:$axes);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
+  let hasVerifier = 1;
+}
+
+def Sparsec_SqueezeOp : Sparsec_Op<"squeeze", [Pure, InferShape]> {
+  let summary = "remove unit dimensions at the given axes";
+  let arguments = (ins Sparsec_Tensor:$input, DenseI64ArrayAttr:$axes);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
+  let hasVerifier = 1;
+}
+
+def Sparsec_FlattenOp : Sparsec_Op<"flatten", [Pure, InferShape]> {
+  let summary = "collapse to 2-D around an axis";
+  let arguments = (ins Sparsec_Tensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Sparsec_ExpandOp : Sparsec_Op<"expand", [Pure, InferShape]> {
+  let summary = "broadcast to a shape (ONNX Expand)";
+  let arguments = (ins Sparsec_Tensor:$input, RankedTensorOf<[I64]>:$shape);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $shape attr-dict `:` type($input) `,` type($shape) `->`
+    type($result)
+  }];
+}
+
+def Sparsec_RangeOp : Sparsec_Op<"range", [Pure, InferShape]> {
+  let summary = "[start, limit) with step delta (scalars)";
+  let arguments = (ins Sparsec_Tensor:$start, Sparsec_Tensor:$limit,
+                       Sparsec_Tensor:$delta);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $start `,` $limit `,` $delta attr-dict `:` functional-type(operands, results)
+  }];
+  let hasFolder = 1;
+}
+
+def Sparsec_ConstantOfShapeOp : Sparsec_Op<"constant_of_shape", [Pure, InferShape]> {
+  let summary = "a tensor of the given shape filled with one value";
+  let arguments = (ins RankedTensorOf<[I64]>:$shape, TypedAttrInterface:$value);
+  let results = (outs Sparsec_Tensor:$result);
+  let assemblyFormat = [{
+    $shape `,` $value attr-dict `:` type($shape) `->` type($result)
+  }];
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Sparsity
+//===----------------------------------------------------------------------===//
+
+def Sparsec_PredictOp : Sparsec_Op<"predict", [Pure]> {
+  let summary = "DejaVu-style low-rank predictor of active neurons";
+  let description = [{
+    `sigmoid(relu(x . w1) . w2) > threshold` over the `N` neurons of a
+    layer, `w1` `[D, R]`, `w2` `[R, N]`. The result is the mask of
+    predicted-active neurons, one row per token (`[..., N]`, i1). A
+    predictor placed one layer ahead (`lookahead`) reads the previous
+    layer's input so its work overlaps the current layer.
+  }];
+  let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$w1,
+                       Sparsec_FloatTensor:$w2, F32Attr:$threshold,
+                       UnitAttr:$lookahead);
+  let results = (outs RankedTensorOf<[I1]>:$mask);
+  let assemblyFormat = [{
+    $input `,` $w1 `,` $w2 attr-dict `:` type($input) `,` type($w1) `,`
+    type($w2) `->` type($mask)
+  }];
+  let hasVerifier = 1;
+}
+
+def Sparsec_SparseLinearOp : Sparsec_Op<"sparse_linear",
+    [Pure, AttrSizedOperandSegments]> {
+  let summary = "linear restricted to an active set of neurons";
+  let description = [{
+    Same contract as `sparsec.linear`, but only the neurons enabled in
+    `active` (a `[..., N]` or `[N]` i1 mask) contribute. With
+    `sparse_dim = output` (the up projection) inactive output neurons are
+    not computed (their result is 0 before the activation); with
+    `sparse_dim = input` (the down projection) inactive input neurons are
+    skipped. `mode = exact` takes the mask from the actual activation,
+    `predicted` from a `sparsec.predict`. Without `active`, the zeros of the
+    input itself drive the skipping (exact input sparsity).
+  }];
+  let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$weight,
+                       Optional<Sparsec_FloatTensor>:$bias,
+                       Optional<RankedTensorOf<[I1]>>:$active,
+                       Sparsec_SparseDimAttr:$sparse_dim,
+                       Sparsec_SparseModeAttr:$mode,
+                       DefaultValuedAttr<Sparsec_GranularityAttr,
+                                         "::sparsec::Granularity::neuron">:$granularity,
+                       UnitAttr:$transpose_weight,
+                       OptionalAttr<Sparsec_PlacementAttr>:$placement);
+  let results = (outs Sparsec_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? (`active` $active^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // SPARSEC_DIALECT_SPARSEC_IR_SPARSECOPS_TD

@@ -1,0 +1,38 @@
+//===- Passes.h - sparsec graph passes --------------------------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_DIALECT_SPARSEC_TRANSFORMS_PASSES_H
+#define SPARSEC_DIALECT_SPARSEC_TRANSFORMS_PASSES_H
+
+#include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Pass/Pass.h"
+
+namespace sparsec {
+
+#define GEN_PASS_DECL
+#include "sparsec/Dialect/Sparsec/Transforms/Passes.h.inc"
+
+/// Pattern sets behind the raise passes, exposed so pipelines and tests can
+/// combine them.
+void populateFuseLinearPatterns(mlir::RewritePatternSet &patterns);
+void populateFuseLayerNormPatterns(mlir::RewritePatternSet &patterns);
+void populateFuseGeluPatterns(mlir::RewritePatternSet &patterns);
+void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns);
+void populateRaiseEmbeddingPatterns(mlir::RewritePatternSet &patterns);
+
+/// Refines result types of every op in `module` from its operands; returns
+/// the number of types changed.
+int64_t inferShapes(mlir::ModuleOp module);
+
+#define GEN_PASS_REGISTRATION
+#include "sparsec/Dialect/Sparsec/Transforms/Passes.h.inc"
+
+} // namespace sparsec
+
+#endif // SPARSEC_DIALECT_SPARSEC_TRANSFORMS_PASSES_H

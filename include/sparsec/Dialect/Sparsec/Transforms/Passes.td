@@ -1,0 +1,177 @@
+//===- Passes.td - sparsec graph passes --------------------*- tablegen -*-===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_DIALECT_SPARSEC_TRANSFORMS_PASSES_TD
+#define SPARSEC_DIALECT_SPARSEC_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+//===----------------------------------------------------------------------===//
+// Raise phase
+//===----------------------------------------------------------------------===//
+
+def InferShapesPass : Pass<"sparsec-infer-shapes", "mlir::ModuleOp"> {
+  let summary = "Refine dynamic result dimensions from operand shapes";
+  let description = [{
+    Walks every function in order and, for each op implementing
+    `InferShapedTypeOpInterface`, replaces a result type by the inferred one
+    where the inferred type is more static and compatible. Function result
+    types follow the returned values. With `dims`, named dynamic input
+    dimensions are first pinned to constants (specialization), e.g.
+    `dims=batch=1,seq=71` makes every `?` that comes from those inputs
+    static. Before:
+    ```mlir
+    %0 = sparsec.transpose %x {permutation = array<i64: 1, 0>}
+         : tensor<2x3xf32> -> tensor<?x?xf32>
+    ```
+    After:
+    ```mlir
+    %0 = sparsec.transpose %x {permutation = array<i64: 1, 0>}
+         : tensor<2x3xf32> -> tensor<3x2xf32>
+    ```
+  }];
+  let options = [
+    ListOption<"dims", "dims", "std::string",
+               "Pin named input dimensions: name=value (names come from the "
+               "sparsec.dim_names argument attribute)">,
+  ];
+  let statistics = [
+    Statistic<"numRefined", "num-refined", "Number of result types refined">,
+  ];
+}
+
+def FoldConstantsPass : Pass<"sparsec-fold-constants", "mlir::ModuleOp"> {
+  let summary = "Evaluate shape, mask and position arithmetic on constants";
+  let description = [{
+    Runs the sparsec folders to a fixed point, interleaved with shape
+    inference so that a folded shape vector makes the ops it feeds static,
+    and erases dead ops. Folding is bounded to small tensors (shape math);
+    weights are never materialised. Before:
+    ```mlir
+    %s = sparsec.shape %x : tensor<1x71x256xf32> -> tensor<3xi64>
+    ```
+    After:
+    ```mlir
+    %s = sparsec.constant dense<[1, 71, 256]> : tensor<3xi64>
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFolded", "num-folded", "Number of ops folded away">,
+  ];
+}
+
+def RaiseEmbeddingPass : Pass<"sparsec-raise-embedding", "mlir::ModuleOp"> {
+  let summary = "Gather from a 2-D weight along axis 0 -> sparsec.embedding";
+  let description = [{
+    Before:
+    ```mlir
+    %t = sparsec.weight @emb : tensor<256x64xf32>
+    %e = sparsec.gather %t, %ids {axis = 0 : i64} : ... -> tensor<?x?x64xf32>
+    ```
+    After:
+    ```mlir
+    %e = sparsec.embedding %t, %ids : ... -> tensor<?x?x64xf32>
+    ```
+  }];
+  let dependentDialects = ["::sparsec::SparsecDialect"];
+}
+
+def FuseLinearPass : Pass<"sparsec-fuse-linear", "mlir::ModuleOp"> {
+  let summary = "MatMul by a 2-D weight (+ bias) -> sparsec.linear";
+  let description = [{
+    Recognises `matmul(x, W)` with `W` a 2-D weight, optionally followed by
+    an `add` of a 1-D weight bias (either operand order), and replaces it
+    by one `sparsec.linear`. Before:
+    ```mlir
+    %m = sparsec.matmul %x, %w : ... -> tensor<?x?x1024xf32>
+    %y = sparsec.add %b, %m : tensor<1024xf32>, ... -> tensor<?x?x1024xf32>
+    ```
+    After:
+    ```mlir
+    %y = sparsec.linear %x, %w, %b : ... -> tensor<?x?x1024xf32>
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "Number of linear ops formed">,
+  ];
+}
+
+def FuseLayerNormPass : Pass<"sparsec-fuse-layer-norm", "mlir::ModuleOp"> {
+  let summary = "Decomposed LayerNorm / RMSNorm -> sparsec.layer_norm / rms_norm";
+  let description = [{
+    Recognises the exported decomposition
+    `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * g + b` over the last
+    axis (and `x / sqrt(mean(x^2) + eps) * g` for RMSNorm). Before:
+    ```mlir
+    %m = sparsec.reduce mean, %x {axes = array<i64: -1>, keepdims = true} ...
+    %d = sparsec.sub %x, %m ...
+    %p = sparsec.pow %d, %two ...
+    %v = sparsec.reduce mean, %p {axes = array<i64: -1>, keepdims = true} ...
+    %a = sparsec.add %v, %eps ...
+    %s = sparsec.sqrt %a ...
+    %n = sparsec.div %d, %s ...
+    %y = sparsec.mul %n, %g ...
+    %z = sparsec.add %y, %b ...
+    ```
+    After:
+    ```mlir
+    %z = sparsec.layer_norm %x, %g, %b {epsilon = 1.0e-05 : f32} ...
+    ```
+  }];
+  let dependentDialects = ["::sparsec::SparsecDialect"];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "Number of normalisations formed">,
+  ];
+}
+
+def FuseGeluPass : Pass<"sparsec-fuse-gelu", "mlir::ModuleOp"> {
+  let summary = "Erf-form GELU -> sparsec.gelu";
+  let description = [{
+    Recognises `x * 0.5 * (1 + erf(x / sqrt(2)))` in its exported orders
+    (also with the multiplication by `1/sqrt(2)`). Before:
+    ```mlir
+    %d = sparsec.div %x, %sqrt2 ...
+    %e = sparsec.erf %d ...
+    %a = sparsec.add %e, %one ...
+    %m = sparsec.mul %x, %a ...
+    %y = sparsec.mul %m, %half ...
+    ```
+    After:
+    ```mlir
+    %y = sparsec.gelu %x ...
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "Number of gelu ops formed">,
+  ];
+}
+
+def FuseAttentionPass : Pass<"sparsec-fuse-attention", "mlir::ModuleOp"> {
+  let summary = "Score matmul, mask, softmax, context matmul -> sparsec.attention";
+  let description = [{
+    Recognises `softmax(q . transpose(k) [* s] [+ mask]) . v` over
+    `[B, H, S, D]` tensors, absorbs a scalar scale applied to `q` before
+    the head split, and folds `concat(past, new)` keys/values (the KV-cache
+    export convention) into the op's `past` operands and `present`
+    results. Before:
+    ```mlir
+    %kt = sparsec.transpose %k {permutation = array<i64: 0, 1, 3, 2>} ...
+    %s = sparsec.matmul %q, %kt ...
+    %sm = sparsec.add %s, %mask ...
+    %p = sparsec.softmax %sm {axis = -1 : i64} ...
+    %o = sparsec.matmul %p, %v ...
+    ```
+    After:
+    ```mlir
+    %o = sparsec.attention %q, %k, %v mask %mask {scale = 1.0 : f32} ...
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "Number of attention ops formed">,
+  ];
+}
+
+#endif // SPARSEC_DIALECT_SPARSEC_TRANSFORMS_PASSES_TD

@@ -1,0 +1,42 @@
+//===- Pipelines.h - the named phase pipelines ------------------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_PIPELINES_PIPELINES_H
+#define SPARSEC_PIPELINES_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+
+namespace sparsec {
+
+/// The compilation phases, in order. `--compile-to=<phase>` stops after one.
+enum class Phase { Import, Raise };
+
+std::optional<Phase> parsePhase(llvm::StringRef name);
+llvm::StringRef phaseName(Phase phase);
+
+struct RaisePipelineOptions
+    : public mlir::PassPipelineOptions<RaisePipelineOptions> {
+  ListOption<std::string> dims{
+      *this, "dims",
+      llvm::cl::desc("Pin named input dimensions (name=value) before folding")};
+};
+
+/// raise: shape inference and folding of the shape arithmetic, then the
+/// fusion pattern sets (embedding, layer_norm, gelu, linear, attention).
+void buildRaisePipeline(mlir::OpPassManager &pm,
+                        const RaisePipelineOptions &options);
+
+/// Registers `sparsec-raise-pipeline` (and future phase pipelines) so that
+/// `sparsec-opt --<pipeline>` reproduces exactly what the driver runs.
+void registerSparsecPipelines();
+
+} // namespace sparsec
+
+#endif // SPARSEC_PIPELINES_PIPELINES_H

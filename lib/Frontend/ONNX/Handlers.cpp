@@ -1,0 +1,649 @@
+//===- Handlers.cpp - one import handler per ONNX op ---------------------===//
+//
+// Part of the sparsec project.
+//
+// The table maps an ONNX op type to handlers keyed by the opset version they
+// apply from. A handler reads operands and attributes through the
+// ImportContext and binds each output. Attribute-vs-input changes across
+// opsets (Reduce* axes in 18, Split num_outputs in 18) are handled inside
+// the handler by looking at ctx.opset.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ImportContext.h"
+
+#include "mlir/IR/Matchers.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace sparsec;
+using namespace sparsec::onnx_import;
+
+namespace {
+
+/// Creates `OpTy` with the generic builder (results, operands, attributes).
+template <typename OpTy>
+Value make(ImportContext &c, Type result, ValueRange operands,
+           ArrayRef<NamedAttribute> attrs = {}) {
+  return OpTy::create(c.builder, c.loc, TypeRange{result}, operands, attrs)
+      .getResult();
+}
+
+NamedAttribute named(ImportContext &c, StringRef name, Attribute a) {
+  return c.builder.getNamedAttr(name, a);
+}
+
+LogicalResult requireOperands(ImportContext &c, int n) {
+  for (int i = 0; i < n; ++i)
+    if (!c.operand(i))
+      return c.error() << c.node->op_type() << " needs input " << i;
+  return success();
+}
+
+template <typename OpTy>
+LogicalResult unary(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  return c.setResult(0, make<OpTy>(c, c.resultType(0), {c.operand(0)}));
+}
+
+template <typename OpTy>
+LogicalResult binary(ImportContext &c, const onnx::NodeProto &n) {
+  if (n.input_size() != 2)
+    return c.error() << n.op_type() << " with " << n.input_size()
+                     << " inputs is not supported (2 expected)";
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  return c.setResult(
+      0, make<OpTy>(c, c.resultType(0), {c.operand(0), c.operand(1)}));
+}
+
+template <ComparePredicate P, bool Swap = false>
+LogicalResult compare(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  Value a = c.operand(0), b = c.operand(1);
+  if (Swap)
+    std::swap(a, b);
+  return c.setResult(
+      0, make<CompareOp>(c, c.resultType(0), {a, b},
+                         {named(c, "predicate",
+                                ComparePredicateAttr::get(
+                                    c.builder.getContext(), P))}));
+}
+
+LogicalResult forward(ImportContext &c, const onnx::NodeProto &n) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  return c.setResult(0, c.operand(0));
+}
+
+LogicalResult importConstant(ImportContext &c, const onnx::NodeProto &n) {
+  MLIRContext *ctx = c.builder.getContext();
+  for (const auto &a : n.attribute()) {
+    if (a.name() == "value") {
+      FailureOr<Value> v = c.importTensor(a.t(), n.output(0), false);
+      return failed(v) ? failure() : c.setResult(0, *v);
+    }
+    if (a.name() == "value_float" || a.name() == "value_floats") {
+      SmallVector<float> vals(a.floats().begin(), a.floats().end());
+      if (a.name() == "value_float")
+        vals = {a.f()};
+      SmallVector<int64_t> shape;
+      if (a.name() == "value_floats")
+        shape.push_back(vals.size());
+      auto type = RankedTensorType::get(shape, Float32Type::get(ctx));
+      return c.setResult(0, ConstantOp::create(
+                                c.builder, c.loc,
+                                DenseElementsAttr::get(type, ArrayRef(vals))));
+    }
+    if (a.name() == "value_int" || a.name() == "value_ints") {
+      SmallVector<int64_t> vals(a.ints().begin(), a.ints().end());
+      if (a.name() == "value_int")
+        vals = {a.i()};
+      SmallVector<int64_t> shape;
+      if (a.name() == "value_ints")
+        shape.push_back(vals.size());
+      auto type = RankedTensorType::get(shape, IntegerType::get(ctx, 64));
+      return c.setResult(0, ConstantOp::create(
+                                c.builder, c.loc,
+                                DenseElementsAttr::get(type, ArrayRef(vals))));
+    }
+  }
+  return c.error() << "Constant without a supported value attribute (value, "
+                      "value_float(s), value_int(s))";
+}
+
+LogicalResult importCast(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  Type elt = c.elementType(c.attrInt("to", 0));
+  if (!elt)
+    return c.error() << "Cast to unsupported data type " << c.attrInt("to", 0);
+  Type t = c.resultType(0);
+  if (!isa<RankedTensorType>(t))
+    t = RankedTensorType::get(
+        cast<RankedTensorType>(c.operand(0).getType()).getShape(), elt);
+  return c.setResult(0, make<CastOp>(c, t, {c.operand(0)}));
+}
+
+LogicalResult importGelu(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  SmallVector<NamedAttribute> attrs;
+  std::string approx = c.attrString("approximate", "none");
+  if (approx == "tanh")
+    attrs.push_back(named(c, "tanh_approx", c.builder.getUnitAttr()));
+  else if (approx != "none")
+    return c.error() << "Gelu approximate='" << approx << "' is not supported";
+  return c.setResult(0, make<GeluOp>(c, c.resultType(0), {c.operand(0)}, attrs));
+}
+
+LogicalResult importVariadicMinMax(ImportContext &c, const onnx::NodeProto &n) {
+  if (n.input_size() != 2)
+    return c.error() << n.op_type() << " with " << n.input_size()
+                     << " inputs is not supported (2 expected)";
+  return n.op_type() == "Max" ? binary<MaxOp>(c, n) : binary<MinOp>(c, n);
+}
+
+LogicalResult importWhere(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 3)))
+    return failure();
+  return c.setResult(0, make<WhereOp>(c, c.resultType(0),
+                                      {c.operand(0), c.operand(1),
+                                       c.operand(2)}));
+}
+
+LogicalResult importMatMul(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  return c.setResult(
+      0, make<MatMulOp>(c, c.resultType(0), {c.operand(0), c.operand(1)}));
+}
+
+LogicalResult importGemm(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  float alpha = c.attrFloat("alpha", 1.0f), beta = c.attrFloat("beta", 1.0f);
+  if (c.attrInt("transA", 0) != 0 || alpha != 1.0f ||
+      (c.operand(2) && beta != 1.0f))
+    return c.error() << "Gemm with transA=1 or alpha/beta != 1 is not "
+                        "supported";
+  if (cast<RankedTensorType>(c.operand(0).getType()).getRank() != 2)
+    return c.error() << "Gemm input A must be 2-D";
+  SmallVector<Value> operands{c.operand(0), c.operand(1)};
+  if (Value bias = c.operand(2))
+    operands.push_back(bias);
+  SmallVector<NamedAttribute> attrs;
+  if (c.attrInt("transB", 0))
+    attrs.push_back(named(c, "transpose_weight", c.builder.getUnitAttr()));
+  return c.setResult(0, make<LinearOp>(c, c.resultType(0), operands, attrs));
+}
+
+LogicalResult importLayerNorm(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  SmallVector<Value> operands{c.operand(0), c.operand(1)};
+  if (Value bias = c.operand(2))
+    operands.push_back(bias);
+  return c.setResult(
+      0, make<LayerNormOp>(
+             c, c.resultType(0), operands,
+             {named(c, "axis", c.builder.getI64IntegerAttr(c.attrInt("axis", -1))),
+              named(c, "epsilon",
+                    c.builder.getF32FloatAttr(c.attrFloat("epsilon", 1e-5f)))}));
+}
+
+LogicalResult importSoftmax(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  return c.setResult(
+      0, make<SoftmaxOp>(c, c.resultType(0), {c.operand(0)},
+                         {named(c, "axis", c.builder.getI64IntegerAttr(
+                                               c.attrInt("axis", -1)))}));
+}
+
+LogicalResult importGather(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  return c.setResult(
+      0, make<GatherOp>(c, c.resultType(0), {c.operand(0), c.operand(1)},
+                        {named(c, "axis", c.builder.getI64IntegerAttr(
+                                              c.attrInt("axis", 0)))}));
+}
+
+LogicalResult importReshape(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  SmallVector<NamedAttribute> attrs;
+  if (c.attrInt("allowzero", 0))
+    attrs.push_back(named(c, "allowzero", c.builder.getUnitAttr()));
+  return c.setResult(0, make<ReshapeOp>(c, c.resultType(0),
+                                        {c.operand(0), c.operand(1)}, attrs));
+}
+
+LogicalResult importTranspose(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  SmallVector<int64_t> perm = c.attrInts("perm");
+  if (perm.empty()) {
+    int64_t rank = cast<RankedTensorType>(c.operand(0).getType()).getRank();
+    for (int64_t i = rank - 1; i >= 0; --i)
+      perm.push_back(i);
+  }
+  return c.setResult(
+      0, make<TransposeOp>(c, c.resultType(0), {c.operand(0)},
+                           {named(c, "permutation",
+                                  c.builder.getDenseI64ArrayAttr(perm))}));
+}
+
+LogicalResult importConcat(ImportContext &c, const onnx::NodeProto &n) {
+  SmallVector<Value> inputs;
+  for (int i = 0; i < n.input_size(); ++i)
+    if (Value v = c.operand(i))
+      inputs.push_back(v);
+  if (inputs.empty())
+    return c.error() << "Concat needs at least one input";
+  return c.setResult(
+      0, make<ConcatOp>(c, c.resultType(0), inputs,
+                        {named(c, "axis", c.builder.getI64IntegerAttr(
+                                              c.attrInt("axis", 0)))}));
+}
+
+LogicalResult importSlice(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 3)))
+    return failure();
+  Value starts = c.operand(1), ends = c.operand(2);
+  auto startsType = cast<RankedTensorType>(starts.getType());
+  if (startsType.getRank() != 1 || startsType.isDynamicDim(0))
+    return c.error() << "Slice starts must be a 1-D tensor of known length";
+  int64_t n = startsType.getDimSize(0);
+  Value axes = c.operand(3), steps = c.operand(4);
+  if (!axes) {
+    SmallVector<int64_t> a;
+    for (int64_t i = 0; i < n; ++i)
+      a.push_back(i);
+    axes = c.i64Constant(a);
+  }
+  if (!steps)
+    steps = c.i64Constant(SmallVector<int64_t>(n, 1));
+  return c.setResult(0, make<SliceOp>(c, c.resultType(0),
+                                      {c.operand(0), starts, ends, axes,
+                                       steps}));
+}
+
+LogicalResult importSplit(ImportContext &c, const onnx::NodeProto &n) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  auto in = cast<RankedTensorType>(c.operand(0).getType());
+  int64_t axis = c.attrInt("axis", 0);
+  if (axis < 0)
+    axis += in.getRank();
+  if (axis < 0 || axis >= in.getRank())
+    return c.error() << "Split axis out of range";
+  SmallVector<int64_t> sizes;
+  if (n.input_size() > 1 && c.operand(1)) {
+    auto s = c.constantInts(1);
+    if (!s)
+      return c.error() << "Split sizes must be constant";
+    sizes = *s;
+  } else if (c.attr("split")) {
+    sizes = c.attrInts("split");
+  } else {
+    int64_t parts = c.opset >= 18 ? c.attrInt("num_outputs", n.output_size())
+                                  : n.output_size();
+    if (in.isDynamicDim(axis) || parts <= 0)
+      return c.error() << "Split of a dynamic dimension needs explicit sizes";
+    int64_t dim = in.getDimSize(axis), chunk = (dim + parts - 1) / parts;
+    for (int64_t i = 0; i < parts; ++i)
+      sizes.push_back(std::min(chunk, dim - i * chunk));
+  }
+  if (static_cast<int>(sizes.size()) != n.output_size())
+    return c.error() << "Split has " << n.output_size() << " outputs but "
+                     << sizes.size() << " sizes";
+  SmallVector<Type> types;
+  for (int i = 0; i < n.output_size(); ++i) {
+    Type t = c.resultType(i);
+    if (!isa<RankedTensorType>(t)) {
+      SmallVector<int64_t> shape(in.getShape());
+      shape[axis] = sizes[i];
+      t = RankedTensorType::get(shape, in.getElementType());
+    }
+    types.push_back(t);
+  }
+  auto op = SplitOp::create(
+      c.builder, c.loc, types, ValueRange{c.operand(0)},
+      {named(c, "axis", c.builder.getI64IntegerAttr(axis)),
+       named(c, "sizes", c.builder.getDenseI64ArrayAttr(sizes))});
+  for (int i = 0; i < n.output_size(); ++i)
+    if (failed(c.setResult(i, op.getResult(i))))
+      return failure();
+  return success();
+}
+
+/// Axes from the input (opset >= 13 for (Un)Squeeze) or the attribute.
+FailureOr<SmallVector<int64_t>> axesOf(ImportContext &c, int inputIndex,
+                                       bool inputForm) {
+  if (inputForm) {
+    if (!c.operand(inputIndex))
+      return SmallVector<int64_t>();
+    auto axes = c.constantInts(inputIndex);
+    if (!axes)
+      return c.error() << c.node->op_type() << " axes must be constant";
+    return *axes;
+  }
+  return c.attrInts("axes");
+}
+
+LogicalResult importUnsqueeze(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  auto axes = axesOf(c, 1, true);
+  if (failed(axes))
+    return failure();
+  return c.setResult(
+      0, make<UnsqueezeOp>(c, c.resultType(0), {c.operand(0)},
+                           {named(c, "axes",
+                                  c.builder.getDenseI64ArrayAttr(*axes))}));
+}
+
+LogicalResult importSqueeze(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  auto axes = axesOf(c, 1, true);
+  if (failed(axes))
+    return failure();
+  auto in = cast<RankedTensorType>(c.operand(0).getType());
+  if (axes->empty()) {
+    for (int64_t i = 0; i < in.getRank(); ++i) {
+      if (in.isDynamicDim(i))
+        return c.error() << "Squeeze without axes needs a static shape";
+      if (in.getDimSize(i) == 1)
+        axes->push_back(i);
+    }
+  }
+  return c.setResult(
+      0, make<SqueezeOp>(c, c.resultType(0), {c.operand(0)},
+                         {named(c, "axes",
+                                c.builder.getDenseI64ArrayAttr(*axes))}));
+}
+
+LogicalResult importReduce(ImportContext &c, const onnx::NodeProto &n) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  ReduceKind kind = StringSwitch<ReduceKind>(n.op_type())
+                        .Case("ReduceSum", ReduceKind::sum)
+                        .Case("ReduceMean", ReduceKind::mean)
+                        .Case("ReduceMax", ReduceKind::max)
+                        .Default(ReduceKind::min);
+  // ReduceSum took axes as an input from opset 13, the others from 18.
+  bool inputForm = kind == ReduceKind::sum || c.opset >= 18;
+  auto axes = axesOf(c, 1, inputForm);
+  if (failed(axes))
+    return failure();
+  if (axes->empty() && c.attrInt("noop_with_empty_axes", 0))
+    return c.setResult(0, c.operand(0));
+  return c.setResult(
+      0, make<ReduceOp>(
+             c, c.resultType(0), {c.operand(0)},
+             {named(c, "kind",
+                    ReduceKindAttr::get(c.builder.getContext(), kind)),
+              named(c, "axes", c.builder.getDenseI64ArrayAttr(*axes)),
+              named(c, "keepdims",
+                    c.builder.getBoolAttr(c.attrInt("keepdims", 1) != 0))}));
+}
+
+LogicalResult importFlatten(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  return c.setResult(
+      0, make<FlattenOp>(c, c.resultType(0), {c.operand(0)},
+                         {named(c, "axis", c.builder.getI64IntegerAttr(
+                                               c.attrInt("axis", 1)))}));
+}
+
+LogicalResult importExpand(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  return c.setResult(
+      0, make<ExpandOp>(c, c.resultType(0), {c.operand(0), c.operand(1)}));
+}
+
+LogicalResult importShape(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  SmallVector<NamedAttribute> attrs{
+      named(c, "start", c.builder.getI64IntegerAttr(c.attrInt("start", 0)))};
+  if (c.attr("end"))
+    attrs.push_back(
+        named(c, "end", c.builder.getI64IntegerAttr(c.attrInt("end", 0))));
+  return c.setResult(0,
+                     make<ShapeOp>(c, c.resultType(0), {c.operand(0)}, attrs));
+}
+
+LogicalResult importRange(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 3)))
+    return failure();
+  return c.setResult(0, make<RangeOp>(c, c.resultType(0),
+                                      {c.operand(0), c.operand(1),
+                                       c.operand(2)}));
+}
+
+LogicalResult importCumSum(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  auto axis = c.constantInts(1);
+  if (!axis || axis->size() != 1)
+    return c.error() << "CumSum axis must be a constant scalar";
+  SmallVector<NamedAttribute> attrs{
+      named(c, "axis", c.builder.getI64IntegerAttr((*axis)[0]))};
+  if (c.attrInt("exclusive", 0))
+    attrs.push_back(named(c, "exclusive", c.builder.getUnitAttr()));
+  if (c.attrInt("reverse", 0))
+    attrs.push_back(named(c, "reverse", c.builder.getUnitAttr()));
+  return c.setResult(0,
+                     make<CumSumOp>(c, c.resultType(0), {c.operand(0)}, attrs));
+}
+
+LogicalResult importConstantOfShape(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  Attribute value = c.builder.getF32FloatAttr(0.0f);
+  if (const auto *a = c.attr("value")) {
+    FailureOr<DenseElementsAttr> v = c.tensorToAttr(a->t());
+    if (failed(v) || v->getNumElements() != 1)
+      return c.error() << "ConstantOfShape value must hold one element";
+    value = *v->value_begin<Attribute>();
+  }
+  return c.setResult(0, make<ConstantOfShapeOp>(
+                            c, c.resultType(0), {c.operand(0)},
+                            {named(c, "value", value)}));
+}
+
+LogicalResult importTrilu(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  int64_t k = 0;
+  if (c.operand(1)) {
+    auto kv = c.constantInts(1);
+    if (!kv || kv->size() != 1)
+      return c.error() << "Trilu k must be a constant scalar";
+    k = (*kv)[0];
+  }
+  return c.setResult(
+      0, make<TriluOp>(c, c.resultType(0), {c.operand(0)},
+                       {named(c, "upper", c.builder.getBoolAttr(
+                                              c.attrInt("upper", 1) != 0)),
+                        named(c, "k", c.builder.getI64IntegerAttr(k))}));
+}
+
+/// Spatial attributes shared by Conv and pooling, with ONNX defaults.
+LogicalResult spatialAttrs(ImportContext &c, int64_t spatial,
+                           SmallVectorImpl<int64_t> &strides,
+                           SmallVectorImpl<int64_t> &pads,
+                           SmallVectorImpl<int64_t> &dilations) {
+  std::string autoPad = c.attrString("auto_pad", "NOTSET");
+  if (autoPad != "NOTSET" && autoPad != "VALID")
+    return c.error() << c.node->op_type() << " auto_pad=" << autoPad
+                     << " is not supported; export with explicit pads";
+  strides.assign(c.attrInts("strides"));
+  pads.assign(c.attrInts("pads"));
+  dilations.assign(c.attrInts("dilations"));
+  if (strides.empty())
+    strides.assign(spatial, 1);
+  if (pads.empty())
+    pads.assign(2 * spatial, 0);
+  if (dilations.empty())
+    dilations.assign(spatial, 1);
+  return success();
+}
+
+LogicalResult importConv(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 2)))
+    return failure();
+  int64_t spatial =
+      cast<RankedTensorType>(c.operand(0).getType()).getRank() - 2;
+  SmallVector<int64_t> strides, pads, dilations;
+  if (failed(spatialAttrs(c, spatial, strides, pads, dilations)))
+    return failure();
+  SmallVector<Value> operands{c.operand(0), c.operand(1)};
+  if (Value b = c.operand(2))
+    operands.push_back(b);
+  return c.setResult(
+      0, make<ConvOp>(
+             c, c.resultType(0), operands,
+             {named(c, "strides", c.builder.getDenseI64ArrayAttr(strides)),
+              named(c, "pads", c.builder.getDenseI64ArrayAttr(pads)),
+              named(c, "dilations", c.builder.getDenseI64ArrayAttr(dilations)),
+              named(c, "group",
+                    c.builder.getI64IntegerAttr(c.attrInt("group", 1)))}));
+}
+
+LogicalResult importPool(ImportContext &c, const onnx::NodeProto &n) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  bool global = StringRef(n.op_type()).starts_with("Global");
+  PoolKind kind = StringRef(n.op_type()).contains("Max") ? PoolKind::max
+                                                          : PoolKind::avg;
+  int64_t spatial =
+      cast<RankedTensorType>(c.operand(0).getType()).getRank() - 2;
+  SmallVector<int64_t> kernel, strides, pads, dilations;
+  if (!global) {
+    kernel.assign(c.attrInts("kernel_shape"));
+    if (static_cast<int64_t>(kernel.size()) != spatial)
+      return c.error() << n.op_type() << " needs kernel_shape with " << spatial
+                       << " values";
+    if (c.attrInt("ceil_mode", 0))
+      return c.error() << n.op_type() << " ceil_mode=1 is not supported";
+    if (failed(spatialAttrs(c, spatial, strides, pads, dilations)))
+      return failure();
+    if (llvm::any_of(dilations, [](int64_t d) { return d != 1; }))
+      return c.error() << n.op_type() << " with dilations is not supported";
+  }
+  SmallVector<NamedAttribute> attrs{
+      named(c, "kind", PoolKindAttr::get(c.builder.getContext(), kind)),
+      named(c, "kernel", c.builder.getDenseI64ArrayAttr(kernel)),
+      named(c, "strides", c.builder.getDenseI64ArrayAttr(strides)),
+      named(c, "pads", c.builder.getDenseI64ArrayAttr(pads))};
+  if (c.attrInt("count_include_pad", 0))
+    attrs.push_back(named(c, "count_include_pad", c.builder.getUnitAttr()));
+  return c.setResult(0,
+                     make<PoolOp>(c, c.resultType(0), {c.operand(0)}, attrs));
+}
+
+LogicalResult importBatchNorm(ImportContext &c, const onnx::NodeProto &n) {
+  if (failed(requireOperands(c, 5)))
+    return failure();
+  if (c.attrInt("training_mode", 0))
+    return c.error() << "BatchNormalization in training mode is not supported";
+  return c.setResult(
+      0, make<BatchNormOp>(c, c.resultType(0),
+                           {c.operand(0), c.operand(1), c.operand(2),
+                            c.operand(3), c.operand(4)},
+                           {named(c, "epsilon",
+                                  c.builder.getF32FloatAttr(
+                                      c.attrFloat("epsilon", 1e-5f)))}));
+}
+
+} // namespace
+
+bool sparsec::onnx_import::isControlFlowOp(StringRef opType) {
+  return llvm::is_contained({"If", "Loop", "Scan", "LSTM", "GRU", "RNN",
+                             "SequenceMap"},
+                            opType);
+}
+
+const llvm::StringMap<std::vector<HandlerEntry>> &
+sparsec::onnx_import::getHandlerTable() {
+  static const llvm::StringMap<std::vector<HandlerEntry>> table = [] {
+    llvm::StringMap<std::vector<HandlerEntry>> t;
+    auto add = [&](StringRef op, int64_t since, NodeHandler h) {
+      t[op].push_back({since, std::move(h)});
+    };
+    // Elementwise.
+    add("Relu", 13, unary<ReluOp>);
+    add("Sigmoid", 13, unary<SigmoidOp>);
+    add("Tanh", 13, unary<TanhOp>);
+    add("Exp", 13, unary<ExpOp>);
+    add("Log", 13, unary<LogOp>);
+    add("Erf", 13, unary<ErfOp>);
+    add("Sqrt", 13, unary<SqrtOp>);
+    add("Reciprocal", 13, unary<ReciprocalOp>);
+    add("Abs", 13, unary<AbsOp>);
+    add("Neg", 13, unary<NegOp>);
+    add("Not", 13, unary<NotOp>);
+    add("Gelu", 20, importGelu);
+    add("Identity", 13, forward);
+    add("Dropout", 13, forward);
+    add("Cast", 13, importCast);
+    add("Add", 13, binary<AddOp>);
+    add("Sub", 13, binary<SubOp>);
+    add("Mul", 13, binary<MulOp>);
+    add("Div", 13, binary<DivOp>);
+    add("Pow", 13, binary<PowOp>);
+    add("Max", 13, importVariadicMinMax);
+    add("Min", 13, importVariadicMinMax);
+    add("And", 13, binary<AndOp>);
+    add("Or", 13, binary<OrOp>);
+    add("Equal", 13, compare<ComparePredicate::eq>);
+    add("Less", 13, compare<ComparePredicate::lt>);
+    add("LessOrEqual", 13, compare<ComparePredicate::le>);
+    add("Greater", 13, compare<ComparePredicate::gt>);
+    add("GreaterOrEqual", 13, compare<ComparePredicate::ge>);
+    add("Where", 13, importWhere);
+    // Layers.
+    add("MatMul", 13, importMatMul);
+    add("Gemm", 13, importGemm);
+    add("LayerNormalization", 17, importLayerNorm);
+    add("Softmax", 13, importSoftmax);
+    add("Conv", 13, importConv);
+    add("BatchNormalization", 13, importBatchNorm);
+    add("MaxPool", 13, importPool);
+    add("AveragePool", 13, importPool);
+    add("GlobalAveragePool", 13, importPool);
+    add("GlobalMaxPool", 13, importPool);
+    add("ReduceMean", 13, importReduce);
+    add("ReduceSum", 13, importReduce);
+    add("ReduceMax", 13, importReduce);
+    add("ReduceMin", 13, importReduce);
+    add("CumSum", 13, importCumSum);
+    add("Trilu", 14, importTrilu);
+    // Shapes and data movement.
+    add("Constant", 13, importConstant);
+    add("ConstantOfShape", 13, importConstantOfShape);
+    add("Shape", 13, importShape);
+    add("Gather", 13, importGather);
+    add("Reshape", 13, importReshape);
+    add("Transpose", 13, importTranspose);
+    add("Concat", 13, importConcat);
+    add("Slice", 13, importSlice);
+    add("Split", 13, importSplit);
+    add("Squeeze", 13, importSqueeze);
+    add("Unsqueeze", 13, importUnsqueeze);
+    add("Flatten", 13, importFlatten);
+    add("Expand", 13, importExpand);
+    add("Range", 13, importRange);
+    return t;
+  }();
+  return table;
+}

@@ -1,0 +1,602 @@
+//===- Importer.cpp - ONNX protobuf to sparsec IR ------------------------===//
+//
+// Part of the sparsec project.
+//
+// The driver: parses the protobuf, runs ONNX shape inference, checks that
+// every node has a handler (reporting all that do not at once), then
+// imports nodes in order through the handler table. Weights become
+// `sparsec.global` declarations; their bytes stay in the model file.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/Frontend/ONNX/Importer.h"
+#include "ImportContext.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <exception>
+
+using namespace mlir;
+using namespace sparsec;
+using namespace sparsec::onnx_import;
+
+//===----------------------------------------------------------------------===//
+// ImportContext
+//===----------------------------------------------------------------------===//
+
+Value ImportContext::operand(int i) const {
+  if (i >= node->input_size() || node->input(i).empty())
+    return {};
+  return lookup(node->input(i));
+}
+
+std::optional<SmallVector<int64_t>> ImportContext::constantInts(int i) const {
+  Value v = operand(i);
+  DenseIntElementsAttr attr;
+  if (!v || !matchPattern(v, m_Constant(&attr)))
+    return std::nullopt;
+  SmallVector<int64_t> out;
+  for (const APInt &x : attr.getValues<APInt>())
+    out.push_back(x.getSExtValue());
+  return out;
+}
+
+std::optional<double> ImportContext::constantScalar(int i) const {
+  Value v = operand(i);
+  DenseElementsAttr attr;
+  if (!v || !matchPattern(v, m_Constant(&attr)) || attr.getNumElements() != 1)
+    return std::nullopt;
+  if (isa<FloatType>(attr.getElementType()))
+    return (*attr.getValues<APFloat>().begin()).convertToDouble();
+  return static_cast<double>((*attr.getValues<APInt>().begin()).getSExtValue());
+}
+
+Type ImportContext::elementType(int32_t t) const {
+  MLIRContext *ctx = builder.getContext();
+  switch (t) {
+  case onnx::TensorProto::FLOAT: return Float32Type::get(ctx);
+  case onnx::TensorProto::DOUBLE: return Float64Type::get(ctx);
+  case onnx::TensorProto::FLOAT16: return Float16Type::get(ctx);
+  case onnx::TensorProto::BFLOAT16: return BFloat16Type::get(ctx);
+  case onnx::TensorProto::INT64: return IntegerType::get(ctx, 64);
+  case onnx::TensorProto::INT32: return IntegerType::get(ctx, 32);
+  case onnx::TensorProto::INT16: return IntegerType::get(ctx, 16);
+  case onnx::TensorProto::INT8: return IntegerType::get(ctx, 8);
+  case onnx::TensorProto::UINT8:
+    return IntegerType::get(ctx, 8, IntegerType::Unsigned);
+  case onnx::TensorProto::BOOL: return IntegerType::get(ctx, 1);
+  default: return {};
+  }
+}
+
+Type ImportContext::tensorType(const onnx::TypeProto &type) const {
+  if (!type.has_tensor_type())
+    return {};
+  const auto &tt = type.tensor_type();
+  Type elt = elementType(tt.elem_type());
+  if (!elt)
+    return {};
+  if (!tt.has_shape())
+    return UnrankedTensorType::get(elt);
+  SmallVector<int64_t> dims;
+  for (const auto &d : tt.shape().dim())
+    dims.push_back(d.has_dim_value() && d.dim_value() >= 0
+                       ? d.dim_value()
+                       : ShapedType::kDynamic);
+  return RankedTensorType::get(dims, elt);
+}
+
+Type ImportContext::resultType(int i) const {
+  auto it = knownTypes.find(node->output(i));
+  if (it != knownTypes.end())
+    if (Type t = tensorType(*it->second))
+      return t;
+  // Unknown: an unranked placeholder the op's own inference replaces.
+  return UnrankedTensorType::get(Float32Type::get(builder.getContext()));
+}
+
+LogicalResult ImportContext::setResult(int i, Value v) {
+  if (i >= node->output_size())
+    return success();
+  if (!isa<RankedTensorType>(v.getType())) {
+    Operation *op = v.getDefiningOp();
+    SmallVector<ShapedTypeComponents> comps;
+    auto infer = op ? dyn_cast<InferShapedTypeOpInterface>(op) : nullptr;
+    if (infer &&
+        succeeded(infer.inferReturnTypeComponents(
+            builder.getContext(), loc, op->getOperands(),
+            op->getAttrDictionary(), op->getPropertiesStorage(),
+            op->getRegions(), comps)) &&
+        comps.size() > static_cast<size_t>(cast<OpResult>(v).getResultNumber()) &&
+        comps[cast<OpResult>(v).getResultNumber()].hasRank()) {
+      const ShapedTypeComponents &c =
+          comps[cast<OpResult>(v).getResultNumber()];
+      Type elt = c.getElementType() ? c.getElementType()
+                                    : cast<ShapedType>(v.getType())
+                                          .getElementType();
+      v.setType(RankedTensorType::get(c.getDims(), elt));
+    } else if (op && op->getNumOperands() > 0 &&
+               (op->hasTrait<OpTrait::SameOperandsAndResultType>() ||
+                isa<LayerNormOp, RmsNormOp, BatchNormOp>(op))) {
+      v.setType(op->getOperand(0).getType());
+    } else {
+      return error() << "cannot infer the shape of '" << node->output(i)
+                     << "' (" << node->op_type() << ")";
+    }
+  }
+  if (!node->output(i).empty())
+    bind(node->output(i), v);
+  return success();
+}
+
+const onnx::AttributeProto *ImportContext::attr(StringRef name) const {
+  for (const auto &a : node->attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+
+int64_t ImportContext::attrInt(StringRef name, int64_t dflt) const {
+  const auto *a = attr(name);
+  return a ? a->i() : dflt;
+}
+
+float ImportContext::attrFloat(StringRef name, float dflt) const {
+  const auto *a = attr(name);
+  return a ? a->f() : dflt;
+}
+
+std::string ImportContext::attrString(StringRef name, StringRef dflt) const {
+  const auto *a = attr(name);
+  return a ? a->s() : dflt.str();
+}
+
+SmallVector<int64_t> ImportContext::attrInts(StringRef name) const {
+  SmallVector<int64_t> out;
+  if (const auto *a = attr(name))
+    out.append(a->ints().begin(), a->ints().end());
+  return out;
+}
+
+Value ImportContext::i64Constant(ArrayRef<int64_t> values) {
+  auto type = RankedTensorType::get({static_cast<int64_t>(values.size())},
+                                    builder.getI64Type());
+  return ConstantOp::create(builder, loc,
+                            DenseIntElementsAttr::get(type, values));
+}
+
+namespace {
+/// Reads element `i` of a typed or raw tensor payload.
+template <typename T>
+bool readRaw(const std::string &raw, int64_t i, T &out) {
+  if (static_cast<size_t>((i + 1) * sizeof(T)) > raw.size())
+    return false;
+  std::memcpy(&out, raw.data() + i * sizeof(T), sizeof(T));
+  return true;
+}
+} // namespace
+
+FailureOr<DenseElementsAttr>
+ImportContext::tensorToAttr(const onnx::TensorProto &t) {
+  Type elt = elementType(t.data_type());
+  if (!elt)
+    return error() << "tensor '" << t.name() << "' has unsupported data type "
+                   << t.data_type();
+  SmallVector<int64_t> dims(t.dims().begin(), t.dims().end());
+  int64_t numel = 1;
+  for (int64_t d : dims) {
+    if (d < 0)
+      return error() << "tensor '" << t.name() << "' has a negative dimension";
+    numel *= d;
+  }
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    return error() << "tensor '" << t.name()
+                   << "' stores its data externally; only weights may";
+  auto type = RankedTensorType::get(dims, elt);
+  const std::string &raw = t.raw_data();
+  bool hasRaw = t.has_raw_data();
+  auto bad = [&]() -> FailureOr<DenseElementsAttr> {
+    return error() << "tensor '" << t.name() << "' holds fewer values than "
+                   << "its shape needs (" << numel << ")";
+  };
+  if (auto ft = dyn_cast<FloatType>(elt)) {
+    SmallVector<APFloat> vals;
+    for (int64_t i = 0; i < numel; ++i) {
+      if (ft.isF32()) {
+        float f;
+        if (hasRaw ? !readRaw(raw, i, f) : i >= t.float_data_size())
+          return bad();
+        vals.push_back(APFloat(hasRaw ? f : t.float_data(i)));
+      } else if (ft.isF64()) {
+        double d;
+        if (hasRaw ? !readRaw(raw, i, d) : i >= t.double_data_size())
+          return bad();
+        vals.push_back(APFloat(hasRaw ? d : t.double_data(i)));
+      } else {
+        uint16_t bits;
+        if (hasRaw ? !readRaw(raw, i, bits) : i >= t.int32_data_size())
+          return bad();
+        if (!hasRaw)
+          bits = static_cast<uint16_t>(t.int32_data(i));
+        vals.push_back(APFloat(ft.getFloatSemantics(), APInt(16, bits)));
+      }
+    }
+    return DenseElementsAttr::get(type, vals);
+  }
+  auto it = cast<IntegerType>(elt);
+  unsigned width = it.getWidth();
+  SmallVector<APInt> vals;
+  for (int64_t i = 0; i < numel; ++i) {
+    int64_t v = 0;
+    if (width == 64) {
+      if (hasRaw ? !readRaw(raw, i, v) : i >= t.int64_data_size())
+        return bad();
+      if (!hasRaw)
+        v = t.int64_data(i);
+    } else if (hasRaw) {
+      bool ok = true;
+      if (width == 32) {
+        int32_t x;
+        ok = readRaw(raw, i, x);
+        v = x;
+      } else if (width == 16) {
+        int16_t x;
+        ok = readRaw(raw, i, x);
+        v = x;
+      } else {
+        uint8_t x;
+        ok = readRaw(raw, i, x);
+        v = (width == 8 && it.isSignless()) ? static_cast<int8_t>(x) : x;
+      }
+      if (!ok)
+        return bad();
+    } else {
+      if (i >= t.int32_data_size())
+        return bad();
+      v = t.int32_data(i);
+    }
+    if (width == 1)
+      v = v != 0;
+    vals.push_back(APInt(width, static_cast<uint64_t>(v), it.isSignless()));
+  }
+  return DenseElementsAttr::get(type, vals);
+}
+
+FailureOr<Value> ImportContext::importTensor(const onnx::TensorProto &t,
+                                             StringRef name,
+                                             bool isInitializer) {
+  Type elt = elementType(t.data_type());
+  if (!elt)
+    return error() << "tensor '" << name << "' has unsupported data type "
+                   << t.data_type();
+  SmallVector<int64_t> dims(t.dims().begin(), t.dims().end());
+  int64_t numel = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || (d > 0 && numel > (int64_t(1) << 40) / d))
+      return error() << "tensor '" << name << "' has an invalid shape";
+    numel *= d;
+  }
+  auto type = RankedTensorType::get(dims, elt);
+  bool inlineIt = dims.empty() || (isa<IntegerType>(elt) &&
+                                   numel <= inlineLimit) ||
+                  (!isInitializer && numel <= 16);
+  if (inlineIt) {
+    FailureOr<DenseElementsAttr> attr = tensorToAttr(t);
+    if (failed(attr))
+      return failure();
+    return ConstantOp::create(builder, loc, *attr).getResult();
+  }
+  // A weight: declare it once at module level, reference it by symbol.
+  std::string symName = name.str();
+  if (!module.lookupSymbol(symName)) {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPoint(module.getBody(), module.getBody()->begin());
+    // Keep declarations in import order: insert after the last global.
+    for (Operation &op : *module.getBody())
+      if (isa<GlobalOp>(op))
+        builder.setInsertionPointAfter(&op);
+    GlobalOp::create(builder, loc, builder.getStringAttr(symName),
+                     TypeAttr::get(type), builder.getStringAttr(name),
+                     /*transforms=*/nullptr);
+  }
+  return WeightOp::create(builder, loc, type,
+                          FlatSymbolRefAttr::get(builder.getContext(), symName))
+      .getResult();
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+namespace {
+class Importer {
+public:
+  Importer(MLIRContext &context, const ImportOptions &options)
+      : context(context), options(options) {}
+
+  OwningOpRef<ModuleOp> run(onnx::ModelProto &model, StringRef sourceName);
+
+private:
+  LogicalResult checkSupported(const onnx::GraphProto &graph, int64_t opset,
+                               Location fileLoc);
+  MLIRContext &context;
+  const ImportOptions &options;
+};
+} // namespace
+
+static Location nodeLocation(MLIRContext &ctx, const onnx::NodeProto &node,
+                             int index, Location fileLoc) {
+  std::string name = node.name().empty()
+                         ? node.op_type() + "_" + std::to_string(index)
+                         : node.name();
+  return NameLoc::get(StringAttr::get(&ctx, name), fileLoc);
+}
+
+LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
+                                       int64_t opset, Location fileLoc) {
+  const auto &table = getHandlerTable();
+  SmallVector<std::string> problems;
+  for (auto [index, node] : llvm::enumerate(graph.node())) {
+    Location loc = nodeLocation(context, node, index, fileLoc);
+    const std::string &domain = node.domain();
+    if (!domain.empty() && domain != "ai.onnx") {
+      emitError(loc) << "node '" << node.name() << "': unsupported op '"
+                     << domain << "." << node.op_type()
+                     << "': only the default ONNX domain is supported";
+      problems.push_back(node.op_type());
+      continue;
+    }
+    if (isControlFlowOp(node.op_type())) {
+      emitError(loc) << "node '" << node.name() << "': unsupported op '"
+                     << node.op_type()
+                     << "': control flow and recurrent ops are not supported;"
+                        " sparsec compiles static dataflow graphs";
+      problems.push_back(node.op_type());
+      continue;
+    }
+    auto it = table.find(node.op_type());
+    if (it == table.end() || it->second.front().sinceVersion > opset) {
+      emitError(loc) << "node '" << node.name() << "': unsupported op '"
+                     << node.op_type() << "'"
+                     << (it != table.end() ? " at this opset" : "");
+      problems.push_back(node.op_type());
+    }
+  }
+  if (problems.empty())
+    return success();
+  llvm::StringSet<> kinds;
+  for (const std::string &p : problems)
+    kinds.insert(p);
+  auto diag = emitError(fileLoc)
+              << problems.size() << " unsupported node"
+              << (problems.size() == 1 ? "" : "s") << " (op types:";
+  SmallVector<StringRef> sorted;
+  for (const auto &k : kinds)
+    sorted.push_back(k.getKey());
+  llvm::sort(sorted);
+  for (StringRef k : sorted)
+    diag << " " << k;
+  diag << ")";
+  return failure();
+}
+
+OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
+                                    StringRef sourceName) {
+  Location fileLoc = FileLineColLoc::get(&context, sourceName, 0, 0);
+  if (!model.has_graph()) {
+    emitError(fileLoc) << "'" << sourceName
+                       << "' is not an ONNX model: it has no graph";
+    return nullptr;
+  }
+  int64_t opset = -1;
+  for (const auto &imp : model.opset_import())
+    if (imp.domain().empty() || imp.domain() == "ai.onnx")
+      opset = imp.version();
+  if (opset < kMinOpset || opset > kMaxOpset) {
+    emitError(fileLoc) << "ONNX opset " << opset
+                       << " is not supported (supported: " << kMinOpset << "-"
+                       << kMaxOpset << "); re-export the model with opset "
+                       << kMinOpset << " or newer";
+    return nullptr;
+  }
+  onnx::GraphProto &graph = *model.mutable_graph();
+  if (failed(checkSupported(graph, opset, fileLoc)))
+    return nullptr;
+
+  if (options.onnxShapeInference) {
+    // ONNX reports inconsistent shapes by throwing; keep the message.
+    try {
+      onnx::ShapeInferenceOptions opts(/*check_type=*/false,
+                                       /*strict_mode=*/1,
+                                       /*data_prop=*/true);
+      onnx::shape_inference::InferShapes(model,
+                                         onnx::OpSchemaRegistry::Instance(),
+                                         opts);
+    } catch (const std::exception &e) {
+      emitError(fileLoc) << "inconsistent shapes in '" << sourceName
+                         << "': " << StringRef(e.what()).trim();
+      return nullptr;
+    }
+  }
+
+  OpBuilder builder(&context);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
+  (*module)->setAttr("sparsec.source", builder.getStringAttr(sourceName));
+  (*module)->setAttr("sparsec.opset", builder.getI64IntegerAttr(opset));
+  ImportContext ctx(builder, *module, opset, options.inlineConstantLimit);
+  for (const auto &vi : graph.value_info())
+    ctx.knownTypes[vi.name()] = &vi.type();
+  for (const auto &vi : graph.output())
+    ctx.knownTypes[vi.name()] = &vi.type();
+
+  llvm::StringMap<const onnx::TensorProto *> initializers;
+  for (const auto &init : graph.initializer())
+    initializers[init.name()] = &init;
+
+  // Function signature: graph inputs that are not initializers.
+  SmallVector<Type> argTypes;
+  SmallVector<const onnx::ValueInfoProto *> args;
+  for (const auto &in : graph.input()) {
+    if (initializers.count(in.name()))
+      continue;
+    Type t = ctx.tensorType(in.type());
+    if (!t || !isa<RankedTensorType>(t)) {
+      emitError(fileLoc) << "graph input '" << in.name()
+                         << "' must be a tensor of known rank and a supported "
+                            "element type";
+      return nullptr;
+    }
+    argTypes.push_back(t);
+    args.push_back(&in);
+  }
+  SmallVector<Type> resultTypes;
+  for (const auto &out : graph.output()) {
+    Type t = ctx.tensorType(out.type());
+    resultTypes.push_back(t ? t : Type());
+  }
+
+  builder.setInsertionPointToEnd(module->getBody());
+  auto func = func::FuncOp::create(builder, fileLoc, "main",
+                                   builder.getFunctionType(argTypes, {}));
+  Block *entry = func.addEntryBlock();
+  for (auto [i, in] : llvm::enumerate(args)) {
+    SmallVector<Attribute> dimNames;
+    for (const auto &d : in->type().tensor_type().shape().dim())
+      dimNames.push_back(builder.getStringAttr(d.dim_param()));
+    func.setArgAttr(i, "sparsec.name", builder.getStringAttr(in->name()));
+    func.setArgAttr(i, "sparsec.dims", builder.getArrayAttr(dimNames));
+    ctx.bind(in->name(), entry->getArgument(i));
+  }
+  builder.setInsertionPointToStart(entry);
+
+  // Binds a name to its value, importing initializers on first use.
+  auto resolve = [&](const std::string &name, Location loc) -> Value {
+    if (Value v = ctx.lookup(name))
+      return v;
+    auto it = initializers.find(name);
+    if (it == initializers.end())
+      return {};
+    ctx.loc = loc;
+    FailureOr<Value> v = ctx.importTensor(*it->second, name, true);
+    if (failed(v))
+      return {};
+    ctx.bind(name, *v);
+    return *v;
+  };
+
+  const auto &table = getHandlerTable();
+  bool failedAny = false;
+  // Outputs a handler left unbound (e.g. LayerNormalization's Mean): an
+  // error only if something uses them.
+  llvm::StringMap<std::string> unboundOutputs;
+  for (auto [index, node] : llvm::enumerate(graph.node())) {
+    Location loc = nodeLocation(context, node, index, fileLoc);
+    bool missing = false;
+    for (const std::string &in : node.input()) {
+      if (in.empty() || resolve(in, loc))
+        continue;
+      auto unbound = unboundOutputs.find(in);
+      if (unbound != unboundOutputs.end())
+        emitError(loc) << "uses '" << in << "', an output of "
+                       << unbound->second
+                       << " that the importer does not support";
+      else if (!initializers.count(in))
+        emitError(loc) << "input '" << in << "' of node '" << node.name()
+                       << "' (" << node.op_type()
+                       << ") is not defined before it is used";
+      missing = true;
+    }
+    if (missing) {
+      failedAny = true;
+      break;
+    }
+    // The newest handler version not newer than the model's opset.
+    const NodeHandler *handler = nullptr;
+    for (const HandlerEntry &e : table.find(node.op_type())->second)
+      if (e.sinceVersion <= opset)
+        handler = &e.handler;
+    ctx.node = &node;
+    ctx.loc = loc;
+    if (failed((*handler)(ctx, node))) {
+      failedAny = true;
+      break;
+    }
+    for (int i = 0; i < node.output_size(); ++i)
+      if (!node.output(i).empty() && !ctx.lookup(node.output(i)))
+        unboundOutputs[node.output(i)] =
+            node.op_type() + " node '" + node.name() + "'";
+  }
+  if (failedAny)
+    return nullptr;
+
+  SmallVector<Value> results;
+  SmallVector<Type> finalTypes;
+  for (const auto &out : graph.output()) {
+    Value v = resolve(out.name(), fileLoc);
+    if (!v) {
+      auto unbound = unboundOutputs.find(out.name());
+      emitError(fileLoc) << "graph output '" << out.name() << "' "
+                         << (unbound != unboundOutputs.end()
+                                 ? "is an output of " + unbound->second +
+                                       " that the importer does not support"
+                                 : std::string("is never produced"));
+      return nullptr;
+    }
+    results.push_back(v);
+    finalTypes.push_back(v.getType());
+  }
+  func::ReturnOp::create(builder, fileLoc, results);
+  func.setFunctionType(builder.getFunctionType(argTypes, finalTypes));
+  for (auto [i, out] : llvm::enumerate(graph.output()))
+    func.setResultAttr(i, "sparsec.name", builder.getStringAttr(out.name()));
+
+  if (failed(mlir::verify(*module)))
+    return nullptr;
+  return module;
+}
+
+OwningOpRef<ModuleOp> sparsec::importONNXBuffer(MLIRContext &context,
+                                                StringRef bytes,
+                                                StringRef sourceName,
+                                                const ImportOptions &options) {
+  context.loadDialect<SparsecDialect, func::FuncDialect>();
+  onnx::ModelProto model;
+  if (bytes.size() > static_cast<size_t>(INT32_MAX) ||
+      !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    emitError(FileLineColLoc::get(&context, sourceName, 0, 0))
+        << "'" << sourceName
+        << "' is not a valid ONNX model (protobuf parsing failed: the file "
+           "is truncated, corrupt or not ONNX)";
+    return nullptr;
+  }
+  Importer importer(context, options);
+  return importer.run(model, sourceName);
+}
+
+OwningOpRef<ModuleOp> sparsec::importONNXFile(MLIRContext &context,
+                                              StringRef path,
+                                              const ImportOptions &options) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    emitError(FileLineColLoc::get(&context, path, 0, 0))
+        << "cannot open '" << path << "': " << buffer.getError().message();
+    return nullptr;
+  }
+  return importONNXBuffer(context, (*buffer)->getBuffer(), path, options);
+}
+
+std::vector<std::string> sparsec::supportedONNXOps() {
+  std::vector<std::string> ops;
+  for (const auto &e : getHandlerTable())
+    ops.push_back(e.getKey().str());
+  llvm::sort(ops);
+  return ops;
+}

@@ -1,0 +1,55 @@
+//===- Pipelines.cpp - the named phase pipelines -------------------------===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/Pipelines/Pipelines.h"
+#include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/StringSwitch.h"
+
+using namespace mlir;
+using namespace sparsec;
+
+std::optional<Phase> sparsec::parsePhase(llvm::StringRef name) {
+  return llvm::StringSwitch<std::optional<Phase>>(name)
+      .Case("import", Phase::Import)
+      .Case("raise", Phase::Raise)
+      .Default(std::nullopt);
+}
+
+llvm::StringRef sparsec::phaseName(Phase phase) {
+  switch (phase) {
+  case Phase::Import:
+    return "import";
+  case Phase::Raise:
+    return "raise";
+  }
+  return "unknown";
+}
+
+void sparsec::buildRaisePipeline(OpPassManager &pm,
+                                 const RaisePipelineOptions &options) {
+  InferShapesPassOptions inferOptions;
+  inferOptions.dims.assign(options.dims.begin(), options.dims.end());
+  pm.addPass(createInferShapesPass(inferOptions));
+  pm.addPass(createFoldConstantsPass());
+  pm.addPass(createRaiseEmbeddingPass());
+  pm.addPass(createFuseLayerNormPass());
+  pm.addPass(createFuseGeluPass());
+  pm.addPass(createFuseLinearPass());
+  pm.addPass(createFuseAttentionPass());
+  pm.addPass(createFoldConstantsPass());
+  pm.addPass(createCSEPass());
+}
+
+void sparsec::registerSparsecPipelines() {
+  PassPipelineRegistration<RaisePipelineOptions>(
+      "sparsec-raise-pipeline",
+      "Shape inference, shape-arithmetic folding and layer fusion (the raise "
+      "phase)",
+      buildRaisePipeline);
+}

@@ -1,0 +1,59 @@
+// RUN: sparsec-opt %s --split-input-file --sparsec-fuse-attention | FileCheck %s
+
+// CHECK-LABEL: func.func @sdpa
+// CHECK-SAME: (%[[Q:.*]]: tensor<1x4x8x16xf32>, %[[K:.*]]: tensor<1x4x8x16xf32>, %[[V:.*]]: tensor<1x4x8x16xf32>, %[[M:.*]]: tensor<1x1x8x8xf32>)
+// CHECK: %[[O:.*]] = sparsec.attention %[[Q]], %[[K]], %[[V]] mask %[[M]] {resultSegmentSizes = array<i32: 1, 0, 0>, scale = 2.500000e-01 : f32}
+// CHECK-NOT: sparsec.softmax
+// CHECK: return %[[O]]
+func.func @sdpa(%q: tensor<1x4x8x16xf32>, %k: tensor<1x4x8x16xf32>, %v: tensor<1x4x8x16xf32>, %m: tensor<1x1x8x8xf32>) -> tensor<1x4x8x16xf32> {
+  %kt = sparsec.transpose %k {permutation = array<i64: 0, 1, 3, 2>} : tensor<1x4x8x16xf32> -> tensor<1x4x16x8xf32>
+  %s = sparsec.matmul %q, %kt : tensor<1x4x8x16xf32>, tensor<1x4x16x8xf32> -> tensor<1x4x8x8xf32>
+  %c = sparsec.constant dense<4.0> : tensor<f32>
+  %ss = sparsec.div %s, %c : tensor<1x4x8x8xf32>, tensor<f32> -> tensor<1x4x8x8xf32>
+  %sm = sparsec.add %ss, %m : tensor<1x4x8x8xf32>, tensor<1x1x8x8xf32> -> tensor<1x4x8x8xf32>
+  %p = sparsec.softmax %sm {axis = -1 : i64} : tensor<1x4x8x8xf32>
+  %o = sparsec.matmul %p, %v : tensor<1x4x8x8xf32>, tensor<1x4x8x16xf32> -> tensor<1x4x8x16xf32>
+  return %o : tensor<1x4x8x16xf32>
+}
+
+// -----
+
+// The OPT export: q scaled before the head split, k transposed straight
+// from [B, S, H, D], keys/values concatenated with the cache.
+// CHECK-LABEL: func.func @opt_kv
+// CHECK: %[[QS:.*]] = sparsec.reshape %arg0,
+// CHECK: %[[QT:.*]] = sparsec.transpose %[[QS]] {permutation = array<i64: 0, 2, 1, 3>}
+// CHECK: %[[KT:.*]] = sparsec.transpose %arg1 {permutation = array<i64: 0, 2, 1, 3>} : tensor<1x1x4x16xf32> -> tensor<1x4x1x16xf32>
+// CHECK: %[[O:.*]], %[[PK:.*]], %[[PV:.*]] = sparsec.attention %[[QT]], %[[KT]], %arg2 past(%arg3, %arg4) {resultSegmentSizes = array<i32: 1, 1, 1>, scale = 1.250000e-01 : f32}
+// CHECK-NOT: sparsec.concat
+// CHECK: return %[[O]], %[[PK]], %[[PV]]
+func.func @opt_kv(%xq: tensor<1x1x64xf32>, %kn: tensor<1x1x4x16xf32>, %vn: tensor<1x4x1x16xf32>,
+                  %pk: tensor<1x4x7x16xf32>, %pv: tensor<1x4x7x16xf32>)
+    -> (tensor<1x4x1x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) {
+  %c = sparsec.constant dense<0.125> : tensor<f32>
+  %qs = sparsec.mul %xq, %c : tensor<1x1x64xf32>, tensor<f32> -> tensor<1x1x64xf32>
+  %shape = sparsec.constant dense<[1, 1, 4, 16]> : tensor<4xi64>
+  %qr = sparsec.reshape %qs, %shape : tensor<1x1x64xf32>, tensor<4xi64> -> tensor<1x1x4x16xf32>
+  %q = sparsec.transpose %qr {permutation = array<i64: 0, 2, 1, 3>} : tensor<1x1x4x16xf32> -> tensor<1x4x1x16xf32>
+  %knt = sparsec.transpose %kn {permutation = array<i64: 0, 2, 1, 3>} : tensor<1x1x4x16xf32> -> tensor<1x4x1x16xf32>
+  %k = sparsec.concat %pk, %knt {axis = 2 : i64} : (tensor<1x4x7x16xf32>, tensor<1x4x1x16xf32>) -> tensor<1x4x8x16xf32>
+  %v = sparsec.concat %pv, %vn {axis = 2 : i64} : (tensor<1x4x7x16xf32>, tensor<1x4x1x16xf32>) -> tensor<1x4x8x16xf32>
+  %kt = sparsec.transpose %k {permutation = array<i64: 0, 1, 3, 2>} : tensor<1x4x8x16xf32> -> tensor<1x4x16x8xf32>
+  %s = sparsec.matmul %q, %kt : tensor<1x4x1x16xf32>, tensor<1x4x16x8xf32> -> tensor<1x4x1x8xf32>
+  %p = sparsec.softmax %s {axis = 3 : i64} : tensor<1x4x1x8xf32>
+  %o = sparsec.matmul %p, %v : tensor<1x4x1x8xf32>, tensor<1x4x8x16xf32> -> tensor<1x4x1x16xf32>
+  return %o, %k, %v : tensor<1x4x1x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>
+}
+
+// -----
+
+// Softmax over the wrong axis is not attention.
+// CHECK-LABEL: func.func @wrong_axis
+// CHECK-NOT: sparsec.attention
+func.func @wrong_axis(%q: tensor<1x4x8x16xf32>, %k: tensor<1x4x8x16xf32>, %v: tensor<1x4x8x16xf32>) -> tensor<1x4x8x16xf32> {
+  %kt = sparsec.transpose %k {permutation = array<i64: 0, 1, 3, 2>} : tensor<1x4x8x16xf32> -> tensor<1x4x16x8xf32>
+  %s = sparsec.matmul %q, %kt : tensor<1x4x8x16xf32>, tensor<1x4x16x8xf32> -> tensor<1x4x8x8xf32>
+  %p = sparsec.softmax %s {axis = 2 : i64} : tensor<1x4x8x8xf32>
+  %o = sparsec.matmul %p, %v : tensor<1x4x8x8xf32>, tensor<1x4x8x16xf32> -> tensor<1x4x8x16xf32>
+  return %o : tensor<1x4x8x16xf32>
+}

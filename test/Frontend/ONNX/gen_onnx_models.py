@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""Writes small ONNX models for the importer tests.
+
+Usage: gen_onnx_models.py CASE OUTPUT
+Every case is deterministic (fixed seeds), so FileCheck lines can name
+shapes and values.
+"""
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(0)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17, name="test"):
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+def case_elementwise():
+    ops = ["Relu", "Sigmoid", "Tanh", "Exp", "Erf", "Sqrt", "Neg", "Abs",
+           "Reciprocal", "Log"]
+    nodes, prev = [], "x"
+    for i, op in enumerate(ops):
+        nodes.append(helper.make_node(op, [prev], [f"u{i}"], name=f"{op.lower()}_node"))
+        prev = f"u{i}"
+    for i, op in enumerate(["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"]):
+        nodes.append(helper.make_node(op, [prev, "b"], [f"b{i}"], name=f"{op.lower()}_node"))
+        prev = f"b{i}"
+    nodes.append(helper.make_node("Less", [prev, "b"], ["lt"], name="less_node"))
+    nodes.append(helper.make_node("Where", ["lt", prev, "b"], ["y"], name="where_node"))
+    return model(nodes, [vi("x", F, ["n", 8]), vi("b", F, [8])], [vi("y", F, ["n", 8])], opset=13)
+
+
+def case_gemm_mlp():
+    nodes = [
+        helper.make_node("Flatten", ["x"], ["f"], axis=1, name="flatten"),
+        helper.make_node("Gemm", ["f", "w1", "b1"], ["h"], transB=1, name="fc1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], transB=1, name="fc2"),
+    ]
+    inits = [init("w1", f32(16, 12)), init("b1", f32(16)), init("w2", f32(4, 16)),
+             init("b2", f32(4))]
+    return model(nodes, [vi("x", F, [1, 3, 4])], [vi("y", F, [1, 4])], inits, opset=13)
+
+
+def case_matmul_ffn():
+    # x . W1 + b1 -> relu -> . W2 + b2, as PyTorch exports nn.Linear.
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"], name="fc1/MatMul"),
+        helper.make_node("Add", ["b1", "m1"], ["a1"], name="fc1/Add"),
+        helper.make_node("Relu", ["a1"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["m2"], name="fc2/MatMul"),
+        helper.make_node("Add", ["b2", "m2"], ["y"], name="fc2/Add"),
+    ]
+    inits = [init("w1", f32(8, 32)), init("b1", f32(32)), init("w2", f32(32, 8)),
+             init("b2", f32(8))]
+    return model(nodes, [vi("x", F, ["batch", "seq", 8])], [vi("y", F, ["batch", "seq", 8])],
+                 inits, opset=14)
+
+
+def case_layernorm_decomposed():
+    eps = np.array(1e-5, np.float32)
+    two = np.array(2.0, np.float32)
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1], name="ln/ReduceMean"),
+        helper.make_node("Sub", ["x", "m"], ["d"], name="ln/Sub"),
+        helper.make_node("Pow", ["d", "two"], ["p"], name="ln/Pow"),
+        helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1], name="ln/ReduceMean_1"),
+        helper.make_node("Add", ["v", "eps"], ["ve"], name="ln/Add"),
+        helper.make_node("Sqrt", ["ve"], ["s"], name="ln/Sqrt"),
+        helper.make_node("Div", ["d", "s"], ["n"], name="ln/Div"),
+        helper.make_node("Mul", ["n", "g"], ["ng"], name="ln/Mul"),
+        helper.make_node("Add", ["ng", "beta"], ["y"], name="ln/Add_1"),
+    ]
+    inits = [init("two", two), init("eps", eps), init("g", f32(16)), init("beta", f32(16))]
+    return model(nodes, [vi("x", F, ["n", 16])], [vi("y", F, ["n", 16])], inits, opset=14)
+
+
+def case_layernorm():
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1,
+                              epsilon=1e-6, name="ln")]
+    inits = [init("g", f32(16)), init("b", f32(16))]
+    return model(nodes, [vi("x", F, ["n", 16])], [vi("y", F, ["n", 16])], inits, opset=17)
+
+
+def case_gelu_erf():
+    nodes = [
+        helper.make_node("Div", ["x", "sqrt2"], ["d"], name="gelu/Div"),
+        helper.make_node("Erf", ["d"], ["e"], name="gelu/Erf"),
+        helper.make_node("Add", ["e", "one"], ["a"], name="gelu/Add"),
+        helper.make_node("Mul", ["x", "a"], ["m"], name="gelu/Mul"),
+        helper.make_node("Mul", ["m", "half"], ["y"], name="gelu/Mul_1"),
+    ]
+    inits = [init("sqrt2", np.array(1.4142135, np.float32)),
+             init("one", np.array(1.0, np.float32)), init("half", np.array(0.5, np.float32))]
+    return model(nodes, [vi("x", F, ["n", 32])], [vi("y", F, ["n", 32])], inits, opset=14)
+
+
+def case_gelu_op():
+    nodes = [helper.make_node("Gelu", ["x"], ["y"], approximate="tanh", name="gelu")]
+    return model(nodes, [vi("x", F, [2, 8])], [vi("y", F, [2, 8])], opset=20)
+
+
+def case_shapes():
+    # The exporters' shape arithmetic: Shape -> Gather -> Unsqueeze -> Concat
+    # -> Reshape, plus Squeeze/Expand/Slice/Split/Transpose/Concat.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["s0"], axis=0, name="gather"),
+        helper.make_node("Unsqueeze", ["s0", "ax0"], ["s0u"], name="unsqueeze"),
+        helper.make_node("Concat", ["s0u", "c4", "c6"], ["shp"], axis=0, name="concat"),
+        helper.make_node("Reshape", ["x", "shp"], ["r"], name="reshape"),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1], name="transpose"),
+        helper.make_node("Split", ["t", "split"], ["p0", "p1"], axis=1, name="split"),
+        helper.make_node("Concat", ["p1", "p0"], ["c"], axis=1, name="concat2"),
+        helper.make_node("Slice", ["c", "st", "en", "ax2"], ["sl"], name="slice"),
+        helper.make_node("Unsqueeze", ["sl", "ax0"], ["u"], name="unsqueeze2"),
+        helper.make_node("Squeeze", ["u", "ax0"], ["sq"], name="squeeze"),
+        helper.make_node("Expand", ["sq", "eshape"], ["y"], name="expand"),
+    ]
+    inits = [init("zero", np.array(0, np.int64)), init("ax0", np.array([0], np.int64)),
+             init("c4", np.array([4], np.int64)), init("c6", np.array([6], np.int64)),
+             init("split", np.array([2, 4], np.int64)), init("st", np.array([1], np.int64)),
+             init("en", np.array([3], np.int64)), init("ax2", np.array([2], np.int64)),
+             init("eshape", np.array([1, 1, 1], np.int64))]
+    return model(nodes, [vi("x", F, ["b", 24])], [vi("y", F, ["b", 6, 2])], inits, opset=13)
+
+
+def case_mask_arith():
+    # Integer mask/position arithmetic that folds once seq is pinned.
+    nodes = [
+        helper.make_node("Shape", ["ids"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "one"], ["n"], axis=0, name="gather"),
+        helper.make_node("Range", ["zero", "n", "one"], ["pos"], name="range"),
+        helper.make_node("Unsqueeze", ["pos", "ax1"], ["col"], name="unsq_col"),
+        helper.make_node("Unsqueeze", ["pos", "ax0"], ["row"], name="unsq_row"),
+        helper.make_node("LessOrEqual", ["row", "col"], ["causal"], name="le"),
+        helper.make_node("Where", ["causal", "fzero", "fneg"], ["mask"], name="where"),
+        helper.make_node("CumSum", ["ids", "one"], ["cs"], name="cumsum"),
+        helper.make_node("Trilu", ["mask"], ["tri"], upper=0, name="trilu"),
+        helper.make_node("ConstantOfShape", ["s"], ["ones"],
+                         value=helper.make_tensor("v", I64, [1], [1]), name="cos"),
+        helper.make_node("Cast", ["ones"], ["onesf"], to=F, name="cast"),
+    ]
+    inits = [init("one", np.array(1, np.int64)), init("zero", np.array(0, np.int64)),
+             init("ax0", np.array([0], np.int64)), init("ax1", np.array([1], np.int64)),
+             init("fzero", np.array(0.0, np.float32)), init("fneg", np.array(-1e4, np.float32))]
+    return model(nodes, [vi("ids", I64, [1, "seq"])],
+                 [vi("tri", F, ["seq", "seq"]), vi("cs", I64, [1, "seq"]),
+                  vi("onesf", F, [1, "seq"])], inits, opset=14)
+
+
+def case_attention():
+    # softmax(q . k^T * s + mask) . v over [B, H, S, D].
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2], name="att/Transpose"),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="att/MatMul"),
+        helper.make_node("Mul", ["s", "scale"], ["ss"], name="att/Mul"),
+        helper.make_node("Add", ["ss", "mask"], ["sm"], name="att/Add"),
+        helper.make_node("Softmax", ["sm"], ["p"], axis=-1, name="att/Softmax"),
+        helper.make_node("MatMul", ["p", "v"], ["y"], name="att/MatMul_1"),
+    ]
+    inits = [init("scale", np.array(0.125, np.float32))]
+    shp = ["b", 2, "s", 8]
+    return model(nodes, [vi("q", F, shp), vi("k", F, shp), vi("v", F, shp),
+                         vi("mask", F, ["b", 1, "s", "s"])], [vi("y", F, shp)], inits, opset=14)
+
+
+def case_cnn():
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                         strides=[1, 1], name="conv"),
+        helper.make_node("BatchNormalization", ["c", "bs", "bb", "bm", "bv"], ["bn"],
+                         epsilon=1e-5, name="bn"),
+        helper.make_node("Relu", ["bn"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["mp"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        helper.make_node("AveragePool", ["mp"], ["ap"], kernel_shape=[2, 2], strides=[1, 1],
+                         name="avgpool"),
+        helper.make_node("GlobalAveragePool", ["ap"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1, name="fc"),
+    ]
+    inits = [init("w", f32(4, 3, 3, 3)), init("b", f32(4)), init("bs", f32(4)),
+             init("bb", f32(4)), init("bm", f32(4)), init("bv", np.abs(f32(4)) + 0.5),
+             init("fw", f32(10, 4)), init("fb", f32(10))]
+    return model(nodes, [vi("x", F, [1, 3, 8, 8])], [vi("y", F, [1, 10])], inits, opset=13)
+
+
+def case_reduce18():
+    # Opset 18 moved ReduceMean's axes from an attribute to an input.
+    nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0, name="mean"),
+             helper.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2, name="split"),
+             helper.make_node("Add", ["a", "b"], ["z"], name="add")]
+    inits = [init("axes", np.array([1], np.int64))]
+    return model(nodes, [vi("x", F, [2, 6])], [vi("y", F, [2]), vi("z", F, [2, 3])], inits,
+                 opset=18)
+
+
+def case_large_constant():
+    # A Constant node too large to inline becomes a weight named after it.
+    w = helper.make_tensor("w", F, [64, 64], f32(64, 64).flatten().tolist())
+    nodes = [helper.make_node("Constant", [], ["cw"], value=w, name="const_w"),
+             helper.make_node("MatMul", ["x", "cw"], ["y"], name="mm")]
+    return model(nodes, [vi("x", F, [1, 64])], [vi("y", F, [1, 64])], opset=13)
+
+
+# --- error cases ------------------------------------------------------------
+
+def case_unsupported():
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="ok_relu"),
+        helper.make_node("NonMaxSuppression", ["a", "a"], ["b"], name="nms_1"),
+        helper.make_node("Hardmax", ["a"], ["c"], name="hardmax_1"),
+        helper.make_node("NonMaxSuppression", ["c", "c"], ["y"], name="nms_2"),
+    ]
+    return model(nodes, [vi("x", F, [1, 4])], [vi("y", F, [1, 4])], opset=13)
+
+
+def case_control_flow():
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                               [vi("t", F, [4])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [vi("e", F, [4])])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g,
+                              name="branch")]
+    return model(nodes, [vi("c", TensorProto.BOOL, []), vi("x", F, [4])], [vi("y", F, [4])],
+                 opset=13)
+
+
+def case_lstm():
+    nodes = [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=4, name="lstm")]
+    inits = [init("w", f32(1, 16, 3)), init("r", f32(1, 16, 4))]
+    return model(nodes, [vi("x", F, [5, 1, 3])], [vi("y", F, [5, 1, 1, 4])], inits, opset=14)
+
+
+def case_inconsistent():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="bad_matmul")]
+    inits = [init("w", f32(5, 3))]
+    return model(nodes, [vi("x", F, [2, 4])], [vi("y", F, [2, 3])], inits, opset=13)
+
+
+def case_old_opset():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    return model(nodes, [vi("x", F, [4])], [vi("y", F, [4])], opset=9)
+
+
+def case_undefined_input():
+    nodes = [helper.make_node("Add", ["x", "nowhere"], ["y"], name="dangling_add")]
+    return model(nodes, [vi("x", F, [4])], [vi("y", F, [4])], opset=13)
+
+
+def case_other_domain():
+    nodes = [helper.make_node("FusedMatMul", ["x", "x"], ["y"], domain="com.microsoft",
+                              name="ms_op")]
+    m = model(nodes, [vi("x", F, [4, 4])], [vi("y", F, [4, 4])], opset=13)
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return m
+
+
+def save_external(m, out, keep_data):
+    """Saves `m` with every initializer in a side file next to `out`."""
+    import os
+    location = os.path.basename(out) + ".data"
+    onnx.save_model(m, out, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=location, size_threshold=0)
+    if not keep_data:
+        os.remove(os.path.join(os.path.dirname(out) or ".", location))
+
+
+EXTERNAL_CASES = {
+    "external_ok": lambda out: save_external(case_matmul_ffn(), out, True),
+    "external_missing": lambda out: save_external(case_matmul_ffn(), out, False),
+}
+
+
+RAW_CASES = {
+    # Not protobuf at all.
+    "not_onnx": lambda: b"this is plainly not a protobuf model\n",
+}
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    case, out = sys.argv[1], sys.argv[2]
+    if case in EXTERNAL_CASES:
+        EXTERNAL_CASES[case](out)
+        return
+    if case in RAW_CASES:
+        data = RAW_CASES[case]()
+    elif case.startswith("truncated_"):
+        # The first half of another case's bytes.
+        full = globals()["case_" + case[len("truncated_"):]]().SerializeToString()
+        data = full[: len(full) // 2]
+    else:
+        fn = globals().get("case_" + case)
+        if fn is None:
+            sys.exit(f"unknown case '{case}'")
+        data = fn().SerializeToString()
+    with open(out, "wb") as f:
+        f.write(data)
+
+
+if __name__ == "__main__":
+    main()

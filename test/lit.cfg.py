@@ -1,0 +1,48 @@
+# -*- Python -*-
+import os
+import subprocess
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "SPARSEC"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.sparsec_obj_root, "test")
+config.excludes = ["Inputs", "CMakeLists.txt", "README.md", "lit.cfg.py",
+                   "lit.site.cfg.py", "unit"]
+
+config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+llvm_config.use_default_substitutions()
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%python", config.python_executable))
+config.substitutions.append(("%models", config.sparsec_models_dir))
+config.substitutions.append(
+    ("%gen_onnx", "%s %s" % (config.python_executable,
+                             os.path.join(config.test_source_root, "Frontend",
+                                          "ONNX", "gen_onnx_models.py"))))
+
+# Only the -22 tool directory has the matching FileCheck/not.
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.with_environment("PATH", config.sparsec_tools_dir, append_path=True)
+tool_dirs = [config.sparsec_tools_dir, config.llvm_tools_dir]
+llvm_config.add_tool_substitutions(["sparsec", "sparsec-opt", "sparsec-unittests"],
+                                   tool_dirs)
+
+# Tests that read ../shared/models need it present.
+if os.path.isdir(config.sparsec_models_dir):
+    config.available_features.add("models")
+
+# Tests that generate ONNX files need the onnx Python package.
+try:
+    subprocess.check_call([config.python_executable, "-c", "import onnx"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config.available_features.add("onnx-python")
+except Exception:
+    pass
+
+if os.path.exists(os.path.join(config.sparsec_tools_dir, "sparsec-unittests")):
+    config.available_features.add("unittests")
