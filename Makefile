@@ -9,7 +9,8 @@ LLVM_DIR := /usr/lib/llvm-22
 CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DMLIR_DIR=$(LLVM_DIR)/lib/cmake/mlir \
   -DLLVM_EXTERNAL_LIT=$(LLVM_DIR)/bin/lit \
-  -DSPARSEC_MODELS_DIR=$(MODELS)
+  -DSPARSEC_MODELS_DIR=$(MODELS) \
+  -DPython3_EXECUTABLE=$(shell command -v python3)
 
 .PHONY: all deps configure build check demo clean docs
 

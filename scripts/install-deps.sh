@@ -11,7 +11,9 @@ APT_PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   libgtest-dev libopenblas-dev
 )
-PIP_PACKAGES=(numpy onnx onnxruntime)
+# package:module-to-import (Debian has an empty `onnx` namespace directory,
+# so check a real submodule).
+PIP_PACKAGES=(numpy:numpy onnx:onnx.helper onnxruntime:onnxruntime)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -30,8 +32,8 @@ fi
 
 PY=${PYTHON:-python3}
 pip_missing=()
-for p in "${PIP_PACKAGES[@]}"; do
-  "$PY" -c "import $p" 2>/dev/null || pip_missing+=("$p")
+for entry in "${PIP_PACKAGES[@]}"; do
+  "$PY" -c "import ${entry#*:}" 2>/dev/null || pip_missing+=("${entry%%:*}")
 done
 if [ ${#pip_missing[@]} -gt 0 ]; then
   echo "[install-deps] pip: ${pip_missing[*]}"

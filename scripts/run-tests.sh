@@ -7,7 +7,7 @@ LIT=/usr/lib/llvm-22/bin/lit
 out=$(mktemp)
 "$LIT" -v "$BUILD_DIR/test" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
-count() { grep -E "^\s*$1:\s*[0-9]+" "$out" | awk -F: '{s+=$2} END {print s+0}'; }
+count() { grep -E "^\s*$1\s*:\s*[0-9]+" "$out" | awk -F: '{s+=$2} END {print s+0}'; }
 passed=$(( $(count Passed) + $(count "Expectedly Failed") ))
 failed=$(( $(count Failed) + $(count "Unexpectedly Passed") + $(count Unresolved) + $(count "Timed Out") ))
 skipped=$(( $(count Unsupported) + $(count Skipped) + $(count Excluded) ))

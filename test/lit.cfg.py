@@ -18,7 +18,6 @@ config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 llvm_config.use_default_substitutions()
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
-config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%models", config.sparsec_models_dir))
 config.substitutions.append(
     ("%gen_onnx", "%s %s" % (config.python_executable,
@@ -38,11 +37,22 @@ if os.path.isdir(config.sparsec_models_dir):
 
 # Tests that generate ONNX files need the onnx Python package.
 try:
-    subprocess.check_call([config.python_executable, "-c", "import onnx"],
+    # Debian ships an empty `onnx` namespace directory; check a real module.
+    subprocess.check_call([config.python_executable, "-c",
+                           "from onnx import helper, TensorProto"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     config.available_features.add("onnx-python")
 except Exception:
     pass
+
+if os.path.isdir("/usr/share/libonnx-testdata/data/node"):
+    config.available_features.add("onnx-testdata")
+config.substitutions.append(
+    ("%node_tests", "%s %s --sparsec %s" % (
+        config.python_executable,
+        os.path.join(config.test_source_root, "..", "scripts",
+                     "onnx_node_tests.py"),
+        os.path.join(config.sparsec_tools_dir, "sparsec"))))
 
 if os.path.exists(os.path.join(config.sparsec_tools_dir, "sparsec-unittests")):
     config.available_features.add("unittests")

@@ -78,6 +78,33 @@ LogicalResult forward(ImportContext &c, const onnx::NodeProto &n) {
   return c.setResult(0, c.operand(0));
 }
 
+/// Inference Dropout is the identity; its optional mask output is all true.
+LogicalResult importDropout(ImportContext &c, const onnx::NodeProto &n) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  if (c.operand(2)) {
+    auto training = c.constantInts(2);
+    if (!training || training->size() != 1)
+      return c.error() << "Dropout training_mode must be a constant";
+    if ((*training)[0] != 0)
+      return c.error() << "Dropout in training mode is not supported";
+  }
+  if (failed(c.setResult(0, c.operand(0))))
+    return failure();
+  if (c.numResults() > 1 && !n.output(1).empty()) {
+    auto xt = cast<RankedTensorType>(c.operand(0).getType());
+    Value shape = make<ShapeOp>(
+        c, RankedTensorType::get({xt.getRank()}, c.builder.getI64Type()),
+        {c.operand(0)},
+        {named(c, "start", c.builder.getI64IntegerAttr(0))});
+    Value mask = make<ConstantOfShapeOp>(
+        c, RankedTensorType::get(xt.getShape(), c.builder.getI1Type()),
+        {shape}, {named(c, "value", c.builder.getBoolAttr(true))});
+    return c.setResult(1, mask);
+  }
+  return success();
+}
+
 LogicalResult importConstant(ImportContext &c, const onnx::NodeProto &n) {
   MLIRContext *ctx = c.builder.getContext();
   for (const auto &a : n.attribute()) {
@@ -139,11 +166,35 @@ LogicalResult importGelu(ImportContext &c, const onnx::NodeProto &) {
   return c.setResult(0, make<GeluOp>(c, c.resultType(0), {c.operand(0)}, attrs));
 }
 
-LogicalResult importVariadicMinMax(ImportContext &c, const onnx::NodeProto &n) {
-  if (n.input_size() != 2)
-    return c.error() << n.op_type() << " with " << n.input_size()
-                     << " inputs is not supported (2 expected)";
-  return n.op_type() == "Max" ? binary<MaxOp>(c, n) : binary<MinOp>(c, n);
+/// Max/Min/Sum take any number of inputs: a chain of binary ops.
+template <typename OpTy>
+LogicalResult variadic(ImportContext &c, const onnx::NodeProto &n) {
+  if (n.input_size() < 1 || !c.operand(0))
+    return c.error() << n.op_type() << " needs at least one input";
+  Value acc = c.operand(0);
+  for (int i = 1; i < n.input_size(); ++i) {
+    if (!c.operand(i))
+      return c.error() << n.op_type() << " input " << i << " is empty";
+    bool last = i == n.input_size() - 1;
+    Type t = last ? c.resultType(0)
+                  : UnrankedTensorType::get(
+                        cast<ShapedType>(acc.getType()).getElementType());
+    acc = make<OpTy>(c, t, {acc, c.operand(i)});
+    if (!last) {
+      // Intermediate results get their type from the op's own inference.
+      SmallVector<ShapedTypeComponents> comps;
+      Operation *op = acc.getDefiningOp();
+      if (failed(cast<InferShapedTypeOpInterface>(op)
+                     .inferReturnTypeComponents(
+                         c.builder.getContext(), c.loc, op->getOperands(),
+                         op->getAttrDictionary(), op->getPropertiesStorage(),
+                         op->getRegions(), comps)))
+        return c.error() << "inputs do not broadcast";
+      acc.setType(RankedTensorType::get(comps[0].getDims(),
+                                        comps[0].getElementType()));
+    }
+  }
+  return c.setResult(0, acc);
 }
 
 LogicalResult importWhere(ImportContext &c, const onnx::NodeProto &) {
@@ -161,23 +212,64 @@ LogicalResult importMatMul(ImportContext &c, const onnx::NodeProto &) {
       0, make<MatMulOp>(c, c.resultType(0), {c.operand(0), c.operand(1)}));
 }
 
+/// A scalar f32-typed constant matching `like`'s element type.
+Value scalarLike(ImportContext &c, Value like, double v) {
+  auto elt = cast<FloatType>(cast<RankedTensorType>(like.getType())
+                                 .getElementType());
+  auto type = RankedTensorType::get({}, elt);
+  return ConstantOp::create(
+      c.builder, c.loc,
+      DenseElementsAttr::get(type, c.builder.getFloatAttr(elt, v)));
+}
+
+/// Gemm: Y = alpha * A' . B' + beta * C. The common case (alpha = beta = 1,
+/// A not transposed, C absent or [N]) is one linear; the rest is a linear
+/// followed by the elementwise ops that express the general form.
 LogicalResult importGemm(ImportContext &c, const onnx::NodeProto &) {
   if (failed(requireOperands(c, 2)))
     return failure();
   float alpha = c.attrFloat("alpha", 1.0f), beta = c.attrFloat("beta", 1.0f);
-  if (c.attrInt("transA", 0) != 0 || alpha != 1.0f ||
-      (c.operand(2) && beta != 1.0f))
-    return c.error() << "Gemm with transA=1 or alpha/beta != 1 is not "
-                        "supported";
-  if (cast<RankedTensorType>(c.operand(0).getType()).getRank() != 2)
-    return c.error() << "Gemm input A must be 2-D";
-  SmallVector<Value> operands{c.operand(0), c.operand(1)};
-  if (Value bias = c.operand(2))
+  Value a = c.operand(0), b = c.operand(1), bias = c.operand(2);
+  auto aType = cast<RankedTensorType>(a.getType());
+  auto bType = cast<RankedTensorType>(b.getType());
+  if (aType.getRank() != 2 || bType.getRank() != 2)
+    return c.error() << "Gemm inputs A and B must be 2-D";
+  if (!isa<FloatType>(aType.getElementType()))
+    return c.error() << "Gemm on integer tensors is not supported";
+  if (c.attrInt("transA", 0)) {
+    auto t = RankedTensorType::get({aType.getDimSize(1), aType.getDimSize(0)},
+                                   aType.getElementType());
+    a = make<TransposeOp>(c, t, {a},
+                          {named(c, "permutation",
+                                 c.builder.getDenseI64ArrayAttr({1, 0}))});
+  }
+  bool transB = c.attrInt("transB", 0) != 0;
+  int64_t n = bType.getDimSize(transB ? 0 : 1);
+  auto yType = RankedTensorType::get(
+      {cast<RankedTensorType>(a.getType()).getDimSize(0), n},
+      aType.getElementType());
+  bool biasInLinear = false;
+  if (bias && alpha == 1.0f && beta == 1.0f) {
+    auto bt = cast<RankedTensorType>(bias.getType());
+    biasInLinear = bt.getRank() >= 1 && bt.getShape().back() == n &&
+                   llvm::all_of(bt.getShape().drop_back(),
+                                [](int64_t d) { return d == 1; });
+  }
+  SmallVector<Value> operands{a, b};
+  if (biasInLinear)
     operands.push_back(bias);
   SmallVector<NamedAttribute> attrs;
-  if (c.attrInt("transB", 0))
+  if (transB)
     attrs.push_back(named(c, "transpose_weight", c.builder.getUnitAttr()));
-  return c.setResult(0, make<LinearOp>(c, c.resultType(0), operands, attrs));
+  Value y = make<LinearOp>(c, yType, operands, attrs);
+  if (alpha != 1.0f)
+    y = make<MulOp>(c, yType, {y, scalarLike(c, y, alpha)});
+  if (bias && !biasInLinear) {
+    if (beta != 1.0f)
+      bias = make<MulOp>(c, bias.getType(), {bias, scalarLike(c, bias, beta)});
+    y = make<AddOp>(c, yType, {y, bias});
+  }
+  return c.setResult(0, y);
 }
 
 LogicalResult importLayerNorm(ImportContext &c, const onnx::NodeProto &) {
@@ -186,12 +278,53 @@ LogicalResult importLayerNorm(ImportContext &c, const onnx::NodeProto &) {
   SmallVector<Value> operands{c.operand(0), c.operand(1)};
   if (Value bias = c.operand(2))
     operands.push_back(bias);
-  return c.setResult(
-      0, make<LayerNormOp>(
-             c, c.resultType(0), operands,
-             {named(c, "axis", c.builder.getI64IntegerAttr(c.attrInt("axis", -1))),
-              named(c, "epsilon",
-                    c.builder.getF32FloatAttr(c.attrFloat("epsilon", 1e-5f)))}));
+  int64_t axis = c.attrInt("axis", -1);
+  float eps = c.attrFloat("epsilon", 1e-5f);
+  if (failed(c.setResult(
+          0, make<LayerNormOp>(
+                 c, c.resultType(0), operands,
+                 {named(c, "axis", c.builder.getI64IntegerAttr(axis)),
+                  named(c, "epsilon", c.builder.getF32FloatAttr(eps))}))))
+    return failure();
+  // The optional Mean and InvStdDev outputs, when a graph uses them, are
+  // computed separately (reductions over the normalized axes, keepdims).
+  bool wantMean = c.numResults() > 1 && !c.node->output(1).empty();
+  bool wantInv = c.numResults() > 2 && !c.node->output(2).empty();
+  if (!wantMean && !wantInv)
+    return success();
+  Value x = c.operand(0);
+  auto xt = cast<RankedTensorType>(x.getType());
+  int64_t rank = xt.getRank();
+  if (axis < 0)
+    axis += rank;
+  SmallVector<int64_t> axes, statShape(xt.getShape());
+  for (int64_t i = axis; i < rank; ++i) {
+    axes.push_back(i);
+    statShape[i] = 1;
+  }
+  auto statType = RankedTensorType::get(statShape, xt.getElementType());
+  auto reduceMean = [&](Value v) {
+    return make<ReduceOp>(
+        c, statType, {v},
+        {named(c, "kind",
+               ReduceKindAttr::get(c.builder.getContext(), ReduceKind::mean)),
+         named(c, "axes", c.builder.getDenseI64ArrayAttr(axes)),
+         named(c, "keepdims", c.builder.getBoolAttr(true))});
+  };
+  Value mean = reduceMean(x);
+  if (wantMean && failed(c.setResult(1, mean)))
+    return failure();
+  if (wantInv) {
+    Value d = make<SubOp>(c, xt, {x, mean});
+    Value var = reduceMean(make<MulOp>(c, xt, {d, d}));
+    Value inv = make<ReciprocalOp>(
+        c, statType,
+        {make<SqrtOp>(c, statType,
+                      {make<AddOp>(c, statType, {var, scalarLike(c, x, eps)})})});
+    if (failed(c.setResult(2, inv)))
+      return failure();
+  }
+  return success();
 }
 
 LogicalResult importSoftmax(ImportContext &c, const onnx::NodeProto &) {
@@ -594,15 +727,16 @@ sparsec::onnx_import::getHandlerTable() {
     add("Not", 13, unary<NotOp>);
     add("Gelu", 20, importGelu);
     add("Identity", 13, forward);
-    add("Dropout", 13, forward);
+    add("Dropout", 13, importDropout);
     add("Cast", 13, importCast);
     add("Add", 13, binary<AddOp>);
     add("Sub", 13, binary<SubOp>);
     add("Mul", 13, binary<MulOp>);
     add("Div", 13, binary<DivOp>);
     add("Pow", 13, binary<PowOp>);
-    add("Max", 13, importVariadicMinMax);
-    add("Min", 13, importVariadicMinMax);
+    add("Max", 13, variadic<MaxOp>);
+    add("Min", 13, variadic<MinOp>);
+    add("Sum", 13, variadic<AddOp>);
     add("And", 13, binary<AndOp>);
     add("Or", 13, binary<OrOp>);
     add("Equal", 13, compare<ComparePredicate::eq>);

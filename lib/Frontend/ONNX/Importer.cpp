@@ -71,6 +71,12 @@ Type ImportContext::elementType(int32_t t) const {
   case onnx::TensorProto::INT8: return IntegerType::get(ctx, 8);
   case onnx::TensorProto::UINT8:
     return IntegerType::get(ctx, 8, IntegerType::Unsigned);
+  case onnx::TensorProto::UINT16:
+    return IntegerType::get(ctx, 16, IntegerType::Unsigned);
+  case onnx::TensorProto::UINT32:
+    return IntegerType::get(ctx, 32, IntegerType::Unsigned);
+  case onnx::TensorProto::UINT64:
+    return IntegerType::get(ctx, 64, IntegerType::Unsigned);
   case onnx::TensorProto::BOOL: return IntegerType::get(ctx, 1);
   default: return {};
   }

@@ -225,6 +225,27 @@ def case_large_constant():
     return model(nodes, [vi("x", F, [1, 64])], [vi("y", F, [1, 64])], opset=13)
 
 
+def case_gemm_general():
+    nodes = [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, alpha=0.5, beta=2.0,
+                              name="gemm")]
+    inits = [init("b", f32(4, 5)), init("c", f32(3, 5))]
+    return model(nodes, [vi("a", F, [4, 3])], [vi("y", F, [3, 5])], inits, opset=13)
+
+
+def case_variadic_max():
+    nodes = [helper.make_node("Max", ["a", "b", "c"], ["y"], name="max3")]
+    return model(nodes, [vi("a", F, [3]), vi("b", F, [3]), vi("c", F, [1])], [vi("y", F, [3])],
+                 opset=13)
+
+
+def case_layernorm_stats():
+    nodes = [helper.make_node("LayerNormalization", ["x", "g"], ["y", "mean", "inv"], axis=1,
+                              name="ln")]
+    inits = [init("g", f32(8))]
+    return model(nodes, [vi("x", F, [2, 8])],
+                 [vi("y", F, [2, 8]), vi("mean", F, [2, 1]), vi("inv", F, [2, 1])], inits, opset=17)
+
+
 # --- error cases ------------------------------------------------------------
 
 def case_unsupported():

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Runs sparsec over the ONNX backend node tests (Debian's libonnx-testdata).
+
+For every test whose ops are all supported by the importer and whose opset
+is in the supported range, imports the model and checks that the import
+(and the raise phase) succeeds. Prints one line per failure and a summary:
+    node tests: N passed, N failed, N unsupported
+Exit status is non-zero if any supported test failed.
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+import tempfile
+
+import onnx
+from onnx import TensorProto, numpy_helper
+
+DEFAULT_DIR = "/usr/share/libonnx-testdata/data/node"
+SUPPORTED_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
+                   TensorProto.BFLOAT16, TensorProto.INT64, TensorProto.INT32,
+                   TensorProto.INT16, TensorProto.INT8, TensorProto.UINT8,
+                   TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64,
+                   TensorProto.BOOL}
+INTEGER_TYPES = {TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL}
+
+
+def unsupported_type(model):
+    """Graph inputs/outputs that are not tensors of a supported type."""
+    for v in list(model.graph.input) + list(model.graph.output):
+        if not v.type.HasField("tensor_type") or v.type.tensor_type.elem_type not in SUPPORTED_TYPES:
+            return v.name
+    return None
+
+
+def freeze_integer_inputs(model, test_dir):
+    """Turns integer graph inputs (axes, shapes, k, split sizes) into
+    initializers holding the values of test_data_set_0, the way a deployed
+    model carries them. Returns the new model or None."""
+    data_dir = os.path.join(test_dir, "test_data_set_0")
+    frozen = False
+    inputs = list(model.graph.input)
+    for i, v in enumerate(inputs):
+        if v.type.tensor_type.elem_type not in INTEGER_TYPES:
+            continue
+        pb = os.path.join(data_dir, f"input_{i}.pb")
+        if not os.path.isfile(pb):
+            return None
+        t = TensorProto()
+        with open(pb, "rb") as f:
+            t.ParseFromString(f.read())
+        t.name = v.name
+        model.graph.initializer.append(t)
+        model.graph.input.remove(v)
+        frozen = True
+    return model if frozen else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sparsec", required=True, help="path to the sparsec binary")
+    ap.add_argument("--dir", default=DEFAULT_DIR, help="node test directory")
+    ap.add_argument("--filter", default="", help="only tests whose name contains this")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+
+    if not os.path.isdir(args.dir):
+        print(f"error: node test directory not found: {args.dir}", file=sys.stderr)
+        return 2
+    supported = set(subprocess.run([args.sparsec, "import", "--list-ops"], check=True,
+                                   capture_output=True, text=True).stdout.split())
+    passed = failed = unsupported = unsupported_config = frozen_count = 0
+    tmp = tempfile.mkdtemp()
+
+    def run(path):
+        return subprocess.run([args.sparsec, "import", path, "-o", os.devnull],
+                              capture_output=True, text=True)
+
+    for name in sorted(os.listdir(args.dir)):
+        if args.filter and args.filter not in name:
+            continue
+        path = os.path.join(args.dir, name, "model.onnx")
+        if not os.path.isfile(path):
+            continue
+        model = onnx.load(path, load_external_data=False)
+        opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                    default=0)
+        ops = {n.op_type for n in model.graph.node}
+        domains = {n.domain for n in model.graph.node} - {"", "ai.onnx"}
+        if not ops <= supported or domains or not 13 <= opset <= 21:
+            unsupported += 1
+            if args.verbose:
+                print(f"UNSUPPORTED {name}: {sorted(ops - supported)} opset {opset}")
+            continue
+        if unsupported_type(model):
+            unsupported += 1
+            if args.verbose:
+                print(f"UNSUPPORTED {name}: non-tensor or unsupported element type")
+            continue
+        r = run(path)
+        if r.returncode != 0 and "must be a constant" in r.stderr or "must be constant" in r.stderr:
+            frozen = freeze_integer_inputs(model, os.path.dirname(path))
+            if frozen is not None:
+                fpath = os.path.join(tmp, name + ".onnx")
+                onnx.save(frozen, fpath)
+                r = run(fpath)
+                frozen_count += 1
+        if r.returncode == 1 and ("is not supported" in r.stderr or
+                                  "unsupported data type" in r.stderr):
+            unsupported_config += 1
+            if args.verbose:
+                print(f"UNSUPPORTED {name}: {r.stderr.strip().splitlines()[0]}")
+            continue
+        if r.returncode == 0:
+            passed += 1
+            if args.verbose:
+                print(f"PASS {name}")
+        else:
+            failed += 1
+            msg = r.stderr.strip().splitlines()
+            print(f"FAIL {name}: {msg[0] if msg else 'exit %d' % r.returncode}")
+    print(f"node tests: {passed} passed, {failed} failed, {unsupported} unsupported "
+          f"(ops, opset or types), {unsupported_config} unsupported configurations "
+          f"(rejected with a message); {frozen_count} run with integer inputs frozen "
+          f"from their test data")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
