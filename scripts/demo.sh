@@ -1,19 +1,41 @@
 #!/usr/bin/env bash
-# The main job on the bundled default model: import and raise the trained
-# OPT-style byte-level LM, and show what the compiler understood.
+# The main job on the bundled default model: compile the trained OPT-style
+# byte-level LM for x86, run it on a short prompt, print the predicted next
+# bytes and the latency.
 set -euo pipefail
 BUILD_DIR=${1:-build}
 MODELS=${2:-../shared/models}
+PROMPT=${PROMPT:-"The GNU General Public License is a free, copyleft license for"}
 MODEL="$MODELS/opt-byte-s/model_nocache_opset17.onnx"
 OUT=${DEMO_OUT:-demo-out}
-mkdir -p "$OUT"
+PY=${PYTHON:-python3}
 if [ ! -f "$MODEL" ]; then
-  echo "demo: model not found: $MODEL (set MODELS=...)" >&2
+  echo "demo: model not found: $MODEL (run with MODELS=/path/to/models)" >&2
   exit 1
 fi
-echo "== sparsec import $MODEL"
-"$BUILD_DIR/bin/sparsec" import -v "$MODEL" -o "$OUT/opt-byte-s.mlir"
-echo "== raised IR written to $OUT/opt-byte-s.mlir; op counts:"
-grep -oE "= sparsec\.[a-z_]+" "$OUT/opt-byte-s.mlir" | sed 's/= //' | sort | uniq -c | sort -rn
-echo "== layer 0 FFN (linear -> relu -> linear):"
-grep -E "layers\.0\.fc[12]|sparsec\.relu" "$OUT/opt-byte-s.mlir" | head -6
+
+echo "== sparsec compile $MODEL --target x86 -o $OUT"
+"$BUILD_DIR/bin/sparsec" compile "$MODEL" --target x86 -o "$OUT"
+
+echo "== prompt: \"$PROMPT\""
+"$PY" - "$OUT" "$PROMPT" <<'PYEOF'
+import sys, numpy as np
+out, prompt = sys.argv[1], sys.argv[2].encode()
+ids = np.frombuffer(prompt, np.uint8).astype(np.int64)[None, :]
+np.save(f"{out}/input_ids.npy", ids)
+np.save(f"{out}/attention_mask.npy", np.ones_like(ids))
+PYEOF
+"$OUT/model" run --input input_ids="$OUT/input_ids.npy" \
+  --input attention_mask="$OUT/attention_mask.npy" --output-dir "$OUT/results" >/dev/null
+"$PY" - "$OUT" <<'PYEOF'
+import sys, numpy as np
+logits = np.load(f"{sys.argv[1]}/results/logits.npy")[0, -1]
+p = np.exp(logits - logits.max()); p /= p.sum()
+top = np.argsort(-p)[:5]
+fmt = lambda b: repr(chr(b)) if 32 <= b < 127 else f"0x{b:02x}"
+print("next byte: " + ", ".join(f"{fmt(b)} ({p[b]:.2f})" for b in top))
+PYEOF
+
+echo "== latency (one forward pass over the prompt)"
+"$OUT/model" bench --input input_ids="$OUT/input_ids.npy" \
+  --input attention_mask="$OUT/attention_mask.npy" --runs 20

@@ -28,7 +28,8 @@ config.substitutions.append(
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.sparsec_tools_dir, append_path=True)
 tool_dirs = [config.sparsec_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["sparsec", "sparsec-opt", "sparsec-unittests"],
+llvm_config.add_tool_substitutions(["sparsec", "sparsec-opt", "sparsec-translate",
+                                    "sparsec-unittests"],
                                    tool_dirs)
 
 # Tests that read ../shared/models need it present.
@@ -53,6 +54,19 @@ config.substitutions.append(
         os.path.join(config.test_source_root, "..", "scripts",
                      "onnx_node_tests.py"),
         os.path.join(config.sparsec_tools_dir, "sparsec"))))
+
+config.substitutions.append(("%python_exe", config.python_executable))
+config.substitutions.append(
+    ("%e2e", "%s %s --sparsec %s" % (
+        config.python_executable,
+        os.path.join(config.test_source_root, "..", "scripts", "e2e_check.py"),
+        os.path.join(config.sparsec_tools_dir, "sparsec"))))
+try:
+    subprocess.check_call([config.python_executable, "-c", "import onnxruntime"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config.available_features.add("onnxruntime")
+except Exception:
+    pass
 
 if os.path.exists(os.path.join(config.sparsec_tools_dir, "sparsec-unittests")):
     config.available_features.add("unittests")

@@ -18,6 +18,9 @@ std::optional<Phase> sparsec::parsePhase(llvm::StringRef name) {
   return llvm::StringSwitch<std::optional<Phase>>(name)
       .Case("import", Phase::Import)
       .Case("raise", Phase::Raise)
+      .Case("schedule", Phase::Schedule)
+      .Case("emit", Phase::Emit)
+      .Case("build", Phase::Build)
       .Default(std::nullopt);
 }
 
@@ -27,6 +30,12 @@ llvm::StringRef sparsec::phaseName(Phase phase) {
     return "import";
   case Phase::Raise:
     return "raise";
+  case Phase::Schedule:
+    return "schedule";
+  case Phase::Emit:
+    return "emit";
+  case Phase::Build:
+    return "build";
   }
   return "unknown";
 }
@@ -46,10 +55,22 @@ void sparsec::buildRaisePipeline(OpPassManager &pm,
   pm.addPass(createCSEPass());
 }
 
+void sparsec::buildSchedulePipeline(OpPassManager &pm) {
+  pm.addPass(createWeightLayoutPass());
+  pm.addPass(createFuseEpiloguePass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createPlanMemoryPass());
+}
+
 void sparsec::registerSparsecPipelines() {
   PassPipelineRegistration<RaisePipelineOptions>(
       "sparsec-raise-pipeline",
       "Shape inference, shape-arithmetic folding and layer fusion (the raise "
       "phase)",
       buildRaisePipeline);
+  PassPipelineRegistration<>(
+      "sparsec-schedule-pipeline",
+      "Weight layout, epilogue fusion and memory planning (the schedule "
+      "phase)",
+      buildSchedulePipeline);
 }

@@ -16,7 +16,7 @@
 namespace sparsec {
 
 /// The compilation phases, in order. `--compile-to=<phase>` stops after one.
-enum class Phase { Import, Raise };
+enum class Phase { Import, Raise, Schedule, Emit, Build };
 
 std::optional<Phase> parsePhase(llvm::StringRef name);
 llvm::StringRef phaseName(Phase phase);
@@ -32,6 +32,10 @@ struct RaisePipelineOptions
 /// fusion pattern sets (embedding, layer_norm, gelu, linear, attention).
 void buildRaisePipeline(mlir::OpPassManager &pm,
                         const RaisePipelineOptions &options);
+
+/// schedule: [K, N] weight layout, activation epilogues fused into linears,
+/// liveness-based memory slots.
+void buildSchedulePipeline(mlir::OpPassManager &pm);
 
 /// Registers `sparsec-raise-pipeline` (and future phase pipelines) so that
 /// `sparsec-opt --<pipeline>` reproduces exactly what the driver runs.

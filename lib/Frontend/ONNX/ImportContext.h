@@ -88,6 +88,8 @@ public:
 
   /// Reports a problem with the current node (its name is the location).
   mlir::InFlightDiagnostic error() const {
+    if (!node) // importing an initializer, outside any node
+      return mlir::emitError(loc);
     return mlir::emitError(loc) << "node '" << node->name() << "' ("
                                 << node->op_type() << "): ";
   }

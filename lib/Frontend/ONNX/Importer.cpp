@@ -490,6 +490,7 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
     if (it == initializers.end())
       return {};
     ctx.loc = loc;
+    ctx.node = nullptr;
     FailureOr<Value> v = ctx.importTensor(*it->second, name, true);
     if (failed(v))
       return {};

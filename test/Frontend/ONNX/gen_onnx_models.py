@@ -315,6 +315,18 @@ EXTERNAL_CASES = {
 }
 
 
+def case_short_initializer():
+    # An initializer whose data is shorter than its shape (found by fuzzing:
+    # the importer used to crash reporting it).
+    t = TensorProto()
+    t.name = "axes"
+    t.data_type = I64
+    t.dims.append(94)
+    t.raw_data = np.array([0], np.int64).tobytes()
+    nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="unsq")]
+    return model(nodes, [vi("x", F, [4])], [vi("y", F, [1, 4])], [t], opset=13)
+
+
 RAW_CASES = {
     # Not protobuf at all.
     "not_onnx": lambda: b"this is plainly not a protobuf model\n",

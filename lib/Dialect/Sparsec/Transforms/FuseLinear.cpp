@@ -31,7 +31,8 @@ struct MatMulToLinear : OpRewritePattern<MatMulOp> {
       return rewriter.notifyMatchFailure(op, "not a float linear map");
     rewriter.replaceOpWithNewOp<LinearOp>(op, op.getType(), op.getLhs(),
                                           op.getRhs(), Value(),
-                                          /*transpose_weight=*/false);
+                                          /*transpose_weight=*/false,
+                                          /*activation=*/nullptr);
     return success();
   }
 };
@@ -56,7 +57,8 @@ struct AbsorbBias : OpRewritePattern<AddOp> {
       return rewriter.notifyMatchFailure(op, "addend is not a [N] bias");
     rewriter.replaceOpWithNewOp<LinearOp>(op, op.getType(), lin.getInput(),
                                           lin.getWeight(), bias,
-                                          lin.getTransposeWeight());
+                                          lin.getTransposeWeight(),
+                                          lin.getActivationAttr());
     rewriter.eraseOp(lin);
     return success();
   }

@@ -87,6 +87,17 @@ def Sparsec_PoolKind : I32EnumAttr<"PoolKind", "pooling reduction", [
 }
 def Sparsec_PoolKindAttr : EnumAttr<Sparsec_Dialect, Sparsec_PoolKind, "pool_kind">;
 
+def Sparsec_Activation : I32EnumAttr<"Activation",
+    "activation fused into a producer's epilogue", [
+      I32EnumAttrCase<"relu", 0>, I32EnumAttrCase<"gelu", 1>,
+      I32EnumAttrCase<"gelu_tanh", 2>, I32EnumAttrCase<"silu", 3>,
+      I32EnumAttrCase<"sigmoid", 4>]> {
+  let cppNamespace = "::sparsec";
+  let genSpecializedAttr = 0;
+}
+def Sparsec_ActivationAttr
+    : EnumAttr<Sparsec_Dialect, Sparsec_Activation, "activation">;
+
 def Sparsec_ReduceKind : I32EnumAttr<"ReduceKind", "reduction", [
       I32EnumAttrCase<"sum", 0>, I32EnumAttrCase<"mean", 1>,
       I32EnumAttrCase<"max", 2>, I32EnumAttrCase<"min", 3>]> {

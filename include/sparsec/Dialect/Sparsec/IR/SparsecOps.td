@@ -186,6 +186,8 @@ def Sparsec_LinearOp : Sparsec_Op<"linear", [Pure, InferShape]> {
     `weight` is `[K, N]` (ONNX MatMul layout) or, with `transpose_weight`,
     `[N, K]` (PyTorch / Gemm transB layout). `input` is `[..., K]`, the
     result `[..., N]`. Leading dimensions of `input` are batch/sequence.
+    `activation`, set by `sparsec-fuse-epilogue`, applies an activation to
+    the result in the kernel's epilogue.
     ```mlir
     %y = sparsec.linear %x, %w, %b : tensor<?x?x256xf32>, tensor<256x1024xf32>,
          tensor<1024xf32> -> tensor<?x?x1024xf32>
@@ -193,7 +195,8 @@ def Sparsec_LinearOp : Sparsec_Op<"linear", [Pure, InferShape]> {
   }];
   let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$weight,
                        Optional<Sparsec_FloatTensor>:$bias,
-                       UnitAttr:$transpose_weight);
+                       UnitAttr:$transpose_weight,
+                       OptionalAttr<Sparsec_ActivationAttr>:$activation);
   let results = (outs Sparsec_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,`

@@ -174,4 +174,72 @@ def FuseAttentionPass : Pass<"sparsec-fuse-attention", "mlir::ModuleOp"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Schedule phase
+//===----------------------------------------------------------------------===//
+
+def FuseEpiloguePass : Pass<"sparsec-fuse-epilogue", "mlir::ModuleOp"> {
+  let summary = "Fold a single-use activation into the producing linear";
+  let description = [{
+    Runs after the sparsity passes, on what remains dense. Before:
+    ```mlir
+    %y = sparsec.linear %x, %w, %b : ...
+    %r = sparsec.relu %y : tensor<?x1024xf32>
+    ```
+    After:
+    ```mlir
+    %r = sparsec.linear %x, %w, %b {activation = #sparsec<activation relu>} : ...
+    ```
+    An activation carrying a `sparsity` annotation is kept separate (the
+    sparsify phase owns it).
+  }];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "Number of activations fused">,
+  ];
+}
+
+def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
+  let summary = "Give every linear weight the [K, N] layout the kernels read";
+  let description = [{
+    A `linear {transpose_weight}` whose weight is a `sparsec.global` gets a
+    new global with `transforms = ["transpose"]` (applied when the weights
+    are packed, so the IR never holds data) and loses the flag. A
+    transposed weight computed at run time gets an explicit
+    `sparsec.transpose`. Before:
+    ```mlir
+    sparsec.global @w : tensor<16x8xf32> {source = "w"}
+    %y = sparsec.linear %x, %w {transpose_weight} : tensor<2x8xf32>, tensor<16x8xf32> -> tensor<2x16xf32>
+    ```
+    After:
+    ```mlir
+    sparsec.global @w.T : tensor<8x16xf32> {source = "w", transforms = ["transpose"]}
+    %y = sparsec.linear %x, %wt : tensor<2x8xf32>, tensor<8x16xf32> -> tensor<2x16xf32>
+    ```
+  }];
+}
+
+def PlanMemoryPass : Pass<"sparsec-plan-memory", "mlir::ModuleOp"> {
+  let summary = "Assign every intermediate tensor a memory slot by liveness";
+  let description = [{
+    Walks the function in execution order (the block order), computes each
+    value's live range (definition to last use; function results live to
+    the end) and assigns slots greedily: a value takes a free slot whose
+    size class fits best, or a new one. Weights, constants and arguments
+    take no slot. Each op gets `sparsec.slots` (one entry per result); the
+    module gets `sparsec.slot_bytes`: a slot's size when every value in it
+    has a static shape (so the arena is laid out at compile time), -1 when
+    it depends on dynamic dimensions (the runtime sizes it on first use).
+    ```mlir
+    %0 = sparsec.relu %x {sparsec.slots = [0]} : tensor<4x8xf32>
+    %1 = sparsec.neg %0 {sparsec.slots = [1]} : tensor<4x8xf32>
+    %2 = sparsec.exp %1 {sparsec.slots = [0]} : tensor<4x8xf32>
+    ```
+  }];
+  let statistics = [
+    Statistic<"numSlots", "num-slots", "Number of slots">,
+    Statistic<"numValues", "num-values", "Number of values placed">,
+    Statistic<"staticBytes", "static-bytes", "Bytes of statically sized slots">,
+  ];
+}
+
 #endif // SPARSEC_DIALECT_SPARSEC_TRANSFORMS_PASSES_TD

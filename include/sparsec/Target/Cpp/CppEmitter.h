@@ -1,0 +1,43 @@
+//===- CppEmitter.h - sparsec IR to x86 C++ ---------------------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_TARGET_CPP_CPPEMITTER_H
+#define SPARSEC_TARGET_CPP_CPPEMITTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <string>
+
+namespace sparsec {
+
+struct CppEmitterOptions {
+  /// Name of the weight pack file the binary loads from its directory.
+  std::string weightsFile = "model.weights";
+  /// Checksum of that pack (0: unknown, the runtime then only checks that
+  /// the payload matches its own header).
+  uint64_t weightsChecksum = 0;
+  /// Largest accepted value per dynamic dimension name (others unbounded).
+  llvm::StringMap<int64_t> maxDims;
+};
+
+/// Emits a standalone C++ translation unit for a module that went through
+/// the schedule phase (every op result has `sparsec.slots`): one call into
+/// the runtime op library per op, weights addressed by segment (the i-th
+/// `sparsec.global` in module order is segment i), small constants as
+/// static arrays, and the model description plus `main`.
+mlir::LogicalResult translateToCpp(mlir::ModuleOp module,
+                                   llvm::raw_ostream &os,
+                                   const CppEmitterOptions &options);
+
+/// Registers `--sparsec-to-cpp` with mlir-translate style tools.
+void registerToCppTranslation();
+
+} // namespace sparsec
+
+#endif // SPARSEC_TARGET_CPP_CPPEMITTER_H

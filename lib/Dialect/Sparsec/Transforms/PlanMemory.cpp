@@ -1,0 +1,149 @@
+//===- PlanMemory.cpp - liveness-based slot assignment -------------------===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "MatchUtils.h"
+#include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace sparsec {
+#define GEN_PASS_DEF_PLANMEMORYPASS
+#include "sparsec/Dialect/Sparsec/Transforms/Passes.h.inc"
+} // namespace sparsec
+
+using namespace mlir;
+using namespace sparsec;
+
+namespace {
+/// Bytes of a tensor type, or -1 when a dimension is dynamic. Booleans take
+/// one byte per element.
+int64_t bytesOf(Type type) {
+  auto t = cast<RankedTensorType>(type);
+  if (!t.hasStaticShape())
+    return -1;
+  unsigned bits = t.getElementTypeBitWidth();
+  return t.getNumElements() * std::max<int64_t>(1, (bits + 7) / 8);
+}
+
+/// Values that need no slot: views of weights, constants and arguments.
+bool needsSlot(Value v) {
+  Operation *def = v.getDefiningOp();
+  return def && !isa<WeightOp, ConstantOp>(def);
+}
+
+struct Slot {
+  int64_t bytes = 0;   // largest static size placed so far
+  bool dynamic = false; // some value in it has a dynamic size
+};
+
+struct PlanMemoryPass
+    : public sparsec::impl::PlanMemoryPassBase<PlanMemoryPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    SmallVector<Slot> slots;
+    getOperation().walk([&](func::FuncOp func) { plan(func, slots); });
+    SmallVector<int64_t> sizes;
+    for (const Slot &s : slots) {
+      sizes.push_back(s.dynamic ? -1 : s.bytes);
+      if (!s.dynamic)
+        staticBytes += s.bytes;
+    }
+    numSlots = slots.size();
+    getOperation()->setAttr("sparsec.slot_bytes",
+                            Builder(&getContext()).getDenseI64ArrayAttr(sizes));
+  }
+
+  void plan(func::FuncOp func, SmallVectorImpl<Slot> &slots) {
+    Block &body = func.getBody().front();
+    // Last use position of every value, in block order; results of the
+    // function stay live to the end.
+    DenseMap<Operation *, int64_t> position;
+    int64_t pos = 0;
+    for (Operation &op : body)
+      position[&op] = pos++;
+    DenseMap<Value, int64_t> lastUse;
+    for (Operation &op : body)
+      for (Value operand : op.getOperands())
+        lastUse[operand] = position[&op];
+    Operation *ret = body.getTerminator();
+    for (Value v : ret->getOperands())
+      lastUse[v] = pos;
+
+    // Values whose live range ends at each position, freed after the op.
+    DenseMap<int64_t, SmallVector<Value>> endsAt;
+    DenseMap<Value, int64_t> slotOf;
+    SmallVector<int64_t> freeSlots;
+    Builder b(&getContext());
+    for (Operation &op : body) {
+      if (&op == ret)
+        break;
+      SmallVector<int64_t> assigned;
+      for (Value result : op.getResults()) {
+        if (!needsSlot(result)) {
+          assigned.push_back(-1);
+          continue;
+        }
+        int64_t bytes = bytesOf(result.getType());
+        int64_t chosen = pickSlot(freeSlots, slots, bytes);
+        if (chosen < 0) {
+          chosen = slots.size();
+          slots.push_back(Slot());
+        } else {
+          freeSlots.erase(llvm::find(freeSlots, chosen));
+        }
+        Slot &slot = slots[chosen];
+        if (bytes < 0)
+          slot.dynamic = true;
+        else
+          slot.bytes = std::max(slot.bytes, bytes);
+        slotOf[result] = chosen;
+        assigned.push_back(chosen);
+        ++numValues;
+        auto it = lastUse.find(result);
+        // An unused result frees its slot right after the op.
+        endsAt[it == lastUse.end() ? position[&op] : it->second].push_back(
+            result);
+      }
+      if (!op.getResults().empty())
+        op.setAttr("sparsec.slots", b.getDenseI64ArrayAttr(assigned));
+      // Slots of values whose last use is this op become free after it; an
+      // op never writes a slot it is still reading.
+      for (Value dead : endsAt.lookup(position[&op]))
+        freeSlots.push_back(slotOf[dead]);
+    }
+  }
+
+  /// Best fit among free slots: the smallest static slot that holds
+  /// `bytes`, else the largest one (it grows); dynamic values prefer
+  /// dynamic slots. -1 when none is free.
+  static int64_t pickSlot(ArrayRef<int64_t> freeSlots, ArrayRef<Slot> slots,
+                          int64_t bytes) {
+    int64_t best = -1;
+    for (int64_t s : freeSlots) {
+      const Slot &slot = slots[s];
+      if (best < 0) {
+        best = s;
+        continue;
+      }
+      const Slot &cur = slots[best];
+      if (bytes < 0) {
+        if (slot.dynamic && !cur.dynamic)
+          best = s;
+        continue;
+      }
+      bool fits = !slot.dynamic && slot.bytes >= bytes;
+      bool curFits = !cur.dynamic && cur.bytes >= bytes;
+      if (fits && (!curFits || slot.bytes < cur.bytes))
+        best = s;
+      else if (!fits && !curFits && !slot.dynamic && slot.bytes > cur.bytes)
+        best = s;
+    }
+    return best;
+  }
+};
+} // namespace

@@ -1,0 +1,660 @@
+//===- CppEmitter.cpp - sparsec IR to x86 C++ ----------------------------===//
+//
+// Part of the sparsec project.
+//
+// The generated code is straight-line: one runtime op call per sparsec op,
+// in block order, each writing the memory slot the planner chose. Static
+// dimensions appear as literals; dynamic ones are read from the tensors at
+// run time, so one binary serves every batch and sequence length.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/Target/Cpp/CppEmitter.h"
+#include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstdio>
+
+#include <cmath>
+
+using namespace mlir;
+using namespace sparsec;
+
+namespace {
+
+std::optional<StringRef> dtypeOf(Type elt) {
+  if (elt.isF32()) return StringRef("DType::f32");
+  if (elt.isF64()) return StringRef("DType::f64");
+  if (elt.isF16()) return StringRef("DType::f16");
+  if (auto i = dyn_cast<IntegerType>(elt)) {
+    bool u = i.isUnsigned();
+    switch (i.getWidth()) {
+    case 1: return StringRef("DType::b1");
+    case 8: return StringRef(u ? "DType::u8" : "DType::i8");
+    case 16: return StringRef(u ? "DType::u16" : "DType::i16");
+    case 32: return StringRef(u ? "DType::u32" : "DType::i32");
+    case 64: return StringRef(u ? "DType::u64" : "DType::i64");
+    default: break;
+    }
+  }
+  return std::nullopt;
+}
+
+/// The C++ element type used for constant arrays.
+std::optional<StringRef> cTypeOf(Type elt) {
+  if (elt.isF32()) return StringRef("float");
+  if (elt.isF64()) return StringRef("double");
+  if (auto i = dyn_cast<IntegerType>(elt)) {
+    bool u = i.isUnsigned();
+    switch (i.getWidth()) {
+    case 1: return StringRef("uint8_t");
+    case 8: return StringRef(u ? "uint8_t" : "int8_t");
+    case 16: return StringRef(u ? "uint16_t" : "int16_t");
+    case 32: return StringRef(u ? "uint32_t" : "int32_t");
+    case 64: return StringRef(u ? "uint64_t" : "int64_t");
+    default: break;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string quoted(StringRef s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned>(c)).str();
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string floatLiteral(double v, bool isF32) {
+  if (std::isnan(v))
+    return isF32 ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
+  if (std::isinf(v))
+    return std::string(v < 0 ? "-" : "") +
+           (isF32 ? "__builtin_inff()" : "__builtin_inf()");
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  std::string s = buf;
+  if (s.find_first_of(".eE") == std::string::npos)
+    s += ".0";
+  return isF32 ? s + "f" : s;
+}
+
+std::string joinInts(ArrayRef<int64_t> v) {
+  std::string s;
+  for (auto [i, x] : llvm::enumerate(v))
+    s += (i ? ", " : "") + std::to_string(x);
+  return s;
+}
+
+class Emitter {
+public:
+  Emitter(ModuleOp module, raw_ostream &os, const CppEmitterOptions &options)
+      : module(module), os(os), options(options) {}
+
+  LogicalResult emit();
+
+private:
+  // --- Values ---
+  std::string name(Value v) {
+    auto it = names.find(v);
+    assert(it != names.end() && "value used before definition");
+    return it->second;
+  }
+  std::string define(Value v) {
+    std::string n = "v" + std::to_string(counter++);
+    names[v] = n;
+    return n;
+  }
+  /// `&vN` or `nullptr`.
+  std::string ptr(Value v) { return v ? "&" + name(v) : "nullptr"; }
+  int64_t slot(Operation *op, unsigned result = 0) {
+    auto slots = op->getAttrOfType<DenseI64ArrayAttr>("sparsec.slots");
+    return slots && result < slots.size() ? slots[result] : -1;
+  }
+  /// C++ expression for dim `i` of `v`: a literal when static.
+  std::string dim(Value v, int64_t i) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (!t.isDynamicDim(i))
+      return std::to_string(t.getDimSize(i));
+    return name(v) + ".shape[" + std::to_string(i) + "]";
+  }
+  /// Emits `const int64_t <var>[] = {...}` (at least one element).
+  std::string intArray(ArrayRef<int64_t> values) {
+    std::string var = "a" + std::to_string(counter++);
+    body << "  static const int64_t " << var << "[] = {"
+         << (values.empty() ? "0" : joinInts(values)) << "};\n";
+    return var;
+  }
+  std::string exprArray(ArrayRef<std::string> exprs) {
+    std::string var = "a" + std::to_string(counter++);
+    body << "  const int64_t " << var << "[] = {";
+    for (auto [i, e] : llvm::enumerate(exprs))
+      body << (i ? ", " : "") << e;
+    if (exprs.empty())
+      body << "0";
+    body << "};\n";
+    return var;
+  }
+
+  LogicalResult emitOp(Operation *op);
+  LogicalResult emitConstant(ConstantOp op);
+  LogicalResult emitCall(Operation *op, StringRef call, bool declare = true);
+  void emitDescription(func::FuncOp func);
+
+  ModuleOp module;
+  raw_ostream &os;
+  const CppEmitterOptions &options;
+  std::string bodyStorage, constStorage;
+  llvm::raw_string_ostream body{bodyStorage};
+  llvm::raw_string_ostream consts{constStorage};
+  DenseMap<Value, std::string> names;
+  llvm::StringMap<unsigned> segmentOf;
+  unsigned counter = 0;
+};
+
+LogicalResult Emitter::emitConstant(ConstantOp op) {
+  auto attr = dyn_cast<DenseElementsAttr>(op.getValue());
+  auto type = cast<RankedTensorType>(op.getType());
+  auto cty = cTypeOf(type.getElementType());
+  auto dty = dtypeOf(type.getElementType());
+  if (!attr || !cty || !dty)
+    return op.emitError("the x86 backend cannot emit a constant of type ")
+           << type;
+  std::string data = "c" + std::to_string(counter++);
+  consts << "alignas(64) const " << *cty << " " << data << "[] = {";
+  int64_t n = 0;
+  bool isF32 = type.getElementType().isF32();
+  auto sep = [&] { consts << (n++ % 16 ? ", " : (n > 1 ? ",\n    " : "")); };
+  if (isa<FloatType>(type.getElementType())) {
+    for (APFloat v : attr.getValues<APFloat>()) {
+      sep();
+      consts << floatLiteral(v.convertToDouble(), isF32);
+    }
+  } else {
+    auto it = cast<IntegerType>(type.getElementType());
+    for (const APInt &v : attr.getValues<APInt>()) {
+      sep();
+      if (it.getWidth() == 1 || it.isUnsigned())
+        consts << v.getZExtValue() << (it.getWidth() == 64 ? "ULL" : "");
+      else if (it.getWidth() == 64 && v.getSExtValue() == INT64_MIN)
+        consts << "INT64_MIN";
+      else
+        consts << v.getSExtValue() << (it.getWidth() == 64 ? "LL" : "");
+    }
+  }
+  if (n == 0)
+    consts << "0";
+  consts << "};\n";
+  std::string v = define(op.getResult());
+  body << "  Tensor " << v << "{const_cast<" << *cty << " *>(" << data
+       << "), " << *dty << ", " << type.getRank() << ", {"
+       << joinInts(type.getShape()) << "}};\n";
+  return success();
+}
+
+/// Emits `Tensor vN; if (!ops::<call>, slot, vN)) return false;`.
+LogicalResult Emitter::emitCall(Operation *op, StringRef call, bool declare) {
+  std::string v = declare ? define(op->getResult(0)) : name(op->getResult(0));
+  if (declare)
+    body << "  Tensor " << v << ";\n";
+  body << "  if (!ops::" << call << ", " << slot(op) << ", " << v
+       << ")) return false;\n";
+  return success();
+}
+
+LogicalResult Emitter::emitOp(Operation *op) {
+  // The ONNX node name, for readers of the generated code.
+  if (auto loc = dyn_cast<NameLoc>(op->getLoc()))
+    body << "  // " << loc.getName().getValue() << "\n";
+
+  auto unaryCall = [&](StringRef kind) {
+    return emitCall(op, "unary(ctx, ops::Unary::" + kind.str() + ", " +
+                            name(op->getOperand(0)));
+  };
+  auto binaryCall = [&](StringRef kind) {
+    return emitCall(op, "binary(ctx, ops::Binary::" + kind.str() + ", " +
+                            name(op->getOperand(0)) + ", " +
+                            name(op->getOperand(1)));
+  };
+  auto reshapeToType = [&](Value in, Value result,
+                           SmallVector<std::string> dims) -> LogicalResult {
+    std::string arr = exprArray(dims);
+    return emitCall(result.getDefiningOp(),
+                    "reshapeTo(ctx, " + name(in) + ", " +
+                        std::to_string(dims.size()) + ", " + arr);
+  };
+
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](WeightOp w) -> LogicalResult {
+        auto it = segmentOf.find(w.getName());
+        if (it == segmentOf.end())
+          return w.emitError("unknown weight");
+        auto type = cast<RankedTensorType>(w.getType());
+        auto dty = dtypeOf(type.getElementType());
+        if (!dty)
+          return w.emitError("unsupported weight element type");
+        std::string arr = intArray(type.getShape());
+        body << "  const Tensor " << define(w.getResult()) << " = ctx.weight("
+             << it->second << ", " << *dty << ", " << type.getRank() << ", "
+             << arr << ");\n";
+        return success();
+      })
+      .Case([&](ConstantOp c) { return emitConstant(c); })
+      .Case([&](ReluOp) { return unaryCall("relu"); })
+      .Case([&](GeluOp g) {
+        return unaryCall(g.getTanhApprox() ? "gelu_tanh" : "gelu");
+      })
+      .Case([&](SiluOp) { return unaryCall("silu"); })
+      .Case([&](SigmoidOp) { return unaryCall("sigmoid"); })
+      .Case([&](TanhOp) { return unaryCall("tanh"); })
+      .Case([&](ExpOp) { return unaryCall("exp"); })
+      .Case([&](LogOp) { return unaryCall("log"); })
+      .Case([&](ErfOp) { return unaryCall("erf"); })
+      .Case([&](SqrtOp) { return unaryCall("sqrt"); })
+      .Case([&](ReciprocalOp) { return unaryCall("reciprocal"); })
+      .Case([&](AbsOp) { return unaryCall("abs"); })
+      .Case([&](NegOp) { return unaryCall("neg"); })
+      .Case([&](NotOp) { return unaryCall("logical_not"); })
+      .Case([&](AddOp) { return binaryCall("add"); })
+      .Case([&](SubOp) { return binaryCall("sub"); })
+      .Case([&](MulOp) { return binaryCall("mul"); })
+      .Case([&](DivOp) { return binaryCall("div"); })
+      .Case([&](PowOp) { return binaryCall("pow"); })
+      .Case([&](MaxOp) { return binaryCall("max"); })
+      .Case([&](MinOp) { return binaryCall("min"); })
+      .Case([&](AndOp) { return binaryCall("logical_and"); })
+      .Case([&](OrOp) { return binaryCall("logical_or"); })
+      .Case([&](CompareOp c) {
+        return emitCall(op, "compare(ctx, ops::Compare::" +
+                                stringifyComparePredicate(c.getPredicate()).str() +
+                                ", " + name(c.getLhs()) + ", " +
+                                name(c.getRhs()));
+      })
+      .Case([&](WhereOp w) {
+        return emitCall(op, "where(ctx, " + name(w.getCondition()) + ", " +
+                                name(w.getX()) + ", " + name(w.getY()));
+      })
+      .Case([&](CastOp c) -> LogicalResult {
+        auto dty = dtypeOf(c.getType().getElementType());
+        if (!dty)
+          return c.emitError("unsupported cast target type");
+        return emitCall(op, "cast(ctx, " + name(c.getInput()) + ", " +
+                                dty->str());
+      })
+      .Case([&](LinearOp l) -> LogicalResult {
+        if (l.getTransposeWeight())
+          return l.emitError("linear with transpose_weight reached the "
+                             "emitter; run sparsec-weight-layout first");
+        std::string act = "none";
+        if (auto a = l.getActivation())
+          act = stringifyActivation(*a).str();
+        return emitCall(op, "linear(ctx, " + name(l.getInput()) + ", " +
+                                name(l.getWeight()) + ", " + ptr(l.getBias()) +
+                                ", ops::Activation::" + act);
+      })
+      .Case([&](MatMulOp m) {
+        return emitCall(op, "matmul(ctx, " + name(m.getLhs()) + ", " +
+                                name(m.getRhs()));
+      })
+      .Case([&](LayerNormOp l) {
+        return emitCall(
+            op, "layerNorm(ctx, " + name(l.getInput()) + ", " +
+                    name(l.getScale()) + ", " + ptr(l.getBias()) + ", " +
+                    std::to_string(static_cast<int64_t>(l.getAxis())) + ", " +
+                    floatLiteral(l.getEpsilon().convertToFloat(), true));
+      })
+      .Case([&](RmsNormOp l) {
+        return emitCall(
+            op, "rmsNorm(ctx, " + name(l.getInput()) + ", " +
+                    name(l.getScale()) + ", " +
+                    floatLiteral(l.getEpsilon().convertToFloat(), true));
+      })
+      .Case([&](SoftmaxOp s) {
+        return emitCall(op, "softmax(ctx, " + name(s.getInput()) + ", " +
+                                std::to_string(static_cast<int64_t>(s.getAxis())));
+      })
+      .Case([&](AttentionOp a) -> LogicalResult {
+        std::string out = define(a.getResult());
+        body << "  Tensor " << out << ";\n";
+        std::string pk = "nullptr", pv = "nullptr";
+        if (a.getPresentKey()) {
+          pk = define(a.getPresentKey());
+          pv = define(a.getPresentValue());
+          body << "  Tensor " << pk << ", " << pv << ";\n";
+          pk = "&" + pk;
+          pv = "&" + pv;
+        }
+        body << "  if (!ops::attention(ctx, " << name(a.getQuery()) << ", "
+             << name(a.getKey()) << ", " << name(a.getValue()) << ", "
+             << ptr(a.getMask()) << ", " << ptr(a.getPastKey()) << ", "
+             << ptr(a.getPastValue()) << ", "
+             << floatLiteral(a.getScale().convertToFloat(), true) << ", "
+             << (a.getCausal() ? "true" : "false") << ", " << slot(op, 0)
+             << ", " << out << ", " << slot(op, 1) << ", " << pk << ", "
+             << slot(op, 2) << ", " << pv << ")) return false;\n";
+        return success();
+      })
+      .Case([&](EmbeddingOp e) {
+        return emitCall(op, "embedding(ctx, " + name(e.getTable()) + ", " +
+                                name(e.getIds()));
+      })
+      .Case([&](ConvOp c) {
+        std::string s = intArray(c.getStrides()), p = intArray(c.getPads()),
+                    d = intArray(c.getDilations());
+        return emitCall(op, "conv(ctx, " + name(c.getInput()) + ", " +
+                                name(c.getWeight()) + ", " + ptr(c.getBias()) +
+                                ", " + s + ", " + p + ", " + d + ", " +
+                                std::to_string(static_cast<int64_t>(c.getGroup())));
+      })
+      .Case([&](BatchNormOp b) {
+        return emitCall(
+            op, "batchNorm(ctx, " + name(b.getInput()) + ", " +
+                    name(b.getScale()) + ", " + name(b.getBias()) + ", " +
+                    name(b.getMean()) + ", " + name(b.getVariance()) + ", " +
+                    floatLiteral(b.getEpsilon().convertToFloat(), true));
+      })
+      .Case([&](PoolOp p) {
+        bool global = p.getKernel().empty();
+        std::string k = global ? "nullptr" : intArray(p.getKernel());
+        std::string s = global ? "nullptr" : intArray(p.getStrides());
+        std::string pd = global ? "nullptr" : intArray(p.getPads());
+        return emitCall(op, "pool(ctx, ops::Pool::" +
+                                stringifyPoolKind(p.getKind()).str() + ", " +
+                                name(p.getInput()) + ", " + k + ", " + s +
+                                ", " + pd + ", " +
+                                (p.getCountIncludePad() ? "true" : "false"));
+      })
+      .Case([&](ReduceOp r) {
+        std::string axes = intArray(r.getAxes());
+        return emitCall(op, "reduce(ctx, ops::Reduce::" +
+                                stringifyReduceKind(r.getKind()).str() + ", " +
+                                name(r.getInput()) + ", " +
+                                std::to_string(r.getAxes().size()) + ", " +
+                                axes + ", " +
+                                (r.getKeepdims() ? "true" : "false"));
+      })
+      .Case([&](CumSumOp c) {
+        return emitCall(op, "cumsum(ctx, " + name(c.getInput()) + ", " +
+                                std::to_string(static_cast<int64_t>(c.getAxis())) + ", " +
+                                (c.getExclusive() ? "true" : "false") + ", " +
+                                (c.getReverse() ? "true" : "false"));
+      })
+      .Case([&](TriluOp t) {
+        return emitCall(op, "trilu(ctx, " + name(t.getInput()) + ", " +
+                                (t.getUpper() ? "true" : "false") + ", " +
+                                std::to_string(static_cast<int64_t>(t.getK())));
+      })
+      .Case([&](ShapeOp s) {
+        return emitCall(op, "shape(ctx, " + name(s.getInput()) + ", " +
+                                std::to_string(static_cast<int64_t>(s.getStart())) + ", " +
+                                (s.getEnd() ? std::to_string(static_cast<int64_t>(*s.getEnd()))
+                                            : std::string("INT64_MAX")));
+      })
+      .Case([&](GatherOp g) {
+        return emitCall(op, "gather(ctx, " + name(g.getData()) + ", " +
+                                name(g.getIndices()) + ", " +
+                                std::to_string(static_cast<int64_t>(g.getAxis())));
+      })
+      .Case([&](ReshapeOp r) -> LogicalResult {
+        if (r.getType().hasStaticShape()) {
+          SmallVector<std::string> dims;
+          for (int64_t d : r.getType().getShape())
+            dims.push_back(std::to_string(d));
+          return reshapeToType(r.getInput(), r.getResult(), dims);
+        }
+        return emitCall(op, "reshape(ctx, " + name(r.getInput()) + ", " +
+                                name(r.getShape()) + ", " +
+                                (r.getAllowzero() ? "true" : "false"));
+      })
+      .Case([&](UnsqueezeOp u) -> LogicalResult {
+        SmallVector<std::string> dims;
+        auto rt = u.getType();
+        SmallVector<int64_t> axes;
+        for (int64_t a : u.getAxes())
+          axes.push_back(a < 0 ? a + rt.getRank() : a);
+        int64_t src = 0;
+        for (int64_t i = 0; i < rt.getRank(); ++i)
+          dims.push_back(llvm::is_contained(axes, i) ? std::string("1")
+                                                     : dim(u.getInput(), src++));
+        return reshapeToType(u.getInput(), u.getResult(), dims);
+      })
+      .Case([&](SqueezeOp s) -> LogicalResult {
+        SmallVector<std::string> dims;
+        auto it = s.getInput().getType();
+        SmallVector<int64_t> axes;
+        for (int64_t a : s.getAxes())
+          axes.push_back(a < 0 ? a + it.getRank() : a);
+        for (int64_t i = 0; i < it.getRank(); ++i)
+          if (!llvm::is_contained(axes, i))
+            dims.push_back(dim(s.getInput(), i));
+        return reshapeToType(s.getInput(), s.getResult(), dims);
+      })
+      .Case([&](FlattenOp f) -> LogicalResult {
+        auto it = f.getInput().getType();
+        int64_t axis = static_cast<int64_t>(f.getAxis());
+        if (axis < 0)
+          axis += it.getRank();
+        std::string outer = "1", inner = "1";
+        for (int64_t i = 0; i < it.getRank(); ++i)
+          (i < axis ? outer : inner) += " * " + dim(f.getInput(), i);
+        return reshapeToType(f.getInput(), f.getResult(), {outer, inner});
+      })
+      .Case([&](TransposeOp t) {
+        std::string perm = intArray(t.getPermutation());
+        return emitCall(op, "transpose(ctx, " + name(t.getInput()) + ", " + perm);
+      })
+      .Case([&](ConcatOp c) {
+        std::string arr = "p" + std::to_string(counter++);
+        body << "  const Tensor *" << arr << "[] = {";
+        for (auto [i, v] : llvm::enumerate(c.getInputs()))
+          body << (i ? ", " : "") << "&" << name(v);
+        body << "};\n";
+        return emitCall(op, "concat(ctx, " + std::to_string(c.getInputs().size()) +
+                                ", " + arr + ", " + std::to_string(static_cast<int64_t>(c.getAxis())));
+      })
+      .Case([&](SliceOp s) {
+        return emitCall(op, "slice(ctx, " + name(s.getData()) + ", " +
+                                name(s.getStarts()) + ", " + name(s.getEnds()) +
+                                ", " + name(s.getAxes()) + ", " +
+                                name(s.getSteps()));
+      })
+      .Case([&](SplitOp s) -> LogicalResult {
+        std::string sizes = intArray(s.getSizes());
+        SmallVector<int64_t> slots;
+        std::string outs = "o" + std::to_string(counter++);
+        body << "  Tensor " << outs << "[" << s.getNumResults() << "];\n";
+        for (auto [i, r] : llvm::enumerate(s.getResults())) {
+          slots.push_back(slot(op, i));
+          names[r] = outs + "[" + std::to_string(i) + "]";
+        }
+        std::string slotVar = "s" + std::to_string(counter++);
+        body << "  static const int " << slotVar << "[] = {" << joinInts(slots)
+             << "};\n";
+        body << "  if (!ops::split(ctx, " << name(s.getInput()) << ", "
+             << static_cast<int64_t>(s.getAxis()) << ", " << s.getNumResults() << ", " << sizes
+             << ", " << slotVar << ", " << outs << ")) return false;\n";
+        return success();
+      })
+      .Case([&](ExpandOp e) {
+        return emitCall(op, "expand(ctx, " + name(e.getInput()) + ", " +
+                                name(e.getShape()));
+      })
+      .Case([&](RangeOp r) {
+        return emitCall(op, "range(ctx, " + name(r.getStart()) + ", " +
+                                name(r.getLimit()) + ", " + name(r.getDelta()));
+      })
+      .Case([&](ConstantOfShapeOp c) -> LogicalResult {
+        auto typed = cast<TypedAttr>(c.getValue());
+        auto scalarType = RankedTensorType::get({}, typed.getType());
+        OpBuilder b(c);
+        auto scalar = ConstantOp::create(
+            b, c.getLoc(), DenseElementsAttr::get(scalarType, typed));
+        if (failed(emitConstant(scalar)))
+          return failure();
+        std::string v = name(scalar.getResult());
+        scalar->erase();
+        return emitCall(op, "constantOfShape(ctx, " + name(c.getShape()) +
+                                ", " + v);
+      })
+      .Default([&](Operation *other) {
+        return other->emitError("the x86 backend does not support '")
+               << other->getName() << "' yet";
+      });
+}
+
+void Emitter::emitDescription(func::FuncOp func) {
+  auto io = [&](StringRef var, TypeRange types, auto nameOf, auto dimNamesOf) {
+    os << "const IODesc " << var << "[] = {\n";
+    for (auto [i, t] : llvm::enumerate(types)) {
+      auto type = cast<RankedTensorType>(t);
+      ArrayAttr dimNames = dimNamesOf(i);
+      SmallVector<std::string> dims, dn, maxes;
+      for (int64_t d = 0; d < type.getRank(); ++d) {
+        std::string dname =
+            dimNames && d < static_cast<int64_t>(dimNames.size())
+                ? cast<StringAttr>(dimNames[d]).getValue().str()
+                : "";
+        if (type.isDynamicDim(d) && dname.empty())
+          dname = "dim" + std::to_string(d);
+        dims.push_back(std::to_string(
+            type.isDynamicDim(d) ? -1 : type.getDimSize(d)));
+        dn.push_back(quoted(dname));
+        auto it = options.maxDims.find(dname);
+        maxes.push_back(!type.isDynamicDim(d) ? std::to_string(type.getDimSize(d))
+                        : it != options.maxDims.end() ? std::to_string(it->second)
+                                                      : "-1");
+      }
+      auto join = [](ArrayRef<std::string> v) {
+        std::string s;
+        for (auto [k, x] : llvm::enumerate(v))
+          s += (k ? ", " : "") + x;
+        return s.empty() ? std::string("0") : s;
+      };
+      os << "    {" << quoted(nameOf(i)) << ", "
+         << *dtypeOf(type.getElementType()) << ", " << type.getRank() << ", {"
+         << join(dims) << "}, {" << (dn.empty() ? "nullptr" : join(dn))
+         << "}, {" << join(maxes) << "}},\n";
+    }
+    os << "};\n";
+  };
+  io("kInputs", func.getArgumentTypes(),
+     [&](unsigned i) {
+       auto n = func.getArgAttrOfType<StringAttr>(i, "sparsec.name");
+       return n ? n.getValue().str() : "input" + std::to_string(i);
+     },
+     [&](unsigned i) {
+       return func.getArgAttrOfType<ArrayAttr>(i, "sparsec.dims");
+     });
+  // Output dims: dynamic ones are named after no input dim; the runtime
+  // only reports them.
+  io("kOutputs", func.getResultTypes(),
+     [&](unsigned i) {
+       auto n = func.getResultAttrOfType<StringAttr>(i, "sparsec.name");
+       return n ? n.getValue().str() : "output" + std::to_string(i);
+     },
+     [&](unsigned) { return ArrayAttr(); });
+
+  auto slotBytes = module->getAttrOfType<DenseI64ArrayAttr>("sparsec.slot_bytes");
+  ArrayRef<int64_t> sizes = slotBytes ? slotBytes.asArrayRef() : ArrayRef<int64_t>();
+  os << "const int64_t kSlotBytes[] = {" << (sizes.empty() ? "0" : joinInts(sizes))
+     << "};\n\n";
+  auto source = module->getAttrOfType<StringAttr>("sparsec.source");
+  os << "const ModelDesc kModel = {\n"
+     << "    " << quoted(source ? source.getValue() : "model") << ",\n"
+     << "    " << func.getNumArguments() << ", kInputs, "
+     << func.getNumResults() << ", kOutputs,\n"
+     << "    " << quoted(options.weightsFile) << ", " << segmentOf.size()
+     << ", 0x" << llvm::format_hex_no_prefix(options.weightsChecksum, 16)
+     << "ULL,\n"
+     << "    " << sizes.size() << ", kSlotBytes, run};\n";
+}
+
+LogicalResult Emitter::emit() {
+  auto funcs = llvm::to_vector(module.getOps<func::FuncOp>());
+  if (funcs.size() != 1)
+    return module.emitError("expected exactly one function to emit, found ")
+           << funcs.size();
+  func::FuncOp func = funcs.front();
+  if (!func.getBody().hasOneBlock())
+    return func.emitError("expected a single-block function");
+  for (GlobalOp g : module.getOps<GlobalOp>())
+    segmentOf[g.getSymName()] = segmentOf.size();
+
+  for (auto [i, arg] : llvm::enumerate(func.getArguments())) {
+    if (!dtypeOf(cast<RankedTensorType>(arg.getType()).getElementType()))
+      return func.emitError("unsupported input element type");
+    names[arg] = "in[" + std::to_string(i) + "]";
+  }
+  for (Operation &op : func.getBody().front()) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+        body << "  out[" << i << "] = " << name(v) << ";\n";
+      continue;
+    }
+    if (!op.getResults().empty() && !isa<WeightOp, ConstantOp>(op) &&
+        !op.hasAttr("sparsec.slots"))
+      return op.emitError("has no memory slot: run sparsec-plan-memory first");
+    if (failed(emitOp(&op)))
+      return failure();
+  }
+
+  auto source = module->getAttrOfType<StringAttr>("sparsec.source");
+  os << "// Generated by sparsec from "
+     << (source ? source.getValue() : StringRef("<unknown>"))
+     << ". Do not edit.\n"
+     << "// One runtime op call per sparsec op, in execution order; tensors\n"
+     << "// live in the memory slots chosen by sparsec-plan-memory.\n"
+     << "#include \"sparsec/rt/Ops.h\"\n"
+     << "#include \"sparsec/rt/Runtime.h\"\n\n"
+     << "#include <cstdint>\n\n"
+     << "using namespace sparsec::rt;\n\n"
+     << "namespace {\n\n"
+     << consts.str() << "\n"
+     << "bool run(Context &ctx, const Tensor *in, Tensor *out) {\n"
+     << body.str() << "  return true;\n}\n\n";
+  emitDescription(func);
+  os << "\n} // namespace\n\n"
+     << "int main(int argc, char **argv) { return modelMain(argc, argv, kModel); }\n";
+  return success();
+}
+
+} // namespace
+
+LogicalResult sparsec::translateToCpp(ModuleOp module, raw_ostream &os,
+                                      const CppEmitterOptions &options) {
+  return Emitter(module, os, options).emit();
+}
+
+void sparsec::registerToCppTranslation() {
+  static llvm::cl::opt<std::string> weightsFile(
+      "sparsec-weights-file", llvm::cl::desc("Weight pack file name"),
+      llvm::cl::init("model.weights"));
+  TranslateFromMLIRRegistration reg(
+      "sparsec-to-cpp", "Emit x86 C++ for a scheduled sparsec module",
+      [](Operation *op, raw_ostream &os) -> LogicalResult {
+        auto module = dyn_cast<ModuleOp>(op);
+        if (!module)
+          return op->emitError("expected a module");
+        CppEmitterOptions options;
+        options.weightsFile = weightsFile;
+        return translateToCpp(module, os, options);
+      },
+      [](DialectRegistry &registry) {
+        registry.insert<SparsecDialect, func::FuncDialect>();
+      });
+}

@@ -1,0 +1,129 @@
+//===- PackWeights.cpp - write the weight pack of a model ----------------===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/Target/Cpp/PackWeights.h"
+#include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
+#include "sparsec/Weights/WeightStore.h"
+#include "sparsec/rt/Runtime.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstring>
+
+using namespace mlir;
+using namespace sparsec;
+
+namespace {
+/// The ONNX data type code of an element type (for checking the store).
+int onnxTypeOf(Type t) {
+  if (t.isF32()) return 1;
+  if (t.isF64()) return 11;
+  if (t.isF16()) return 10;
+  if (t.isBF16()) return 16;
+  if (auto i = dyn_cast<IntegerType>(t)) {
+    bool u = i.isUnsigned();
+    switch (i.getWidth()) {
+    case 1: return 9;
+    case 8: return u ? 2 : 3;
+    case 16: return u ? 4 : 5;
+    case 32: return u ? 12 : 6;
+    case 64: return u ? 13 : 7;
+    }
+  }
+  return -1;
+}
+} // namespace
+
+LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
+                                   StringRef packPath, StringRef manifestPath,
+                                   uint64_t &checksum, uint64_t &totalBytes) {
+  // Transformed weights need storage of their own until the pack is written.
+  std::vector<std::vector<char>> owned;
+  std::vector<std::pair<const void *, size_t>> segments;
+  llvm::json::Array entries;
+  uint64_t offset = 0;
+  for (GlobalOp global : module.getOps<GlobalOp>()) {
+    std::string error;
+    const TensorView *view = store.get(global.getSource().str(), error);
+    if (!view)
+      return global.emitError("weight '")
+             << global.getSource() << "': "
+             << (error.empty() ? "not in the model file" : error);
+    auto type = cast<RankedTensorType>(global.getType());
+    const void *data = view->data;
+    size_t bytes = view->numBytes;
+    size_t eltBytes = WeightStore::elementSize(view->dataType);
+    if (onnxTypeOf(type.getElementType()) != view->dataType)
+      return global.emitError("weight '")
+             << global.getSource() << "' is "
+             << WeightStore::dataTypeName(view->dataType)
+             << " in the model file but " << type.getElementType()
+             << " in the IR";
+    SmallVector<int64_t> dims(view->dims.begin(), view->dims.end());
+    llvm::json::Array transforms;
+    if (auto list = global.getTransforms()) {
+      for (Attribute a : *list) {
+        StringRef t = cast<StringAttr>(a).getValue();
+        transforms.push_back(t.str());
+        if (t != "transpose" || dims.size() != 2)
+          return global.emitError("unsupported weight transform '")
+                 << t << "' for a rank-" << dims.size() << " weight";
+        int64_t rows = dims[0], cols = dims[1];
+        std::vector<char> out(bytes);
+        const char *src = static_cast<const char *>(data);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            std::memcpy(&out[(c * rows + r) * eltBytes],
+                        src + (r * cols + c) * eltBytes, eltBytes);
+        owned.push_back(std::move(out));
+        data = owned.back().data();
+        std::swap(dims[0], dims[1]);
+      }
+    }
+    if (ArrayRef<int64_t>(dims) != type.getShape())
+      return global.emitError("weight '")
+             << global.getSource() << "' has shape ["
+             << llvm::make_range(dims.begin(), dims.end())
+             << "] after its transforms, but the IR declares " << type;
+    segments.push_back({data, bytes});
+    offset = (offset + 63) & ~uint64_t(63);
+    entries.push_back(llvm::json::Object{
+        {"index", static_cast<int64_t>(segments.size() - 1)},
+        {"symbol", global.getSymName().str()},
+        {"source", global.getSource().str()},
+        {"dtype", WeightStore::dataTypeName(view->dataType)},
+        {"shape", llvm::json::Array(dims)},
+        {"transforms", std::move(transforms)},
+        {"offset", static_cast<int64_t>(offset)},
+        {"bytes", static_cast<int64_t>(bytes)}});
+    offset += bytes;
+  }
+  totalBytes = offset;
+  std::string error;
+  if (!rt::writeWeightPack(packPath.str(), segments, checksum, error))
+    return module.emitError("cannot write the weight pack: ") << error;
+
+  std::error_code ec;
+  llvm::raw_fd_ostream manifest(manifestPath, ec);
+  if (ec)
+    return module.emitError("cannot write '")
+           << manifestPath << "': " << ec.message();
+  auto source = module->getAttrOfType<StringAttr>("sparsec.source");
+  llvm::json::Object root{
+      {"model", source ? source.getValue().str() : std::string()},
+      {"weights_file", llvm::sys::path::filename(packPath).str()},
+      {"checksum", llvm::formatv("{0:x16}", checksum).str()},
+      {"payload_bytes", static_cast<int64_t>(totalBytes)},
+      {"segments", std::move(entries)}};
+  manifest << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+           << "\n";
+  return success();
+}

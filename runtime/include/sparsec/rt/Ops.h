@@ -1,0 +1,172 @@
+//===- Ops.h - the op library generated code calls --------------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+// One function per sparsec op. Each computes the result shape from its
+// inputs (including values of shape tensors, so dynamic dims are runtime
+// values), allocates the result in the memory slot the compiler assigned
+// (ctx.allocate), and computes it, using ctx.pool for threads. Inputs are
+// never written. On invalid input (mismatched shapes, out-of-range ids,
+// a reshape that does not preserve the element count, ...) an op calls
+// ctx.fail("<op>: <what>") and returns false; generated code then stops.
+//
+// Kernels are shared by every layer and model; they are specialised only
+// through their arguments. Float ops compute in f32 (f64 for f64 tensors);
+// integer ops in their own type. Broadcasting follows numpy rules.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_RT_OPS_H
+#define SPARSEC_RT_OPS_H
+
+#include "sparsec/rt/Runtime.h"
+
+namespace sparsec::rt::ops {
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+enum class Unary {
+  relu, gelu, gelu_tanh, silu, sigmoid, tanh, exp, log, erf, sqrt,
+  reciprocal, abs, neg, logical_not
+};
+/// Float dtypes for all; abs/neg also for signed integers; logical_not for b1.
+bool unary(Context &ctx, Unary op, const Tensor &x, int outSlot, Tensor &out);
+
+enum class Binary { add, sub, mul, div, pow, max, min, logical_and, logical_or };
+/// a and b have the same dtype (checked); integer div truncates toward zero
+/// and fails on division by zero; pow is float-only (ONNX allows an integer
+/// exponent tensor: b may be any numeric dtype when a is float).
+bool binary(Context &ctx, Binary op, const Tensor &a, const Tensor &b,
+            int outSlot, Tensor &out);
+
+enum class Compare { eq, lt, le, gt, ge };
+/// Result dtype b1.
+bool compare(Context &ctx, Compare op, const Tensor &a, const Tensor &b,
+             int outSlot, Tensor &out);
+
+/// cond (b1) ? x : y, all three broadcast.
+bool where(Context &ctx, const Tensor &cond, const Tensor &x, const Tensor &y,
+           int outSlot, Tensor &out);
+
+/// Element type conversion (float->int truncates toward zero, like C++;
+/// anything -> b1 is "!= 0").
+bool cast(Context &ctx, const Tensor &x, DType to, int outSlot, Tensor &out);
+
+//===----------------------------------------------------------------------===//
+// Layers
+//===----------------------------------------------------------------------===//
+
+enum class Activation { none, relu, gelu, gelu_tanh, silu, sigmoid };
+
+/// y[..., N] = act(x[..., K] . w[K, N] + bias[N]); w is row-major [K, N]
+/// (the compiler packs every linear weight in this layout). f32 only.
+/// AVX2/FMA when the CPU has it (chosen at run time), threads over rows
+/// of y and blocks of N.
+bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
+            Activation act, int outSlot, Tensor &out);
+
+/// numpy matmul: 1-D operands promoted and the added dim removed, leading
+/// (batch) dims broadcast. f32 only.
+bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
+            Tensor &out);
+
+/// Normalises over dims [axis, rank); scale/bias have the normalised shape
+/// (any shape with that many elements).
+bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
+               const Tensor *bias, int64_t axis, float epsilon, int outSlot,
+               Tensor &out);
+/// x / sqrt(mean(x^2 over the last dim) + eps) * scale.
+bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
+             int outSlot, Tensor &out);
+bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
+             Tensor &out);
+
+/// Scaled dot-product attention. q [B, H, Sq, D]; k, v [B, H, Sk, D] (new
+/// tokens). With pastK/pastV ([B, H, P, D]) the attended keys/values are
+/// concat(past, new) on axis 2, written to presentK/presentV (slots given);
+/// otherwise presentK/presentV are null. mask (optional, f32 additive)
+/// broadcasts to [B, H, Sq, P + Sk]. causal: query i (of Sq) may attend
+/// key j iff j <= i + (P + Sk - Sq). Output [B, H, Sq, Dv].
+bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
+               const Tensor *mask, const Tensor *pastK, const Tensor *pastV,
+               float scale, bool causal, int outSlot, Tensor &out,
+               int presentKSlot, Tensor *presentK, int presentVSlot,
+               Tensor *presentV);
+
+/// table [V, D] f32, ids int64/int32 of any shape -> ids.shape + [D].
+/// Fails naming the offending id if an id is outside [0, V).
+bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
+               int outSlot, Tensor &out);
+
+/// N-d convolution, NCHW; nSpatial = rank - 2 (1 to 3); pads are
+/// [begin..., end...] as in ONNX.
+bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
+          const int64_t *strides, const int64_t *pads, const int64_t *dilations,
+          int64_t group, int outSlot, Tensor &out);
+bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
+               const Tensor &bias, const Tensor &mean, const Tensor &var,
+               float epsilon, int outSlot, Tensor &out);
+
+enum class Pool { max, avg };
+/// 1-3 spatial dims; kernel == nullptr means global pooling (output
+/// spatial dims 1). avg excludes padding unless countIncludePad.
+bool pool(Context &ctx, Pool kind, const Tensor &x, const int64_t *kernel,
+          const int64_t *strides, const int64_t *pads, bool countIncludePad,
+          int outSlot, Tensor &out);
+
+enum class Reduce { sum, mean, max, min };
+/// naxes == 0 reduces over all dims. Axes may be negative.
+bool reduce(Context &ctx, Reduce kind, const Tensor &x, int naxes,
+            const int64_t *axes, bool keepdims, int outSlot, Tensor &out);
+bool cumsum(Context &ctx, const Tensor &x, int64_t axis, bool exclusive,
+            bool reverse, int outSlot, Tensor &out);
+/// Keeps the upper (upper) or lower triangle of the last two dims, with
+/// diagonal offset k; the rest becomes 0.
+bool trilu(Context &ctx, const Tensor &x, bool upper, int64_t k, int outSlot,
+           Tensor &out);
+
+//===----------------------------------------------------------------------===//
+// Shapes and data movement (any dtype)
+//===----------------------------------------------------------------------===//
+
+/// int64 1-D: dims [start, end) of x (ONNX Shape; negative and out-of-range
+/// start/end are clamped as ONNX specifies).
+bool shape(Context &ctx, const Tensor &x, int64_t start, int64_t end,
+           int outSlot, Tensor &out);
+/// ONNX Gather (negative indices wrap; out of range fails).
+bool gather(Context &ctx, const Tensor &data, const Tensor &indices,
+            int64_t axis, int outSlot, Tensor &out);
+/// ONNX Reshape with the target shape as an int64 tensor (0 copies the
+/// input dim unless allowzero, -1 is inferred).
+bool reshape(Context &ctx, const Tensor &x, const Tensor &shape, bool allowzero,
+             int outSlot, Tensor &out);
+/// Copy of x with a new shape of the same element count (flatten, squeeze,
+/// unsqueeze and reshapes whose target the compiler knows).
+bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,
+               int outSlot, Tensor &out);
+bool transpose(Context &ctx, const Tensor &x, const int64_t *perm, int outSlot,
+               Tensor &out);
+bool concat(Context &ctx, int n, const Tensor *const *inputs, int64_t axis,
+            int outSlot, Tensor &out);
+/// ONNX Slice; starts/ends/axes/steps are int64 or int32 1-D tensors.
+bool slice(Context &ctx, const Tensor &data, const Tensor &starts,
+           const Tensor &ends, const Tensor &axes, const Tensor &steps,
+           int outSlot, Tensor &out);
+bool split(Context &ctx, const Tensor &x, int64_t axis, int n,
+           const int64_t *sizes, const int *outSlots, Tensor *outs);
+/// ONNX Expand (bidirectional broadcast with an int64 shape tensor).
+bool expand(Context &ctx, const Tensor &x, const Tensor &shape, int outSlot,
+            Tensor &out);
+/// ONNX Range over scalar tensors of one numeric dtype.
+bool range(Context &ctx, const Tensor &start, const Tensor &limit,
+           const Tensor &delta, int outSlot, Tensor &out);
+/// A tensor of the shape given by an int64 1-D tensor, filled with the
+/// single element of `value` (whose dtype is the result dtype).
+bool constantOfShape(Context &ctx, const Tensor &shape, const Tensor &value,
+                     int outSlot, Tensor &out);
+
+} // namespace sparsec::rt::ops
+
+#endif // SPARSEC_RT_OPS_H

@@ -1,0 +1,238 @@
+//===- Runtime.h - sparsec runtime core -------------------------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+// The runtime that generated model code links against: tensors, owned
+// buffers, .npy I/O, the memory-mapped weight pack, a thread pool, the
+// execution context and the `run` / `bench` command line of a compiled
+// model. Plain C++17, no MLIR/LLVM dependency.
+//
+// Error handling: functions that can fail on user input return bool and set
+// a message (no exceptions); ops record the first error in the Context
+// (ctx.fail(...)) and the generated code stops at the next check.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_RT_RUNTIME_H
+#define SPARSEC_RT_RUNTIME_H
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sparsec::rt {
+
+//===----------------------------------------------------------------------===//
+// Element types and tensors
+//===----------------------------------------------------------------------===//
+
+/// Element types. `b1` (bool) is stored as one byte (0 or 1), like numpy.
+enum class DType : uint8_t { f32, f64, f16, i64, i32, i16, i8, u8, u16, u32, u64, b1 };
+
+size_t dtypeSize(DType t);
+/// numpy's name: "float32", "int64", "bool", ...
+const char *dtypeName(DType t);
+/// The numpy array-protocol descriptor: "<f4", "<i8", "|b1", ...
+const char *dtypeDescr(DType t);
+
+constexpr int kMaxRank = 8;
+
+/// A non-owning view of a dense row-major tensor.
+struct Tensor {
+  void *data = nullptr;
+  DType dtype = DType::f32;
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+
+  int64_t numel() const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtypeSize(dtype); }
+  template <typename T> T *as() const { return static_cast<T *>(data); }
+  /// "float32[1, 71, 256]"
+  std::string describe() const;
+};
+
+/// An owned, 64-byte aligned, growable allocation.
+class Buffer {
+public:
+  Buffer() = default;
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+  Buffer(Buffer &&other) noexcept;
+  Buffer &operator=(Buffer &&other) noexcept;
+  ~Buffer();
+
+  /// Grows to at least `bytes` (contents are not preserved on growth).
+  /// Returns false if the allocation fails.
+  bool ensure(size_t bytes);
+  void *data() const { return data_; }
+  size_t capacity() const { return capacity_; }
+
+private:
+  void *data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+//===----------------------------------------------------------------------===//
+// .npy files
+//===----------------------------------------------------------------------===//
+
+/// Reads a .npy file (format 1.0/2.0/3.0, little-endian, C order) into
+/// `storage`; `out` views it. Errors name the file and the problem
+/// ("cannot open", "not a .npy file", "unsupported dtype '<u2'",
+/// "Fortran-ordered arrays are not supported", "truncated: expected N
+/// bytes of data, found M").
+bool readNpy(const std::string &path, Buffer &storage, Tensor &out,
+             std::string &error);
+/// Writes `t` as a .npy file (format 1.0).
+bool writeNpy(const std::string &path, const Tensor &t, std::string &error);
+
+//===----------------------------------------------------------------------===//
+// Weight pack
+//===----------------------------------------------------------------------===//
+
+/// FNV-1a 64-bit hash (the weight pack checksum).
+uint64_t fnv1a64(const void *data, size_t size, uint64_t seed = 0xcbf29ce484222325ULL);
+
+/// The weight pack file: a 64-byte header
+///   char magic[8] = "SPCWPACK"; uint32 version = 1; uint32 count;
+///   uint64 tableOffset; uint64 payloadOffset; uint64 payloadBytes;
+///   uint64 checksum (fnv1a64 of the payload); uint64 reserved;
+/// then `count` entries {uint64 offset (from payloadOffset), uint64 bytes}
+/// at tableOffset, then the payload at payloadOffset (64-byte aligned); each
+/// segment starts at a 64-byte aligned offset.
+class WeightPack {
+public:
+  /// Memory-maps `path` and validates the header, table bounds, that the
+  /// pack holds `expectedCount` segments and that its checksum equals
+  /// `expectedChecksum` (the value the compiler embedded in the model), and,
+  /// when `verifyPayload`, that the payload hashes to it. Errors: "cannot
+  /// open weight file '<path>': <reason>", "'<path>' is not a sparsec weight
+  /// pack", "'<path>' is truncated", "'<path>' belongs to a different model
+  /// (checksum ...)", "'<path>' is corrupt: checksum mismatch".
+  static std::unique_ptr<WeightPack> open(const std::string &path,
+                                          uint32_t expectedCount,
+                                          uint64_t expectedChecksum,
+                                          bool verifyPayload,
+                                          std::string &error);
+  ~WeightPack();
+  const void *segment(uint32_t index) const;
+  size_t segmentBytes(uint32_t index) const;
+  uint32_t count() const { return count_; }
+
+private:
+  WeightPack() = default;
+  void *map_ = nullptr;
+  size_t mapBytes_ = 0;
+  uint32_t count_ = 0;
+  const uint64_t *table_ = nullptr;
+  const char *payload_ = nullptr;
+};
+
+/// Writes a weight pack from in-memory segments; returns false with a
+/// message on I/O failure, and the payload checksum in `checksum`.
+bool writeWeightPack(const std::string &path,
+                     const std::vector<std::pair<const void *, size_t>> &segments,
+                     uint64_t &checksum, std::string &error);
+
+//===----------------------------------------------------------------------===//
+// Threads
+//===----------------------------------------------------------------------===//
+
+/// A fixed pool of worker threads; parallelFor splits [0, n) into contiguous
+/// chunks of at least `grain` items, runs them on the pool and the calling
+/// thread, and returns when all are done. With one thread it runs inline.
+class ThreadPool {
+public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  int size() const { return threads_; }
+  void parallelFor(int64_t n, int64_t grain,
+                   const std::function<void(int64_t begin, int64_t end)> &fn);
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int threads_ = 1;
+};
+
+//===----------------------------------------------------------------------===//
+// Model description (generated) and execution context
+//===----------------------------------------------------------------------===//
+
+/// One model input or output. dims[i] == -1 marks a dynamic dimension whose
+/// name is dimNames[i] and whose largest supported value is maxDims[i]
+/// (<= 0: unbounded).
+struct IODesc {
+  const char *name;
+  DType dtype;
+  int rank;
+  int64_t dims[kMaxRank];
+  const char *dimNames[kMaxRank];
+  int64_t maxDims[kMaxRank];
+};
+
+struct Context;
+using RunFn = bool (*)(Context &ctx, const Tensor *inputs, Tensor *outputs);
+
+struct ModelDesc {
+  const char *name;
+  int numInputs;
+  const IODesc *inputs;
+  int numOutputs;
+  const IODesc *outputs;
+  /// Weight pack the model was compiled with (file name next to the
+  /// binary), its segment count and checksum.
+  const char *weightsFile;
+  uint32_t numWeights;
+  uint64_t weightsChecksum;
+  /// Memory slots (liveness-shared buffers); slotBytes[i] is the size when
+  /// known at compile time, -1 when it depends on dynamic dims.
+  int numSlots;
+  const int64_t *slotBytes;
+  RunFn run;
+};
+
+/// State of one execution: weights, slots, threads, the first error.
+struct Context {
+  Context(const ModelDesc &desc, const WeightPack *weights, int threads);
+
+  const ModelDesc &desc;
+  const WeightPack *weights;
+  ThreadPool pool;
+  std::vector<Buffer> slots;
+  std::string error;
+
+  /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
+  /// slot if needed). Returns false (and records an error) on failure.
+  bool allocate(int slot, Tensor &t, DType dtype, int rank, const int64_t *shape);
+  /// The weight segment `index` as a tensor view of the given type/shape.
+  Tensor weight(uint32_t index, DType dtype, int rank, const int64_t *shape) const;
+  /// Records the first error ("<op location>: <message>"); returns false.
+  bool fail(const std::string &message);
+  bool ok() const { return error.empty(); }
+};
+
+/// The command line of a compiled model:
+///   <model> run --input NAME=FILE.npy ... [--output-dir DIR] [--threads N]
+///   <model> bench [--input NAME=FILE.npy ...] [--runs N] [--warmup N]
+///                 [--threads N] [--json]
+///   <model> info
+/// `run` checks each input's name, dtype, rank and dims against the
+/// description (dynamic dims against their maximum) with a message naming
+/// the input, loads the weight pack from the binary's directory, runs, and
+/// writes DIR/<output name>.npy per output (names made file-safe: any
+/// character outside [A-Za-z0-9._-] becomes '_'). `bench` without inputs
+/// uses zeros (ids) / deterministic pseudo-random values shaped by the
+/// static dims and, for dynamic dims, their maximum (overridable with
+/// --dim NAME=VALUE); it prints latency min/median/p90 in ms, the thread
+/// count and the model name, as JSON with --json. Exit status 0 on
+/// success, 1 on any error (message on stderr).
+int modelMain(int argc, char **argv, const ModelDesc &desc);
+
+} // namespace sparsec::rt
+
+#endif // SPARSEC_RT_RUNTIME_H

@@ -1,0 +1,798 @@
+//===- Main.cpp - The command line of a compiled model --------------------===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+//
+// modelMain implements `run`, `bench` and `info` for the generated model
+// binaries. Every user mistake (option, input file, shape, weight pack) is
+// reported on stderr with exit status 1; nothing here may crash.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/rt/Runtime.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <map>
+
+#include <unistd.h>
+
+namespace sparsec::rt {
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+int reportError(const std::string &message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 1;
+}
+
+const char *dimName(const IODesc &io, int i) {
+  const char *name = io.dimNames[i];
+  return name && *name ? name : nullptr;
+}
+
+/// "float32[1, seq, 256]".
+std::string describeIO(const IODesc &io) {
+  std::string s = dtypeName(io.dtype);
+  s += '[';
+  for (int i = 0; i < io.rank; ++i) {
+    if (i)
+      s += ", ";
+    if (io.dims[i] >= 0)
+      s += std::to_string(io.dims[i]);
+    else
+      s += dimName(io, i) ? dimName(io, i) : "?";
+  }
+  return s + ']';
+}
+
+std::string listNames(int count, const IODesc *ios) {
+  std::string s;
+  for (int i = 0; i < count; ++i) {
+    if (i)
+      s += ", ";
+    s += ios[i].name;
+  }
+  return s;
+}
+
+std::string fileSafe(const std::string &name) {
+  std::string s = name;
+  for (char &c : s)
+    if (!std::isalnum(uint8_t(c)) && c != '.' && c != '_' && c != '-')
+      c = '_';
+  return s;
+}
+
+std::string joinPath(const std::string &dir, const std::string &file) {
+  if (dir.empty())
+    return file;
+  return dir.back() == '/' ? dir + file : dir + "/" + file;
+}
+
+std::string jsonString(const std::string &s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    default:
+      if (uint8_t(c) < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof(buf), "\\u%04x", unsigned(uint8_t(c)));
+        out += buf;
+      } else {
+        out += c;
+      }
+    }
+  }
+  return out + "\"";
+}
+
+bool parseInt(const std::string &text, int64_t &value) {
+  if (text.empty())
+    return false;
+  errno = 0;
+  char *end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || end == text.c_str())
+    return false;
+  value = v;
+  return true;
+}
+
+/// The directory of the running executable.
+std::string executableDir(const char *argv0) {
+  char buf[4096];
+  ssize_t len = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string exe;
+  if (len > 0) {
+    exe.assign(buf, size_t(len));
+  } else if (argv0) {
+    exe = argv0;
+  }
+  size_t slash = exe.rfind('/');
+  if (slash == std::string::npos)
+    return ".";
+  return slash == 0 ? "/" : exe.substr(0, slash);
+}
+
+/// Round-to-nearest-even float -> IEEE half.
+uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int32_t exp = int32_t((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff)
+    return uint16_t(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31)
+    return uint16_t(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10)
+      return uint16_t(sign);
+    mant |= 0x800000;
+    uint32_t shift = uint32_t(14 - exp);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1)))
+      ++half;
+    return uint16_t(sign | half);
+  }
+  uint32_t half = sign | uint32_t(exp) << 10 | mant >> 13;
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1)))
+    ++half; // May carry into the exponent, which is the right rounding.
+  return uint16_t(half);
+}
+
+//===----------------------------------------------------------------------===//
+// Options
+//===----------------------------------------------------------------------===//
+
+struct Options {
+  std::string command;
+  std::vector<std::pair<std::string, std::string>> inputs;
+  std::string outputDir = ".";
+  int threads = 0;
+  int64_t runs = 20;
+  int64_t warmup = 3;
+  bool json = false;
+  std::vector<std::pair<std::string, int64_t>> dims;
+  bool help = false;
+};
+
+void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
+  std::fprintf(
+      out,
+      "%s: the compiled model '%s'\n"
+      "\n"
+      "usage:\n"
+      "  %s run --input NAME=FILE.npy ... [--output-dir DIR] [--threads N]\n"
+      "  %s bench [--input NAME=FILE.npy ...] [--dim NAME=VALUE ...]\n"
+      "        [--runs N] [--warmup N] [--threads N] [--json]\n"
+      "  %s info\n"
+      "\n"
+      "commands:\n"
+      "  run    run the model once and write DIR/<output>.npy per output\n"
+      "  bench  time the model; inputs not given are synthesized, dynamic\n"
+      "         dims at their maximum unless set with --dim\n"
+      "  info   describe the inputs, outputs and weights\n"
+      "\n"
+      "options:\n"
+      "  --input NAME=FILE.npy  an input (repeat for each input)\n"
+      "  --output-dir DIR       where run writes outputs (default: .)\n"
+      "  --threads N            worker threads (default: all cores)\n"
+      "  --runs N               timed runs for bench (default: 20)\n"
+      "  --warmup N             untimed runs before timing (default: 3)\n"
+      "  --dim NAME=VALUE       value of a dynamic dim for bench\n"
+      "  --json                 bench prints one JSON object\n",
+      prog, desc.name, prog, prog, prog);
+}
+
+/// Parses argv into `opts`; returns false with a message.
+bool parseOptions(int argc, char **argv, Options &opts, std::string &error) {
+  opts.command = argv[1];
+  const std::string &cmd = opts.command;
+  bool isRun = cmd == "run", isBench = cmd == "bench";
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i] ? argv[i] : "";
+    if (arg == "--help" || arg == "-h") {
+      opts.help = true;
+      continue;
+    }
+    // "--name=value" or "--name value".
+    std::string name = arg, value;
+    bool hasValue = false;
+    if (arg.rfind("--", 0) == 0) {
+      size_t eq = arg.find('=');
+      if (eq != std::string::npos) {
+        name = arg.substr(0, eq);
+        value = arg.substr(eq + 1);
+        hasValue = true;
+      }
+    }
+    auto takeValue = [&]() {
+      if (hasValue)
+        return true;
+      if (i + 1 >= argc || !argv[i + 1]) {
+        error = "option '" + name + "' expects a value";
+        return false;
+      }
+      value = argv[++i];
+      return true;
+    };
+    auto positive = [&](int64_t &out, int64_t min, int64_t max) {
+      if (!parseInt(value, out) || out < min || out > max) {
+        error = "option '" + name + "' expects an integer in [" +
+                std::to_string(min) + ", " + std::to_string(max) + "], got '" +
+                value + "'";
+        return false;
+      }
+      return true;
+    };
+    bool allowed = true;
+    if (name == "--input" && (isRun || isBench)) {
+      if (!takeValue())
+        return false;
+      size_t eq = value.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) {
+        error = "--input expects NAME=FILE.npy, got '" + value + "'";
+        return false;
+      }
+      opts.inputs.emplace_back(value.substr(0, eq), value.substr(eq + 1));
+    } else if (name == "--output-dir" && isRun) {
+      if (!takeValue())
+        return false;
+      if (value.empty()) {
+        error = "--output-dir expects a directory";
+        return false;
+      }
+      opts.outputDir = value;
+    } else if (name == "--threads" && (isRun || isBench)) {
+      int64_t n;
+      if (!takeValue() || !positive(n, 1, 1024))
+        return false;
+      opts.threads = int(n);
+    } else if (name == "--runs" && isBench) {
+      if (!takeValue() || !positive(opts.runs, 1, 1000000000))
+        return false;
+    } else if (name == "--warmup" && isBench) {
+      if (!takeValue() || !positive(opts.warmup, 0, 1000000000))
+        return false;
+    } else if (name == "--json" && isBench && !hasValue) {
+      opts.json = true;
+    } else if (name == "--dim" && isBench) {
+      if (!takeValue())
+        return false;
+      size_t eq = value.find('=');
+      int64_t v;
+      if (eq == std::string::npos || eq == 0 ||
+          !parseInt(value.substr(eq + 1), v) || v < 1) {
+        error = "--dim expects NAME=VALUE with VALUE >= 1, got '" + value + "'";
+        return false;
+      }
+      opts.dims.emplace_back(value.substr(0, eq), v);
+    } else {
+      allowed = false;
+    }
+    if (!allowed) {
+      if (arg.rfind("-", 0) == 0)
+        error = "unknown option '" + name + "' for '" + cmd + "'";
+      else
+        error = "unexpected argument '" + arg + "' for '" + cmd + "'";
+      return false;
+    }
+  }
+  if (opts.threads <= 0)
+    opts.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Inputs
+//===----------------------------------------------------------------------===//
+
+/// The value bound to a dynamic dim name, and where it came from.
+struct DimBinding {
+  int64_t value;
+  std::string origin;
+};
+
+class InputSet {
+public:
+  explicit InputSet(const ModelDesc &desc)
+      : desc_(desc), storage_(size_t(std::max(desc.numInputs, 0))),
+        tensors_(size_t(std::max(desc.numInputs, 0))),
+        given_(size_t(std::max(desc.numInputs, 0)), false) {}
+
+  /// Loads and checks the --input files. With `requireAll`, every model
+  /// input must be given.
+  bool load(const Options &opts, bool requireAll, std::string &error) {
+    for (const auto &[name, file] : opts.inputs) {
+      int index = -1;
+      for (int i = 0; i < desc_.numInputs; ++i)
+        if (name == desc_.inputs[i].name)
+          index = i;
+      if (index < 0) {
+        error = "unknown input '" + name + "'; the model's inputs are: " +
+                listNames(desc_.numInputs, desc_.inputs);
+        return false;
+      }
+      if (given_[size_t(index)]) {
+        error = "input '" + name + "' is given more than once";
+        return false;
+      }
+      given_[size_t(index)] = true;
+      if (!readNpy(file, storage_[size_t(index)], tensors_[size_t(index)],
+                   error))
+        return false;
+      if (!check(index, error))
+        return false;
+    }
+    if (requireAll) {
+      for (int i = 0; i < desc_.numInputs; ++i) {
+        if (!given_[size_t(i)]) {
+          error = std::string("missing input '") + desc_.inputs[i].name +
+                  "' (pass --input " + desc_.inputs[i].name + "=FILE.npy)";
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  /// Binds --dim values (after the loaded inputs, which take precedence
+  /// only if they agree).
+  bool bindDims(const Options &opts, std::string &error) {
+    for (const auto &[name, value] : opts.dims) {
+      const IODesc *io = nullptr;
+      int dim = -1;
+      for (int i = 0; i < desc_.numInputs && !io; ++i)
+        for (int d = 0; d < desc_.inputs[i].rank; ++d)
+          if (desc_.inputs[i].dims[d] < 0 && dimName(desc_.inputs[i], d) &&
+              name == dimName(desc_.inputs[i], d)) {
+            io = &desc_.inputs[i];
+            dim = d;
+            break;
+          }
+      if (!io) {
+        std::string known = dynamicDimNames();
+        error = "unknown dynamic dim '" + name + "'; " +
+                (known.empty() ? "the model has no named dynamic dims"
+                               : "the model's dynamic dims are: " + known);
+        return false;
+      }
+      if (io->maxDims[dim] > 0 && value > io->maxDims[dim]) {
+        error = "--dim " + name + "=" + std::to_string(value) +
+                " exceeds the maximum " + std::to_string(io->maxDims[dim]) +
+                " this binary was compiled for";
+        return false;
+      }
+      auto it = bindings_.find(name);
+      if (it != bindings_.end() && it->second.value != value) {
+        error = "--dim " + name + "=" + std::to_string(value) +
+                " does not match " + it->second.origin + " = " +
+                std::to_string(it->second.value);
+        return false;
+      }
+      bindings_[name] = {value, "--dim " + name};
+    }
+    return true;
+  }
+
+  /// Fills the inputs not given: zeros for ids (ones for masks), and
+  /// deterministic pseudo-random values in [-1, 1) for floats.
+  bool synthesize(std::string &error) {
+    for (int i = 0; i < desc_.numInputs; ++i) {
+      if (given_[size_t(i)])
+        continue;
+      const IODesc &io = desc_.inputs[i];
+      Tensor &t = tensors_[size_t(i)];
+      t.dtype = io.dtype;
+      t.rank = io.rank;
+      for (int d = 0; d < io.rank; ++d) {
+        int64_t v = io.dims[d];
+        if (v < 0) {
+          const char *dn = dimName(io, d);
+          auto it = dn ? bindings_.find(dn) : bindings_.end();
+          v = it != bindings_.end() ? it->second.value
+              : io.maxDims[d] > 0   ? io.maxDims[d]
+                                    : 1;
+          if (dn && it == bindings_.end())
+            bindings_[dn] = {v, "the maximum of " + std::string(dn)};
+        }
+        t.shape[d] = v;
+      }
+      size_t bytes = t.bytes();
+      if (!storage_[size_t(i)].ensure(bytes)) {
+        error = "cannot allocate " + std::to_string(bytes) +
+                " bytes for input '" + io.name + "'";
+        return false;
+      }
+      t.data = storage_[size_t(i)].data();
+      fill(t, io.name, uint64_t(i));
+    }
+    return true;
+  }
+
+  const Tensor *tensors() const { return tensors_.data(); }
+
+private:
+  std::string dynamicDimNames() const {
+    std::string s;
+    std::vector<std::string> seen;
+    for (int i = 0; i < desc_.numInputs; ++i)
+      for (int d = 0; d < desc_.inputs[i].rank; ++d) {
+        const char *dn = dimName(desc_.inputs[i], d);
+        if (desc_.inputs[i].dims[d] >= 0 || !dn ||
+            std::find(seen.begin(), seen.end(), dn) != seen.end())
+          continue;
+        seen.push_back(dn);
+        s += (s.empty() ? "" : ", ") + std::string(dn);
+      }
+    return s;
+  }
+
+  bool check(int index, std::string &error) {
+    const IODesc &io = desc_.inputs[index];
+    const Tensor &t = tensors_[size_t(index)];
+    std::string prefix = std::string("input '") + io.name + "'";
+    if (t.dtype != io.dtype) {
+      error = prefix + ": expected " + dtypeName(io.dtype) + ", got " +
+              dtypeName(t.dtype);
+      return false;
+    }
+    if (t.rank != io.rank) {
+      error = prefix + ": expected rank " + std::to_string(io.rank) + " (" +
+              describeIO(io) + "), got rank " + std::to_string(t.rank) + " (" +
+              t.describe() + ")";
+      return false;
+    }
+    for (int d = 0; d < io.rank; ++d) {
+      std::string where = prefix + " dim " + std::to_string(d);
+      int64_t v = t.shape[d];
+      if (io.dims[d] >= 0) {
+        if (v != io.dims[d]) {
+          error = where + ": expected " + std::to_string(io.dims[d]) +
+                  ", got " + std::to_string(v) + " (expected " +
+                  describeIO(io) + ", got " + t.describe() + ")";
+          return false;
+        }
+        continue;
+      }
+      const char *dn = dimName(io, d);
+      if (dn)
+        where += std::string(" (") + dn + ")";
+      if (io.maxDims[d] > 0 && v > io.maxDims[d]) {
+        error = where + " = " + std::to_string(v) + " exceeds the maximum " +
+                std::to_string(io.maxDims[d]) + " this binary was compiled for";
+        return false;
+      }
+      if (!dn)
+        continue;
+      auto it = bindings_.find(dn);
+      if (it != bindings_.end() && it->second.value != v) {
+        error = where + " = " + std::to_string(v) + " does not match " +
+                it->second.origin + " = " + std::to_string(it->second.value);
+        return false;
+      }
+      if (it == bindings_.end())
+        bindings_[dn] = {v, where};
+    }
+    return true;
+  }
+
+  static void fill(Tensor &t, const std::string &name, uint64_t seed) {
+    int64_t n = t.numel();
+    std::string lower = name;
+    for (char &c : lower)
+      c = char(std::tolower(uint8_t(c)));
+    bool mask = lower.find("mask") != std::string::npos;
+    uint64_t state = 0x9e3779b97f4a7c15ULL * (seed + 1);
+    auto next = [&]() {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      // Top 24 bits -> [-1, 1).
+      return float(int32_t(state >> 40) - (1 << 23)) / float(1 << 23);
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      switch (t.dtype) {
+      case DType::f32:
+        t.as<float>()[i] = next();
+        break;
+      case DType::f64:
+        t.as<double>()[i] = next();
+        break;
+      case DType::f16:
+        t.as<uint16_t>()[i] = floatToHalf(next());
+        break;
+      default: {
+        // Integers and bools: little-endian 1 or 0 of the element's width.
+        size_t size = dtypeSize(t.dtype);
+        char *p = t.as<char>() + size_t(i) * size;
+        std::memset(p, 0, size);
+        p[0] = mask ? 1 : 0;
+        break;
+      }
+      }
+    }
+  }
+
+  const ModelDesc &desc_;
+  std::vector<Buffer> storage_;
+  std::vector<Tensor> tensors_;
+  std::vector<bool> given_;
+  std::map<std::string, DimBinding> bindings_;
+};
+
+//===----------------------------------------------------------------------===//
+// Commands
+//===----------------------------------------------------------------------===//
+
+bool loadWeights(const ModelDesc &desc, const char *argv0,
+                 std::unique_ptr<WeightPack> &pack, std::string &error) {
+  if (!desc.weightsFile || !*desc.weightsFile) {
+    if (desc.numWeights == 0)
+      return true;
+    error = "the model has weights but no weight file name";
+    return false;
+  }
+  std::string path = joinPath(executableDir(argv0), desc.weightsFile);
+  pack = WeightPack::open(path, desc.numWeights, desc.weightsChecksum,
+                          /*verifyPayload=*/true, error);
+  return pack != nullptr;
+}
+
+/// Runs the model once; returns false with the model's error.
+bool runOnce(const ModelDesc &desc, Context &ctx, const Tensor *inputs,
+             std::vector<Tensor> &outputs, std::string &error) {
+  ctx.error.clear();
+  bool ok = desc.run(ctx, inputs, outputs.data());
+  if (ok && ctx.ok())
+    return true;
+  error = ctx.error.empty() ? "the model failed without a message" : ctx.error;
+  return false;
+}
+
+int commandRun(const Options &opts, const ModelDesc &desc, const char *argv0) {
+  std::string error;
+  InputSet inputs(desc);
+  if (!inputs.load(opts, /*requireAll=*/true, error))
+    return reportError(error);
+  std::unique_ptr<WeightPack> pack;
+  if (!loadWeights(desc, argv0, pack, error))
+    return reportError(error);
+
+  std::error_code ec;
+  std::filesystem::create_directories(opts.outputDir, ec);
+  if (ec || !std::filesystem::is_directory(opts.outputDir, ec))
+    return reportError("cannot create output directory '" + opts.outputDir +
+                       "'" + (ec ? ": " + ec.message() : ""));
+
+  Context ctx(desc, pack.get(), opts.threads);
+  if (!ctx.ok())
+    return reportError(ctx.error);
+  std::vector<Tensor> outputs(size_t(std::max(desc.numOutputs, 0)));
+  if (!runOnce(desc, ctx, inputs.tensors(), outputs, error))
+    return reportError(error);
+
+  std::vector<std::string> used;
+  for (int i = 0; i < desc.numOutputs; ++i) {
+    std::string base =
+        fileSafe(desc.outputs[i].name ? desc.outputs[i].name : "");
+    if (base.empty())
+      base = "output" + std::to_string(i);
+    // Distinct outputs may sanitize to the same name.
+    std::string file = base;
+    for (int k = 1; std::find(used.begin(), used.end(), file) != used.end();
+         ++k)
+      file = base + "_" + std::to_string(k);
+    used.push_back(file);
+    std::string path = joinPath(opts.outputDir, file + ".npy");
+    if (!writeNpy(path, outputs[size_t(i)], error))
+      return reportError(error);
+    std::printf("wrote %s %s\n", path.c_str(),
+                outputs[size_t(i)].describe().c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+int commandBench(const Options &opts, const ModelDesc &desc,
+                 const char *argv0) {
+  std::string error;
+  InputSet inputs(desc);
+  if (!inputs.load(opts, /*requireAll=*/false, error) ||
+      !inputs.bindDims(opts, error) || !inputs.synthesize(error))
+    return reportError(error);
+  std::unique_ptr<WeightPack> pack;
+  if (!loadWeights(desc, argv0, pack, error))
+    return reportError(error);
+  Context ctx(desc, pack.get(), opts.threads);
+  if (!ctx.ok())
+    return reportError(ctx.error);
+  std::vector<Tensor> outputs(size_t(std::max(desc.numOutputs, 0)));
+
+  for (int64_t i = 0; i < opts.warmup; ++i)
+    if (!runOnce(desc, ctx, inputs.tensors(), outputs, error))
+      return reportError(error);
+  std::vector<double> ms;
+  ms.reserve(size_t(opts.runs));
+  for (int64_t i = 0; i < opts.runs; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    bool ok = runOnce(desc, ctx, inputs.tensors(), outputs, error);
+    auto end = std::chrono::steady_clock::now();
+    if (!ok)
+      return reportError(error);
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(end - start).count());
+  }
+  double mean = 0;
+  for (double v : ms)
+    mean += v;
+  mean /= double(ms.size());
+  std::sort(ms.begin(), ms.end());
+  size_t n = ms.size();
+  double median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+  size_t p90Index = size_t(std::ceil(0.9 * double(n))) - 1;
+  double p90 = ms[std::min(p90Index, n - 1)];
+
+  const Tensor *ts = inputs.tensors();
+  if (opts.json) {
+    std::string s = "{\"model\": " + jsonString(desc.name) +
+                    ", \"threads\": " + std::to_string(ctx.pool.size()) +
+                    ", \"runs\": " + std::to_string(opts.runs) +
+                    ", \"warmup\": " + std::to_string(opts.warmup) +
+                    ", \"latency_ms\": {";
+    char buf[160];
+    std::snprintf(buf, sizeof(buf),
+                  "\"min\": %.4f, \"median\": %.4f, \"p90\": %.4f, "
+                  "\"mean\": %.4f",
+                  ms.front(), median, p90, mean);
+    s += buf;
+    s += "}, \"inputs\": {";
+    for (int i = 0; i < desc.numInputs; ++i) {
+      s += (i ? ", " : "") + jsonString(desc.inputs[i].name) + ": [";
+      for (int d = 0; d < ts[i].rank; ++d)
+        s += (d ? ", " : "") + std::to_string(ts[i].shape[d]);
+      s += "]";
+    }
+    s += "}}";
+    std::printf("%s\n", s.c_str());
+  } else {
+    std::printf("model    %s\n", desc.name);
+    std::printf("threads  %d\n", ctx.pool.size());
+    for (int i = 0; i < desc.numInputs; ++i)
+      std::printf("input    %s %s\n", desc.inputs[i].name,
+                  ts[i].describe().c_str());
+    std::printf("runs     %" PRId64 " (after %" PRId64 " warmup)\n", opts.runs,
+                opts.warmup);
+    std::printf("latency  min %.3f ms  median %.3f ms  p90 %.3f ms  "
+                "mean %.3f ms\n",
+                ms.front(), median, p90, mean);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+int commandInfo(const ModelDesc &desc) {
+  std::printf("model: %s\n", desc.name);
+  auto printIOs = [](const char *title, int count, const IODesc *ios) {
+    std::printf("%s:\n", title);
+    for (int i = 0; i < count; ++i)
+      std::printf("  %s %s\n", ios[i].name, describeIO(ios[i]).c_str());
+  };
+  printIOs("inputs", desc.numInputs, desc.inputs);
+  printIOs("outputs", desc.numOutputs, desc.outputs);
+
+  std::vector<std::string> seen;
+  std::string dims;
+  for (int i = 0; i < desc.numInputs; ++i) {
+    const IODesc &io = desc.inputs[i];
+    for (int d = 0; d < io.rank; ++d) {
+      if (io.dims[d] >= 0)
+        continue;
+      std::string name =
+          dimName(io, d) ? dimName(io, d)
+                         : std::string(io.name) + "[" + std::to_string(d) + "]";
+      if (std::find(seen.begin(), seen.end(), name) != seen.end())
+        continue;
+      seen.push_back(name);
+      dims += "  " + name + " <= " +
+              (io.maxDims[d] > 0 ? std::to_string(io.maxDims[d])
+                                 : std::string("(unbounded)")) +
+              "\n";
+    }
+  }
+  if (!dims.empty())
+    std::printf("dynamic dims:\n%s", dims.c_str());
+  std::printf("weights: %s (%u segments, checksum 0x%016" PRIx64 ")\n",
+              desc.weightsFile && *desc.weightsFile ? desc.weightsFile
+                                                    : "(none)",
+              desc.numWeights, desc.weightsChecksum);
+  int64_t staticBytes = 0;
+  int dynamicSlots = 0;
+  for (int i = 0; i < desc.numSlots && desc.slotBytes; ++i) {
+    if (desc.slotBytes[i] >= 0)
+      staticBytes += desc.slotBytes[i];
+    else
+      ++dynamicSlots;
+  }
+  std::printf("slots: %d (%" PRId64 " bytes preallocated, %d sized at run "
+              "time)\n",
+              desc.numSlots, staticBytes, dynamicSlots);
+  std::fflush(stdout);
+  return 0;
+}
+
+int modelMainImpl(int argc, char **argv, const ModelDesc &desc) {
+  const char *prog = argc > 0 && argv[0] ? argv[0] : desc.name;
+  if (argc < 2 || !argv[1]) {
+    printUsage(stderr, prog, desc);
+    return 1;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    printUsage(stdout, prog, desc);
+    return 0;
+  }
+  if (cmd != "run" && cmd != "bench" && cmd != "info") {
+    std::fprintf(stderr,
+                 "error: unknown command '%s' (expected run, bench or info; "
+                 "see --help)\n",
+                 cmd.c_str());
+    return 1;
+  }
+  Options opts;
+  std::string error;
+  if (!parseOptions(argc, argv, opts, error))
+    return reportError(error + " (see --help)");
+  if (opts.help) {
+    printUsage(stdout, prog, desc);
+    return 0;
+  }
+  if (cmd == "info")
+    return commandInfo(desc);
+  if (cmd == "run")
+    return commandRun(opts, desc, argc > 0 ? argv[0] : nullptr);
+  return commandBench(opts, desc, argc > 0 ? argv[0] : nullptr);
+}
+
+} // namespace
+
+int modelMain(int argc, char **argv, const ModelDesc &desc) {
+  // The runtime reports errors by value; this only catches what the standard
+  // library may throw (bad_alloc, filesystem errors), so that the binary
+  // never ends with an uncaught exception.
+  try {
+    return modelMainImpl(argc, argv, desc);
+  } catch (const std::exception &e) {
+    return reportError(std::string("internal error: ") + e.what());
+  }
+}
+
+} // namespace sparsec::rt
