@@ -36,6 +36,21 @@ fmt = lambda b: repr(chr(b)) if 32 <= b < 127 else f"0x{b:02x}"
 print("next byte: " + ", ".join(f"{fmt(b)} ({p[b]:.2f})" for b in top))
 PYEOF
 
+echo "== greedy continuation (32 bytes, one full forward pass per byte)"
+"$PY" - "$OUT" "$PROMPT" <<'PYEOF'
+import subprocess, sys, numpy as np
+out, text = sys.argv[1], sys.argv[2].encode()
+for _ in range(32):
+    ids = np.frombuffer(text, np.uint8).astype(np.int64)[None, :]
+    np.save(f"{out}/g_ids.npy", ids)
+    np.save(f"{out}/g_mask.npy", np.ones_like(ids))
+    subprocess.run([f"{out}/model", "run", "--input", f"input_ids={out}/g_ids.npy",
+                    "--input", f"attention_mask={out}/g_mask.npy", "--output-dir",
+                    f"{out}/g"], check=True, stdout=subprocess.DEVNULL)
+    text += bytes([int(np.load(f"{out}/g/logits.npy")[0, -1].argmax())])
+print(text.decode("utf-8", "replace"))
+PYEOF
+
 echo "== latency (one forward pass over the prompt)"
 "$OUT/model" bench --input input_ids="$OUT/input_ids.npy" \
   --input attention_mask="$OUT/attention_mask.npy" --runs 20

@@ -55,7 +55,7 @@ config.substitutions.append(
                      "onnx_node_tests.py"),
         os.path.join(config.sparsec_tools_dir, "sparsec"))))
 
-config.substitutions.append(("%python_exe", config.python_executable))
+config.substitutions.append(("%pyexe", config.python_executable))
 config.substitutions.append(
     ("%e2e", "%s %s --sparsec %s" % (
         config.python_executable,

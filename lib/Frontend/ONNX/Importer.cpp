@@ -11,11 +11,13 @@
 
 #include "sparsec/Frontend/ONNX/Importer.h"
 #include "ImportContext.h"
+#include "sparsec/Weights/WeightStore.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <onnx/defs/schema.h>
@@ -584,7 +586,25 @@ OwningOpRef<ModuleOp> sparsec::importONNXBuffer(MLIRContext &context,
     return nullptr;
   }
   Importer importer(context, options);
-  return importer.run(model, sourceName);
+  OwningOpRef<ModuleOp> module = importer.run(model, sourceName);
+  if (module) {
+    // Identifies the model for profiles recorded from it. Large files are
+    // hashed by size and their first and last 64 MiB.
+    constexpr size_t kPart = size_t(64) << 20;
+    uint64_t hash;
+    if (bytes.size() <= 2 * kPart) {
+      hash = fnv1a64(bytes.data(), bytes.size());
+    } else {
+      uint64_t parts[3] = {fnv1a64(bytes.data(), kPart),
+                           fnv1a64(bytes.data() + bytes.size() - kPart, kPart),
+                           bytes.size()};
+      hash = fnv1a64(parts, sizeof(parts));
+    }
+    (*module)->setAttr("sparsec.model_hash",
+                       StringAttr::get(&context,
+                                       llvm::formatv("{0:x16}", hash).str()));
+  }
+  return module;
 }
 
 OwningOpRef<ModuleOp> sparsec::importONNXFile(MLIRContext &context,

@@ -173,8 +173,8 @@ LogicalResult Emitter::emitConstant(ConstantOp op) {
   auto cty = cTypeOf(type.getElementType());
   auto dty = dtypeOf(type.getElementType());
   if (!attr || !cty || !dty)
-    return op.emitError("the x86 backend cannot emit a constant of type ")
-           << type;
+    return op.emitError("a constant of type ")
+           << type << " is not supported by the x86 backend";
   std::string data = "c" + std::to_string(counter++);
   consts << "alignas(64) const " << *cty << " " << data << "[] = {";
   int64_t n = 0;
@@ -247,7 +247,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
         auto type = cast<RankedTensorType>(w.getType());
         auto dty = dtypeOf(type.getElementType());
         if (!dty)
-          return w.emitError("unsupported weight element type");
+          return w.emitError("weight element type ")
+                 << type.getElementType()
+                 << " is not supported by the x86 backend";
         std::string arr = intArray(type.getShape());
         body << "  const Tensor " << define(w.getResult()) << " = ctx.weight("
              << it->second << ", " << *dty << ", " << type.getRank() << ", "
@@ -292,7 +294,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
       .Case([&](CastOp c) -> LogicalResult {
         auto dty = dtypeOf(c.getType().getElementType());
         if (!dty)
-          return c.emitError("unsupported cast target type");
+          return c.emitError("cast to ")
+                 << c.getType().getElementType()
+                 << " is not supported by the x86 backend";
         return emitCall(op, "cast(ctx, " + name(c.getInput()) + ", " +
                                 dty->str());
       })
@@ -597,7 +601,9 @@ LogicalResult Emitter::emit() {
 
   for (auto [i, arg] : llvm::enumerate(func.getArguments())) {
     if (!dtypeOf(cast<RankedTensorType>(arg.getType()).getElementType()))
-      return func.emitError("unsupported input element type");
+      return func.emitError("input element type ")
+             << cast<RankedTensorType>(arg.getType()).getElementType()
+             << " is not supported by the x86 backend";
     names[arg] = "in[" + std::to_string(i) + "]";
   }
   for (Operation &op : func.getBody().front()) {

@@ -517,6 +517,24 @@ def Sparsec_PredictOp : Sparsec_Op<"predict", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Sparsec_ProfileCountOp : Sparsec_Op<"profile_count",
+    [MemoryEffects<[MemWrite]>]> {
+  let summary = "count, per neuron, the tokens for which an activation is non-zero";
+  let description = [{
+    Inserted by `sparsec-instrument-sparsity` after every ReLU-family
+    activation that feeds a linear op. The runtime accumulates, for profile
+    site `site` (index `index`), the number of tokens seen and per neuron
+    (last dimension) how often it was non-zero; `sparsec profile` writes
+    them to a .sprof file.
+    ```mlir
+    sparsec.profile_count %r {site = "/layers.0/Relu", index = 0 : i64} : tensor<?x?x1024xf32>
+    ```
+  }];
+  let arguments = (ins Sparsec_FloatTensor:$input, StrAttr:$site,
+                       I64Attr:$index);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
 def Sparsec_SparseLinearOp : Sparsec_Op<"sparse_linear",
     [Pure, AttrSizedOperandSegments]> {
   let summary = "linear restricted to an active set of neurons";

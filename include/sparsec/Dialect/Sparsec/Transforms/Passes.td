@@ -175,6 +175,64 @@ def FuseAttentionPass : Pass<"sparsec-fuse-attention", "mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Sparsify phase
+//===----------------------------------------------------------------------===//
+
+def InstrumentSparsityPass : Pass<"sparsec-instrument-sparsity",
+                                  "mlir::ModuleOp"> {
+  let summary = "Count active neurons at every ReLU-family site feeding a linear";
+  let description = [{
+    The profiling build of a model: after each relu/gelu/silu whose result
+    is the input of a linear op, inserts a `sparsec.profile_count` naming the
+    site after the activation's ONNX node. Sites are numbered in program
+    order; the module gets `sparsec.profile_sites` (their names). Before:
+    ```mlir
+    %r = sparsec.relu %h : tensor<?x1024xf32>
+    %y = sparsec.linear %r, %w : ...
+    ```
+    After:
+    ```mlir
+    %r = sparsec.relu %h : tensor<?x1024xf32>
+    sparsec.profile_count %r {index = 0 : i64, site = "/layers.0/Relu"} : tensor<?x1024xf32>
+    %y = sparsec.linear %r, %w : ...
+    ```
+  }];
+  let statistics = [
+    Statistic<"numSites", "num-sites", "Number of profiled sites">,
+  ];
+}
+
+def AnnotateSparsityPass : Pass<"sparsec-annotate-sparsity", "mlir::ModuleOp"> {
+  let summary = "Attach measured activation sparsity from a .sprof profile";
+  let description = [{
+    For every profiled site (a ReLU-family activation feeding a linear,
+    named by its ONNX node), attaches
+    `#sparsec.act_sparsity<zero_fraction, granularity = neuron,
+    source = profile, tokens, top20_share>` as the op's `sparsity`
+    attribute. `zero_fraction` is the share of (token, neuron) pairs that
+    were zero; `top20_share` the share of all activations carried by the
+    20 % most frequently active neurons. The profile must come from the same
+    model (its model hash is checked) and cover every site with the same
+    neuron count. Before:
+    ```mlir
+    %r = sparsec.relu %h : tensor<?x1024xf32> loc("/layers.0/Relu")
+    ```
+    After:
+    ```mlir
+    %r = sparsec.relu %h {sparsity = #sparsec.act_sparsity<zero_fraction = 0.83,
+         granularity = neuron, source = profile, tokens = 4096, top20_share = 0.31>}
+    ```
+  }];
+  let options = [
+    Option<"profile", "profile", "std::string", "\"\"",
+           "Path of the .sprof file">,
+  ];
+  let statistics = [
+    Statistic<"numAnnotated", "num-annotated", "Number of sites annotated">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
 // Schedule phase
 //===----------------------------------------------------------------------===//
 

@@ -1,0 +1,39 @@
+//===- SparsitySites.h - where activation sparsity is measured --*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_LIB_DIALECT_SPARSEC_TRANSFORMS_SPARSITYSITES_H
+#define SPARSEC_LIB_DIALECT_SPARSEC_TRANSFORMS_SPARSITYSITES_H
+
+#include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
+
+#include <string>
+
+namespace sparsec {
+
+/// A ReLU-family activation whose result is the input of a linear op: the
+/// unit the profile measures and the sparsify passes exploit.
+inline bool isSparsitySite(mlir::Operation *op) {
+  if (!mlir::isa<ReluOp, GeluOp, SiluOp>(op))
+    return false;
+  for (mlir::OpOperand &use : op->getResult(0).getUses())
+    if ((mlir::isa<LinearOp>(use.getOwner()) ||
+         mlir::isa<SparseLinearOp>(use.getOwner())) &&
+        use.getOperandNumber() == 0)
+      return true;
+  return false;
+}
+
+/// The site's name: the ONNX node name of the activation, else a
+/// positional name.
+inline std::string siteName(mlir::Operation *op, int64_t index) {
+  if (auto loc = mlir::dyn_cast<mlir::NameLoc>(op->getLoc()))
+    return loc.getName().str();
+  return "site" + std::to_string(index);
+}
+
+} // namespace sparsec
+
+#endif // SPARSEC_LIB_DIALECT_SPARSEC_TRANSFORMS_SPARSITYSITES_H

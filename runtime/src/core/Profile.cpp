@@ -1,0 +1,281 @@
+//===- Profile.cpp - the .sprof activation profile format ----------------===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/rt/Profile.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace sparsec::rt {
+
+namespace {
+constexpr char kMagic[8] = {'S', 'P', 'A', 'R', 'S', 'E', 'C', 'P'};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kMaxMetadata = 64u << 20;
+
+std::string escape(const std::string &s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+/// A small JSON reader for the metadata: objects, arrays, strings and
+/// non-negative integers. Enough for what the writer produces, and strict:
+/// anything else is an error.
+class JsonReader {
+public:
+  explicit JsonReader(const std::string &text) : s(text) {}
+
+  bool parseProfile(Profile &p, std::string &err) {
+    bool ok = object([&](const std::string &key) -> bool {
+      if (key == "model_hash") {
+        std::string hex;
+        if (!string(hex))
+          return false;
+        char *end = nullptr;
+        errno = 0;
+        p.modelHash = std::strtoull(hex.c_str(), &end, 16);
+        return !hex.empty() && end && *end == '\0' && errno == 0;
+      }
+      if (key == "model")
+        return string(p.model);
+      if (key == "sites")
+        return array([&] {
+          ProfileSite site;
+          bool r = object([&](const std::string &k) -> bool {
+            if (k == "name")
+              return string(site.name);
+            if (k == "neurons")
+              return integer(site.neurons);
+            if (k == "tokens")
+              return integer(site.tokens);
+            return skipValue();
+          });
+          p.sites.push_back(std::move(site));
+          return r;
+        });
+      return skipValue();
+    });
+    ws();
+    if (!ok || pos != s.size()) {
+      err = "malformed metadata at offset " + std::to_string(pos);
+      return false;
+    }
+    return true;
+  }
+
+private:
+  void ws() {
+    while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos])))
+      ++pos;
+  }
+  bool eat(char c) {
+    ws();
+    if (pos < s.size() && s[pos] == c) {
+      ++pos;
+      return true;
+    }
+    return false;
+  }
+  bool string(std::string &out) {
+    if (!eat('"'))
+      return false;
+    out.clear();
+    while (pos < s.size() && s[pos] != '"') {
+      char c = s[pos++];
+      if (c == '\\') {
+        if (pos >= s.size())
+          return false;
+        char e = s[pos++];
+        if (e == 'u') {
+          if (pos + 4 > s.size())
+            return false;
+          out += static_cast<char>(std::strtol(s.substr(pos, 4).c_str(), nullptr, 16));
+          pos += 4;
+        } else {
+          out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+        }
+      } else {
+        out += c;
+      }
+    }
+    return eat('"');
+  }
+  bool integer(int64_t &out) {
+    ws();
+    size_t start = pos;
+    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos])))
+      ++pos;
+    if (pos == start || pos - start > 18)
+      return false;
+    out = std::stoll(s.substr(start, pos - start));
+    return true;
+  }
+  template <typename F> bool object(F &&member) {
+    if (!eat('{'))
+      return false;
+    if (eat('}'))
+      return true;
+    do {
+      std::string key;
+      if (!string(key) || !eat(':') || !member(key))
+        return false;
+    } while (eat(','));
+    return eat('}');
+  }
+  template <typename F> bool array(F &&element) {
+    if (!eat('['))
+      return false;
+    if (eat(']'))
+      return true;
+    do {
+      if (!element())
+        return false;
+    } while (eat(','));
+    return eat(']');
+  }
+  bool skipValue() {
+    if (++depth > 64)
+      return false;
+    ws();
+    bool ok;
+    if (pos < s.size() && s[pos] == '"') {
+      std::string ignored;
+      ok = string(ignored);
+    } else if (pos < s.size() && s[pos] == '{') {
+      ok = object([&](const std::string &) { return skipValue(); });
+    } else if (pos < s.size() && s[pos] == '[') {
+      ok = array([&] { return skipValue(); });
+    } else {
+      size_t start = pos;
+      while (pos < s.size() && (std::isalnum(static_cast<unsigned char>(s[pos])) ||
+                                s[pos] == '-' || s[pos] == '.' || s[pos] == '+'))
+        ++pos;
+      ok = pos > start;
+    }
+    --depth;
+    return ok;
+  }
+
+  const std::string &s;
+  size_t pos = 0;
+  int depth = 0;
+};
+} // namespace
+
+const ProfileSite *Profile::find(const std::string &name) const {
+  for (const ProfileSite &site : sites)
+    if (site.name == name)
+      return &site;
+  return nullptr;
+}
+
+bool writeProfile(const std::string &path, const Profile &profile,
+                  std::string &error) {
+  std::ostringstream meta;
+  char hash[32];
+  std::snprintf(hash, sizeof(hash), "%016" PRIx64, profile.modelHash);
+  meta << "{\"model_hash\": \"" << hash << "\", \"model\": \""
+       << escape(profile.model) << "\", \"sites\": [";
+  for (size_t i = 0; i < profile.sites.size(); ++i) {
+    const ProfileSite &s = profile.sites[i];
+    if (static_cast<int64_t>(s.counts.size()) != s.neurons) {
+      error = "profile site '" + s.name + "' has " +
+              std::to_string(s.counts.size()) + " counters for " +
+              std::to_string(s.neurons) + " neurons";
+      return false;
+    }
+    meta << (i ? ", " : "") << "{\"name\": \"" << escape(s.name)
+         << "\", \"neurons\": " << s.neurons << ", \"tokens\": " << s.tokens
+         << "}";
+  }
+  meta << "]}";
+  std::string m = meta.str();
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) {
+    error = "cannot write '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  uint32_t version = kVersion, bytes = static_cast<uint32_t>(m.size());
+  f.write(kMagic, 8);
+  f.write(reinterpret_cast<const char *>(&version), 4);
+  f.write(reinterpret_cast<const char *>(&bytes), 4);
+  f.write(m.data(), m.size());
+  static const char zeros[8] = {};
+  f.write(zeros, (8 - (16 + m.size()) % 8) % 8);
+  for (const ProfileSite &s : profile.sites)
+    f.write(reinterpret_cast<const char *>(s.counts.data()),
+            s.counts.size() * sizeof(uint64_t));
+  if (!f) {
+    error = "cannot write '" + path + "'";
+    return false;
+  }
+  return true;
+}
+
+bool readProfile(const std::string &path, Profile &out, std::string &error) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    error = "cannot open profile '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  std::string data((std::istreambuf_iterator<char>(f)),
+                   std::istreambuf_iterator<char>());
+  auto bad = [&](const std::string &what) {
+    error = "'" + path + "' is not a valid sparsec profile: " + what;
+    return false;
+  };
+  if (data.size() < 16 || std::memcmp(data.data(), kMagic, 8) != 0)
+    return bad("bad magic");
+  uint32_t version, bytes;
+  std::memcpy(&version, data.data() + 8, 4);
+  std::memcpy(&bytes, data.data() + 12, 4);
+  if (version != kVersion)
+    return bad("unsupported version " + std::to_string(version));
+  if (bytes > kMaxMetadata || 16 + static_cast<size_t>(bytes) > data.size())
+    return bad("truncated metadata");
+  std::string meta = data.substr(16, bytes);
+  Profile p;
+  std::string err;
+  if (!JsonReader(meta).parseProfile(p, err))
+    return bad(err);
+  size_t offset = 16 + bytes;
+  offset += (8 - offset % 8) % 8;
+  for (ProfileSite &s : p.sites) {
+    if (s.name.empty() || s.neurons <= 0 || s.neurons > (int64_t(1) << 32))
+      return bad("site '" + s.name + "' has an invalid neuron count");
+    size_t need = static_cast<size_t>(s.neurons) * sizeof(uint64_t);
+    if (offset > data.size() || data.size() - offset < need)
+      return bad("truncated counts for site '" + s.name + "'");
+    s.counts.resize(s.neurons);
+    std::memcpy(s.counts.data(), data.data() + offset, need);
+    offset += need;
+    for (uint64_t c : s.counts)
+      if (c > static_cast<uint64_t>(s.tokens))
+        return bad("site '" + s.name + "' counts a neuron active more often "
+                   "than the tokens seen");
+  }
+  out = std::move(p);
+  return true;
+}
+
+} // namespace sparsec::rt

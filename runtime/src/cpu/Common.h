@@ -1,0 +1,510 @@
+//===- Common.h - shared helpers of the CPU op library ----------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+// Internal to runtime/src/cpu: dtype dispatch, f16 conversion, shape and
+// broadcasting helpers, scalar activation functions and the f32 GEMM /
+// vector kernels that Linear.cpp implements for the other op files.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_RT_CPU_COMMON_H
+#define SPARSEC_RT_CPU_COMMON_H
+
+#include "sparsec/rt/Ops.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace sparsec::rt::ops::detail {
+
+//===----------------------------------------------------------------------===//
+// Element types
+//===----------------------------------------------------------------------===//
+
+/// Storage type of f16 elements (IEEE binary16 bits).
+struct Half {
+  uint16_t bits;
+};
+
+inline float halfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13); // inf / NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else { // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      man <<= 1;
+    } while (!(man & 0x400u));
+    bits = sign | uint32_t(112 - e) << 23 | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+/// Round to nearest even; overflow gives infinity, NaN stays NaN.
+inline uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint16_t sign = uint16_t((x >> 16) & 0x8000u);
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) // inf or NaN (keep NaN quiet)
+    return uint16_t(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
+  if (absx >= 0x477ff000u) // rounds to >= 65520: overflow
+    return uint16_t(sign | 0x7c00u);
+  if (absx < 0x38800000u) { // below the smallest normal half (2^-14)
+    if (absx < 0x33000000u) // below half the smallest subnormal (2^-25)
+      return sign;
+    uint32_t e = absx >> 23;
+    uint32_t man = (absx & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - e; // 14..24 bits dropped below the half ulp
+    uint32_t half = man >> shift;
+    uint32_t rest = man & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rest > mid || (rest == mid && (half & 1u)))
+      ++half;
+    return uint16_t(sign | half);
+  }
+  uint32_t r = absx - 0x38000000u; // rebias 127 -> 15 (in place)
+  uint32_t half = r >> 13;
+  uint32_t rest = r & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u)))
+    ++half;
+  return uint16_t(sign | half);
+}
+
+/// The storage type of b1 (one byte, 0 or 1).
+using Bool8 = uint8_t;
+
+template <typename T> struct TypeTag { using type = T; };
+
+/// Calls f(TypeTag<T>{}) with the storage type of `t`. b1 maps to Bool8
+/// (so does u8: callers that care about the difference check the dtype).
+template <typename F> decltype(auto) dispatchType(DType t, F &&f) {
+  switch (t) {
+  case DType::f32:
+    return f(TypeTag<float>{});
+  case DType::f64:
+    return f(TypeTag<double>{});
+  case DType::f16:
+    return f(TypeTag<Half>{});
+  case DType::i64:
+    return f(TypeTag<int64_t>{});
+  case DType::i32:
+    return f(TypeTag<int32_t>{});
+  case DType::i16:
+    return f(TypeTag<int16_t>{});
+  case DType::i8:
+    return f(TypeTag<int8_t>{});
+  case DType::u8:
+    return f(TypeTag<uint8_t>{});
+  case DType::u16:
+    return f(TypeTag<uint16_t>{});
+  case DType::u32:
+    return f(TypeTag<uint32_t>{});
+  case DType::u64:
+    return f(TypeTag<uint64_t>{});
+  case DType::b1:
+    return f(TypeTag<Bool8>{});
+  }
+  return f(TypeTag<float>{});
+}
+
+/// Calls f(TypeTag<U>{}) with an unsigned integer type of `bytes` bytes, for
+/// ops that only move elements.
+template <typename F> decltype(auto) dispatchSize(size_t bytes, F &&f) {
+  switch (bytes) {
+  case 1:
+    return f(TypeTag<uint8_t>{});
+  case 2:
+    return f(TypeTag<uint16_t>{});
+  case 8:
+    return f(TypeTag<uint64_t>{});
+  default:
+    return f(TypeTag<uint32_t>{});
+  }
+}
+
+inline bool isFloat(DType t) {
+  return t == DType::f32 || t == DType::f64 || t == DType::f16;
+}
+inline bool isSignedInt(DType t) {
+  return t == DType::i64 || t == DType::i32 || t == DType::i16 ||
+         t == DType::i8;
+}
+inline bool isUnsignedInt(DType t) {
+  return t == DType::u8 || t == DType::u16 || t == DType::u32 ||
+         t == DType::u64;
+}
+inline bool isInt(DType t) { return isSignedInt(t) || isUnsignedInt(t); }
+
+/// Loads/stores through the type arithmetic happens in: f16 computes in
+/// f32, everything else in its own type.
+template <typename T> struct Arith {
+  using type = T;
+  static T load(T v) { return v; }
+  static T store(T v) { return v; }
+};
+template <> struct Arith<Half> {
+  using type = float;
+  static float load(Half h) { return halfToFloat(h.bits); }
+  static Half store(float f) { return Half{floatToHalf(f)}; }
+};
+
+//===----------------------------------------------------------------------===//
+// Shapes
+//===----------------------------------------------------------------------===//
+
+/// "[2, 3]"
+inline std::string shapeString(int rank, const int64_t *shape) {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) {
+    if (i)
+      s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+/// True if the rank is in [0, kMaxRank], every dim is >= 0 and the element
+/// count times 16 fits in int64.
+inline bool validShape(int rank, const int64_t *shape) {
+  if (rank < 0 || rank > kMaxRank)
+    return false;
+  const int64_t limit = std::numeric_limits<int64_t>::max() / 16;
+  int64_t n = 1;
+  bool zero = false;
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] < 0)
+      return false;
+    if (shape[i] == 0)
+      zero = true;
+    else if (!zero && n > limit / shape[i])
+      return false;
+    else if (!zero)
+      n *= shape[i];
+  }
+  return true;
+}
+
+/// Product of dims [begin, end).
+inline int64_t product(const int64_t *shape, int begin, int end) {
+  int64_t n = 1;
+  for (int i = begin; i < end; ++i)
+    n *= shape[i];
+  return n;
+}
+
+/// Checks a tensor view before an op reads it: rank within [0, kMaxRank],
+/// valid dims and non-null data when it has elements. `what` names it in the
+/// message ("<op>: <what> ...").
+inline bool checkTensor(Context &ctx, const char *op, const char *what,
+                        const Tensor &t) {
+  if (t.rank < 0 || t.rank > kMaxRank)
+    return ctx.fail(std::string(op) + ": " + what + " has invalid rank " +
+                    std::to_string(t.rank));
+  if (!validShape(t.rank, t.shape))
+    return ctx.fail(std::string(op) + ": " + what + " has invalid shape " +
+                    shapeString(t.rank, t.shape));
+  if (!t.data && t.numel() != 0)
+    return ctx.fail(std::string(op) + ": " + what + " has no data");
+  return true;
+}
+
+/// Normalises `axis` into [0, rank) (or [0, rank] when `inclusive`);
+/// fails with "<op>: axis A is out of range for rank R".
+inline bool normalizeAxis(Context &ctx, const char *op, int64_t axis, int rank,
+                          int64_t &out, bool inclusive = false) {
+  int64_t limit = rank + (inclusive ? 1 : 0);
+  int64_t a = axis < 0 ? axis + limit : axis;
+  if (a < 0 || a >= limit)
+    return ctx.fail(std::string(op) + ": axis " + std::to_string(axis) +
+                    " is out of range for rank " + std::to_string(rank));
+  out = a;
+  return true;
+}
+
+/// numpy broadcasting of two shapes; false if incompatible.
+inline bool broadcastShapes(int ra, const int64_t *sa, int rb,
+                            const int64_t *sb, int &rank, int64_t *shape) {
+  rank = ra > rb ? ra : rb;
+  for (int i = 0; i < rank; ++i) {
+    int ia = i - (rank - ra), ib = i - (rank - rb);
+    int64_t da = ia >= 0 ? sa[ia] : 1, db = ib >= 0 ? sb[ib] : 1;
+    if (da == db || db == 1)
+      shape[i] = da;
+    else if (da == 1)
+      shape[i] = db;
+    else
+      return false;
+  }
+  return true;
+}
+
+/// Reads an integer tensor (int64 or int32, rank 0 or 1) into `values`.
+inline bool readIndexTensor(Context &ctx, const char *op, const char *what,
+                            const Tensor &t, std::vector<int64_t> &values) {
+  if (t.dtype != DType::i64 && t.dtype != DType::i32)
+    return ctx.fail(std::string(op) + ": " + what +
+                    " must be int64 or int32, got " + t.describe());
+  if (t.rank > 1)
+    return ctx.fail(std::string(op) + ": " + what + " must be 1-D, got " +
+                    t.describe());
+  if (!checkTensor(ctx, op, what, t))
+    return false;
+  int64_t n = t.numel();
+  values.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i)
+    values[size_t(i)] =
+        t.dtype == DType::i64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
+  return true;
+}
+
+/// Row-major element strides.
+inline void contiguousStrides(int rank, const int64_t *shape,
+                              int64_t *strides) {
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+}
+
+/// Iteration plan for a contiguous output of `rank`/`shape` whose operands
+/// are broadcast views: per operand, element strides (0 on broadcast dims).
+/// Size-1 dims are dropped and mergeable dims collapsed, so a "row"
+/// broadcast ([M, N] with [N]) becomes a 2-D plan with unit inner strides
+/// and a scalar operand a stride of 0.
+struct BroadcastPlan {
+  static constexpr int kMaxOperands = 3;
+  int rank = 1;
+  int nin = 0;
+  int64_t shape[kMaxRank] = {1};
+  int64_t strides[kMaxOperands][kMaxRank] = {};
+  int64_t total = 1;
+};
+
+/// `inputs` must each broadcast to `shape` (checked by the caller).
+inline BroadcastPlan makeBroadcastPlan(int rank, const int64_t *shape, int nin,
+                                       const Tensor *const *inputs) {
+  BroadcastPlan p;
+  p.nin = nin;
+  // Per operand strides aligned to the output dims (0 where broadcast).
+  int64_t full[BroadcastPlan::kMaxOperands][kMaxRank];
+  for (int i = 0; i < nin; ++i) {
+    const Tensor &t = *inputs[i];
+    int64_t own[kMaxRank];
+    contiguousStrides(t.rank, t.shape, own);
+    for (int d = 0; d < rank; ++d) {
+      int td = d - (rank - t.rank);
+      full[i][d] = (td < 0 || t.shape[td] == 1) ? 0 : own[td];
+    }
+  }
+  // Drop size-1 dims, then merge dims that are contiguous for all operands.
+  int r = 0;
+  p.total = 1;
+  for (int d = 0; d < rank; ++d) {
+    p.total *= shape[d];
+    if (shape[d] == 1)
+      continue;
+    bool merge = r > 0;
+    for (int i = 0; i < nin && merge; ++i)
+      merge = p.strides[i][r - 1] == full[i][d] * shape[d];
+    if (merge) {
+      p.shape[r - 1] *= shape[d];
+      for (int i = 0; i < nin; ++i)
+        p.strides[i][r - 1] = full[i][d];
+      continue;
+    }
+    p.shape[r] = shape[d];
+    for (int i = 0; i < nin; ++i)
+      p.strides[i][r] = full[i][d];
+    ++r;
+  }
+  if (r == 0) {
+    r = 1;
+    p.shape[0] = 1;
+    for (int i = 0; i < nin; ++i)
+      p.strides[i][0] = 0;
+  }
+  p.rank = r;
+  return p;
+}
+
+/// Calls fn(outOffset, const int64_t *inOffsets, len, const int64_t
+/// *innerStrides) for runs of output elements [begin, end) that are
+/// contiguous in the output; operand i advances by innerStrides[i].
+template <typename F>
+void forEachSpan(const BroadcastPlan &p, int64_t begin, int64_t end, F &&fn) {
+  if (begin >= end)
+    return;
+  const int r = p.rank;
+  int64_t idx[kMaxRank];
+  int64_t off[BroadcastPlan::kMaxOperands] = {0, 0, 0};
+  int64_t inner[BroadcastPlan::kMaxOperands] = {0, 0, 0};
+  int64_t rem = begin;
+  for (int d = r - 1; d >= 0; --d) {
+    idx[d] = rem % p.shape[d];
+    rem /= p.shape[d];
+  }
+  for (int i = 0; i < p.nin; ++i) {
+    inner[i] = p.strides[i][r - 1];
+    for (int d = 0; d < r; ++d)
+      off[i] += idx[d] * p.strides[i][d];
+  }
+  const int64_t n = p.shape[r - 1];
+  int64_t pos = begin;
+  while (pos < end) {
+    int64_t len = n - idx[r - 1];
+    if (len > end - pos)
+      len = end - pos;
+    fn(pos, static_cast<const int64_t *>(off), len,
+       static_cast<const int64_t *>(inner));
+    pos += len;
+    idx[r - 1] += len;
+    if (idx[r - 1] < n) {
+      for (int i = 0; i < p.nin; ++i)
+        off[i] += len * inner[i];
+      continue;
+    }
+    // Carry into the outer dims.
+    for (int i = 0; i < p.nin; ++i)
+      off[i] += (len - n) * inner[i];
+    idx[r - 1] = 0;
+    for (int d = r - 2; d >= 0; --d) {
+      for (int i = 0; i < p.nin; ++i)
+        off[i] += p.strides[i][d];
+      if (++idx[d] < p.shape[d])
+        break;
+      for (int i = 0; i < p.nin; ++i)
+        off[i] -= p.shape[d] * p.strides[i][d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/// Elements per parallel chunk for cheap elementwise work.
+constexpr int64_t kGrainCheap = 1 << 15;
+/// ... and for work with a transcendental function per element.
+constexpr int64_t kGrainHeavy = 1 << 12;
+
+/// ctx.pool.parallelFor, with small ranges run inline.
+template <typename F>
+void parallelFor(Context &ctx, int64_t n, int64_t grain, F &&fn) {
+  if (n <= 0)
+    return;
+  if (ctx.pool.size() <= 1 || n <= grain) {
+    fn(int64_t(0), n);
+    return;
+  }
+  ctx.pool.parallelFor(n, grain, fn);
+}
+
+/// Allocates `out` in `slot` after validating the shape.
+inline bool allocateOut(Context &ctx, const char *op, int slot, Tensor &out,
+                        DType dtype, int rank, const int64_t *shape) {
+  if (!validShape(rank, shape))
+    return ctx.fail(std::string(op) + ": invalid result shape " +
+                    shapeString(rank < 0          ? 0
+                                : rank > kMaxRank ? kMaxRank
+                                                  : rank,
+                                shape));
+  if (!ctx.allocate(slot, out, dtype, rank, shape))
+    return ctx.ok() ? ctx.fail(std::string(op) + ": cannot allocate " +
+                               shapeString(rank, shape))
+                    : false;
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Activations (scalar)
+//===----------------------------------------------------------------------===//
+
+template <typename T> inline T sigmoidOf(T x) {
+  return x >= T(0) ? T(1) / (T(1) + std::exp(-x))
+                   : std::exp(x) / (T(1) + std::exp(x));
+}
+template <typename T> inline T geluOf(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+}
+template <typename T> inline T geluTanhOf(T x) {
+  const T c = T(0.79788456080286535588); // sqrt(2/pi)
+  return T(0.5) * x * (T(1) + std::tanh(c * (x + T(0.044715) * x * x * x)));
+}
+template <typename T> inline T siluOf(T x) { return x * sigmoidOf(x); }
+template <typename T> inline T reluOf(T x) { return x < T(0) ? T(0) : x; }
+
+/// Applies `act` to n floats in place.
+inline void applyActivation(Activation act, float *x, int64_t n) {
+  switch (act) {
+  case Activation::none:
+    return;
+  case Activation::relu:
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = reluOf(x[i]);
+    return;
+  case Activation::gelu:
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = geluOf(x[i]);
+    return;
+  case Activation::gelu_tanh:
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = geluTanhOf(x[i]);
+    return;
+  case Activation::silu:
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = siluOf(x[i]);
+    return;
+  case Activation::sigmoid:
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = sigmoidOf(x[i]);
+    return;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// f32 kernels (Linear.cpp)
+//===----------------------------------------------------------------------===//
+
+/// C[M, N] = act(A[M, K] . B[K, N] + bias[N]); row-major with leading
+/// dimensions lda/ldb/ldc. pool == nullptr runs on the calling thread.
+struct GemmArgs {
+  int64_t M = 0, N = 0, K = 0;
+  const float *A = nullptr;
+  int64_t lda = 0;
+  const float *B = nullptr;
+  int64_t ldb = 0;
+  float *C = nullptr;
+  int64_t ldc = 0;
+  const float *bias = nullptr;
+  Activation act = Activation::none;
+};
+void gemm(ThreadPool *pool, const GemmArgs &args);
+
+/// sum a[i] * b[i]
+float dot(const float *a, const float *b, int64_t n);
+/// y[i] += alpha * x[i]
+void axpy(float alpha, const float *x, float *y, int64_t n);
+
+/// Whether the AVX2/FMA kernels are used (CPU support, unless forced off).
+bool useAvx2();
+/// Test hook: force the portable kernels (true) or restore the default.
+void setForceScalarKernels(bool force);
+
+} // namespace sparsec::rt::ops::detail
+
+#endif // SPARSEC_RT_CPU_COMMON_H

@@ -1,0 +1,910 @@
+//===- Norms.cpp - normalisations, attention, reductions --------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+// layerNorm, rmsNorm, softmax, attention, embedding, batchNorm, reduce,
+// cumsum and trilu. Float results are computed in the tensor's arithmetic
+// type (f32 for f16), with sums accumulated in double; integer reductions
+// wrap in 64 bits and then in their own type.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Common.h"
+
+#include <algorithm>
+
+namespace sparsec::rt::ops {
+
+using namespace detail;
+
+namespace {
+
+/// Work units per parallel chunk, given the cost of one unit in elements.
+int64_t grainFor(int64_t unitCost) {
+  return std::max<int64_t>(1,
+                           (int64_t(1) << 14) / std::max<int64_t>(1, unitCost));
+}
+
+bool checkFloat(Context &ctx, const char *op, const Tensor &t,
+                const char *what) {
+  if (!isFloat(t.dtype))
+    return ctx.fail(std::string(op) + ": " + what +
+                    " must be a float "
+                    "tensor, got " +
+                    t.describe());
+  return true;
+}
+
+/// Runs f(TypeTag<T>) for a float dtype.
+template <typename F> void dispatchFloat(DType t, F &&f) {
+  switch (t) {
+  case DType::f32:
+    f(TypeTag<float>{});
+    return;
+  case DType::f64:
+    f(TypeTag<double>{});
+    return;
+  case DType::f16:
+    f(TypeTag<Half>{});
+    return;
+  default:
+    return;
+  }
+}
+
+template <typename F> void dispatchNumeric(DType t, F &&f) {
+  switch (t) {
+  case DType::f32:
+    f(TypeTag<float>{});
+    return;
+  case DType::f64:
+    f(TypeTag<double>{});
+    return;
+  case DType::f16:
+    f(TypeTag<Half>{});
+    return;
+  case DType::i64:
+    f(TypeTag<int64_t>{});
+    return;
+  case DType::i32:
+    f(TypeTag<int32_t>{});
+    return;
+  case DType::i16:
+    f(TypeTag<int16_t>{});
+    return;
+  case DType::i8:
+    f(TypeTag<int8_t>{});
+    return;
+  case DType::u8:
+    f(TypeTag<uint8_t>{});
+    return;
+  case DType::u16:
+    f(TypeTag<uint16_t>{});
+    return;
+  case DType::u32:
+    f(TypeTag<uint32_t>{});
+    return;
+  case DType::u64:
+    f(TypeTag<uint64_t>{});
+    return;
+  case DType::b1:
+    return;
+  }
+}
+
+/// The accumulator of sums: double for floats, 64-bit unsigned (wrapping)
+/// for integers.
+template <typename C>
+using SumType =
+    std::conditional_t<std::is_floating_point_v<C>, double, uint64_t>;
+
+template <typename C> SumType<C> toSum(C v) {
+  if constexpr (std::is_floating_point_v<C>)
+    return double(v);
+  else
+    return uint64_t(int64_t(v)); // sign-extends signed values
+}
+template <typename C> C fromSum(SumType<C> s) {
+  if constexpr (std::is_floating_point_v<C>)
+    return C(s);
+  else
+    return C(s); // wraps into C
+}
+/// Sum / count: floats divide, signed integers truncate toward zero.
+template <typename C> C meanFromSum(SumType<C> s, int64_t count) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (count == 0)
+      return std::numeric_limits<C>::quiet_NaN();
+    return C(s / double(count));
+  } else if constexpr (std::is_signed_v<C>) {
+    if (count == 0)
+      return C(0);
+    return C(int64_t(s) / count);
+  } else {
+    if (count == 0)
+      return C(0);
+    return C(s / uint64_t(count));
+  }
+}
+
+template <typename C> C maxOfNan(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>)
+    if (a != a || b != b)
+      return a != a ? a : b;
+  return a < b ? b : a;
+}
+template <typename C> C minOfNan(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>)
+    if (a != a || b != b)
+      return a != a ? a : b;
+  return b < a ? b : a;
+}
+
+thread_local std::vector<float> attnScores, attnAcc;
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Normalisation
+//===----------------------------------------------------------------------===//
+
+bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
+               const Tensor *bias, int64_t axis, float epsilon, int outSlot,
+               Tensor &out) {
+  if (!checkTensor(ctx, "layer_norm", "input", x) ||
+      !checkTensor(ctx, "layer_norm", "scale", scale) ||
+      (bias && !checkTensor(ctx, "layer_norm", "bias", *bias)) ||
+      !checkFloat(ctx, "layer_norm", x, "input"))
+    return false;
+  if (x.rank < 1)
+    return ctx.fail("layer_norm: input must have rank >= 1, got " +
+                    x.describe());
+  int64_t ax;
+  if (!normalizeAxis(ctx, "layer_norm", axis, x.rank, ax))
+    return false;
+  const int64_t D = product(x.shape, int(ax), x.rank);
+  const int64_t rows = product(x.shape, 0, int(ax));
+  if (scale.dtype != x.dtype || scale.numel() != D ||
+      (bias && (bias->dtype != x.dtype || bias->numel() != D)))
+    return ctx.fail("layer_norm: scale " + scale.describe() +
+                    (bias ? " and bias " + bias->describe() : std::string()) +
+                    " must have " + std::to_string(D) + " elements of " +
+                    dtypeName(x.dtype) + " (input " + x.describe() + ", axis " +
+                    std::to_string(ax) + ")");
+  Tensor r;
+  if (!allocateOut(ctx, "layer_norm", outSlot, r, x.dtype, x.rank, x.shape))
+    return false;
+  dispatchFloat(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = Arith<T>;
+    using C = typename A::type;
+    const T *in = x.as<T>(), *g = scale.as<T>();
+    const T *bt = bias ? bias->as<T>() : nullptr;
+    T *o = r.as<T>();
+    parallelFor(ctx, rows, grainFor(D), [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row) {
+        const T *xr = in + row * D;
+        T *yr = o + row * D;
+        double sum = 0;
+        for (int64_t i = 0; i < D; ++i)
+          sum += double(A::load(xr[i]));
+        const double mean = sum / double(D);
+        double var = 0;
+        for (int64_t i = 0; i < D; ++i) {
+          double d = double(A::load(xr[i])) - mean;
+          var += d * d;
+        }
+        var /= double(D);
+        const C inv = C(1.0 / std::sqrt(var + double(epsilon)));
+        const C m = C(mean);
+        for (int64_t i = 0; i < D; ++i) {
+          C v = (A::load(xr[i]) - m) * inv * A::load(g[i]);
+          if (bt)
+            v += A::load(bt[i]);
+          yr[i] = A::store(v);
+        }
+      }
+    });
+  });
+  out = r;
+  return true;
+}
+
+bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
+             int outSlot, Tensor &out) {
+  if (!checkTensor(ctx, "rms_norm", "input", x) ||
+      !checkTensor(ctx, "rms_norm", "scale", scale) ||
+      !checkFloat(ctx, "rms_norm", x, "input"))
+    return false;
+  if (x.rank < 1)
+    return ctx.fail("rms_norm: input must have rank >= 1, got " + x.describe());
+  const int64_t D = x.shape[x.rank - 1];
+  const int64_t rows = product(x.shape, 0, x.rank - 1);
+  if (scale.dtype != x.dtype || scale.numel() != D)
+    return ctx.fail("rms_norm: scale " + scale.describe() + " must have " +
+                    std::to_string(D) + " elements of " + dtypeName(x.dtype) +
+                    " (input " + x.describe() + ")");
+  Tensor r;
+  if (!allocateOut(ctx, "rms_norm", outSlot, r, x.dtype, x.rank, x.shape))
+    return false;
+  dispatchFloat(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = Arith<T>;
+    using C = typename A::type;
+    const T *in = x.as<T>(), *g = scale.as<T>();
+    T *o = r.as<T>();
+    parallelFor(ctx, rows, grainFor(D), [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row) {
+        const T *xr = in + row * D;
+        T *yr = o + row * D;
+        double ss = 0;
+        for (int64_t i = 0; i < D; ++i) {
+          double v = double(A::load(xr[i]));
+          ss += v * v;
+        }
+        const C inv = C(1.0 / std::sqrt(ss / double(D) + double(epsilon)));
+        for (int64_t i = 0; i < D; ++i)
+          yr[i] = A::store(A::load(xr[i]) * inv * A::load(g[i]));
+      }
+    });
+  });
+  out = r;
+  return true;
+}
+
+bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
+             Tensor &out) {
+  if (!checkTensor(ctx, "softmax", "input", x) ||
+      !checkFloat(ctx, "softmax", x, "input"))
+    return false;
+  if (x.rank < 1)
+    return ctx.fail("softmax: input must have rank >= 1, got " + x.describe());
+  int64_t ax;
+  if (!normalizeAxis(ctx, "softmax", axis, x.rank, ax))
+    return false;
+  const int64_t outer = product(x.shape, 0, int(ax));
+  const int64_t n = x.shape[ax];
+  const int64_t inner = product(x.shape, int(ax) + 1, x.rank);
+  Tensor r;
+  if (!allocateOut(ctx, "softmax", outSlot, r, x.dtype, x.rank, x.shape))
+    return false;
+  if (r.numel() == 0) {
+    out = r;
+    return true;
+  }
+  dispatchFloat(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = Arith<T>;
+    using C = typename A::type;
+    const T *in = x.as<T>();
+    T *o = r.as<T>();
+    if (inner == 1) {
+      parallelFor(ctx, outer, grainFor(n * 8), [&](int64_t b, int64_t e) {
+        std::vector<C> tmp(std::is_same_v<T, Half> ? size_t(n) : 0);
+        for (int64_t row = b; row < e; ++row) {
+          const T *xr = in + row * n;
+          T *yr = o + row * n;
+          C m = A::load(xr[0]);
+          for (int64_t i = 1; i < n; ++i)
+            m = std::max(m, A::load(xr[i]));
+          double sum = 0;
+          if (m == -std::numeric_limits<C>::infinity())
+            m = 0; // all -inf: exp gives 0s and the result NaN, like numpy
+          for (int64_t i = 0; i < n; ++i) {
+            C ev = std::exp(A::load(xr[i]) - m);
+            sum += double(ev);
+            if constexpr (std::is_same_v<T, Half>)
+              tmp[size_t(i)] = ev;
+            else
+              yr[i] = ev;
+          }
+          const C inv = C(1.0 / sum);
+          for (int64_t i = 0; i < n; ++i) {
+            if constexpr (std::is_same_v<T, Half>)
+              yr[i] = A::store(tmp[size_t(i)] * inv);
+            else
+              yr[i] = yr[i] * inv;
+          }
+        }
+      });
+      return;
+    }
+    // Strided axis: columns of `inner` processed together, in chunks.
+    constexpr int64_t CW = 256;
+    const int64_t chunks = (inner + CW - 1) / CW;
+    parallelFor(
+        ctx, outer * chunks, grainFor(n * CW * 8), [&](int64_t b, int64_t e) {
+          std::vector<C> mx(CW);
+          std::vector<double> sum(CW);
+          for (int64_t t = b; t < e; ++t) {
+            const int64_t ob = t / chunks, c0 = t % chunks * CW;
+            const int64_t w = std::min(CW, inner - c0);
+            const T *base = in + ob * n * inner + c0;
+            T *obase = o + ob * n * inner + c0;
+            for (int64_t j = 0; j < w; ++j) {
+              mx[size_t(j)] = A::load(base[j]);
+              sum[size_t(j)] = 0;
+            }
+            for (int64_t i = 1; i < n; ++i)
+              for (int64_t j = 0; j < w; ++j)
+                mx[size_t(j)] =
+                    std::max(mx[size_t(j)], A::load(base[i * inner + j]));
+            for (int64_t j = 0; j < w; ++j)
+              if (mx[size_t(j)] == -std::numeric_limits<C>::infinity())
+                mx[size_t(j)] = 0;
+            for (int64_t i = 0; i < n; ++i)
+              for (int64_t j = 0; j < w; ++j)
+                sum[size_t(j)] += double(
+                    std::exp(A::load(base[i * inner + j]) - mx[size_t(j)]));
+            for (int64_t i = 0; i < n; ++i)
+              for (int64_t j = 0; j < w; ++j)
+                obase[i * inner + j] =
+                    A::store(C(double(std::exp(A::load(base[i * inner + j]) -
+                                               mx[size_t(j)])) /
+                               sum[size_t(j)]));
+          }
+        });
+  });
+  out = r;
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
+               const Tensor *mask, const Tensor *pastK, const Tensor *pastV,
+               float scale, bool causal, int outSlot, Tensor &out,
+               int presentKSlot, Tensor *presentK, int presentVSlot,
+               Tensor *presentV) {
+  const char *op = "attention";
+  if (!checkTensor(ctx, op, "q", q) || !checkTensor(ctx, op, "k", k) ||
+      !checkTensor(ctx, op, "v", v) ||
+      (mask && !checkTensor(ctx, op, "mask", *mask)) ||
+      (pastK && !checkTensor(ctx, op, "past_k", *pastK)) ||
+      (pastV && !checkTensor(ctx, op, "past_v", *pastV)))
+    return false;
+  if (q.dtype != DType::f32 || k.dtype != DType::f32 || v.dtype != DType::f32 ||
+      (pastK && pastK->dtype != DType::f32) ||
+      (pastV && pastV->dtype != DType::f32))
+    return ctx.fail("attention: only float32 is supported (q " + q.describe() +
+                    ", k " + k.describe() + ", v " + v.describe() + ")");
+  if (mask && mask->dtype != DType::f32 && mask->dtype != DType::b1)
+    return ctx.fail("attention: mask must be float32 (additive) or bool, "
+                    "got " +
+                    mask->describe());
+  if (q.rank != 4 || k.rank != 4 || v.rank != 4)
+    return ctx.fail("attention: q, k and v must be [B, H, S, D], got " +
+                    q.describe() + ", " + k.describe() + ", " + v.describe());
+  if ((pastK == nullptr) != (pastV == nullptr))
+    return ctx.fail("attention: past_k and past_v must be given together");
+  const int64_t B = q.shape[0], Hq = q.shape[1], Sq = q.shape[2],
+                D = q.shape[3];
+  const int64_t Hk = k.shape[1], Sk = k.shape[2], Dv = v.shape[3];
+  if (k.shape[0] != B || v.shape[0] != B || v.shape[1] != Hk ||
+      k.shape[3] != D || v.shape[2] != Sk || Hk == 0 || Hq % Hk != 0)
+    return ctx.fail("attention: shapes q " + q.describe() + ", k " +
+                    k.describe() + ", v " + v.describe() + " do not match");
+  int64_t P = 0;
+  if (pastK) {
+    P = pastK->shape[2];
+    if (pastK->rank != 4 || pastV->rank != 4 || pastK->shape[0] != B ||
+        pastK->shape[1] != Hk || pastK->shape[3] != D || pastV->shape[0] != B ||
+        pastV->shape[1] != Hk || pastV->shape[2] != P || pastV->shape[3] != Dv)
+      return ctx.fail("attention: past_k " + pastK->describe() + " / past_v " +
+                      pastV->describe() + " do not match k " + k.describe() +
+                      " and v " + v.describe());
+  }
+  const int64_t T = P + Sk;
+  // Mask strides over [B, Hq, Sq, T] (0 on broadcast dims).
+  int64_t mStr[4] = {0, 0, 0, 0};
+  if (mask) {
+    const int64_t full[4] = {B, Hq, Sq, T};
+    if (mask->rank > 4)
+      return ctx.fail("attention: mask " + mask->describe() +
+                      " does not broadcast to " + shapeString(4, full));
+    int64_t own[kMaxRank];
+    contiguousStrides(mask->rank, mask->shape, own);
+    for (int d = 0; d < 4; ++d) {
+      int md = d - (4 - mask->rank);
+      if (md < 0)
+        continue;
+      if (mask->shape[md] != 1 && mask->shape[md] != full[d])
+        return ctx.fail("attention: mask " + mask->describe() +
+                        " does not broadcast to " + shapeString(4, full));
+      mStr[d] = mask->shape[md] == 1 ? 0 : own[md];
+    }
+  }
+
+  // present = concat(past, new) on the sequence axis.
+  auto writePresent = [&](const Tensor *past, const Tensor &cur, int slot,
+                          Tensor *present, int64_t width) {
+    const int64_t shape[4] = {B, Hk, T, width};
+    Tensor res;
+    if (!allocateOut(ctx, op, slot, res, DType::f32, 4, shape))
+      return false;
+    float *dst = res.as<float>();
+    const float *pp = past ? past->as<float>() : nullptr;
+    const float *cp = cur.as<float>();
+    parallelFor(ctx, B * Hk, grainFor(T * width), [&](int64_t b, int64_t e) {
+      for (int64_t bh = b; bh < e; ++bh) {
+        float *d = dst + bh * T * width;
+        if (P)
+          std::memcpy(d, pp + bh * P * width, size_t(P * width) * 4);
+        if (Sk)
+          std::memcpy(d + P * width, cp + bh * Sk * width,
+                      size_t(Sk * width) * 4);
+      }
+    });
+    *present = res;
+    return true;
+  };
+  Tensor res;
+  const int64_t oshape[4] = {B, Hq, Sq, Dv};
+  if (!allocateOut(ctx, op, outSlot, res, DType::f32, 4, oshape))
+    return false;
+  Tensor pk, pv;
+  if (presentK && !writePresent(pastK, k, presentKSlot, &pk, D))
+    return false;
+  if (presentV && !writePresent(pastV, v, presentVSlot, &pv, Dv))
+    return false;
+
+  const float *qp = q.as<float>(), *kp = k.as<float>(), *vp = v.as<float>();
+  const float *pkp = pastK ? pastK->as<float>() : nullptr;
+  const float *pvp = pastV ? pastV->as<float>() : nullptr;
+  const float *mf =
+      mask && mask->dtype == DType::f32 ? mask->as<float>() : nullptr;
+  const Bool8 *mb =
+      mask && mask->dtype == DType::b1 ? mask->as<Bool8>() : nullptr;
+  float *outp = res.as<float>();
+  const int64_t group = Hq / Hk;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  parallelFor(ctx, B * Hq * Sq, grainFor(T * (D + Dv)),
+              [&](int64_t begin, int64_t end) {
+                std::vector<float> &sc = attnScores;
+                std::vector<float> &acc = attnAcc;
+                sc.resize(size_t(T));
+                acc.resize(size_t(Dv));
+                for (int64_t row = begin; row < end; ++row) {
+                  const int64_t i = row % Sq, h = (row / Sq) % Hq,
+                                b = row / (Sq * Hq);
+                  const int64_t hk = h / group;
+                  const int64_t bh = b * Hk + hk;
+                  const float *qr = qp + row * D;
+                  float *orow = outp + row * Dv;
+                  // Keys j in [0, jEnd) may be attended (causal limit).
+                  int64_t jEnd = T;
+                  if (causal)
+                    jEnd = std::min(T, std::max<int64_t>(0, i + (T - Sq) + 1));
+                  const int64_t mRow = b * mStr[0] + h * mStr[1] + i * mStr[2];
+                  float m = ninf;
+                  for (int64_t j = 0; j < jEnd; ++j) {
+                    const float *key = j < P ? pkp + (bh * P + j) * D
+                                             : kp + (bh * Sk + (j - P)) * D;
+                    float s = dot(qr, key, D) * scale;
+                    if (mf)
+                      s += mf[mRow + j * mStr[3]];
+                    else if (mb && !mb[mRow + j * mStr[3]])
+                      s = ninf;
+                    sc[size_t(j)] = s;
+                    m = std::max(m, s);
+                  }
+                  std::fill(acc.begin(), acc.end(), 0.0f);
+                  if (m == ninf || m != m) {
+                    // No key can be attended (or NaN scores): zeros, resp. NaN.
+                    const float fillv = m != m ? m : 0.0f;
+                    std::fill(orow, orow + Dv, fillv);
+                    continue;
+                  }
+                  double sum = 0;
+                  for (int64_t j = 0; j < jEnd; ++j) {
+                    const float p = std::exp(sc[size_t(j)] - m);
+                    sum += double(p);
+                    if (p == 0.0f)
+                      continue;
+                    const float *val = j < P ? pvp + (bh * P + j) * Dv
+                                             : vp + (bh * Sk + (j - P)) * Dv;
+                    axpy(p, val, acc.data(), Dv);
+                  }
+                  const float inv = float(1.0 / sum);
+                  for (int64_t d = 0; d < Dv; ++d)
+                    orow[d] = acc[size_t(d)] * inv;
+                }
+              });
+  if (presentK)
+    *presentK = pk;
+  if (presentV)
+    *presentV = pv;
+  out = res;
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding and batch norm
+//===----------------------------------------------------------------------===//
+
+bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
+               int outSlot, Tensor &out) {
+  if (!checkTensor(ctx, "embedding", "table", table) ||
+      !checkTensor(ctx, "embedding", "ids", ids))
+    return false;
+  if (table.rank != 2)
+    return ctx.fail("embedding: table must be [V, D], got " + table.describe());
+  if (ids.dtype != DType::i64 && ids.dtype != DType::i32)
+    return ctx.fail("embedding: ids must be int64 or int32, got " +
+                    ids.describe());
+  if (ids.rank + 1 > kMaxRank)
+    return ctx.fail("embedding: ids " + ids.describe() + " have too many dims");
+  const int64_t V = table.shape[0], D = table.shape[1], n = ids.numel();
+  auto idAt = [&](int64_t i) {
+    return ids.dtype == DType::i64 ? ids.as<int64_t>()[i]
+                                   : int64_t(ids.as<int32_t>()[i]);
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = idAt(i);
+    if (id < 0 || id >= V)
+      return ctx.fail("embedding: id " + std::to_string(id) + " at position " +
+                      std::to_string(i) + " is outside [0, " +
+                      std::to_string(V) + ")");
+  }
+  int64_t shape[kMaxRank];
+  for (int d = 0; d < ids.rank; ++d)
+    shape[d] = ids.shape[d];
+  shape[ids.rank] = D;
+  Tensor r;
+  if (!allocateOut(ctx, "embedding", outSlot, r, table.dtype, ids.rank + 1,
+                   shape))
+    return false;
+  const size_t rowBytes = size_t(D) * dtypeSize(table.dtype);
+  const char *src = static_cast<const char *>(table.data);
+  char *dst = static_cast<char *>(r.data);
+  if (rowBytes)
+    parallelFor(ctx, n, grainFor(int64_t(rowBytes) / 4),
+                [&](int64_t b, int64_t e) {
+                  for (int64_t i = b; i < e; ++i)
+                    std::memcpy(dst + size_t(i) * rowBytes,
+                                src + size_t(idAt(i)) * rowBytes, rowBytes);
+                });
+  out = r;
+  return true;
+}
+
+bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
+               const Tensor &bias, const Tensor &mean, const Tensor &var,
+               float epsilon, int outSlot, Tensor &out) {
+  const char *op = "batch_norm";
+  if (!checkTensor(ctx, op, "input", x) ||
+      !checkTensor(ctx, op, "scale", scale) ||
+      !checkTensor(ctx, op, "bias", bias) ||
+      !checkTensor(ctx, op, "mean", mean) ||
+      !checkTensor(ctx, op, "var", var) || !checkFloat(ctx, op, x, "input"))
+    return false;
+  if (x.rank < 2)
+    return ctx.fail("batch_norm: input must be [N, C, ...], got " +
+                    x.describe());
+  const int64_t N = x.shape[0], Cn = x.shape[1];
+  const int64_t S = product(x.shape, 2, x.rank);
+  for (const Tensor *t : {&scale, &bias, &mean, &var})
+    if (t->dtype != x.dtype || t->numel() != Cn)
+      return ctx.fail("batch_norm: " + t->describe() + " must have " +
+                      std::to_string(Cn) + " elements of " +
+                      dtypeName(x.dtype) + " (input " + x.describe() + ")");
+  Tensor r;
+  if (!allocateOut(ctx, op, outSlot, r, x.dtype, x.rank, x.shape))
+    return false;
+  dispatchFloat(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = Arith<T>;
+    using C = typename A::type;
+    std::vector<C> a(static_cast<size_t>(Cn)), c(static_cast<size_t>(Cn));
+    for (int64_t ch = 0; ch < Cn; ++ch) {
+      double s = double(A::load(scale.as<T>()[ch])) /
+                 std::sqrt(double(A::load(var.as<T>()[ch])) + double(epsilon));
+      a[size_t(ch)] = C(s);
+      c[size_t(ch)] = C(double(A::load(bias.as<T>()[ch])) -
+                        double(A::load(mean.as<T>()[ch])) * s);
+    }
+    const T *in = x.as<T>();
+    T *o = r.as<T>();
+    parallelFor(ctx, N * Cn, grainFor(S), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        const C av = a[size_t(p % Cn)], cv = c[size_t(p % Cn)];
+        const T *xp = in + p * S;
+        T *yp = o + p * S;
+        for (int64_t i = 0; i < S; ++i)
+          yp[i] = A::store(A::load(xp[i]) * av + cv);
+      }
+    });
+  });
+  out = r;
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+bool reduce(Context &ctx, Reduce kind, const Tensor &x, int naxes,
+            const int64_t *axes, bool keepdims, int outSlot, Tensor &out) {
+  const char *op = kind == Reduce::sum    ? "reduce_sum"
+                   : kind == Reduce::mean ? "reduce_mean"
+                   : kind == Reduce::max  ? "reduce_max"
+                                          : "reduce_min";
+  if (!checkTensor(ctx, op, "input", x))
+    return false;
+  if (!isFloat(x.dtype) && !isInt(x.dtype))
+    return ctx.fail(std::string(op) + ": unsupported dtype " +
+                    dtypeName(x.dtype));
+  const int r = x.rank;
+  bool red[kMaxRank] = {};
+  if (naxes < 0 || (naxes > 0 && !axes))
+    return ctx.fail(std::string(op) + ": invalid axes");
+  if (naxes == 0) {
+    for (int d = 0; d < r; ++d)
+      red[d] = true;
+  }
+  for (int i = 0; i < naxes; ++i) {
+    int64_t a;
+    if (!normalizeAxis(ctx, op, axes[i], r, a))
+      return false;
+    if (red[a])
+      return ctx.fail(std::string(op) + ": axis " + std::to_string(axes[i]) +
+                      " is repeated");
+    red[a] = true;
+  }
+  int64_t count = 1;
+  int orank = 0;
+  int64_t oshape[kMaxRank];
+  for (int d = 0; d < r; ++d) {
+    if (red[d])
+      count *= x.shape[d];
+    if (!red[d])
+      oshape[orank++] = x.shape[d];
+    else if (keepdims)
+      oshape[orank++] = 1;
+  }
+  if (count == 0 && (kind == Reduce::max || kind == Reduce::min) &&
+      product(oshape, 0, orank) != 0)
+    return ctx.fail(std::string(op) +
+                    ": reduction over an empty dimension "
+                    "of " +
+                    x.describe());
+  Tensor res;
+  if (!allocateOut(ctx, op, outSlot, res, x.dtype, orank, oshape))
+    return false;
+  const int64_t nOut = res.numel();
+  if (nOut == 0) {
+    out = res;
+    return true;
+  }
+  // Collapse into alternating groups of kept / reduced dims.
+  int g = 0;
+  int64_t gsize[kMaxRank], gstride[kMaxRank];
+  bool gred[kMaxRank];
+  {
+    int64_t str[kMaxRank];
+    contiguousStrides(r, x.shape, str);
+    for (int d = 0; d < r; ++d) {
+      if (x.shape[d] == 1)
+        continue;
+      if (g > 0 && gred[g - 1] == red[d]) {
+        gsize[g - 1] *= x.shape[d];
+        gstride[g - 1] = str[d];
+        continue;
+      }
+      gsize[g] = x.shape[d];
+      gstride[g] = str[d];
+      gred[g] = red[d];
+      ++g;
+    }
+  }
+  // Kept and reduced groups, outermost first.
+  int nk = 0, nr = 0;
+  int64_t ks[kMaxRank], kstr[kMaxRank], rs[kMaxRank], rstr[kMaxRank];
+  for (int i = 0; i < g; ++i) {
+    if (gred[i]) {
+      rs[nr] = gsize[i];
+      rstr[nr++] = gstride[i];
+    } else {
+      ks[nk] = gsize[i];
+      kstr[nk++] = gstride[i];
+    }
+  }
+  dispatchNumeric(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = Arith<T>;
+    using C = typename A::type;
+    const T *in = x.as<T>();
+    T *o = res.as<T>();
+    auto finish = [&](SumType<C> s) {
+      return kind == Reduce::mean ? meanFromSum<C>(s, count) : fromSum<C>(s);
+    };
+    const bool isSum = kind == Reduce::sum || kind == Reduce::mean;
+    const bool isMax = kind == Reduce::max;
+    // Fast path: one reduced block followed by a kept block, [R, K1] or
+    // [K0, R, K1]: accumulate rows of K1, in column chunks.
+    const bool rows =
+        nr == 1 && !gred[g - 1] && (g == 2 || (g == 3 && !gred[0]));
+    if (rows) {
+      const int64_t K0 = g == 3 ? gsize[0] : 1, R = gsize[g - 2];
+      const int64_t K1 = gsize[g - 1];
+      constexpr int64_t CW = 1024;
+      const int64_t chunks = (K1 + CW - 1) / CW;
+      parallelFor(
+          ctx, K0 * chunks, grainFor(R * CW), [&](int64_t b, int64_t e) {
+            std::vector<SumType<C>> sacc(isSum ? size_t(CW) : 0);
+            for (int64_t t = b; t < e; ++t) {
+              const int64_t o0 = t / chunks, c0 = t % chunks * CW;
+              const int64_t w = std::min(CW, K1 - c0);
+              const T *base = in + o0 * R * K1 + c0;
+              T *dst = o + o0 * K1 + c0;
+              if (isSum) {
+                std::fill(sacc.begin(), sacc.end(), SumType<C>(0));
+                for (int64_t i = 0; i < R; ++i)
+                  for (int64_t j = 0; j < w; ++j)
+                    sacc[size_t(j)] += toSum<C>(A::load(base[i * K1 + j]));
+                for (int64_t j = 0; j < w; ++j)
+                  dst[j] = A::store(finish(sacc[size_t(j)]));
+              } else {
+                for (int64_t j = 0; j < w; ++j)
+                  dst[j] = base[j];
+                for (int64_t i = 1; i < R; ++i)
+                  for (int64_t j = 0; j < w; ++j) {
+                    C cur = A::load(dst[j]), v = A::load(base[i * K1 + j]);
+                    dst[j] =
+                        A::store(isMax ? maxOfNan(cur, v) : minOfNan(cur, v));
+                  }
+              }
+            }
+          });
+      return;
+    }
+    // General: per output element, walk the reduced groups (the last one
+    // innermost; contiguous when the reduced dims are trailing).
+    parallelFor(ctx, nOut, grainFor(count), [&](int64_t b, int64_t e) {
+      for (int64_t oi = b; oi < e; ++oi) {
+        int64_t base = 0, rem = oi;
+        for (int i = nk - 1; i >= 0; --i) {
+          base += (rem % ks[i]) * kstr[i];
+          rem /= ks[i];
+        }
+        SumType<C> s = 0;
+        C m = C(0);
+        bool firstV = true;
+        int64_t idx[kMaxRank] = {};
+        const int64_t innerN = nr ? rs[nr - 1] : 1;
+        const int64_t innerS = nr ? rstr[nr - 1] : 0;
+        const int64_t outerN = nr ? count / innerN : 1;
+        for (int64_t t = 0; t < outerN; ++t) {
+          int64_t off = base;
+          for (int i = 0; i < nr - 1; ++i)
+            off += idx[i] * rstr[i];
+          const T *p = in + off;
+          if (isSum) {
+            for (int64_t j = 0; j < innerN; ++j)
+              s += toSum<C>(A::load(p[j * innerS]));
+          } else {
+            for (int64_t j = 0; j < innerN; ++j) {
+              C v = A::load(p[j * innerS]);
+              m = firstV ? v : isMax ? maxOfNan(m, v) : minOfNan(m, v);
+              firstV = false;
+            }
+          }
+          for (int i = nr - 2; i >= 0; --i) {
+            if (++idx[i] < rs[i])
+              break;
+            idx[i] = 0;
+          }
+        }
+        o[oi] = A::store(isSum ? finish(s) : m);
+      }
+    });
+  });
+  out = res;
+  return true;
+}
+
+bool cumsum(Context &ctx, const Tensor &x, int64_t axis, bool exclusive,
+            bool reverse, int outSlot, Tensor &out) {
+  if (!checkTensor(ctx, "cumsum", "input", x))
+    return false;
+  if (!isFloat(x.dtype) && !isInt(x.dtype))
+    return ctx.fail("cumsum: unsupported dtype " +
+                    std::string(dtypeName(x.dtype)));
+  if (x.rank < 1)
+    return ctx.fail("cumsum: input must have rank >= 1, got " + x.describe());
+  int64_t ax;
+  if (!normalizeAxis(ctx, "cumsum", axis, x.rank, ax))
+    return false;
+  Tensor res;
+  if (!allocateOut(ctx, "cumsum", outSlot, res, x.dtype, x.rank, x.shape))
+    return false;
+  const int64_t outer = product(x.shape, 0, int(ax)), n = x.shape[ax];
+  const int64_t inner = product(x.shape, int(ax) + 1, x.rank);
+  if (res.numel() == 0) {
+    out = res;
+    return true;
+  }
+  dispatchNumeric(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = Arith<T>;
+    using C = typename A::type;
+    const T *in = x.as<T>();
+    T *o = res.as<T>();
+    constexpr int64_t CW = 256;
+    const int64_t chunks = (inner + CW - 1) / CW;
+    parallelFor(ctx, outer * chunks, grainFor(n * CW),
+                [&](int64_t b, int64_t e) {
+                  std::vector<SumType<C>> acc(static_cast<size_t>(CW));
+                  for (int64_t t = b; t < e; ++t) {
+                    const int64_t ob = t / chunks, c0 = t % chunks * CW;
+                    const int64_t w = std::min(CW, inner - c0);
+                    std::fill(acc.begin(), acc.end(), SumType<C>(0));
+                    for (int64_t s = 0; s < n; ++s) {
+                      const int64_t i = reverse ? n - 1 - s : s;
+                      const T *src = in + (ob * n + i) * inner + c0;
+                      T *dst = o + (ob * n + i) * inner + c0;
+                      for (int64_t j = 0; j < w; ++j) {
+                        const SumType<C> v = toSum<C>(A::load(src[j]));
+                        if (exclusive) {
+                          dst[j] = A::store(fromSum<C>(acc[size_t(j)]));
+                          acc[size_t(j)] += v;
+                        } else {
+                          acc[size_t(j)] += v;
+                          dst[j] = A::store(fromSum<C>(acc[size_t(j)]));
+                        }
+                      }
+                    }
+                  }
+                });
+  });
+  out = res;
+  return true;
+}
+
+bool trilu(Context &ctx, const Tensor &x, bool upper, int64_t k, int outSlot,
+           Tensor &out) {
+  if (!checkTensor(ctx, "trilu", "input", x))
+    return false;
+  if (x.rank < 2)
+    return ctx.fail("trilu: input must have rank >= 2, got " + x.describe());
+  Tensor res;
+  if (!allocateOut(ctx, "trilu", outSlot, res, x.dtype, x.rank, x.shape))
+    return false;
+  const int64_t R = x.shape[x.rank - 2], Cn = x.shape[x.rank - 1];
+  const int64_t rows = product(x.shape, 0, x.rank - 1);
+  // Clamp k so that i + k cannot overflow.
+  const int64_t kk = std::clamp<int64_t>(k, -(R + 1), Cn + 1);
+  const size_t es = dtypeSize(x.dtype);
+  const char *src = static_cast<const char *>(x.data);
+  char *dst = static_cast<char *>(res.data);
+  if (res.numel() != 0)
+    parallelFor(ctx, rows, grainFor(Cn), [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row) {
+        const int64_t i = row % R;
+        // Kept columns: [lo, hi).
+        int64_t lo, hi;
+        if (upper) {
+          lo = std::clamp<int64_t>(i + kk, 0, Cn);
+          hi = Cn;
+        } else {
+          lo = 0;
+          hi = std::clamp<int64_t>(i + kk + 1, 0, Cn);
+        }
+        char *d = dst + size_t(row * Cn) * es;
+        const char *s = src + size_t(row * Cn) * es;
+        if (lo > 0)
+          std::memset(d, 0, size_t(lo) * es);
+        if (hi > lo)
+          std::memcpy(d + size_t(lo) * es, s + size_t(lo) * es,
+                      size_t(hi - lo) * es);
+        if (Cn > hi)
+          std::memset(d + size_t(hi) * es, 0, size_t(Cn - hi) * es);
+      }
+    });
+  out = res;
+  return true;
+}
+
+} // namespace sparsec::rt::ops
