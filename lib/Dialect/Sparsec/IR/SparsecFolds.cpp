@@ -440,21 +440,8 @@ OpFoldResult SliceOp::fold(FoldAdaptor adaptor) {
     int64_t dim = shape[a], k = st[i].getSExtValue();
     if (k == 0)
       return {};
-    int64_t b = s[i].getSExtValue(), en = e[i].getSExtValue();
-    if (b < 0)
-      b += dim;
-    if (en < 0)
-      en += dim;
-    if (k > 0) {
-      b = std::clamp<int64_t>(b, 0, dim);
-      en = std::clamp<int64_t>(en, 0, dim);
-      count[a] = std::max<int64_t>(0, (en - b + k - 1) / k);
-    } else {
-      b = std::clamp<int64_t>(b, 0, dim - 1);
-      en = std::clamp<int64_t>(en, -1, dim - 1);
-      count[a] = std::max<int64_t>(0, (b - en + (-k) - 1) / (-k));
-    }
-    begin[a] = b;
+    count[a] = sliceExtent(dim, s[i].getSExtValue(), e[i].getSExtValue(), k,
+                           begin[a]);
     step[a] = k;
   }
   if (ArrayRef<int64_t>(count) != getType().getShape())

@@ -807,6 +807,23 @@ LogicalResult FlattenOp::inferReturnTypeComponents(
   return success();
 }
 
+int64_t sparsec::sliceExtent(int64_t dim, int64_t start, int64_t end,
+                             int64_t step, int64_t &begin) {
+  assert(step != 0 && "slice step must be non-zero");
+  if (start < 0)
+    start += dim;
+  if (end < 0)
+    end += dim;
+  if (step > 0) {
+    begin = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    return std::max<int64_t>(0, (end - begin + step - 1) / step);
+  }
+  begin = std::clamp<int64_t>(start, 0, dim - 1);
+  end = std::clamp<int64_t>(end, -1, dim - 1);
+  return std::max<int64_t>(0, (begin - end - step - 1) / (-step));
+}
+
 LogicalResult SliceOp::inferReturnTypeComponents(
     MLIRContext *, std::optional<Location>, SliceOp::Adaptor adaptor,
     SmallVectorImpl<ShapedTypeComponents> &inferred) {
@@ -834,20 +851,9 @@ LogicalResult SliceOp::inferReturnTypeComponents(
       shape[axis] = ShapedType::kDynamic;
       continue;
     }
-    int64_t b = (*starts)[i], e = (*ends)[i], k = (*steps)[i];
-    if (b < 0)
-      b += dim;
-    if (e < 0)
-      e += dim;
-    if (k > 0) {
-      b = std::clamp<int64_t>(b, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      shape[axis] = std::max<int64_t>(0, (e - b + k - 1) / k);
-    } else {
-      b = std::clamp<int64_t>(b, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      shape[axis] = std::max<int64_t>(0, (b - e - k - 1) / (-k));
-    }
+    int64_t begin;
+    shape[axis] =
+        sliceExtent(dim, (*starts)[i], (*ends)[i], (*steps)[i], begin);
   }
   inferred.emplace_back(shape, data.getElementType());
   return success();

@@ -25,6 +25,15 @@
 #define GET_ATTRDEF_CLASSES
 #include "sparsec/Dialect/Sparsec/IR/SparsecAttrs.h.inc"
 
+namespace sparsec {
+/// ONNX Slice semantics along one dimension of size `dim` (static): clamps
+/// `start`/`end` (negative values count from the end) for a non-zero
+/// `step`, sets `begin` to the first index read and returns how many
+/// elements the slice has.
+int64_t sliceExtent(int64_t dim, int64_t start, int64_t end, int64_t step,
+                    int64_t &begin);
+} // namespace sparsec
+
 #define GET_OP_CLASSES
 #include "sparsec/Dialect/Sparsec/IR/SparsecOps.h.inc"
 
