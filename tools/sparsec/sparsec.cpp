@@ -14,10 +14,14 @@
 #include "sparsec/Pipelines/Pipelines.h"
 #include "sparsec/Target/Cpp/CppEmitter.h"
 #include "sparsec/Target/Cpp/PackWeights.h"
+#include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
 #include "sparsec/Weights/WeightStore.h"
+#include "sparsec/rt/Profile.h"
+#include "sparsec/rt/Runtime.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
+#include "mlir/IR/OperationSupport.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
@@ -25,13 +29,18 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <functional>
+#include <thread>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -43,16 +52,32 @@ cl::SubCommand importCmd("import",
                          "Import an ONNX model and print its sparsec IR");
 cl::SubCommand compileCmd(
     "compile", "Compile an ONNX model into a standalone inference binary");
+cl::SubCommand profileCmd(
+    "profile", "Measure which neurons fire on calibration inputs (.sprof)");
 
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"),
                                cl::sub(importCmd), cl::sub(compileCmd),
-                               cl::cat(category));
+                               cl::sub(profileCmd), cl::cat(category));
+cl::opt<std::string> calib(
+    "calib",
+    cl::desc("Calibration data: a text file (byte-level LMs: input_ids "
+             "chunks) or a directory of NAME.npy files (one sub-directory "
+             "per sample, or one sample)"),
+    cl::value_desc("file|dir"), cl::sub(profileCmd), cl::cat(category));
+cl::opt<int> seqLen("seq-len",
+                    cl::desc("Tokens per calibration chunk of a text file"),
+                    cl::init(128), cl::sub(profileCmd), cl::cat(category));
+cl::opt<int> maxChunks("max-chunks",
+                       cl::desc("Largest number of calibration runs"),
+                       cl::init(64), cl::sub(profileCmd), cl::cat(category));
+cl::opt<int> threads("threads", cl::desc("Threads of the profiling runs"),
+                     cl::init(0), cl::sub(profileCmd), cl::cat(category));
 cl::opt<std::string>
     outputFile("o",
                cl::desc("import: output file (default: stdout); compile: "
                         "output directory"),
                cl::value_desc("path"), cl::sub(importCmd), cl::sub(compileCmd),
-               cl::cat(category));
+               cl::sub(profileCmd), cl::cat(category));
 cl::opt<std::string> compileTo(
     "compile-to",
     cl::desc("Stop after this phase: import, raise, schedule, emit (sources "
@@ -64,7 +89,8 @@ cl::list<std::string>
     dims("dims",
          cl::desc("Pin named input dimensions, e.g. --dims=batch=1,seq=71"),
          cl::value_desc("name=value,..."), cl::CommaSeparated,
-         cl::sub(importCmd), cl::sub(compileCmd), cl::cat(category));
+         cl::sub(importCmd), cl::sub(compileCmd), cl::sub(profileCmd),
+         cl::cat(category));
 cl::list<std::string> maxDims(
     "max-dims",
     cl::desc("Largest value the binary accepts for named dynamic dimensions, "
@@ -81,13 +107,14 @@ cl::opt<bool> listOps("list-ops",
 cl::opt<bool> verbose("v", cl::desc("Print each phase and its time to stderr"),
                       cl::sub(importCmd), cl::cat(category));
 cl::opt<bool> quiet("q", cl::desc("Do not print progress"),
-                    cl::sub(compileCmd), cl::cat(category));
+                    cl::sub(compileCmd), cl::sub(profileCmd), cl::cat(category));
 cl::opt<bool> noShapeInference(
     "no-onnx-shape-inference",
     cl::desc("Do not run ONNX shape inference before importing"),
-    cl::sub(importCmd), cl::sub(compileCmd), cl::cat(category));
+    cl::sub(importCmd), cl::sub(compileCmd), cl::sub(profileCmd),
+    cl::cat(category));
 
-bool showProgress() { return compileCmd ? !quiet : verbose; }
+bool showProgress() { return (compileCmd || profileCmd) ? !quiet : verbose; }
 
 class PhaseTimer {
 public:
@@ -235,6 +262,68 @@ bool parseDimList(llvm::ArrayRef<std::string> list, llvm::StringRef flag,
   return true;
 }
 
+/// The emit and build phases: weight pack, manifest and C++ into `outDir`,
+/// then (unless `stopAfterEmit`) the binary `outDir/model`.
+LogicalResult emitAndBuild(ModuleOp module, const sparsec::WeightStore &store,
+                           llvm::StringRef outDir,
+                           const llvm::StringMap<int64_t> &maxDimMap,
+                           bool stopAfterEmit) {
+  auto outPath = [&](llvm::StringRef name) {
+    llvm::SmallString<256> p(outDir);
+    llvm::sys::path::append(p, name);
+    return std::string(p);
+  };
+  std::string cppPath = outPath("model.cpp");
+  {
+    PhaseTimer timer("emit");
+    uint64_t checksum = 0, bytes = 0;
+    if (failed(sparsec::packWeights(module, store, outPath("model.weights"),
+                                    outPath("model.manifest.json"), checksum,
+                                    bytes)))
+      return failure();
+    sparsec::CppEmitterOptions options;
+    options.weightsChecksum = checksum;
+    for (const auto &e : maxDimMap)
+      options.maxDims[e.getKey()] = e.getValue();
+    std::string err;
+    auto out = openOutputFile(cppPath, &err);
+    if (!out) {
+      error() << err << "\n";
+      return failure();
+    }
+    if (failed(sparsec::translateToCpp(module, out->os(), options)))
+      return failure();
+    out->keep();
+    timer.detail = "model.cpp, model.weights (" + std::to_string(bytes) +
+                   " bytes), model.manifest.json";
+  }
+  if (stopAfterEmit)
+    return success();
+
+  PhaseTimer timer("build");
+  const char *env = std::getenv("SPARSEC_CXX");
+  auto cxx = llvm::sys::findProgramByName(env ? env : "c++");
+  if (!cxx) {
+    error() << "no C++ compiler found (looked for '" << (env ? env : "c++")
+            << "'; set SPARSEC_CXX)\n";
+    return failure();
+  }
+  std::string binary = outPath("model");
+  llvm::SmallVector<llvm::StringRef> args{
+      *cxx, "-std=c++17", "-O2", "-I", SPARSEC_RUNTIME_INCLUDE_DIR,
+      cppPath, SPARSEC_RUNTIME_LIBRARY, "-lpthread", "-o", binary};
+  std::string err;
+  int rc = llvm::sys::ExecuteAndWait(*cxx, args, std::nullopt, {}, 0, 0, &err);
+  if (rc != 0) {
+    error() << "building " << binary << " failed"
+            << (err.empty() ? "" : ": " + err) << " (compiler exit " << rc
+            << ")\n";
+    return failure();
+  }
+  timer.detail = binary;
+  return success();
+}
+
 int runCompile(MLIRContext &context) {
   if (inputFile.empty()) {
     error() << "compile needs a model: sparsec compile <model.onnx> -o <dir>\n";
@@ -305,68 +394,266 @@ int runCompile(MLIRContext &context) {
     return 0;
   }
 
-  std::string cppPath = outPath("model.cpp");
-  {
-    PhaseTimer timer("emit");
-    uint64_t checksum = 0, bytes = 0;
-    if (failed(sparsec::packWeights(*module, *store, outPath("model.weights"),
-                                    outPath("model.manifest.json"), checksum,
-                                    bytes)))
-      return 1;
-    sparsec::CppEmitterOptions options;
-    options.weightsChecksum = checksum;
-    for (const auto &e : maxDimMap)
-      options.maxDims[e.getKey()] = e.getValue();
-    // Pinned dims are also the largest accepted values.
-    for (const auto &e : pinned)
-      options.maxDims[e.getKey()] = e.getValue();
-    std::string err;
-    auto out = openOutputFile(cppPath, &err);
-    if (!out) {
-      error() << err << "\n";
-      return 1;
-    }
-    if (failed(sparsec::translateToCpp(*module, out->os(), options)))
-      return 1;
-    out->keep();
-    timer.detail = "model.cpp, model.weights (" + std::to_string(bytes) +
-                   " bytes), model.manifest.json";
-  }
-  if (*stop == sparsec::Phase::Emit)
-    return 0;
+  // Pinned dims are also the largest accepted values.
+  for (const auto &e : pinned)
+    maxDimMap[e.getKey()] = e.getValue();
+  return failed(emitAndBuild(*module, *store, outputFile, maxDimMap,
+                             *stop == sparsec::Phase::Emit))
+             ? 1
+             : 0;
+}
 
-  {
-    PhaseTimer timer("build");
-    const char *env = std::getenv("SPARSEC_CXX");
-    auto cxx = llvm::sys::findProgramByName(env ? env : "c++");
-    if (!cxx) {
-      error() << "no C++ compiler found (looked for '" << (env ? env : "c++")
-              << "'; set SPARSEC_CXX)\n";
-      return 1;
-    }
-    std::string binary = outPath("model");
-    llvm::SmallVector<llvm::StringRef> args{
-        *cxx, "-std=c++17", "-O2", "-I", SPARSEC_RUNTIME_INCLUDE_DIR,
-        cppPath, SPARSEC_RUNTIME_LIBRARY, "-lpthread", "-o", binary};
-    std::string err;
-    int rc = llvm::sys::ExecuteAndWait(*cxx, args, std::nullopt, {}, 0, 0, &err);
-    if (rc != 0) {
-      error() << "building " << binary << " failed"
-              << (err.empty() ? "" : ": " + err) << " (compiler exit " << rc
-              << ")\n";
-      return 1;
-    }
-    timer.detail = binary;
+/// Writes `a` (int64, row-major `shape`) as a .npy file.
+bool saveInt64(const std::string &path, std::vector<int64_t> &data,
+               std::initializer_list<int64_t> shape) {
+  sparsec::rt::Tensor t;
+  t.data = data.data();
+  t.dtype = sparsec::rt::DType::i64;
+  t.rank = static_cast<int>(shape.size());
+  int d = 0;
+  for (int64_t v : shape)
+    t.shape[d++] = v;
+  std::string err;
+  if (!sparsec::rt::writeNpy(path, t, err)) {
+    error() << err << "\n";
+    return false;
   }
+  return true;
+}
+
+std::string fileSafe(llvm::StringRef name) {
+  std::string out;
+  for (char c : name)
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+  return out;
+}
+
+/// Writes the calibration runs as an input list for `model profile`.
+LogicalResult prepareCalibration(func::FuncOp func, llvm::StringRef workDir,
+                                 std::string &listPath, int64_t &runs) {
+  SmallVector<std::string> names;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto n = func.getArgAttrOfType<StringAttr>(i, "sparsec.name");
+    names.push_back(n ? n.getValue().str() : "");
+  }
+  listPath = (workDir + "/calibration.list").str();
+  std::error_code ec;
+  llvm::raw_fd_ostream list(listPath, ec);
+  if (ec) {
+    error() << "cannot write '" << listPath << "': " << ec.message() << "\n";
+    return failure();
+  }
+  runs = 0;
+  if (!llvm::sys::fs::is_directory(calib)) {
+    // Text: byte-level LM inputs, one chunk of --seq-len bytes per run.
+    auto buffer = llvm::MemoryBuffer::getFile(calib);
+    if (!buffer) {
+      error() << "cannot read calibration file '" << calib
+              << "': " << buffer.getError().message() << "\n";
+      return failure();
+    }
+    bool hasIds = llvm::is_contained(names, "input_ids");
+    for (const std::string &n : names)
+      if (n != "input_ids" && n != "attention_mask") {
+        error() << "text calibration needs a byte-level LM whose inputs are "
+                   "input_ids (and attention_mask); this model also takes '"
+                << n << "': give a directory of .npy inputs instead\n";
+        return failure();
+      }
+    if (!hasIds) {
+      error() << "text calibration needs a model with an input_ids input\n";
+      return failure();
+    }
+    llvm::StringRef text = (*buffer)->getBuffer();
+    int64_t len = std::max(1, seqLen.getValue());
+    for (int64_t off = 0; off + len <= static_cast<int64_t>(text.size()) &&
+                          runs < maxChunks;
+         off += len, ++runs) {
+      std::vector<int64_t> ids(len), mask(len, 1);
+      for (int64_t k = 0; k < len; ++k)
+        ids[k] = static_cast<unsigned char>(text[off + k]);
+      std::string base = (workDir + "/run" + llvm::Twine(runs)).str();
+      if (!saveInt64(base + "_ids.npy", ids, {1, len}) ||
+          !saveInt64(base + "_mask.npy", mask, {1, len}))
+        return failure();
+      list << "input_ids=" << base << "_ids.npy";
+      if (llvm::is_contained(names, "attention_mask"))
+        list << " attention_mask=" << base << "_mask.npy";
+      list << "\n";
+    }
+    if (runs == 0) {
+      error() << "calibration file '" << calib << "' is shorter than one "
+              << len << "-byte chunk\n";
+      return failure();
+    }
+    return success();
+  }
+  // A directory: one sample per sub-directory, or the directory itself.
+  SmallVector<std::string> samples;
+  for (llvm::sys::fs::directory_iterator it(calib, ec), end; it != end && !ec;
+       it.increment(ec))
+    if (llvm::sys::fs::is_directory(it->path()))
+      samples.push_back(it->path());
+  llvm::sort(samples);
+  if (samples.empty())
+    samples.push_back(calib);
+  for (const std::string &dir : samples) {
+    if (runs >= maxChunks)
+      break;
+    for (const std::string &n : names) {
+      std::string path = dir + "/" + fileSafe(n) + ".npy";
+      if (!llvm::sys::fs::exists(path)) {
+        error() << "calibration sample '" << dir << "' has no " << fileSafe(n)
+                << ".npy for input '" << n << "'\n";
+        return failure();
+      }
+      list << n << "=" << path << " ";
+    }
+    list << "\n";
+    ++runs;
+  }
+  return success();
+}
+
+/// An SVG plot of each site's neurons sorted by activation frequency.
+void writePlot(const sparsec::rt::Profile &profile, llvm::StringRef path) {
+  std::error_code ec;
+  llvm::raw_fd_ostream svg(path, ec);
+  if (ec)
+    return;
+  const int w = 640, h = 360, left = 50, bottom = 30;
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << w
+      << "' height='" << h << "' font-family='sans-serif' font-size='11'>\n"
+      << "<rect width='100%' height='100%' fill='white'/>\n"
+      << "<text x='" << left << "' y='14'>neurons sorted by activation "
+         "frequency, per site</text>\n"
+      << "<line x1='" << left << "' y1='" << h - bottom << "' x2='" << w - 10
+      << "' y2='" << h - bottom << "' stroke='black'/>\n"
+      << "<line x1='" << left << "' y1='20' x2='" << left << "' y2='"
+      << h - bottom << "' stroke='black'/>\n"
+      << "<text x='" << left << "' y='" << h - 8 << "'>0</text><text x='"
+      << w - 60 << "' y='" << h - 8 << "'>neuron rank</text>\n"
+      << "<text x='4' y='24'>1.0</text><text x='4' y='" << h - bottom
+      << "'>0.0</text>\n";
+  static const char *colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                 "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+  for (auto [i, site] : llvm::enumerate(profile.sites)) {
+    std::vector<uint64_t> c = site.counts;
+    std::sort(c.begin(), c.end(), std::greater<uint64_t>());
+    svg << "<polyline fill='none' stroke='" << colors[i % 8] << "' points='";
+    size_t n = c.size(), step = std::max<size_t>(1, n / 400);
+    for (size_t k = 0; k < n; k += step) {
+      double x = left + (w - 10 - left) * double(k) / std::max<size_t>(1, n - 1);
+      double f = site.tokens ? double(c[k]) / double(site.tokens) : 0.0;
+      double y = (h - bottom) - (h - bottom - 20) * f;
+      svg << llvm::format("%.1f,%.1f ", x, y);
+    }
+    svg << "'/>\n<text x='" << w - 200 << "' y='" << 30 + 14 * i
+        << "' fill='" << colors[i % 8] << "'>" << site.name << "</text>\n";
+  }
+  svg << "</svg>\n";
+}
+
+int runProfile(MLIRContext &context) {
+  if (inputFile.empty() || calib.empty() || outputFile.empty()) {
+    error() << "usage: sparsec profile <model.onnx> --calib <file|dir> -o "
+               "<model.sprof>\n";
+    return 1;
+  }
+  std::unique_ptr<sparsec::WeightStore> store;
+  OwningOpRef<ModuleOp> module =
+      importAndRaise(context, sparsec::Phase::Raise, store);
+  if (!module)
+    return 1;
+  {
+    PhaseTimer timer("instrument");
+    PassManager pm(&context);
+    pm.addPass(sparsec::createInstrumentSparsityPass());
+    sparsec::buildSchedulePipeline(pm);
+    if (failed(pm.run(*module)))
+      return 1;
+    auto sites = (*module)->getAttrOfType<ArrayAttr>("sparsec.profile_sites");
+    if (!sites || sites.empty()) {
+      error() << "the model has no ReLU-family activation feeding a linear "
+                 "layer: nothing to profile\n";
+      return 1;
+    }
+    timer.detail = std::to_string(sites.size()) + " sites";
+  }
+  std::string workDir = outputFile + ".build";
+  if (std::error_code ec = llvm::sys::fs::create_directories(workDir)) {
+    error() << "cannot create '" << workDir << "': " << ec.message() << "\n";
+    return 1;
+  }
+  if (failed(emitAndBuild(*module, *store, workDir, {}, false)))
+    return 1;
+  auto funcs = llvm::to_vector(module->getOps<func::FuncOp>());
+  std::string listPath;
+  int64_t runs = 0;
+  if (failed(prepareCalibration(funcs.front(), workDir, listPath, runs)))
+    return 1;
+  {
+    PhaseTimer timer("run");
+    std::string binary = workDir + "/model";
+    std::string threadArg = std::to_string(
+        threads > 0 ? threads.getValue()
+                    : std::max(1u, std::thread::hardware_concurrency()));
+    llvm::SmallVector<llvm::StringRef> args{binary, "profile", "--input-list",
+                                            listPath, "-o", outputFile,
+                                            "--threads", threadArg};
+    std::string err;
+    int rc = llvm::sys::ExecuteAndWait(binary, args, std::nullopt, {}, 0, 0, &err);
+    if (rc != 0) {
+      error() << "the profiling run failed" << (err.empty() ? "" : ": " + err)
+              << "\n";
+      return 1;
+    }
+    timer.detail = std::to_string(runs) + " calibration runs";
+  }
+  sparsec::rt::Profile profile;
+  std::string err;
+  if (!sparsec::rt::readProfile(outputFile, profile, err)) {
+    error() << err << "\n";
+    return 1;
+  }
+  std::string plot = outputFile + ".svg";
+  writePlot(profile, plot);
+  llvm::outs() << llvm::format("%-28s %8s %9s %8s %9s %6s\n", "site", "neurons",
+                               "tokens", "zero %", "top20 %", "dead");
+  for (const sparsec::rt::ProfileSite &site : profile.sites) {
+    double active = 0;
+    int64_t dead = 0;
+    std::vector<uint64_t> c = site.counts;
+    for (uint64_t v : c) {
+      active += double(v);
+      dead += v == 0;
+    }
+    std::sort(c.begin(), c.end(), std::greater<uint64_t>());
+    size_t top = std::max<size_t>(1, (c.size() * 20 + 99) / 100);
+    double topActive = 0;
+    for (size_t k = 0; k < top && k < c.size(); ++k)
+      topActive += double(c[k]);
+    double total = double(site.tokens) * double(site.neurons);
+    llvm::outs() << llvm::format(
+        "%-28s %8lld %9lld %7.1f%% %8.1f%% %6lld\n", site.name.c_str(),
+        (long long)site.neurons, (long long)site.tokens,
+        total > 0 ? 100.0 * (1.0 - active / total) : 0.0,
+        active > 0 ? 100.0 * topActive / active : 0.0, (long long)dead);
+  }
+  llvm::outs() << "wrote " << outputFile << " and " << plot << "\n";
   return 0;
 }
 } // namespace
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  // --mlir-print-debuginfo and friends: keeps ONNX node names (locations)
+  // in printed IR, so profile sites survive a round trip through text.
+  mlir::registerAsmPrinterCLOptions();
   cl::HideUnrelatedOptions(category);
   cl::HideUnrelatedOptions(category, importCmd);
   cl::HideUnrelatedOptions(category, compileCmd);
+  cl::HideUnrelatedOptions(category, profileCmd);
   cl::ParseCommandLineOptions(
       argc, argv,
       "sparsec: ahead-of-time compiler for activation-sparse ONNX models\n\n"
@@ -384,6 +671,9 @@ int main(int argc, char **argv) {
     return runImport(context);
   if (compileCmd)
     return runCompile(context);
-  error() << "expected a subcommand: import or compile (run 'sparsec --help')\n";
+  if (profileCmd)
+    return runProfile(context);
+  error() << "expected a subcommand: import, compile or profile (run "
+             "'sparsec --help')\n";
   return 1;
 }

@@ -22,6 +22,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include <cmath>
 
@@ -515,6 +516,11 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return emitCall(op, "constantOfShape(ctx, " + name(c.getShape()) +
                                 ", " + v);
       })
+      .Case([&](ProfileCountOp p) -> LogicalResult {
+        body << "  if (!ops::profileCount(ctx, " << name(p.getInput()) << ", "
+             << static_cast<int64_t>(p.getIndex()) << ")) return false;\n";
+        return success();
+      })
       .Default([&](Operation *other) {
         return other->emitError("the x86 backend does not support '")
                << other->getName() << "' yet";
@@ -577,6 +583,16 @@ void Emitter::emitDescription(func::FuncOp func) {
   ArrayRef<int64_t> sizes = slotBytes ? slotBytes.asArrayRef() : ArrayRef<int64_t>();
   os << "const int64_t kSlotBytes[] = {" << (sizes.empty() ? "0" : joinInts(sizes))
      << "};\n\n";
+  auto sites = module->getAttrOfType<ArrayAttr>("sparsec.profile_sites");
+  if (sites) {
+    os << "const char *const kProfileSites[] = {";
+    for (auto [i, s] : llvm::enumerate(sites))
+      os << (i ? ", " : "") << quoted(cast<StringAttr>(s).getValue());
+    os << "};\n";
+  }
+  uint64_t modelHash = 0;
+  if (auto hash = module->getAttrOfType<StringAttr>("sparsec.model_hash"))
+    modelHash = std::strtoull(hash.getValue().str().c_str(), nullptr, 16);
   auto source = module->getAttrOfType<StringAttr>("sparsec.source");
   os << "const ModelDesc kModel = {\n"
      << "    " << quoted(source ? source.getValue() : "model") << ",\n"
@@ -585,7 +601,10 @@ void Emitter::emitDescription(func::FuncOp func) {
      << "    " << quoted(options.weightsFile) << ", " << segmentOf.size()
      << ", 0x" << llvm::format_hex_no_prefix(options.weightsChecksum, 16)
      << "ULL,\n"
-     << "    " << sizes.size() << ", kSlotBytes, run};\n";
+     << "    " << sizes.size() << ", kSlotBytes, run,\n"
+     << "    " << (sites ? sites.size() : 0) << ", "
+     << (sites ? "kProfileSites" : "nullptr") << ", 0x"
+     << llvm::format_hex_no_prefix(modelHash, 16) << "ULL};\n";
 }
 
 LogicalResult Emitter::emit() {

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "sparsec/rt/Runtime.h"
+#include "sparsec/rt/Profile.h"
 
 #include <algorithm>
 #include <cctype>
@@ -23,6 +24,8 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 
 #include <unistd.h>
@@ -184,6 +187,8 @@ struct Options {
   bool json = false;
   std::vector<std::pair<std::string, int64_t>> dims;
   bool help = false;
+  std::string inputList; // profile
+  std::string profileOut; // profile
 };
 
 void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
@@ -218,7 +223,8 @@ void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
 bool parseOptions(int argc, char **argv, Options &opts, std::string &error) {
   opts.command = argv[1];
   const std::string &cmd = opts.command;
-  bool isRun = cmd == "run", isBench = cmd == "bench";
+  bool isRun = cmd == "run", isBench = cmd == "bench",
+       isProfile = cmd == "profile";
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i] ? argv[i] : "";
     if (arg == "--help" || arg == "-h") {
@@ -273,7 +279,15 @@ bool parseOptions(int argc, char **argv, Options &opts, std::string &error) {
         return false;
       }
       opts.outputDir = value;
-    } else if (name == "--threads" && (isRun || isBench)) {
+    } else if (name == "--input-list" && isProfile) {
+      if (!takeValue())
+        return false;
+      opts.inputList = value;
+    } else if ((name == "-o" || name == "--output") && isProfile) {
+      if (!takeValue())
+        return false;
+      opts.profileOut = value;
+    } else if (name == "--threads" && (isRun || isBench || isProfile)) {
       int64_t n;
       if (!takeValue() || !positive(n, 1, 1024))
         return false;
@@ -749,6 +763,78 @@ int commandInfo(const ModelDesc &desc) {
   return 0;
 }
 
+/// Profiling builds: runs every input set of the list, accumulating the
+/// activation counters, and writes them as a .sprof file.
+int commandProfile(const Options &opts, const ModelDesc &desc,
+                   const char *argv0) {
+  if (desc.numProfileSites <= 0)
+    return reportError("this binary was not built for profiling "
+                       "(use `sparsec profile`)");
+  if (opts.inputList.empty() || opts.profileOut.empty())
+    return reportError("profile needs --input-list FILE and -o OUT.sprof");
+  std::ifstream list(opts.inputList);
+  if (!list)
+    return reportError("cannot open input list '" + opts.inputList + "'");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(list, line);)
+    if (line.find_first_not_of(" \t\r") != std::string::npos)
+      lines.push_back(line);
+  if (lines.empty())
+    return reportError("input list '" + opts.inputList + "' is empty");
+  std::string error;
+  std::unique_ptr<WeightPack> pack;
+  if (!loadWeights(desc, argv0, pack, error))
+    return reportError(error);
+  Context ctx(desc, pack.get(), opts.threads);
+  if (!ctx.ok())
+    return reportError(ctx.error);
+  std::vector<Tensor> outputs(size_t(std::max(desc.numOutputs, 0)));
+  bool tty = isatty(fileno(stderr));
+  for (size_t i = 0; i < lines.size(); ++i) {
+    Options one = opts;
+    one.inputs.clear();
+    std::istringstream words(lines[i]);
+    for (std::string w; words >> w;) {
+      size_t eq = w.find('=');
+      if (eq == std::string::npos || eq == 0)
+        return reportError(opts.inputList + ":" + std::to_string(i + 1) +
+                           ": expected NAME=FILE.npy, got '" + w + "'");
+      one.inputs.emplace_back(w.substr(0, eq), w.substr(eq + 1));
+    }
+    InputSet inputs(desc);
+    if (!inputs.load(one, /*requireAll=*/true, error) ||
+        !runOnce(desc, ctx, inputs.tensors(), outputs, error))
+      return reportError(opts.inputList + ":" + std::to_string(i + 1) + ": " +
+                         error);
+    if (tty || i + 1 == lines.size() || (i + 1) % 16 == 0)
+      std::fprintf(stderr, "%s[profile] %zu/%zu runs%s", tty ? "\r" : "",
+                   i + 1, lines.size(), tty ? "" : "\n");
+  }
+  if (tty)
+    std::fprintf(stderr, "\n");
+  Profile profile;
+  profile.modelHash = desc.modelHash;
+  profile.model = desc.name;
+  for (int s = 0; s < desc.numProfileSites; ++s) {
+    ProfileSite site;
+    site.name = desc.profileSites[s];
+    if (size_t(s) < ctx.profileCounts.size()) {
+      site.counts = ctx.profileCounts[size_t(s)];
+      site.tokens = ctx.profileTokens[size_t(s)];
+    }
+    site.neurons = int64_t(site.counts.size());
+    if (site.neurons == 0)
+      return reportError("profile site '" + site.name +
+                         "' was never executed");
+    profile.sites.push_back(std::move(site));
+  }
+  if (!writeProfile(opts.profileOut, profile, error))
+    return reportError(error);
+  std::printf("wrote %s (%d sites)\n", opts.profileOut.c_str(),
+              desc.numProfileSites);
+  return 0;
+}
+
 int modelMainImpl(int argc, char **argv, const ModelDesc &desc) {
   const char *prog = argc > 0 && argv[0] ? argv[0] : desc.name;
   if (argc < 2 || !argv[1]) {
@@ -760,7 +846,7 @@ int modelMainImpl(int argc, char **argv, const ModelDesc &desc) {
     printUsage(stdout, prog, desc);
     return 0;
   }
-  if (cmd != "run" && cmd != "bench" && cmd != "info") {
+  if (cmd != "run" && cmd != "bench" && cmd != "info" && cmd != "profile") {
     std::fprintf(stderr,
                  "error: unknown command '%s' (expected run, bench or info; "
                  "see --help)\n",
@@ -779,6 +865,8 @@ int modelMainImpl(int argc, char **argv, const ModelDesc &desc) {
     return commandInfo(desc);
   if (cmd == "run")
     return commandRun(opts, desc, argc > 0 ? argv[0] : nullptr);
+  if (cmd == "profile")
+    return commandProfile(opts, desc, argc > 0 ? argv[0] : nullptr);
   return commandBench(opts, desc, argc > 0 ? argv[0] : nullptr);
 }
 

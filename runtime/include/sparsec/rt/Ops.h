@@ -167,6 +167,15 @@ bool range(Context &ctx, const Tensor &start, const Tensor &limit,
 bool constantOfShape(Context &ctx, const Tensor &shape, const Tensor &value,
                      int outSlot, Tensor &out);
 
+//===----------------------------------------------------------------------===//
+// Profiling
+//===----------------------------------------------------------------------===//
+
+/// Profiling builds: for activation site `site`, counts the tokens (rows of
+/// the last dimension) of x and, per neuron, the rows where it is non-zero,
+/// into ctx.profileTokens / ctx.profileCounts.
+bool profileCount(Context &ctx, const Tensor &x, int site);
+
 } // namespace sparsec::rt::ops
 
 #endif // SPARSEC_RT_OPS_H

@@ -194,6 +194,11 @@ struct ModelDesc {
   int numSlots;
   const int64_t *slotBytes;
   RunFn run;
+  /// Profiling builds only: the activation sites the model counts (see
+  /// Profile.h), and the hash of the ONNX file the profile belongs to.
+  int numProfileSites = 0;
+  const char *const *profileSites = nullptr;
+  uint64_t modelHash = 0;
 };
 
 /// State of one execution: weights, slots, threads, the first error.
@@ -205,6 +210,9 @@ struct Context {
   ThreadPool pool;
   std::vector<Buffer> slots;
   std::string error;
+  /// Profiling builds: per site, tokens seen and per-neuron active counts.
+  std::vector<int64_t> profileTokens;
+  std::vector<std::vector<uint64_t>> profileCounts;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
   /// slot if needed). Returns false (and records an error) on failure.
@@ -216,7 +224,10 @@ struct Context {
   bool ok() const { return error.empty(); }
 };
 
-/// The command line of a compiled model:
+/// The command line of a compiled model (profiling builds also have
+///   <model> profile --input-list FILE -o OUT.sprof [--threads N]
+/// where each line of FILE is one run: NAME=FILE.npy ... separated by
+/// spaces; the counters accumulate over all runs):
 ///   <model> run --input NAME=FILE.npy ... [--output-dir DIR] [--threads N]
 ///   <model> bench [--input NAME=FILE.npy ...] [--runs N] [--warmup N]
 ///                 [--threads N] [--json]
