@@ -26,9 +26,12 @@
 #include <string>
 #include <vector>
 
-// Test hook of the op library (runtime/src/cpu/Linear.cpp): forces the
-// portable kernels instead of the AVX2/FMA ones.
+// Test hooks of the op library (runtime/src/cpu/Linear.cpp): select the
+// kernel ISA (0 = best available, 1 = scalar, 2 = AVX2, 3 = AVX-512; an
+// unavailable one falls back to the best available lower one) and query it.
 namespace sparsec::rt::ops::detail {
+void setKernelIsa(int isa);
+int kernelIsa();
 void setForceScalarKernels(bool force);
 } // namespace sparsec::rt::ops::detail
 
@@ -297,7 +300,7 @@ const std::vector<std::pair<Shape, Shape>> kBroadcastCases = {
 class OpsTest : public ::testing::TestWithParam<int> {
 protected:
   OpsTest() : ctx(kDesc, nullptr, GetParam()) {}
-  void TearDown() override { ops::detail::setForceScalarKernels(false); }
+  void TearDown() override { ops::detail::setKernelIsa(0); }
 
   /// Expects failure with an error naming `what`, then clears it.
   void expectFail(bool ok, const std::string &what) {
@@ -771,6 +774,38 @@ void checkLinear(const Owned &x, const Owned &w, const Owned *bias,
     }
 }
 
+/// The kernel ISAs (1 scalar, 2 AVX2, 3 AVX-512) this machine can run.
+std::vector<int> availableIsas() {
+  std::vector<int> isas;
+  for (int isa : {1, 2, 3}) {
+    ops::detail::setKernelIsa(isa);
+    if (ops::detail::kernelIsa() == isa)
+      isas.push_back(isa);
+  }
+  ops::detail::setKernelIsa(0);
+  return isas;
+}
+
+TEST_P(OpsTest, KernelIsaSelection) {
+  // The hook overrides SPARSEC_ISA; 0 restores the default (SPARSEC_ISA if
+  // set, else the best available).
+  ops::detail::setKernelIsa(0);
+  const int dflt = ops::detail::kernelIsa();
+  ops::detail::setKernelIsa(3);
+  const int best = ops::detail::kernelIsa();
+  EXPECT_GE(best, 1);
+  EXPECT_LE(best, 3);
+  EXPECT_LE(dflt, best);
+  for (int isa : {1, 2, 3}) {
+    ops::detail::setKernelIsa(isa);
+    EXPECT_EQ(ops::detail::kernelIsa(), std::min(isa, best)) << isa;
+  }
+  ops::detail::setForceScalarKernels(true);
+  EXPECT_EQ(ops::detail::kernelIsa(), 1);
+  ops::detail::setForceScalarKernels(false);
+  EXPECT_EQ(ops::detail::kernelIsa(), dflt);
+}
+
 TEST_P(OpsTest, LinearShapesAndPaths) {
   struct Case {
     Shape x;
@@ -782,10 +817,15 @@ TEST_P(OpsTest, LinearShapesAndPaths) {
       {{33, 19}, 45},   {{128, 100}, 77},  {{40, 20}, 2100},
       {{200, 800}, 70}, {{6, 1000}, 1003}, {{2, 3, 5, 24}, 16},
       {{0, 8}, 4},      {{4, 0}, 6},
+      // M = 1, 3, 7, 33, 128 with K and N not multiples of 16 or 32.
+      {{1, 1000}, 1001}, {{3, 515}, 530},  {{7, 97}, 211},
+      {{33, 70}, 150},   {{128, 45}, 39},  {{128, 300}, 331},
+      {{1, 4, 23}, 83},  {{13, 77}, 95},
   };
   uint32_t seed = 600;
-  for (bool scalar : {false, true}) {
-    ops::detail::setForceScalarKernels(scalar);
+  for (int isa : availableIsas()) {
+    ops::detail::setKernelIsa(isa);
+    SCOPED_TRACE("kernel ISA " + std::to_string(isa));
     for (const Case &c : cases) {
       const int64_t K = c.x.back();
       Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
@@ -873,10 +913,16 @@ TEST_P(OpsTest, Matmul) {
       {{2, 3, 5}, {5}, {2, 3}},
       {{1, 40, 33}, {2, 33, 70}, {2, 40, 70}},
       {{2, 0, 3}, {3, 4}, {2, 0, 4}},
+      {{1, 333}, {333, 97}, {1, 97}},
+      {{3, 3, 37}, {37, 70}, {3, 3, 70}},
+      {{7, 41}, {2, 41, 55}, {2, 7, 55}},
+      {{128, 67}, {67, 99}, {128, 99}},
+      {{2, 33, 50}, {2, 50, 45}, {2, 33, 45}},
   };
   uint32_t seed = 700;
-  for (bool scalar : {false, true}) {
-    ops::detail::setForceScalarKernels(scalar);
+  for (int isa : availableIsas()) {
+    ops::detail::setKernelIsa(isa);
+    SCOPED_TRACE("kernel ISA " + std::to_string(isa));
     for (const Case &c : cases) {
       Owned a = randomTensor(DType::f32, c.a, seed++, -1, 1);
       Owned b = randomTensor(DType::f32, c.b, seed++, -1, 1);

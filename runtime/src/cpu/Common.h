@@ -500,8 +500,15 @@ float dot(const float *a, const float *b, int64_t n);
 /// y[i] += alpha * x[i]
 void axpy(float alpha, const float *x, float *y, int64_t n);
 
-/// Whether the AVX2/FMA kernels are used (CPU support, unless forced off).
+/// Kernel ISAs for setKernelIsa / kernelIsa.
+enum : int { kIsaBest = 0, kIsaScalar = 1, kIsaAvx2 = 2, kIsaAvx512 = 3 };
+/// The ISA the f32 kernels use now (never kIsaBest); see Linear.cpp.
+int kernelIsa();
+/// Whether the AVX2/FMA (or wider) kernels are used.
 bool useAvx2();
+/// Test hook: request an ISA (kIsaBest restores the default); one the CPU
+/// lacks falls back to the best available lower one.
+void setKernelIsa(int isa);
 /// Test hook: force the portable kernels (true) or restore the default.
 void setForceScalarKernels(bool force);
 

@@ -128,6 +128,10 @@ func.func @sparsity(%x: tensor<1x8xf32>, %w1: tensor<8x2xf32>, %w2: tensor<2x16x
   // CHECK: sparsec.sparse_linear %{{.*}}, %{{.*}} active %[[M]] {mode = #sparsec<sparse_mode predicted>, placement = #sparsec.placement<gpu_neurons = 8, total_neurons = 16, group = 8>, sparse_dim = #sparsec<sparse_dim output>}
   %h = sparsec.sparse_linear %x, %up active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, operandSegmentSizes = array<i32: 1, 1, 0, 1>, placement = #sparsec.placement<gpu_neurons = 8, total_neurons = 16, group = 8>} : (tensor<1x8xf32>, tensor<8x16xf32>, tensor<1x16xi1>) -> tensor<1x16xf32>
   %r = sparsec.relu %h : tensor<1x16xf32>
+  // CHECK: sparsec.profile_count %{{.*}} {index = 0 : i64, site = "/layers.0/Relu"} : tensor<1x16xf32>
+  sparsec.profile_count %r {index = 0 : i64, site = "/layers.0/Relu"} : tensor<1x16xf32>
+  // CHECK: sparsec.linear %{{.*}}, %{{.*}} {activation = #sparsec<activation gelu_tanh>} : tensor<1x16xf32>, tensor<16x8xf32> -> tensor<1x8xf32>
+  %fused = sparsec.linear %r, %down {activation = #sparsec<activation gelu_tanh>} : tensor<1x16xf32>, tensor<16x8xf32> -> tensor<1x8xf32>
   // CHECK: sparsec.sparse_linear %{{.*}}, %{{.*}} {{{.*}}mode = #sparsec<sparse_mode exact>{{.*}}sparse_dim = #sparsec<sparse_dim input>}
   %y = sparsec.sparse_linear %r, %down {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>, operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
