@@ -97,6 +97,19 @@ cl::list<std::string> maxDims(
              "e.g. --max-dims=seq=1024 (default: unbounded)"),
     cl::value_desc("name=value,..."), cl::CommaSeparated, cl::sub(compileCmd),
     cl::cat(category));
+cl::opt<std::string> profileFile(
+    "profile", cl::desc("Activation profile (.sprof from sparsec profile)"),
+    cl::value_desc("file.sprof"), cl::sub(compileCmd), cl::cat(category));
+cl::opt<std::string> sparsityMode(
+    "sparsity",
+    cl::desc("How FFNs use activation sparsity: off (dense) or exact "
+             "(skip zero neurons in the down projection; needs --profile)"),
+    cl::value_desc("off|exact"), cl::init("off"), cl::sub(compileCmd),
+    cl::cat(category));
+cl::opt<double> minZeroFraction(
+    "min-zero-fraction",
+    cl::desc("Keep an FFN dense when its measured zero fraction is lower"),
+    cl::init(0.5), cl::sub(compileCmd), cl::cat(category));
 cl::opt<std::string> target("target",
                             cl::desc("Code generation target: x86"),
                             cl::init("x86"), cl::sub(compileCmd),
@@ -338,6 +351,17 @@ int runCompile(MLIRContext &context) {
     error() << "compile needs an output directory: -o <dir>\n";
     return 1;
   }
+  if (sparsityMode != "off" && sparsityMode != "exact") {
+    error() << "unknown --sparsity mode '" << sparsityMode
+            << "' (expected off or exact; predicted is not available yet)\n";
+    return 1;
+  }
+  if (sparsityMode == "exact" && profileFile.empty()) {
+    error() << "--sparsity=exact needs --profile <model.sprof> (from "
+               "sparsec profile): FFNs are made sparse where the measured "
+               "sparsity pays off\n";
+    return 1;
+  }
   std::string phase = compileTo.empty() ? "build" : compileTo.getValue();
   std::optional<sparsec::Phase> stop = sparsec::parsePhase(phase);
   if (!stop) {
@@ -365,6 +389,30 @@ int runCompile(MLIRContext &context) {
   OwningOpRef<ModuleOp> module = importAndRaise(context, *stop, store);
   if (!module)
     return 1;
+  if (*stop >= sparsec::Phase::Raise &&
+      (!profileFile.empty() || sparsityMode != "off")) {
+    PhaseTimer timer("sparsify");
+    PassManager pm(&context);
+    if (!profileFile.empty()) {
+      sparsec::AnnotateSparsityPassOptions annotate;
+      annotate.profile = profileFile;
+      pm.addPass(sparsec::createAnnotateSparsityPass(annotate));
+    }
+    if (sparsityMode == "exact") {
+      sparsec::SparsifyFFNPassOptions sparsify;
+      sparsify.minZeroFraction = minZeroFraction;
+      pm.addPass(sparsec::createSparsifyFFNPass(sparsify));
+    }
+    if (failed(pm.run(*module)))
+      return 1;
+    int64_t sparse = 0, sites = 0;
+    module->walk([&](Operation *op) {
+      sparse += isa<sparsec::SparseLinearOp>(op);
+      sites += op->hasAttr("sparsity");
+    });
+    timer.detail = std::to_string(sites) + " annotated sites, " +
+                   std::to_string(sparse) + " sparse linears";
+  }
   if (*stop <= sparsec::Phase::Raise) {
     std::string path = outPath("model." + phase + ".mlir");
     if (failed(writeModule(*module, path)))

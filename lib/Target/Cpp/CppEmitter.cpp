@@ -516,6 +516,18 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return emitCall(op, "constantOfShape(ctx, " + name(c.getShape()) +
                                 ", " + v);
       })
+      .Case([&](SparseLinearOp s) -> LogicalResult {
+        if (s.getSparseDim() != SparseDim::input ||
+            s.getMode() != SparseMode::exact || s.getActive() ||
+            s.getTransposeWeight())
+          return s.emitError("this sparse_linear form (")
+                 << stringifySparseDim(s.getSparseDim()) << ", "
+                 << stringifySparseMode(s.getMode())
+                 << ") is not supported by the x86 backend yet";
+        return emitCall(op, "sparseLinearInput(ctx, " + name(s.getInput()) +
+                                ", " + name(s.getWeight()) + ", " +
+                                ptr(s.getBias()));
+      })
       .Case([&](ProfileCountOp p) -> LogicalResult {
         body << "  if (!ops::profileCount(ctx, " << name(p.getInput()) << ", "
              << static_cast<int64_t>(p.getIndex()) << ")) return false;\n";

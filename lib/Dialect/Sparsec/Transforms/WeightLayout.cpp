@@ -25,18 +25,21 @@ struct WeightLayoutPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SymbolTable symbols(module);
-    SmallVector<LinearOp> work;
-    module.walk([&](LinearOp op) {
-      if (op.getTransposeWeight())
+    // linear and sparse_linear share the operand order (input, weight, ...)
+    // and the transpose_weight flag.
+    SmallVector<Operation *> work;
+    module.walk([&](Operation *op) {
+      if (isa<LinearOp, SparseLinearOp>(op) && op->hasAttr("transpose_weight"))
         work.push_back(op);
     });
-    for (LinearOp op : work) {
-      auto wType = cast<RankedTensorType>(op.getWeight().getType());
+    for (Operation *op : work) {
+      OpOperand &weightOperand = op->getOpOperand(1);
+      auto wType = cast<RankedTensorType>(weightOperand.get().getType());
       auto tType = RankedTensorType::get(
           {wType.getDimSize(1), wType.getDimSize(0)}, wType.getElementType());
       OpBuilder b(op);
       Value transposed;
-      if (auto weight = defOp<WeightOp>(op.getWeight())) {
+      if (auto weight = defOp<WeightOp>(weightOperand.get())) {
         auto global = symbols.lookup<GlobalOp>(weight.getName());
         std::string name = (global.getSymName() + ".T").str();
         if (!symbols.lookup(name)) {
@@ -57,12 +60,12 @@ struct WeightLayoutPass
                          .getResult();
       } else {
         transposed =
-            TransposeOp::create(b, op.getLoc(), tType, op.getWeight(),
+            TransposeOp::create(b, op->getLoc(), tType, weightOperand.get(),
                                 b.getDenseI64ArrayAttr({1, 0}))
                 .getResult();
       }
-      op.getWeightMutable().assign(transposed);
-      op.setTransposeWeight(false);
+      weightOperand.set(transposed);
+      op->removeAttr("transpose_weight");
     }
     // Weights and globals nothing uses any more.
     module.walk([&](WeightOp op) {

@@ -168,6 +168,16 @@ bool constantOfShape(Context &ctx, const Tensor &shape, const Tensor &value,
                      int outSlot, Tensor &out);
 
 //===----------------------------------------------------------------------===//
+// Activation sparsity
+//===----------------------------------------------------------------------===//
+
+/// Exact input-side sparse linear: y[..., N] = x[..., K] . w[K, N] + bias,
+/// reading only the rows of w whose input neuron is non-zero (the down
+/// projection after a ReLU). Equal to `linear` up to summation order.
+bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
+                       const Tensor *bias, int outSlot, Tensor &out);
+
+//===----------------------------------------------------------------------===//
 // Profiling
 //===----------------------------------------------------------------------===//
 

@@ -232,6 +232,35 @@ def AnnotateSparsityPass : Pass<"sparsec-annotate-sparsity", "mlir::ModuleOp"> {
   ];
 }
 
+def SparsifyFFNPass : Pass<"sparsec-sparsify-ffn", "mlir::ModuleOp"> {
+  let summary = "Rewrite linears fed by a sparse activation into sparse_linear";
+  let description = [{
+    Exact mode: a `linear` whose input is a profiled ReLU-family activation
+    becomes a `sparse_linear {sparse_dim = input, mode = exact}`: the
+    kernel skips the rows of the weight whose input neuron is zero, so the
+    result equals the dense one. Sites whose measured zero fraction is below
+    `min-zero-fraction` (or that carry no measurement) stay dense: the
+    sparse kernel would not be faster there. Before:
+    ```mlir
+    %r = sparsec.relu %h {sparsity = #sparsec.act_sparsity<zero_fraction = 0.9, ...>}
+    %y = sparsec.linear %r, %w, %b : ...
+    ```
+    After:
+    ```mlir
+    %y = sparsec.sparse_linear %r, %w, %b {mode = #sparsec<sparse_mode exact>,
+         sparse_dim = #sparsec<sparse_dim input>} : ...
+    ```
+  }];
+  let options = [
+    Option<"minZeroFraction", "min-zero-fraction", "double", "0.5",
+           "Keep a site dense below this measured zero fraction">,
+  ];
+  let statistics = [
+    Statistic<"numSparse", "num-sparse", "Number of linears made sparse">,
+    Statistic<"numDense", "num-dense", "Number of sites kept dense">,
+  ];
+}
+
 //===----------------------------------------------------------------------===//
 // Schedule phase
 //===----------------------------------------------------------------------===//
