@@ -581,6 +581,24 @@ bool loadWeights(const ModelDesc &desc, const char *argv0,
   return pack != nullptr;
 }
 
+/// The weights and execution context every command runs with.
+struct Session {
+  std::unique_ptr<WeightPack> pack;
+  std::unique_ptr<Context> ctx;
+
+  bool open(const ModelDesc &desc, const char *argv0, int threads,
+            std::string &error) {
+    if (!loadWeights(desc, argv0, pack, error))
+      return false;
+    ctx = std::make_unique<Context>(desc, pack.get(), threads);
+    if (!ctx->ok()) {
+      error = ctx->error;
+      return false;
+    }
+    return true;
+  }
+};
+
 /// Runs the model once; returns false with the model's error.
 bool runOnce(const ModelDesc &desc, Context &ctx, const Tensor *inputs,
              std::vector<Tensor> &outputs, std::string &error) {
@@ -597,9 +615,10 @@ int commandRun(const Options &opts, const ModelDesc &desc, const char *argv0) {
   InputSet inputs(desc);
   if (!inputs.load(opts, /*requireAll=*/true, error))
     return reportError(error);
-  std::unique_ptr<WeightPack> pack;
-  if (!loadWeights(desc, argv0, pack, error))
+  Session session;
+  if (!session.open(desc, argv0, opts.threads, error))
     return reportError(error);
+  Context &ctx = *session.ctx;
 
   std::error_code ec;
   std::filesystem::create_directories(opts.outputDir, ec);
@@ -607,9 +626,6 @@ int commandRun(const Options &opts, const ModelDesc &desc, const char *argv0) {
     return reportError("cannot create output directory '" + opts.outputDir +
                        "'" + (ec ? ": " + ec.message() : ""));
 
-  Context ctx(desc, pack.get(), opts.threads);
-  if (!ctx.ok())
-    return reportError(ctx.error);
   std::vector<Tensor> outputs(size_t(std::max(desc.numOutputs, 0)));
   if (!runOnce(desc, ctx, inputs.tensors(), outputs, error))
     return reportError(error);
@@ -643,12 +659,10 @@ int commandBench(const Options &opts, const ModelDesc &desc,
   if (!inputs.load(opts, /*requireAll=*/false, error) ||
       !inputs.bindDims(opts, error) || !inputs.synthesize(error))
     return reportError(error);
-  std::unique_ptr<WeightPack> pack;
-  if (!loadWeights(desc, argv0, pack, error))
+  Session session;
+  if (!session.open(desc, argv0, opts.threads, error))
     return reportError(error);
-  Context ctx(desc, pack.get(), opts.threads);
-  if (!ctx.ok())
-    return reportError(ctx.error);
+  Context &ctx = *session.ctx;
   std::vector<Tensor> outputs(size_t(std::max(desc.numOutputs, 0)));
 
   for (int64_t i = 0; i < opts.warmup; ++i)
@@ -782,12 +796,10 @@ int commandProfile(const Options &opts, const ModelDesc &desc,
   if (lines.empty())
     return reportError("input list '" + opts.inputList + "' is empty");
   std::string error;
-  std::unique_ptr<WeightPack> pack;
-  if (!loadWeights(desc, argv0, pack, error))
+  Session session;
+  if (!session.open(desc, argv0, opts.threads, error))
     return reportError(error);
-  Context ctx(desc, pack.get(), opts.threads);
-  if (!ctx.ok())
-    return reportError(ctx.error);
+  Context &ctx = *session.ctx;
   std::vector<Tensor> outputs(size_t(std::max(desc.numOutputs, 0)));
   bool tty = isatty(fileno(stderr));
   for (size_t i = 0; i < lines.size(); ++i) {
