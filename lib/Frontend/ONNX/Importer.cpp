@@ -347,10 +347,36 @@ static Location nodeLocation(MLIRContext &ctx, const onnx::NodeProto &node,
   return NameLoc::get(StringAttr::get(&ctx, name), fileLoc);
 }
 
+/// Attribute values ONNX's own shape inference divides by or indexes with:
+/// checked before it runs, since libonnx crashes on them (found by fuzzing:
+/// a Conv with strides 0 is a division by zero in its inference).
+static std::optional<std::string> invalidSpatialAttrs(const onnx::NodeProto &node) {
+  static const llvm::StringSet<> spatialOps = {
+      "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
+  if (!spatialOps.contains(node.op_type()))
+    return std::nullopt;
+  for (const auto &a : node.attribute()) {
+    bool positive = a.name() == "strides" || a.name() == "dilations" ||
+                    a.name() == "kernel_shape";
+    if (positive)
+      for (int64_t v : a.ints())
+        if (v <= 0)
+          return a.name() + " must be positive, got " + std::to_string(v);
+    if (a.name() == "pads")
+      for (int64_t v : a.ints())
+        if (v < 0)
+          return "pads must be non-negative, got " + std::to_string(v);
+    if (a.name() == "group" && a.i() <= 0)
+      return "group must be positive, got " + std::to_string(a.i());
+  }
+  return std::nullopt;
+}
+
 LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
                                        int64_t opset, Location fileLoc) {
   const auto &table = getHandlerTable();
   SmallVector<std::string> problems;
+  bool invalid = false;
   for (auto [index, node] : llvm::enumerate(graph.node())) {
     Location loc = nodeLocation(context, node, index, fileLoc);
     const std::string &domain = node.domain();
@@ -369,6 +395,12 @@ LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
       problems.push_back(node.op_type());
       continue;
     }
+    if (auto bad = invalidSpatialAttrs(node)) {
+      emitError(loc) << "node '" << node.name() << "' (" << node.op_type()
+                     << "): " << *bad;
+      invalid = true;
+      continue;
+    }
     auto it = table.find(node.op_type());
     if (it == table.end() || it->second.front().sinceVersion > opset) {
       emitError(loc) << "node '" << node.name() << "': unsupported op '"
@@ -378,7 +410,7 @@ LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
     }
   }
   if (problems.empty())
-    return success();
+    return failure(invalid);
   llvm::StringSet<> kinds;
   for (const std::string &p : problems)
     kinds.insert(p);

@@ -327,6 +327,14 @@ def case_short_initializer():
     return model(nodes, [vi("x", F, [4])], [vi("y", F, [1, 4])], [t], opset=13)
 
 
+def case_conv_zero_stride():
+    # Found by fuzzing: libonnx's Conv shape inference divides by the stride.
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3],
+                              strides=[0, 1], name="bad_conv")]
+    return model(nodes, [vi("x", F, [1, 3, 8, 8])], [vi("y", F, [1, 4, 6, 6])],
+                 [init("w", f32(4, 3, 3, 3))], opset=13)
+
+
 RAW_CASES = {
     # Not protobuf at all.
     "not_onnx": lambda: b"this is plainly not a protobuf model\n",
