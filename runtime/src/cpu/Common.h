@@ -92,6 +92,20 @@ using Bool8 = uint8_t;
 
 template <typename T> struct TypeTag { using type = T; };
 
+/// numpy maximum/minimum: NaN propagates.
+template <typename T> T maxOf(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>)
+    if (a != a || b != b)
+      return a != a ? a : b;
+  return a < b ? b : a;
+}
+template <typename T> T minOf(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>)
+    if (a != a || b != b)
+      return a != a ? a : b;
+  return b < a ? b : a;
+}
+
 /// Calls f(TypeTag<T>{}) with the storage type of `t`. b1 maps to Bool8
 /// (so does u8: callers that care about the difference check the dtype).
 template <typename F> decltype(auto) dispatchType(DType t, F &&f) {

@@ -301,12 +301,7 @@ bool reshape(Context &ctx, const Tensor &x, const Tensor &shapeT,
   }
   if (known != numel)
     return failShape();
-  Tensor res;
-  if (!allocateOut(ctx, "reshape", outSlot, res, x.dtype, rank, shape))
-    return false;
-  copyBytes(ctx, res.data, x.data, x.bytes());
-  out = res;
-  return true;
+  return reshapeTo(ctx, x, rank, shape, outSlot, out);
 }
 
 bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,

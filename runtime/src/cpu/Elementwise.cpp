@@ -148,19 +148,6 @@ template <typename T> T absOf(T a) {
   else
     return a < T(0) ? negOf(a) : a;
 }
-/// numpy maximum/minimum: NaN propagates.
-template <typename T> T maxOf(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>)
-    if (a != a || b != b)
-      return a != a ? a : b;
-  return a < b ? b : a;
-}
-template <typename T> T minOf(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>)
-    if (a != a || b != b)
-      return a != a ? a : b;
-  return b < a ? b : a;
-}
 
 //===----------------------------------------------------------------------===//
 // Drivers

@@ -52,45 +52,6 @@ template <typename F> void dispatchFloat(DType t, F &&f) {
   }
 }
 
-template <typename F> void dispatchNumeric(DType t, F &&f) {
-  switch (t) {
-  case DType::f32:
-    f(TypeTag<float>{});
-    return;
-  case DType::f64:
-    f(TypeTag<double>{});
-    return;
-  case DType::f16:
-    f(TypeTag<Half>{});
-    return;
-  case DType::i64:
-    f(TypeTag<int64_t>{});
-    return;
-  case DType::i32:
-    f(TypeTag<int32_t>{});
-    return;
-  case DType::i16:
-    f(TypeTag<int16_t>{});
-    return;
-  case DType::i8:
-    f(TypeTag<int8_t>{});
-    return;
-  case DType::u8:
-    f(TypeTag<uint8_t>{});
-    return;
-  case DType::u16:
-    f(TypeTag<uint16_t>{});
-    return;
-  case DType::u32:
-    f(TypeTag<uint32_t>{});
-    return;
-  case DType::u64:
-    f(TypeTag<uint64_t>{});
-    return;
-  case DType::b1:
-    return;
-  }
-}
 
 /// The accumulator of sums: double for floats, 64-bit unsigned (wrapping)
 /// for integers.
@@ -127,18 +88,6 @@ template <typename C> C meanFromSum(SumType<C> s, int64_t count) {
   }
 }
 
-template <typename C> C maxOfNan(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>)
-    if (a != a || b != b)
-      return a != a ? a : b;
-  return a < b ? b : a;
-}
-template <typename C> C minOfNan(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>)
-    if (a != a || b != b)
-      return a != a ? a : b;
-  return b < a ? b : a;
-}
 
 thread_local std::vector<float> attnScores, attnAcc;
 
@@ -711,7 +660,7 @@ bool reduce(Context &ctx, Reduce kind, const Tensor &x, int naxes,
       kstr[nk++] = gstride[i];
     }
   }
-  dispatchNumeric(x.dtype, [&](auto tag) {
+  dispatchType(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = Arith<T>;
     using C = typename A::type;
@@ -753,7 +702,7 @@ bool reduce(Context &ctx, Reduce kind, const Tensor &x, int naxes,
                   for (int64_t j = 0; j < w; ++j) {
                     C cur = A::load(dst[j]), v = A::load(base[i * K1 + j]);
                     dst[j] =
-                        A::store(isMax ? maxOfNan(cur, v) : minOfNan(cur, v));
+                        A::store(isMax ? maxOf(cur, v) : minOf(cur, v));
                   }
               }
             }
@@ -787,7 +736,7 @@ bool reduce(Context &ctx, Reduce kind, const Tensor &x, int naxes,
           } else {
             for (int64_t j = 0; j < innerN; ++j) {
               C v = A::load(p[j * innerS]);
-              m = firstV ? v : isMax ? maxOfNan(m, v) : minOfNan(m, v);
+              m = firstV ? v : isMax ? maxOf(m, v) : minOf(m, v);
               firstV = false;
             }
           }
@@ -826,7 +775,7 @@ bool cumsum(Context &ctx, const Tensor &x, int64_t axis, bool exclusive,
     out = res;
     return true;
   }
-  dispatchNumeric(x.dtype, [&](auto tag) {
+  dispatchType(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = Arith<T>;
     using C = typename A::type;
