@@ -46,6 +46,14 @@ try:
 except Exception:
     pass
 
+# Tests that generate inputs with numpy.
+try:
+    subprocess.check_call([config.python_executable, "-c", "import numpy"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config.available_features.add("numpy")
+except Exception:
+    pass
+
 if os.path.isdir("/usr/share/libonnx-testdata/data/node"):
     config.available_features.add("onnx-testdata")
 config.substitutions.append(

@@ -55,8 +55,11 @@ void sparsec::buildRaisePipeline(OpPassManager &pm,
   pm.addPass(createCSEPass());
 }
 
-void sparsec::buildSchedulePipeline(OpPassManager &pm) {
-  pm.addPass(createWeightLayoutPass());
+void sparsec::buildSchedulePipeline(OpPassManager &pm,
+                                    const SchedulePipelineOptions &options) {
+  WeightLayoutPassOptions layout;
+  layout.sparseWeights = options.sparseWeights;
+  pm.addPass(createWeightLayoutPass(layout));
   pm.addPass(createFuseEpiloguePass());
   pm.addPass(createCSEPass());
   pm.addPass(createPlanMemoryPass());
@@ -68,7 +71,7 @@ void sparsec::registerSparsecPipelines() {
       "Shape inference, shape-arithmetic folding and layer fusion (the raise "
       "phase)",
       buildRaisePipeline);
-  PassPipelineRegistration<>(
+  PassPipelineRegistration<SchedulePipelineOptions>(
       "sparsec-schedule-pipeline",
       "Weight layout, epilogue fusion and memory planning (the schedule "
       "phase)",

@@ -26,6 +26,12 @@ Profile sample() {
   p.model = "dir/model \"quoted\".onnx";
   p.sites.push_back({"/layers.0/Relu", 4, 10, {10, 0, 3, 7}});
   p.sites.push_back({"/layers.1/Relu", 2, 10, {1, 2}});
+  // Three sampled (input, mask) pairs on the first site.
+  ProfileSite &s = p.sites[0];
+  s.samples = 3;
+  s.inputDim = 2;
+  s.sampleInputs = {1.0f, -2.0f, 0.5f, 0.25f, 3.0f, 4.0f};
+  s.sampleMasks = {0x9, 0x0, 0xf};
   return p;
 }
 } // namespace
@@ -42,6 +48,16 @@ TEST(Profile, RoundTrip) {
   EXPECT_EQ(p.find("/layers.1/Relu")->counts, (std::vector<uint64_t>{1, 2}));
   EXPECT_EQ(p.find("/layers.0/Relu")->tokens, 10);
   EXPECT_EQ(p.find("nope"), nullptr);
+  const ProfileSite &s = *p.find("/layers.0/Relu");
+  ASSERT_EQ(s.samples, 3);
+  EXPECT_EQ(s.inputDim, 2);
+  EXPECT_EQ(s.sampleInputs, sample().sites[0].sampleInputs);
+  EXPECT_TRUE(s.sampleActive(0, 0));
+  EXPECT_FALSE(s.sampleActive(0, 1));
+  EXPECT_TRUE(s.sampleActive(0, 3));
+  EXPECT_FALSE(s.sampleActive(1, 2));
+  EXPECT_TRUE(s.sampleActive(2, 2));
+  EXPECT_EQ(p.find("/layers.1/Relu")->samples, 0);
   std::remove(path.c_str());
 }
 
@@ -78,6 +94,24 @@ TEST(Profile, RejectsCountsAboveTokens) {
   Profile q;
   EXPECT_FALSE(readProfile(path, q, error));
   EXPECT_NE(error.find("more often than the tokens seen"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(Profile, WriterRejectsInconsistentSamples) {
+  Profile p = sample();
+  p.sites[0].sampleInputs.pop_back();
+  std::string error;
+  EXPECT_FALSE(writeProfile(tempPath("bad2.sprof"), p, error));
+  EXPECT_NE(error.find("inconsistent samples"), std::string::npos);
+}
+
+TEST(Profile, RejectsTrailingBytes) {
+  std::string path = tempPath("trail.sprof"), error;
+  ASSERT_TRUE(writeProfile(path, sample(), error)) << error;
+  std::ofstream(path, std::ios::binary | std::ios::app).write("12345678", 8);
+  Profile p;
+  EXPECT_FALSE(readProfile(path, p, error));
+  EXPECT_NE(error.find("trailing bytes"), std::string::npos) << error;
   std::remove(path.c_str());
 }
 

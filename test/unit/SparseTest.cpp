@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "sparsec/rt/Half.h"
 #include "sparsec/rt/Ops.h"
 
 #include <gtest/gtest.h>
@@ -71,4 +72,156 @@ TEST(SparseLinear, RejectsMismatchedShapes) {
   Tensor out;
   EXPECT_FALSE(ops::sparseLinearInput(ctx, tx, tw, nullptr, 0, out));
   EXPECT_NE(ctx.error.find("sparse_linear"), std::string::npos);
+}
+
+namespace {
+/// float16 round trip (what fp16-stored weights hold).
+uint16_t toHalfBits(float f) {
+  // Round through the runtime's own cast so the test reads what the pack
+  // would store.
+  return sparsec::rt::floatToHalf(f);
+}
+
+class SparseOutputTest : public ::testing::TestWithParam<Case> {};
+} // namespace
+
+// Output side (predicted up projection): selected neurons equal the dense
+// linear, the others are exactly 0; fp32 and fp16-stored weights.
+TEST_P(SparseOutputTest, MatchesDenseOnSelectedNeurons) {
+  const Case c = GetParam();
+  std::mt19937 rng(uint32_t(c.m * 17 + c.k * 3 + c.n));
+  std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
+  std::vector<float> x(c.m * c.k), w(c.k * c.n), wt(c.n * c.k), b(c.n);
+  std::vector<uint8_t> mask(c.m * c.n);
+  for (float &v : x)
+    v = val(rng);
+  for (float &v : w)
+    v = val(rng);
+  for (float &v : b)
+    v = val(rng);
+  for (uint8_t &m : mask)
+    m = coin(rng) >= c.sparsity;
+  for (int64_t i = 0; i < c.k; ++i)
+    for (int64_t j = 0; j < c.n; ++j)
+      wt[j * c.k + i] = w[i * c.n + j];
+  std::vector<uint16_t> wtHalf(wt.size());
+  std::vector<float> wHalfRounded(w.size());
+  for (size_t i = 0; i < wt.size(); ++i)
+    wtHalf[i] = toHalfBits(wt[i]);
+  for (int64_t i = 0; i < c.k; ++i)
+    for (int64_t j = 0; j < c.n; ++j)
+      wHalfRounded[i * c.n + j] = sparsec::rt::halfToFloat(wtHalf[j * c.k + i]);
+  Tensor tx{x.data(), DType::f32, 2, {c.m, c.k}};
+  Tensor tb{b.data(), DType::f32, 1, {c.n}};
+  Tensor tm{mask.data(), DType::b1, 2, {c.m, c.n}};
+  for (bool half : {false, true}) {
+    Tensor tw{w.data(), DType::f32, 2, {c.k, c.n}};
+    if (half)
+      tw.data = wHalfRounded.data();
+    Tensor twt = half ? Tensor{wtHalf.data(), DType::f16, 2, {c.n, c.k}}
+                      : Tensor{wt.data(), DType::f32, 2, {c.n, c.k}};
+    Context ctx(kDesc, nullptr, c.threads);
+    Tensor sparse, dense;
+    ASSERT_TRUE(ops::sparseLinearOutput(ctx, tx, twt, &tb, tm, 0, sparse))
+        << ctx.error;
+    ASSERT_TRUE(ops::linear(ctx, tx, tw, &tb, ops::Activation::none, 1, dense))
+        << ctx.error;
+    for (int64_t i = 0; i < c.m * c.n; ++i) {
+      if (!mask[i]) {
+        ASSERT_EQ(sparse.as<float>()[i], 0.0f) << "element " << i;
+        continue;
+      }
+      ASSERT_NEAR(sparse.as<float>()[i], dense.as<float>()[i],
+                  1e-4f * (1.0f + std::fabs(dense.as<float>()[i])))
+          << "element " << i << (half ? " (fp16 weights)" : "");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SparseOutputTest,
+    ::testing::Values(Case{1, 256, 1024, 0.9, 1}, Case{1, 256, 1024, 0.0, 2},
+                      Case{1, 256, 1024, 1.0, 2}, Case{3, 37, 19, 0.5, 2},
+                      Case{5, 300, 1000, 0.97, 2}, Case{64, 129, 33, 0.8, 1}));
+
+// The input side with fp16-stored weights equals the dense linear over the
+// same (rounded) weights.
+TEST(SparseLinear, HalfWeightsMatchDense) {
+  const int64_t m = 2, k = 517, n = 301;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
+  std::vector<float> x(m * k), w(k * n);
+  std::vector<uint16_t> wh(k * n);
+  for (float &v : x)
+    v = coin(rng) < 0.8 ? 0.0f : std::fabs(val(rng));
+  for (size_t i = 0; i < w.size(); ++i) {
+    wh[i] = toHalfBits(val(rng));
+    w[i] = sparsec::rt::halfToFloat(wh[i]);
+  }
+  Tensor tx{x.data(), DType::f32, 2, {m, k}};
+  Tensor tw{w.data(), DType::f32, 2, {k, n}};
+  Tensor twh{wh.data(), DType::f16, 2, {k, n}};
+  Context ctx(kDesc, nullptr, 2);
+  Tensor sparse, dense;
+  ASSERT_TRUE(ops::sparseLinearInput(ctx, tx, twh, nullptr, 0, sparse)) << ctx.error;
+  ASSERT_TRUE(ops::linear(ctx, tx, tw, nullptr, ops::Activation::none, 1, dense));
+  for (int64_t i = 0; i < m * n; ++i)
+    ASSERT_NEAR(sparse.as<float>()[i], dense.as<float>()[i],
+                1e-4f * (1.0f + std::fabs(dense.as<float>()[i])));
+}
+
+// The predictor's mask equals a double-precision reference of
+// (x . w1) . w2 + b > t, away from the threshold.
+TEST(Predict, MatchesReference) {
+  for (int64_t rows : {1, 5}) {
+    const int64_t d = 67, r = 9, n = 131;
+    const float threshold = 0.25f;
+    std::mt19937 rng(static_cast<uint32_t>(rows));
+    std::uniform_real_distribution<float> val(-1, 1);
+    std::vector<float> x(rows * d), w1(d * r), w2(r * n), b(n);
+    for (float &v : x) v = val(rng);
+    for (float &v : w1) v = val(rng);
+    for (float &v : w2) v = val(rng);
+    for (float &v : b) v = val(rng);
+    Tensor tx{x.data(), DType::f32, 2, {rows, d}};
+    Tensor t1{w1.data(), DType::f32, 2, {d, r}};
+    Tensor t2{w2.data(), DType::f32, 2, {r, n}};
+    Tensor tb{b.data(), DType::f32, 1, {n}};
+    Context ctx(kDesc, nullptr, 2);
+    Tensor mask;
+    ASSERT_TRUE(ops::predict(ctx, tx, t1, t2, &tb, threshold, 0, mask)) << ctx.error;
+    ASSERT_EQ(mask.dtype, DType::b1);
+    ASSERT_EQ(mask.shape[1], n);
+    int64_t checked = 0, on = 0;
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t j = 0; j < n; ++j) {
+        double logit = b[j];
+        for (int64_t e = 0; e < r; ++e) {
+          double h = 0;
+          for (int64_t i = 0; i < d; ++i)
+            h += double(x[row * d + i]) * w1[i * r + e];
+          logit += h * w2[e * n + j];
+        }
+        if (std::fabs(logit - threshold) < 1e-3)
+          continue;
+        ++checked;
+        on += logit > threshold;
+        ASSERT_EQ(mask.as<uint8_t>()[row * n + j] != 0, logit > threshold)
+            << "row " << row << " neuron " << j;
+      }
+    EXPECT_GT(checked, rows * n * 9 / 10);
+    EXPECT_GT(on, 0);
+    EXPECT_LT(on, checked);
+  }
+}
+
+TEST(Predict, RejectsShapesThatDoNotChain) {
+  std::vector<float> x(8), w1(8 * 2), w2(3 * 4);
+  Tensor tx{x.data(), DType::f32, 2, {1, 8}};
+  Tensor t1{w1.data(), DType::f32, 2, {8, 2}};
+  Tensor t2{w2.data(), DType::f32, 2, {3, 4}};
+  Context ctx(kDesc, nullptr, 1);
+  Tensor out;
+  EXPECT_FALSE(ops::predict(ctx, tx, t1, t2, nullptr, 0.0f, 0, out));
+  EXPECT_NE(ctx.error.find("do not chain"), std::string::npos) << ctx.error;
 }

@@ -67,6 +67,11 @@ cl::opt<std::string> calib(
 cl::opt<int> seqLen("seq-len",
                     cl::desc("Tokens per calibration chunk of a text file"),
                     cl::init(128), cl::sub(profileCmd), cl::cat(category));
+cl::opt<int> numSamples(
+    "samples",
+    cl::desc("(layer input, active mask) pairs kept per site for predictor "
+             "training (default 4096; 0: none)"),
+    cl::init(4096), cl::sub(profileCmd), cl::cat(category));
 cl::opt<int> maxChunks("max-chunks",
                        cl::desc("Largest number of calibration runs"),
                        cl::init(64), cl::sub(profileCmd), cl::cat(category));
@@ -102,10 +107,28 @@ cl::opt<std::string> profileFile(
     cl::value_desc("file.sprof"), cl::sub(compileCmd), cl::cat(category));
 cl::opt<std::string> sparsityMode(
     "sparsity",
-    cl::desc("How FFNs use activation sparsity: off (dense) or exact "
-             "(skip zero neurons in the down projection; needs --profile)"),
-    cl::value_desc("off|exact"), cl::init("off"), cl::sub(compileCmd),
+    cl::desc("How FFNs use activation sparsity: off (dense), exact (skip "
+             "zero neurons in the down projection) or predicted (a trained "
+             "predictor also selects the up projection's neurons); exact and "
+             "predicted need --profile"),
+    cl::value_desc("off|exact|predicted"), cl::init("off"), cl::sub(compileCmd),
     cl::cat(category));
+cl::opt<double> targetRecall(
+    "target-recall",
+    cl::desc("Predicted mode: share of active neurons each predictor must "
+             "find on held-out calibration samples (default 0.999)"),
+    cl::init(0.999), cl::sub(compileCmd), cl::cat(category));
+cl::opt<std::string> sparseWeights(
+    "sparse-weights",
+    cl::desc("Storage of the weights the sparse kernels read: f32 or f16 "
+             "(half the memory traffic; converted with F16C)"),
+    cl::value_desc("f32|f16"), cl::init("f32"), cl::sub(compileCmd),
+    cl::cat(category));
+cl::opt<bool> report(
+    "report",
+    cl::desc("Print the predictors' recall, precision and density on "
+             "held-out samples"),
+    cl::sub(compileCmd), cl::cat(category));
 cl::opt<double> minZeroFraction(
     "min-zero-fraction",
     cl::desc("Keep an FFN dense when its measured zero fraction is lower"),
@@ -159,6 +182,8 @@ llvm::WithColor error() { return llvm::WithColor::error(llvm::errs(), "sparsec")
 /// data is missing or corrupt is rejected at import, not at run time.
 LogicalResult checkWeights(ModuleOp module, const sparsec::WeightStore &store) {
   WalkResult result = module.walk([&](sparsec::GlobalOp global) {
+    if (global.getValueAttr())
+      return WalkResult::advance(); // data in the IR (compiler-made)
     std::string err;
     const sparsec::TensorView *view = store.get(global.getSource(), err);
     if (!view) {
@@ -337,6 +362,8 @@ LogicalResult emitAndBuild(ModuleOp module, const sparsec::WeightStore &store,
   return success();
 }
 
+void printPredictorReport(ModuleOp module);
+
 int runCompile(MLIRContext &context) {
   if (inputFile.empty()) {
     error() << "compile needs a model: sparsec compile <model.onnx> -o <dir>\n";
@@ -351,15 +378,26 @@ int runCompile(MLIRContext &context) {
     error() << "compile needs an output directory: -o <dir>\n";
     return 1;
   }
-  if (sparsityMode != "off" && sparsityMode != "exact") {
+  if (sparsityMode != "off" && sparsityMode != "exact" &&
+      sparsityMode != "predicted") {
     error() << "unknown --sparsity mode '" << sparsityMode
-            << "' (expected off or exact; predicted is not available yet)\n";
+            << "' (expected off, exact or predicted)\n";
     return 1;
   }
-  if (sparsityMode == "exact" && profileFile.empty()) {
-    error() << "--sparsity=exact needs --profile <model.sprof> (from "
-               "sparsec profile): FFNs are made sparse where the measured "
-               "sparsity pays off\n";
+  if (sparsityMode != "off" && profileFile.empty()) {
+    error() << "--sparsity=" << sparsityMode
+            << " needs --profile <model.sprof> (from sparsec profile): FFNs "
+               "are made sparse where the measured sparsity pays off\n";
+    return 1;
+  }
+  if (sparseWeights != "f32" && sparseWeights != "f16") {
+    error() << "unknown --sparse-weights '" << sparseWeights
+            << "' (expected f32 or f16)\n";
+    return 1;
+  }
+  if (!(targetRecall > 0.0 && targetRecall <= 1.0)) {
+    error() << "--target-recall must be in (0, 1], got " << targetRecall
+            << "\n";
     return 1;
   }
   std::string phase = compileTo.empty() ? "build" : compileTo.getValue();
@@ -398,21 +436,32 @@ int runCompile(MLIRContext &context) {
       annotate.profile = profileFile;
       pm.addPass(sparsec::createAnnotateSparsityPass(annotate));
     }
-    if (sparsityMode == "exact") {
+    if (sparsityMode == "predicted") {
+      sparsec::InsertPredictorsPassOptions predictors;
+      predictors.profile = profileFile;
+      predictors.targetRecall = targetRecall;
+      pm.addPass(sparsec::createInsertPredictorsPass(predictors));
+    }
+    if (sparsityMode != "off") {
       sparsec::SparsifyFFNPassOptions sparsify;
       sparsify.minZeroFraction = minZeroFraction;
       pm.addPass(sparsec::createSparsifyFFNPass(sparsify));
     }
     if (failed(pm.run(*module)))
       return 1;
-    int64_t sparse = 0, sites = 0;
+    int64_t sparse = 0, sites = 0, predictors = 0;
     module->walk([&](Operation *op) {
       sparse += isa<sparsec::SparseLinearOp>(op);
+      predictors += isa<sparsec::PredictOp>(op);
       sites += op->hasAttr("sparsity");
     });
     timer.detail = std::to_string(sites) + " annotated sites, " +
                    std::to_string(sparse) + " sparse linears";
+    if (sparsityMode == "predicted")
+      timer.detail += ", " + std::to_string(predictors) + " predictors";
   }
+  if (report)
+    printPredictorReport(*module);
   if (*stop <= sparsec::Phase::Raise) {
     std::string path = outPath("model." + phase + ".mlir");
     if (failed(writeModule(*module, path)))
@@ -423,7 +472,9 @@ int runCompile(MLIRContext &context) {
   {
     PhaseTimer timer("schedule");
     PassManager pm(&context);
-    sparsec::buildSchedulePipeline(pm);
+    sparsec::SchedulePipelineOptions scheduleOptions;
+    scheduleOptions.sparseWeights = sparseWeights.getValue();
+    sparsec::buildSchedulePipeline(pm, scheduleOptions);
     if (failed(pm.run(*module)))
       return 1;
     auto slots = (*module)->getAttrOfType<DenseI64ArrayAttr>("sparsec.slot_bytes");
@@ -451,6 +502,36 @@ int runCompile(MLIRContext &context) {
              : 0;
 }
 
+/// The predictors' quality on held-out profile samples, one row per FFN.
+void printPredictorReport(ModuleOp module) {
+  llvm::outs() << llvm::format("%-28s %6s %8s %9s %9s %8s\n", "predictor",
+                               "rank", "recall", "precision", "predicted",
+                               "actual");
+  int64_t rows = 0;
+  module.walk([&](sparsec::PredictOp op) {
+    auto stats = op->getAttrOfType<DictionaryAttr>("sparsec.predictor");
+    if (!stats)
+      return;
+    auto f = [&](llvm::StringRef key) {
+      auto a = stats.getAs<FloatAttr>(key);
+      return a ? a.getValueAsDouble() : 0.0;
+    };
+    auto rank = stats.getAs<IntegerAttr>("rank");
+    auto siteAttr = stats.getAs<StringAttr>("site");
+    std::string site = siteAttr ? siteAttr.getValue().str() : "?";
+    llvm::outs() << llvm::format(
+        "%-28s %6lld %7.2f%% %8.2f%% %8.2f%% %7.2f%%\n", site.c_str(),
+        (long long)(rank ? rank.getInt() : 0), 100 * f("recall"),
+        100 * f("precision"), 100 * f("density"), 100 * f("actual_density"));
+    ++rows;
+  });
+  if (rows == 0)
+    llvm::outs() << "(no predictors: compile with --sparsity=predicted)\n";
+  else
+    llvm::outs() << "recall, precision and densities on the last 15 % of the "
+                    "profile's samples (not used for training)\n";
+}
+
 /// Writes `a` (int64, row-major `shape`) as a .npy file.
 bool saveInt64(const std::string &path, std::vector<int64_t> &data,
                std::initializer_list<int64_t> shape) {
@@ -476,9 +557,11 @@ std::string fileSafe(llvm::StringRef name) {
   return out;
 }
 
-/// Writes the calibration runs as an input list for `model profile`.
+/// Writes the calibration runs as an input list for `model profile`;
+/// `tokensPerRun` is the chunk length for text, 0 when unknown.
 LogicalResult prepareCalibration(func::FuncOp func, llvm::StringRef workDir,
-                                 std::string &listPath, int64_t &runs) {
+                                 std::string &listPath, int64_t &runs,
+                                 int64_t &tokensPerRun) {
   SmallVector<std::string> names;
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     auto n = func.getArgAttrOfType<StringAttr>(i, "sparsec.name");
@@ -514,6 +597,7 @@ LogicalResult prepareCalibration(func::FuncOp func, llvm::StringRef workDir,
     }
     llvm::StringRef text = (*buffer)->getBuffer();
     int64_t len = std::max(1, seqLen.getValue());
+    tokensPerRun = len;
     for (int64_t off = 0; off + len <= static_cast<int64_t>(text.size()) &&
                           runs < maxChunks;
          off += len, ++runs) {
@@ -637,8 +721,9 @@ int runProfile(MLIRContext &context) {
     return 1;
   auto funcs = llvm::to_vector(module->getOps<func::FuncOp>());
   std::string listPath;
-  int64_t runs = 0;
-  if (failed(prepareCalibration(funcs.front(), workDir, listPath, runs)))
+  int64_t runs = 0, tokensPerRun = 0;
+  if (failed(prepareCalibration(funcs.front(), workDir, listPath, runs,
+                                tokensPerRun)))
     return 1;
   {
     PhaseTimer timer("run");
@@ -649,6 +734,13 @@ int runProfile(MLIRContext &context) {
     llvm::SmallVector<llvm::StringRef> args{binary, "profile", "--input-list",
                                             listPath, "-o", outputFile,
                                             "--threads", threadArg};
+    // Spread the (layer input, mask) samples over all calibration tokens.
+    int64_t tokens = runs * tokensPerRun;
+    std::string samplesArg = std::to_string(std::max(0, numSamples.getValue()));
+    std::string everyArg = std::to_string(
+        numSamples > 0 && tokens > 0 ? std::max<int64_t>(1, tokens / numSamples)
+                                     : 1);
+    args.append({"--samples", samplesArg, "--sample-every", everyArg});
     std::string err;
     int rc = llvm::sys::ExecuteAndWait(binary, args, std::nullopt, {}, 0, 0, &err);
     if (rc != 0) {
@@ -666,8 +758,9 @@ int runProfile(MLIRContext &context) {
   }
   std::string plot = outputFile + ".svg";
   writePlot(profile, plot);
-  llvm::outs() << llvm::format("%-28s %8s %9s %8s %9s %6s\n", "site", "neurons",
-                               "tokens", "zero %", "top20 %", "dead");
+  llvm::outs() << llvm::format("%-28s %8s %9s %8s %9s %6s %8s\n", "site",
+                               "neurons", "tokens", "zero %", "top20 %", "dead",
+                               "samples");
   for (const sparsec::rt::ProfileSite &site : profile.sites) {
     double active = 0;
     int64_t dead = 0;
@@ -683,10 +776,11 @@ int runProfile(MLIRContext &context) {
       topActive += double(c[k]);
     double total = double(site.tokens) * double(site.neurons);
     llvm::outs() << llvm::format(
-        "%-28s %8lld %9lld %7.1f%% %8.1f%% %6lld\n", site.name.c_str(),
+        "%-28s %8lld %9lld %7.1f%% %8.1f%% %6lld %8lld\n", site.name.c_str(),
         (long long)site.neurons, (long long)site.tokens,
         total > 0 ? 100.0 * (1.0 - active / total) : 0.0,
-        active > 0 ? 100.0 * topActive / active : 0.0, (long long)dead);
+        active > 0 ? 100.0 * topActive / active : 0.0, (long long)dead,
+        (long long)site.samples);
   }
   llvm::outs() << "wrote " << outputFile << " and " << plot << "\n";
   return 0;

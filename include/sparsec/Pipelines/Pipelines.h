@@ -35,7 +35,16 @@ void buildRaisePipeline(mlir::OpPassManager &pm,
 
 /// schedule: [K, N] weight layout, activation epilogues fused into linears,
 /// liveness-based memory slots.
-void buildSchedulePipeline(mlir::OpPassManager &pm);
+struct SchedulePipelineOptions
+    : public mlir::PassPipelineOptions<SchedulePipelineOptions> {
+  Option<std::string> sparseWeights{
+      *this, "sparse-weights",
+      llvm::cl::desc("Storage of sparse-kernel weights: f32 or f16"),
+      llvm::cl::init("f32")};
+};
+
+void buildSchedulePipeline(mlir::OpPassManager &pm,
+                           const SchedulePipelineOptions &options = {});
 
 /// Registers `sparsec-raise-pipeline` (and future phase pipelines) so that
 /// `sparsec-opt --<pipeline>` reproduces exactly what the driver runs.

@@ -517,20 +517,40 @@ LogicalResult Emitter::emitOp(Operation *op) {
                                 ", " + v);
       })
       .Case([&](SparseLinearOp s) -> LogicalResult {
-        if (s.getSparseDim() != SparseDim::input ||
-            s.getMode() != SparseMode::exact || s.getActive() ||
-            s.getTransposeWeight())
-          return s.emitError("this sparse_linear form (")
-                 << stringifySparseDim(s.getSparseDim()) << ", "
-                 << stringifySparseMode(s.getMode())
-                 << ") is not supported by the x86 backend yet";
+        if (s.getSparseDim() == SparseDim::output) {
+          if (!s.getTransposeWeight())
+            return s.emitError("the output side of sparse_linear needs a "
+                               "neuron-major ([N, K]) weight: run "
+                               "sparsec-weight-layout first");
+          if (!s.getActive())
+            return s.emitError("the output side of sparse_linear needs an "
+                               "active mask");
+          return emitCall(op, "sparseLinearOutput(ctx, " +
+                                  name(s.getInput()) + ", " +
+                                  name(s.getWeight()) + ", " +
+                                  ptr(s.getBias()) + ", " +
+                                  name(s.getActive()));
+        }
+        if (s.getActive() || s.getTransposeWeight())
+          return s.emitError("the input side of sparse_linear takes its "
+                             "active neurons from the input's zeros and a "
+                             "[K, N] weight (run sparsec-weight-layout)");
         return emitCall(op, "sparseLinearInput(ctx, " + name(s.getInput()) +
                                 ", " + name(s.getWeight()) + ", " +
                                 ptr(s.getBias()));
       })
+      .Case([&](PredictOp p) -> LogicalResult {
+        return emitCall(op, "predict(ctx, " + name(p.getInput()) + ", " +
+                                name(p.getW1()) + ", " + name(p.getW2()) +
+                                ", " + ptr(p.getBias()) + ", " +
+                                llvm::formatv("{0:e}f", p.getThreshold()
+                                                            .convertToFloat())
+                                    .str());
+      })
       .Case([&](ProfileCountOp p) -> LogicalResult {
         body << "  if (!ops::profileCount(ctx, " << name(p.getInput()) << ", "
-             << static_cast<int64_t>(p.getIndex()) << ")) return false;\n";
+             << static_cast<int64_t>(p.getIndex()) << ", "
+             << ptr(p.getLayerInput()) << ")) return false;\n";
         return success();
       })
       .Default([&](Operation *other) {

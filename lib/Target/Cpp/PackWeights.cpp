@@ -7,7 +7,10 @@
 #include "sparsec/Target/Cpp/PackWeights.h"
 #include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
 #include "sparsec/Weights/WeightStore.h"
+#include "sparsec/rt/Half.h"
 #include "sparsec/rt/Runtime.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -51,46 +54,99 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
   llvm::json::Array entries;
   uint64_t offset = 0;
   for (GlobalOp global : module.getOps<GlobalOp>()) {
-    std::string error;
-    const TensorView *view = store.get(global.getSource().str(), error);
-    if (!view)
-      return global.emitError("weight '")
-             << global.getSource() << "': "
-             << (error.empty() ? "not in the model file" : error);
     auto type = cast<RankedTensorType>(global.getType());
-    const void *data = view->data;
-    size_t bytes = view->numBytes;
-    size_t eltBytes = WeightStore::elementSize(view->dataType);
-    if (onnxTypeOf(type.getElementType()) != view->dataType)
-      return global.emitError("weight '")
-             << global.getSource() << "' is "
-             << WeightStore::dataTypeName(view->dataType)
-             << " in the model file but " << type.getElementType()
-             << " in the IR";
-    SmallVector<int64_t> dims(view->dims.begin(), view->dims.end());
+    const void *data = nullptr;
+    size_t bytes = 0, eltBytes = 0;
+    int dataType = 0;
+    SmallVector<int64_t> dims;
+    std::string source = global.getSource().str();
+    if (ElementsAttr value = global.getValueAttr()) {
+      // Compiler-made weights (trained predictors) carry their data.
+      auto valueType = cast<RankedTensorType>(value.getType());
+      std::vector<char> raw;
+      if (auto dense = dyn_cast<DenseElementsAttr>(value);
+          dense && valueType.getElementType().isF32()) {
+        for (float f : dense.getValues<float>()) {
+          const char *c = reinterpret_cast<const char *>(&f);
+          raw.insert(raw.end(), c, c + 4);
+        }
+      } else if (auto res = dyn_cast<DenseF32ResourceElementsAttr>(value)) {
+        auto array = res.tryGetAsArrayRef();
+        if (!array)
+          return global.emitError("the data of '")
+                 << global.getSymName() << "' is missing";
+        const char *c = reinterpret_cast<const char *>(array->data());
+        raw.assign(c, c + array->size() * sizeof(float));
+      } else {
+        return global.emitError("inline weight data must be float32");
+      }
+      if (raw.size() != size_t(valueType.getNumElements()) * 4)
+        return global.emitError("the data of '")
+               << global.getSymName() << "' does not match its type";
+      owned.push_back(std::move(raw));
+      data = owned.back().data();
+      bytes = owned.back().size();
+      eltBytes = 4;
+      dataType = 1;
+      dims.assign(valueType.getShape().begin(), valueType.getShape().end());
+      source = "<inline>";
+    } else {
+      std::string error;
+      const TensorView *view = store.get(source, error);
+      if (!view)
+        return global.emitError("weight '")
+               << source << "': "
+               << (error.empty() ? "not in the model file" : error);
+      data = view->data;
+      bytes = view->numBytes;
+      eltBytes = WeightStore::elementSize(view->dataType);
+      dataType = view->dataType;
+      dims.assign(view->dims.begin(), view->dims.end());
+    }
     llvm::json::Array transforms;
     if (auto list = global.getTransforms()) {
       for (Attribute a : *list) {
         StringRef t = cast<StringAttr>(a).getValue();
         transforms.push_back(t.str());
-        if (t != "transpose" || dims.size() != 2)
+        if (t == "transpose" && dims.size() == 2) {
+          int64_t rows = dims[0], cols = dims[1];
+          std::vector<char> out(bytes);
+          const char *src = static_cast<const char *>(data);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+              std::memcpy(&out[(c * rows + r) * eltBytes],
+                          src + (r * cols + c) * eltBytes, eltBytes);
+          owned.push_back(std::move(out));
+          data = owned.back().data();
+          std::swap(dims[0], dims[1]);
+        } else if (t == "f16" && dataType == 1) {
+          size_t count = bytes / 4;
+          std::vector<char> out(count * 2);
+          const float *src = static_cast<const float *>(data);
+          for (size_t i = 0; i < count; ++i) {
+            uint16_t h = rt::floatToHalf(src[i]);
+            std::memcpy(&out[i * 2], &h, 2);
+          }
+          owned.push_back(std::move(out));
+          data = owned.back().data();
+          bytes = count * 2;
+          eltBytes = 2;
+          dataType = 10;
+        } else {
           return global.emitError("unsupported weight transform '")
-                 << t << "' for a rank-" << dims.size() << " weight";
-        int64_t rows = dims[0], cols = dims[1];
-        std::vector<char> out(bytes);
-        const char *src = static_cast<const char *>(data);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < cols; ++c)
-            std::memcpy(&out[(c * rows + r) * eltBytes],
-                        src + (r * cols + c) * eltBytes, eltBytes);
-        owned.push_back(std::move(out));
-        data = owned.back().data();
-        std::swap(dims[0], dims[1]);
+                 << t << "' for a rank-" << dims.size() << " "
+                 << WeightStore::dataTypeName(dataType) << " weight";
+        }
       }
     }
+    if (onnxTypeOf(type.getElementType()) != dataType)
+      return global.emitError("weight '")
+             << source << "' is " << WeightStore::dataTypeName(dataType)
+             << " after its transforms but " << type.getElementType()
+             << " in the IR";
     if (ArrayRef<int64_t>(dims) != type.getShape())
       return global.emitError("weight '")
-             << global.getSource() << "' has shape ["
+             << source << "' has shape ["
              << llvm::make_range(dims.begin(), dims.end())
              << "] after its transforms, but the IR declares " << type;
     segments.push_back({data, bytes});
@@ -98,8 +154,8 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
     entries.push_back(llvm::json::Object{
         {"index", static_cast<int64_t>(segments.size() - 1)},
         {"symbol", global.getSymName().str()},
-        {"source", global.getSource().str()},
-        {"dtype", WeightStore::dataTypeName(view->dataType)},
+        {"source", source},
+        {"dtype", WeightStore::dataTypeName(dataType)},
         {"shape", llvm::json::Array(dims)},
         {"transforms", std::move(transforms)},
         {"offset", static_cast<int64_t>(offset)},

@@ -18,7 +18,7 @@ namespace sparsec::rt {
 
 namespace {
 constexpr char kMagic[8] = {'S', 'P', 'A', 'R', 'S', 'E', 'C', 'P'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kMaxMetadata = 64u << 20;
 
 std::string escape(const std::string &s) {
@@ -68,6 +68,10 @@ public:
               return integer(site.neurons);
             if (k == "tokens")
               return integer(site.tokens);
+            if (k == "samples")
+              return integer(site.samples);
+            if (k == "input_dim")
+              return integer(site.inputDim);
             return skipValue();
           });
           p.sites.push_back(std::move(site));
@@ -204,9 +208,18 @@ bool writeProfile(const std::string &path, const Profile &profile,
               std::to_string(s.neurons) + " neurons";
       return false;
     }
+    if (s.samples < 0 ||
+        s.sampleInputs.size() != size_t(s.samples * s.inputDim) ||
+        s.sampleMasks.size() != size_t(s.samples * s.maskBytes())) {
+      error = "profile site '" + s.name + "' has inconsistent samples";
+      return false;
+    }
     meta << (i ? ", " : "") << "{\"name\": \"" << escape(s.name)
-         << "\", \"neurons\": " << s.neurons << ", \"tokens\": " << s.tokens
-         << "}";
+         << "\", \"neurons\": " << s.neurons << ", \"tokens\": " << s.tokens;
+    if (s.samples > 0)
+      meta << ", \"samples\": " << s.samples << ", \"input_dim\": "
+           << s.inputDim;
+    meta << "}";
   }
   meta << "]}";
   std::string m = meta.str();
@@ -225,6 +238,15 @@ bool writeProfile(const std::string &path, const Profile &profile,
   for (const ProfileSite &s : profile.sites)
     f.write(reinterpret_cast<const char *>(s.counts.data()),
             s.counts.size() * sizeof(uint64_t));
+  for (const ProfileSite &s : profile.sites) {
+    if (s.samples == 0)
+      continue;
+    f.write(reinterpret_cast<const char *>(s.sampleInputs.data()),
+            s.sampleInputs.size() * sizeof(float));
+    f.write(reinterpret_cast<const char *>(s.sampleMasks.data()),
+            s.sampleMasks.size());
+    f.write(zeros, (8 - s.sampleMasks.size() % 8) % 8);
+  }
   if (!f) {
     error = "cannot write '" + path + "'";
     return false;
@@ -249,7 +271,7 @@ bool readProfile(const std::string &path, Profile &out, std::string &error) {
   uint32_t version, bytes;
   std::memcpy(&version, data.data() + 8, 4);
   std::memcpy(&bytes, data.data() + 12, 4);
-  if (version != kVersion)
+  if (version != 1 && version != kVersion)
     return bad("unsupported version " + std::to_string(version));
   if (bytes > kMaxMetadata || 16 + static_cast<size_t>(bytes) > data.size())
     return bad("truncated metadata");
@@ -274,6 +296,25 @@ bool readProfile(const std::string &path, Profile &out, std::string &error) {
         return bad("site '" + s.name + "' counts a neuron active more often "
                    "than the tokens seen");
   }
+  for (ProfileSite &s : p.sites) {
+    if (s.samples == 0)
+      continue;
+    if (version == 1 || s.samples < 0 || s.samples > s.tokens ||
+        s.inputDim <= 0 || s.inputDim > (int64_t(1) << 24))
+      return bad("site '" + s.name + "' has an invalid sample description");
+    size_t inBytes = size_t(s.samples) * size_t(s.inputDim) * sizeof(float);
+    size_t maskBytes = size_t(s.samples) * size_t(s.maskBytes());
+    size_t padded = maskBytes + (8 - maskBytes % 8) % 8;
+    if (offset > data.size() || data.size() - offset < inBytes + padded)
+      return bad("truncated samples for site '" + s.name + "'");
+    s.sampleInputs.resize(size_t(s.samples * s.inputDim));
+    std::memcpy(s.sampleInputs.data(), data.data() + offset, inBytes);
+    s.sampleMasks.assign(data.begin() + long(offset + inBytes),
+                         data.begin() + long(offset + inBytes + maskBytes));
+    offset += inBytes + padded;
+  }
+  if (offset != data.size())
+    return bad("trailing bytes after the last site");
   out = std::move(p);
   return true;
 }

@@ -2,14 +2,20 @@
 //
 // Part of the sparsec project.
 //
-// Exact input-side sparsity: y[m, :] = b + sum over k with x[m, k] != 0 of
-// x[m, k] * W[k, :]. Only the rows of W whose input neuron fired are read,
-// so a down projection after a ReLU at 90 % sparsity streams a tenth of its
-// weights. Each thread owns a block of output columns and walks the active
-// rows of every token, so no reduction across threads is needed.
+// Input side (exact, the down projection after a ReLU):
+//   y[m, :] = b + sum over k with x[m, k] != 0 of x[m, k] * W[k, :]
+// reads only the rows of W whose input neuron fired. Each thread owns a
+// block of output columns and walks the active rows of every token, so no
+// reduction across threads is needed.
+// Output side (predicted, the up projection): y[m, j] = x[m, :] . W^T[j, :]
+// for the predicted neurons j only, one contiguous weight row per neuron.
+// Predictor: mask = (x . w1) . w2 + b > t, two small GEMVs.
+// Weights are float32 or float16 (converted with F16C), halving the bytes
+// streamed: these kernels are memory bound at decode.
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common.h"
 #include "sparsec/rt/Ops.h"
 
 #include <algorithm>
@@ -23,75 +29,113 @@
 namespace sparsec::rt::ops {
 
 namespace {
-/// y[0, n) += a * w[0, n), portable.
-void axpyScalar(float *y, const float *w, float a, int64_t n) {
+inline float toFloat(float f) { return f; }
+inline float toFloat(detail::Half h) { return detail::halfToFloat(h.bits); }
+
+//===----------------------------------------------------------------------===//
+// Vector primitives: portable and AVX2/FMA(/F16C) versions, picked once.
+//===----------------------------------------------------------------------===//
+
+/// y[0, n) += a * w[0, n)
+template <typename W> void axpyScalar(float *y, const W *w, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
-    y[i] += a * w[i];
+    y[i] += a * toFloat(w[i]);
+}
+/// x[0, n) . w[0, n)
+template <typename W> float dotScalar(const float *x, const W *w, int64_t n) {
+  float acc = 0;
+  for (int64_t i = 0; i < n; ++i)
+    acc += x[i] * toFloat(w[i]);
+  return acc;
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) void axpyAvx2(float *y, const float *w,
-                                                   float a, int64_t n) {
+#define SPARSEC_AVX2 __attribute__((target("avx2,fma,f16c")))
+SPARSEC_AVX2 inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
+SPARSEC_AVX2 inline __m256 load8(const detail::Half *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+
+template <typename W>
+SPARSEC_AVX2 void axpyAvx2(float *y, const W *w, float a, int64_t n) {
   __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(w + i),
-                                            _mm256_loadu_ps(y + i)));
-    _mm256_storeu_ps(y + i + 8,
-                     _mm256_fmadd_ps(va, _mm256_loadu_ps(w + i + 8),
-                                     _mm256_loadu_ps(y + i + 8)));
-    _mm256_storeu_ps(y + i + 16,
-                     _mm256_fmadd_ps(va, _mm256_loadu_ps(w + i + 16),
-                                     _mm256_loadu_ps(y + i + 16)));
-    _mm256_storeu_ps(y + i + 24,
-                     _mm256_fmadd_ps(va, _mm256_loadu_ps(w + i + 24),
-                                     _mm256_loadu_ps(y + i + 24)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8(w + i), _mm256_loadu_ps(y + i)));
+    _mm256_storeu_ps(y + i + 8, _mm256_fmadd_ps(va, load8(w + i + 8),
+                                                _mm256_loadu_ps(y + i + 8)));
+    _mm256_storeu_ps(y + i + 16, _mm256_fmadd_ps(va, load8(w + i + 16),
+                                                 _mm256_loadu_ps(y + i + 16)));
+    _mm256_storeu_ps(y + i + 24, _mm256_fmadd_ps(va, load8(w + i + 24),
+                                                 _mm256_loadu_ps(y + i + 24)));
   }
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(w + i),
-                                            _mm256_loadu_ps(y + i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8(w + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i)
-    y[i] += a * w[i];
+    y[i] += a * toFloat(w[i]);
+}
+
+template <typename W>
+SPARSEC_AVX2 float dotAvx2(const float *x, const W *w, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load8(w + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), load8(w + i + 8), a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), load8(w + i + 16), a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), load8(w + i + 24), a3);
+  }
+  for (; i + 8 <= n; i += 8)
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load8(w + i), a0);
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+  float acc = _mm_cvtss_f32(h);
+  for (; i < n; ++i)
+    acc += x[i] * toFloat(w[i]);
+  return acc;
 }
 #endif
 
-using AxpyFn = void (*)(float *, const float *, float, int64_t);
-
-AxpyFn pickAxpy() {
+template <typename W> struct Kernels {
+  using Axpy = void (*)(float *, const W *, float, int64_t);
+  using Dot = float (*)(const float *, const W *, int64_t);
+  Axpy axpy = axpyScalar<W>;
+  Dot dot = dotScalar<W>;
+  Kernels() {
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    return axpyAvx2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
+      axpy = axpyAvx2<W>;
+      dot = dotAvx2<W>;
+    }
 #endif
-  return axpyScalar;
+  }
+};
+template <typename W> const Kernels<W> &kernels() {
+  static const Kernels<W> k;
+  return k;
 }
-} // namespace
 
-bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
-                       const Tensor *bias, int outSlot, Tensor &out) {
-  const char *op = "sparse_linear";
-  if (x.dtype != DType::f32 || w.dtype != DType::f32 || x.rank < 1 ||
-      w.rank != 2)
-    return ctx.fail(std::string(op) + ": expected float32 x[..., K] and "
-                                      "W[K, N], got " +
-                    x.describe() + " and " + w.describe());
-  const int64_t k = w.shape[0], n = w.shape[1];
-  if (x.shape[x.rank - 1] != k)
-    return ctx.fail(std::string(op) + ": input " + x.describe() +
-                    " does not match weight " + w.describe());
-  if (bias && (bias->dtype != DType::f32 || bias->numel() != n))
-    return ctx.fail(std::string(op) + ": bias " + bias->describe() +
-                    " does not have " + std::to_string(n) + " elements");
-  int64_t shape[kMaxRank];
-  std::copy(x.shape, x.shape + x.rank, shape);
-  shape[x.rank - 1] = n;
-  if (!ctx.allocate(outSlot, out, DType::f32, x.rank, shape))
-    return false;
-  const int64_t rows = k ? x.numel() / k : 0;
-  const float *xp = x.as<float>();
-  const float *wp = w.as<float>();
-  const float *bp = bias ? bias->as<float>() : nullptr;
-  float *yp = out.as<float>();
+bool floatWeights(Context &ctx, const char *op, const Tensor &w) {
+  if ((w.dtype != DType::f32 && w.dtype != DType::f16) || w.rank != 2)
+    return ctx.fail(std::string(op) +
+                    ": expected a 2-D float32 or float16 weight, got " +
+                    w.describe());
+  return true;
+}
 
+/// Column block per thread: each active weight row is then read as one long
+/// contiguous run (prefetch-friendly) while the block of y stays in L1/L2.
+int64_t columnBlock(Context &ctx, int64_t n) {
+  int64_t block = (n + ctx.pool.size() - 1) / ctx.pool.size();
+  return std::min<int64_t>(4096, std::max<int64_t>(256, (block + 63) / 64 * 64));
+}
+
+template <typename W>
+void inputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
+               float *yp, int64_t rows, int64_t k, int64_t n) {
   // The active neurons of every row, found once.
   std::vector<int32_t> active;
   std::vector<int64_t> start(size_t(rows) + 1, 0);
@@ -103,12 +147,8 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
         active.push_back(int32_t(i));
     start[size_t(r) + 1] = int64_t(active.size());
   }
-  static const AxpyFn axpy = pickAxpy();
-  // One column block per thread: each active row of W is then read as one
-  // long contiguous run (prefetch-friendly), while the thread's block of y
-  // (at most 4096 floats) stays in L1/L2.
-  int64_t block = (n + ctx.pool.size() - 1) / ctx.pool.size();
-  block = std::min<int64_t>(4096, std::max<int64_t>(256, (block + 63) / 64 * 64));
+  const auto axpy = kernels<W>().axpy;
+  const int64_t block = columnBlock(ctx, n);
   const int64_t blocks = (n + block - 1) / block;
   ctx.pool.parallelFor(blocks * rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -126,6 +166,179 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
       }
     }
   });
+}
+
+template <typename W>
+void outputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
+                const uint8_t *mask, bool maskPerRow, float *yp, int64_t rows,
+                int64_t k, int64_t n) {
+  // (row, neuron) pairs to compute.
+  std::vector<int64_t> pairs;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t *m = mask + (maskPerRow ? r * n : 0);
+    for (int64_t j = 0; j < n; ++j)
+      if (m[j])
+        pairs.push_back(r * n + j);
+  }
+  std::fill(yp, yp + rows * n, 0.0f);
+  const auto dot = kernels<W>().dot;
+  ctx.pool.parallelFor(int64_t(pairs.size()), 64, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      int64_t p = pairs[size_t(t)], r = p / n, j = p % n;
+      yp[p] = dot(xp + r * k, wp + j * k, k) + (bp ? bp[j] : 0.0f);
+    }
+  });
+}
+
+template <typename W1, typename W2>
+void predictor(Context &ctx, const float *xp, const W1 *w1, const W2 *w2,
+               const float *bp, float threshold, uint8_t *mp, int64_t rows,
+               int64_t d, int64_t r, int64_t n) {
+  std::vector<float> h(size_t(rows * r), 0.0f);
+  const auto axpy1 = kernels<W1>().axpy;
+  ctx.pool.parallelFor(rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      float *hr = h.data() + row * r;
+      const float *x = xp + row * d;
+      for (int64_t i = 0; i < d; ++i)
+        if (x[i] != 0.0f)
+          axpy1(hr, w1 + i * r, x[i], r);
+    }
+  });
+  const auto axpy2 = kernels<W2>().axpy;
+  const int64_t block = columnBlock(ctx, n);
+  const int64_t blocks = (n + block - 1) / block;
+  ctx.pool.parallelFor(blocks * rows, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> logits(static_cast<size_t>(block));
+    for (int64_t t = begin; t < end; ++t) {
+      int64_t row = t / blocks, c0 = (t % blocks) * block;
+      int64_t len = std::min(block, n - c0);
+      if (bp)
+        std::copy(bp + c0, bp + c0 + len, logits.begin());
+      else
+        std::fill(logits.begin(), logits.begin() + len, 0.0f);
+      const float *hr = h.data() + row * r;
+      for (int64_t e = 0; e < r; ++e)
+        axpy2(logits.data(), w2 + e * n + c0, hr[e], len);
+      uint8_t *m = mp + row * n + c0;
+      for (int64_t j = 0; j < len; ++j)
+        m[j] = logits[size_t(j)] > threshold;
+    }
+  });
+}
+
+/// Output shape: x's shape with the last dimension replaced by n.
+bool allocateLike(Context &ctx, const Tensor &x, int64_t n, DType dtype,
+                  int outSlot, Tensor &out) {
+  int64_t shape[kMaxRank];
+  std::copy(x.shape, x.shape + x.rank, shape);
+  shape[x.rank - 1] = n;
+  return ctx.allocate(outSlot, out, dtype, x.rank, shape);
+}
+
+bool checkBias(Context &ctx, const char *op, const Tensor *bias, int64_t n) {
+  if (bias && (bias->dtype != DType::f32 || bias->numel() != n))
+    return ctx.fail(std::string(op) + ": bias " + bias->describe() +
+                    " does not have " + std::to_string(n) +
+                    " float32 elements");
+  return true;
+}
+} // namespace
+
+bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
+                       const Tensor *bias, int outSlot, Tensor &out) {
+  const char *op = "sparse_linear";
+  if (x.dtype != DType::f32 || x.rank < 1)
+    return ctx.fail(std::string(op) + ": expected a float32 input, got " +
+                    x.describe());
+  if (!floatWeights(ctx, op, w))
+    return false;
+  const int64_t k = w.shape[0], n = w.shape[1];
+  if (x.shape[x.rank - 1] != k)
+    return ctx.fail(std::string(op) + ": input " + x.describe() +
+                    " does not match weight " + w.describe());
+  if (!checkBias(ctx, op, bias, n) ||
+      !allocateLike(ctx, x, n, DType::f32, outSlot, out))
+    return false;
+  const int64_t rows = k ? x.numel() / k : 0;
+  const float *bp = bias ? bias->as<float>() : nullptr;
+  if (w.dtype == DType::f16)
+    inputSide(ctx, x.as<float>(), w.as<detail::Half>(), bp, out.as<float>(),
+              rows, k, n);
+  else
+    inputSide(ctx, x.as<float>(), w.as<float>(), bp, out.as<float>(), rows, k,
+              n);
+  return true;
+}
+
+bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
+                        const Tensor *bias, const Tensor &active, int outSlot,
+                        Tensor &out) {
+  const char *op = "sparse_linear";
+  if (x.dtype != DType::f32 || x.rank < 1)
+    return ctx.fail(std::string(op) + ": expected a float32 input, got " +
+                    x.describe());
+  if (!floatWeights(ctx, op, w))
+    return false;
+  const int64_t n = w.shape[0], k = w.shape[1];
+  if (x.shape[x.rank - 1] != k)
+    return ctx.fail(std::string(op) + ": input " + x.describe() +
+                    " does not match the neuron-major weight " + w.describe());
+  const int64_t rows = k ? x.numel() / k : 0;
+  bool perRow = active.numel() == rows * n;
+  if (active.dtype != DType::b1 || active.rank < 1 ||
+      active.shape[active.rank - 1] != n ||
+      (!perRow && active.numel() != n))
+    return ctx.fail(std::string(op) + ": active mask " + active.describe() +
+                    " does not cover " + std::to_string(n) +
+                    " neurons per token of " + x.describe());
+  if (!checkBias(ctx, op, bias, n) ||
+      !allocateLike(ctx, x, n, DType::f32, outSlot, out))
+    return false;
+  const float *bp = bias ? bias->as<float>() : nullptr;
+  const uint8_t *mask = active.as<uint8_t>();
+  if (w.dtype == DType::f16)
+    outputSide(ctx, x.as<float>(), w.as<detail::Half>(), bp, mask, perRow,
+               out.as<float>(), rows, k, n);
+  else
+    outputSide(ctx, x.as<float>(), w.as<float>(), bp, mask, perRow,
+               out.as<float>(), rows, k, n);
+  return true;
+}
+
+bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
+             const Tensor *bias, float threshold, int outSlot, Tensor &out) {
+  const char *op = "predict";
+  if (x.dtype != DType::f32 || x.rank < 1)
+    return ctx.fail(std::string(op) + ": expected a float32 input, got " +
+                    x.describe());
+  if (!floatWeights(ctx, op, w1) || !floatWeights(ctx, op, w2))
+    return false;
+  const int64_t d = w1.shape[0], r = w1.shape[1], n = w2.shape[1];
+  if (x.shape[x.rank - 1] != d || w2.shape[0] != r)
+    return ctx.fail(std::string(op) + ": input " + x.describe() + ", w1 " +
+                    w1.describe() + " and w2 " + w2.describe() +
+                    " do not chain");
+  if (!checkBias(ctx, op, bias, n) ||
+      !allocateLike(ctx, x, n, DType::b1, outSlot, out))
+    return false;
+  const int64_t rows = d ? x.numel() / d : 0;
+  const float *bp = bias ? bias->as<float>() : nullptr;
+  uint8_t *mp = out.as<uint8_t>();
+  const float *xp = x.as<float>();
+  bool h1 = w1.dtype == DType::f16, h2 = w2.dtype == DType::f16;
+  if (h1 && h2)
+    predictor(ctx, xp, w1.as<detail::Half>(), w2.as<detail::Half>(), bp,
+              threshold, mp, rows, d, r, n);
+  else if (h1)
+    predictor(ctx, xp, w1.as<detail::Half>(), w2.as<float>(), bp, threshold,
+              mp, rows, d, r, n);
+  else if (h2)
+    predictor(ctx, xp, w1.as<float>(), w2.as<detail::Half>(), bp, threshold,
+              mp, rows, d, r, n);
+  else
+    predictor(ctx, xp, w1.as<float>(), w2.as<float>(), bp, threshold, mp, rows,
+              d, r, n);
   return true;
 }
 

@@ -180,15 +180,31 @@ func.func @reduce_axes(%a: tensor<2x3xf32>) -> tensor<2xf32> {
 
 func.func @predict(%x: tensor<1x8xf32>, %w1: tensor<8x2xf32>, %w2: tensor<3x16xf32>) -> tensor<1x16xi1> {
   // expected-error @+1 {{predictor shapes do not chain}}
-  %m = sparsec.predict %x, %w1, %w2 {threshold = 0.5 : f32} : tensor<1x8xf32>, tensor<8x2xf32>, tensor<3x16xf32> -> tensor<1x16xi1>
+  %m = sparsec.predict %x, %w1, %w2 : (tensor<1x8xf32>, tensor<8x2xf32>, tensor<3x16xf32>) -> tensor<1x16xi1>
   return %m : tensor<1x16xi1>
 }
 
 // -----
 
+func.func @predict_bias(%x: tensor<1x8xf32>, %w1: tensor<8x2xf32>, %w2: tensor<2x16xf32>, %b: tensor<8xf32>) -> tensor<1x16xi1> {
+  // expected-error @+1 {{bias must be 1-D over the 16 neurons of w2}}
+  %m = sparsec.predict %x, %w1, %w2, %b : (tensor<1x8xf32>, tensor<8x2xf32>, tensor<2x16xf32>, tensor<8xf32>) -> tensor<1x16xi1>
+  return %m : tensor<1x16xi1>
+}
+
+// -----
+
+func.func @profile_layer_input(%r: tensor<4x16xf32>, %x: tensor<3x8xf32>) {
+  // expected-error @+1 {{disagree on the number of tokens}}
+  sparsec.profile_count %r layer_input %x {site = "s", index = 0 : i64} : tensor<4x16xf32>, tensor<3x8xf32>
+  return
+}
+
+// -----
+
 func.func @predict_threshold(%x: tensor<1x8xf32>, %w1: tensor<8x2xf32>, %w2: tensor<2x16xf32>) -> tensor<1x16xi1> {
-  // expected-error @+1 {{threshold must be a probability in [0, 1]}}
-  %m = sparsec.predict %x, %w1, %w2 {threshold = 1.5 : f32} : tensor<1x8xf32>, tensor<8x2xf32>, tensor<2x16xf32> -> tensor<1x16xi1>
+  // expected-error @+1 {{threshold must be finite}}
+  %m = sparsec.predict %x, %w1, %w2 {threshold = 0x7F800000 : f32} : (tensor<1x8xf32>, tensor<8x2xf32>, tensor<2x16xf32>) -> tensor<1x16xi1>
   return %m : tensor<1x16xi1>
 }
 

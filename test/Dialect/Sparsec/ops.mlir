@@ -121,15 +121,17 @@ func.func @cnn(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf3
 }
 
 // CHECK-LABEL: func.func @sparsity
-func.func @sparsity(%x: tensor<1x8xf32>, %w1: tensor<8x2xf32>, %w2: tensor<2x16xf32>,
+func.func @sparsity(%x: tensor<1x8xf32>, %w1: tensor<8x2xf32>, %w2: tensor<2x16xf32>, %pb: tensor<16xf32>,
                     %up: tensor<8x16xf32>, %down: tensor<16x8xf32>) -> tensor<1x8xf32> {
-  // CHECK: %[[M:.*]] = sparsec.predict %{{.*}}, %{{.*}}, %{{.*}} {lookahead, threshold = 5.000000e-01 : f32} : tensor<1x8xf32>, tensor<8x2xf32>, tensor<2x16xf32> -> tensor<1x16xi1>
-  %m = sparsec.predict %x, %w1, %w2 {threshold = 0.5 : f32, lookahead} : tensor<1x8xf32>, tensor<8x2xf32>, tensor<2x16xf32> -> tensor<1x16xi1>
+  // CHECK: %[[M:.*]] = sparsec.predict %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {lookahead, threshold = 5.000000e-01 : f32} : (tensor<1x8xf32>, tensor<8x2xf32>, tensor<2x16xf32>, tensor<16xf32>) -> tensor<1x16xi1>
+  %m = sparsec.predict %x, %w1, %w2, %pb {threshold = 0.5 : f32, lookahead} : (tensor<1x8xf32>, tensor<8x2xf32>, tensor<2x16xf32>, tensor<16xf32>) -> tensor<1x16xi1>
   // CHECK: sparsec.sparse_linear %{{.*}}, %{{.*}} active %[[M]] {mode = #sparsec<sparse_mode predicted>, placement = #sparsec.placement<gpu_neurons = 8, total_neurons = 16, group = 8>, sparse_dim = #sparsec<sparse_dim output>}
   %h = sparsec.sparse_linear %x, %up active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, operandSegmentSizes = array<i32: 1, 1, 0, 1>, placement = #sparsec.placement<gpu_neurons = 8, total_neurons = 16, group = 8>} : (tensor<1x8xf32>, tensor<8x16xf32>, tensor<1x16xi1>) -> tensor<1x16xf32>
   %r = sparsec.relu %h : tensor<1x16xf32>
   // CHECK: sparsec.profile_count %{{.*}} {index = 0 : i64, site = "/layers.0/Relu"} : tensor<1x16xf32>
   sparsec.profile_count %r {index = 0 : i64, site = "/layers.0/Relu"} : tensor<1x16xf32>
+  // CHECK: sparsec.profile_count %{{.*}} layer_input %{{.*}} {index = 1 : i64, site = "s"} : tensor<1x16xf32>, tensor<1x8xf32>
+  sparsec.profile_count %r layer_input %x {index = 1 : i64, site = "s"} : tensor<1x16xf32>, tensor<1x8xf32>
   // CHECK: sparsec.linear %{{.*}}, %{{.*}} {activation = #sparsec<activation gelu_tanh>} : tensor<1x16xf32>, tensor<16x8xf32> -> tensor<1x8xf32>
   %fused = sparsec.linear %r, %down {activation = #sparsec<activation gelu_tanh>} : tensor<1x16xf32>, tensor<16x8xf32> -> tensor<1x8xf32>
   // CHECK: sparsec.sparse_linear %{{.*}}, %{{.*}} {{{.*}}mode = #sparsec<sparse_mode exact>{{.*}}sparse_dim = #sparsec<sparse_dim input>}

@@ -335,9 +335,29 @@ LogicalResult PredictOp::verify() {
                       w2.getDimSize(1)))
     return emitOpError("mask must cover the ")
            << dimStr(w2.getDimSize(1)) << " neurons of w2";
-  float t = getThreshold().convertToFloat();
-  if (!(t >= 0.0f && t <= 1.0f))
-    return emitOpError("threshold must be a probability in [0, 1]");
+  if (getBias() && (rankedType(getBias()).getRank() != 1 ||
+                    !compatibleDims(rankedType(getBias()).getDimSize(0),
+                                    w2.getDimSize(1))))
+    return emitOpError("bias must be 1-D over the ")
+           << dimStr(w2.getDimSize(1)) << " neurons of w2";
+  if (!std::isfinite(getThreshold().convertToFloat()))
+    return emitOpError("threshold must be finite");
+  return success();
+}
+
+LogicalResult ProfileCountOp::verify() {
+  if (!getLayerInput())
+    return success();
+  auto in = getInput().getType();
+  auto layer = cast<RankedTensorType>(getLayerInput().getType());
+  if (layer.getRank() != in.getRank())
+    return emitOpError("layer_input ")
+           << layer << " must have the rank of the activation " << in;
+  for (int64_t i = 0; i + 1 < in.getRank(); ++i)
+    if (!compatibleDims(layer.getDimSize(i), in.getDimSize(i)))
+      return emitOpError("layer_input ")
+             << layer << " and the activation " << in
+             << " disagree on the number of tokens";
   return success();
 }
 

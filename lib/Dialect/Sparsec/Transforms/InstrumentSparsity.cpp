@@ -31,7 +31,13 @@ struct InstrumentSparsityPass
     for (auto [index, op] : llvm::enumerate(sites)) {
       std::string name = siteName(op, index);
       b.setInsertionPointAfter(op);
-      ProfileCountOp::create(b, op->getLoc(), op->getResult(0),
+      // The layer input: what the linear producing the pre-activation
+      // reads. Profiles sample it, with the active mask, for predictors.
+      Value layerInput;
+      if (auto producer = op->getOperand(0).getDefiningOp<LinearOp>())
+        if (!producer.getActivation())
+          layerInput = producer.getInput();
+      ProfileCountOp::create(b, op->getLoc(), op->getResult(0), layerInput,
                              b.getStringAttr(name),
                              b.getI64IntegerAttr(index));
       names.push_back(b.getStringAttr(name));

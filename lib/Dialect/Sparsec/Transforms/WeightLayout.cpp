@@ -1,4 +1,4 @@
-//===- WeightLayout.cpp - [K, N] layout for every linear weight ----------===//
+//===- WeightLayout.cpp - the weight layout each kernel reads ------------===//
 //
 // Part of the sparsec project.
 //
@@ -22,50 +22,95 @@ struct WeightLayoutPass
     : public sparsec::impl::WeightLayoutPassBase<WeightLayoutPass> {
   using Base::Base;
 
+  /// A weight value derived from `weight` by appending `transform` to its
+  /// global's transforms (a new global, shared by every op asking for the
+  /// same derivation). Returns null when `weight` is not a model weight.
+  Value derive(OpBuilder &b, Value weight, StringRef transform,
+               RankedTensorType newType, SymbolTable &symbols) {
+    auto ref = defOp<WeightOp>(weight);
+    if (!ref)
+      return nullptr;
+    auto global = symbols.lookup<GlobalOp>(ref.getName());
+    std::string name =
+        (global.getSymName() + "." + (transform == "transpose" ? "T" : transform))
+            .str();
+    if (!symbols.lookup(name)) {
+      OpBuilder gb(global);
+      gb.setInsertionPointAfter(global);
+      SmallVector<StringRef> transforms;
+      if (auto old = global.getTransforms())
+        for (Attribute a : *old)
+          transforms.push_back(cast<StringAttr>(a).getValue());
+      transforms.push_back(transform);
+      auto newGlobal = GlobalOp::create(
+          gb, global.getLoc(), gb.getStringAttr(name), TypeAttr::get(newType),
+          global.getSourceAttr(), gb.getStrArrayAttr(transforms),
+          global.getValueAttr());
+      symbols.insert(newGlobal);
+    }
+    return WeightOp::create(b, ref.getLoc(), newType,
+                            FlatSymbolRefAttr::get(&getContext(), name))
+        .getResult();
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (sparseWeights != "f32" && sparseWeights != "f16") {
+      module.emitError("sparse-weights must be f32 or f16, got '")
+          << sparseWeights << "'";
+      return signalPassFailure();
+    }
     SymbolTable symbols(module);
     // linear and sparse_linear share the operand order (input, weight, ...)
     // and the transpose_weight flag.
     SmallVector<Operation *> work;
     module.walk([&](Operation *op) {
-      if (isa<LinearOp, SparseLinearOp>(op) && op->hasAttr("transpose_weight"))
+      if (isa<LinearOp, SparseLinearOp>(op))
         work.push_back(op);
     });
     for (Operation *op : work) {
+      auto sparse = dyn_cast<SparseLinearOp>(op);
+      bool wantNK = sparse && sparse.getSparseDim() == SparseDim::output;
+      bool isNK = op->hasAttr("transpose_weight");
+      if (wantNK == isNK)
+        continue;
       OpOperand &weightOperand = op->getOpOperand(1);
       auto wType = cast<RankedTensorType>(weightOperand.get().getType());
       auto tType = RankedTensorType::get(
           {wType.getDimSize(1), wType.getDimSize(0)}, wType.getElementType());
       OpBuilder b(op);
-      Value transposed;
-      if (auto weight = defOp<WeightOp>(weightOperand.get())) {
-        auto global = symbols.lookup<GlobalOp>(weight.getName());
-        std::string name = (global.getSymName() + ".T").str();
-        if (!symbols.lookup(name)) {
-          OpBuilder gb(global);
-          gb.setInsertionPointAfter(global);
-          SmallVector<StringRef> transforms;
-          if (auto old = global.getTransforms())
-            for (Attribute a : *old)
-              transforms.push_back(cast<StringAttr>(a).getValue());
-          transforms.push_back("transpose");
-          auto newGlobal = GlobalOp::create(
-              gb, global.getLoc(), gb.getStringAttr(name), TypeAttr::get(tType),
-              global.getSourceAttr(), gb.getStrArrayAttr(transforms));
-          symbols.insert(newGlobal);
-        }
-        transposed = WeightOp::create(b, weight.getLoc(), tType,
-                                      FlatSymbolRefAttr::get(&getContext(), name))
-                         .getResult();
-      } else {
+      Value transposed =
+          derive(b, weightOperand.get(), "transpose", tType, symbols);
+      if (!transposed)
         transposed =
             TransposeOp::create(b, op->getLoc(), tType, weightOperand.get(),
                                 b.getDenseI64ArrayAttr({1, 0}))
                 .getResult();
-      }
       weightOperand.set(transposed);
-      op->removeAttr("transpose_weight");
+      if (wantNK)
+        op->setAttr("transpose_weight", UnitAttr::get(&getContext()));
+      else
+        op->removeAttr("transpose_weight");
+    }
+    if (sparseWeights == "f16") {
+      auto toF16 = [&](OpOperand &operand) {
+        auto type = cast<RankedTensorType>(operand.get().getType());
+        if (!type.getElementType().isF32())
+          return;
+        OpBuilder b(operand.getOwner());
+        if (Value half = derive(b, operand.get(), "f16",
+                                type.clone(Float16Type::get(&getContext())),
+                                symbols))
+          operand.set(half);
+      };
+      module.walk([&](Operation *op) {
+        if (auto s = dyn_cast<SparseLinearOp>(op))
+          toF16(s->getOpOperand(1));
+        else if (auto p = dyn_cast<PredictOp>(op)) {
+          toF16(p->getOpOperand(1));
+          toF16(p->getOpOperand(2));
+        }
+      });
     }
     // Weights and globals nothing uses any more.
     module.walk([&](WeightOp op) {

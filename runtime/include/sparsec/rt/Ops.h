@@ -174,8 +174,22 @@ bool constantOfShape(Context &ctx, const Tensor &shape, const Tensor &value,
 /// Exact input-side sparse linear: y[..., N] = x[..., K] . w[K, N] + bias,
 /// reading only the rows of w whose input neuron is non-zero (the down
 /// projection after a ReLU). Equal to `linear` up to summation order.
+/// `w` may be float32 or float16 (fp16-stored weights, F16C).
 bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                        const Tensor *bias, int outSlot, Tensor &out);
+
+/// Output-side sparse linear (a predicted up projection): y[..., j] =
+/// x[..., :] . w[j, :] + bias[j] for the neurons j enabled in `active`
+/// (b1, [..., N] or [N]); 0 elsewhere. `w` is neuron-major [N, K], float32
+/// or float16, so each selected neuron reads one contiguous row.
+bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
+                        const Tensor *bias, const Tensor &active, int outSlot,
+                        Tensor &out);
+
+/// Low-rank predictor: mask[..., N] = (x . w1) . w2 + bias > threshold,
+/// w1 [D, R], w2 [R, N] (float32 or float16), bias [N] float32; b1 result.
+bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
+             const Tensor *bias, float threshold, int outSlot, Tensor &out);
 
 //===----------------------------------------------------------------------===//
 // Profiling
@@ -184,7 +198,10 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
 /// Profiling builds: for activation site `site`, counts the tokens (rows of
 /// the last dimension) of x and, per neuron, the rows where it is non-zero,
 /// into ctx.profileTokens / ctx.profileCounts.
-bool profileCount(Context &ctx, const Tensor &x, int site);
+/// With `layerInput` (the input of the linear producing `x`), also samples
+/// (layer input, active mask) pairs into ctx.profileSamples.
+bool profileCount(Context &ctx, const Tensor &x, int site,
+                  const Tensor *layerInput = nullptr);
 
 } // namespace sparsec::rt::ops
 

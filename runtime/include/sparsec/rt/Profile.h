@@ -6,17 +6,24 @@
 // many tokens were seen and how often each neuron was non-zero:
 //
 //   char     magic[8] = "SPARSECP"
-//   uint32   version = 1
+//   uint32   version = 2                (version 1 files, without samples,
+//                                        are still read)
 //   uint32   metadataBytes
 //   char     metadata[metadataBytes]   JSON, see below
 //   (zero padding to a multiple of 8)
 //   uint64   counts[...]               per site, `neurons` counters
+//   then per site with samples S > 0:
+//   float32  inputs[S * D]             the layer inputs of S sampled tokens
+//   uint8    masks[S * ceil(N / 8)]    their active masks, bit n of neuron n
+//                                      (LSB first), zero padded to 8 bytes
 //
 // metadata: {"model_hash": "<16 hex digits>", "model": "<path>",
-//            "sites": [{"name": "<site>", "neurons": N, "tokens": T}, ...]}
-// The counts of site i follow those of site i - 1. The writer and reader
-// live in the runtime (which produces profiles) and are shared with the
-// compiler (which reads them).
+//            "sites": [{"name": "<site>", "neurons": N, "tokens": T,
+//                       "samples": S, "input_dim": D}, ...]}
+// ("samples" and "input_dim" are omitted when S == 0). The counts of site i
+// follow those of site i - 1, as do the samples. The writer and reader live
+// in the runtime (which produces profiles) and are shared with the compiler
+// (which reads them).
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,6 +41,17 @@ struct ProfileSite {
   int64_t neurons = 0;
   int64_t tokens = 0;
   std::vector<uint64_t> counts; // size == neurons
+  /// Sampled (layer input, active mask) pairs for predictor training.
+  int64_t samples = 0;
+  int64_t inputDim = 0;
+  std::vector<float> sampleInputs;  // samples * inputDim
+  std::vector<uint8_t> sampleMasks; // samples * maskBytes()
+
+  int64_t maskBytes() const { return (neurons + 7) / 8; }
+  bool sampleActive(int64_t sample, int64_t neuron) const {
+    return (sampleMasks[size_t(sample * maskBytes() + neuron / 8)] >>
+            (neuron % 8)) & 1;
+  }
 };
 
 struct Profile {

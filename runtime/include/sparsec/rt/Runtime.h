@@ -213,6 +213,16 @@ struct Context {
   /// Profiling builds: per site, tokens seen and per-neuron active counts.
   std::vector<int64_t> profileTokens;
   std::vector<std::vector<uint64_t>> profileCounts;
+  /// Profiling builds: sampled (layer input, active mask) pairs per site,
+  /// every `profileSampleEvery`-th token up to `profileMaxSamples`.
+  struct Samples {
+    int64_t count = 0, inputDim = 0;
+    std::vector<float> inputs;
+    std::vector<uint8_t> masks; // count * ceil(neurons / 8), LSB first
+  };
+  std::vector<Samples> profileSamples;
+  int64_t profileSampleEvery = 1;
+  int64_t profileMaxSamples = 0;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
   /// slot if needed). Returns false (and records an error) on failure.
@@ -226,8 +236,10 @@ struct Context {
 
 /// The command line of a compiled model (profiling builds also have
 ///   <model> profile --input-list FILE -o OUT.sprof [--threads N]
+///                   [--samples N] [--sample-every K]
 /// where each line of FILE is one run: NAME=FILE.npy ... separated by
-/// spaces; the counters accumulate over all runs):
+/// spaces; the counters accumulate over all runs, and up to N (layer input,
+/// active mask) pairs per site are kept, one every K tokens):
 ///   <model> run --input NAME=FILE.npy ... [--output-dir DIR] [--threads N]
 ///   <model> bench [--input NAME=FILE.npy ...] [--runs N] [--warmup N]
 ///                 [--threads N] [--json]

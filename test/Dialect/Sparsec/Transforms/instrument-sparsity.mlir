@@ -5,13 +5,16 @@
 func.func @ffn(%x: tensor<?x8xf32>, %w1: tensor<8x16xf32>, %w2: tensor<16x8xf32>) -> tensor<?x16xf32> {
   %h = sparsec.linear %x, %w1 : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
   // CHECK: %[[R:.*]] = sparsec.relu
-  // CHECK-NEXT: sparsec.profile_count %[[R]] {index = 0 : i64, site = "/layers.0/Relu"} : tensor<?x16xf32>
+  // The input of the producing linear is sampled with the mask.
+  // CHECK-NEXT: sparsec.profile_count %[[R]] layer_input %arg0 {index = 0 : i64, site = "/layers.0/Relu"} : tensor<?x16xf32>, tensor<?x8xf32>
   %r = sparsec.relu %h : tensor<?x16xf32> loc("/layers.0/Relu")
   %y = sparsec.linear %r, %w2 : tensor<?x16xf32>, tensor<16x8xf32> -> tensor<?x8xf32>
   // A gelu feeding a linear is a site too (positional name without a loc).
+  // Its producer is not a linear: no layer input.
   // CHECK: %[[G:.*]] = sparsec.gelu
-  // CHECK-NEXT: sparsec.profile_count %[[G]] {index = 1 : i64, site = "site1"}
-  %g = sparsec.gelu %y : tensor<?x8xf32>
+  // CHECK-NEXT: sparsec.profile_count %[[G]] {index = 1 : i64, site = "site1"} : tensor<?x8xf32>{{$}}
+  %y2 = sparsec.neg %y : tensor<?x8xf32>
+  %g = sparsec.gelu %y2 : tensor<?x8xf32>
   %z = sparsec.linear %g, %w1 : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
   // A relu that feeds no linear is not.
   // CHECK: sparsec.relu

@@ -53,9 +53,10 @@ def Sparsec_GlobalOp : Sparsec_Op<"global", [Symbol]> {
   let description = [{
     Declares a weight by symbol and type. `source` names the ONNX
     initializer (or Constant node output) whose bytes the weight store
-    memory-maps; the IR never holds the data. `transforms` records layout
-    changes (e.g. `"transpose"`, `"permute:<site>"`) that are applied only
-    when weights are packed.
+    memory-maps; the IR never holds model data. Weights the compiler
+    creates itself (trained predictors) carry their data in `value` and an
+    empty `source`. `transforms` records layout and storage changes
+    (`"transpose"`, `"f16"`) that are applied only when weights are packed.
     ```mlir
     sparsec.global @fc1_w : tensor<256x1024xf32> {source = "onnx::MatMul_480"}
     ```
@@ -63,7 +64,8 @@ def Sparsec_GlobalOp : Sparsec_Op<"global", [Symbol]> {
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<Sparsec_Tensor>:$type,
                        StrAttr:$source,
-                       OptionalAttr<StrArrayAttr>:$transforms);
+                       OptionalAttr<StrArrayAttr>:$transforms,
+                       OptionalAttr<ElementsAttr>:$value);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
 }
 
@@ -500,19 +502,21 @@ def Sparsec_ConstantOfShapeOp : Sparsec_Op<"constant_of_shape", [Pure, InferShap
 def Sparsec_PredictOp : Sparsec_Op<"predict", [Pure]> {
   let summary = "DejaVu-style low-rank predictor of active neurons";
   let description = [{
-    `sigmoid(relu(x . w1) . w2) > threshold` over the `N` neurons of a
-    layer, `w1` `[D, R]`, `w2` `[R, N]`. The result is the mask of
-    predicted-active neurons, one row per token (`[..., N]`, i1). A
-    predictor placed one layer ahead (`lookahead`) reads the previous
-    layer's input so its work overlaps the current layer.
+    `(x . w1) . w2 + bias > threshold` over the `N` neurons of a layer,
+    `w1` `[D, R]`, `w2` `[R, N]`, `bias` `[N]`: a rank-`R` classifier whose
+    result is the mask of predicted-active neurons, one row per token
+    (`[..., N]`, i1). `sparsec-insert-predictors` trains it from the
+    profile's samples. A predictor placed one layer ahead (`lookahead`)
+    reads the previous layer's input so its work overlaps the current layer.
   }];
   let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$w1,
-                       Sparsec_FloatTensor:$w2, F32Attr:$threshold,
+                       Sparsec_FloatTensor:$w2,
+                       Optional<Sparsec_FloatTensor>:$bias,
+                       DefaultValuedAttr<F32Attr, "0.0f">:$threshold,
                        UnitAttr:$lookahead);
   let results = (outs RankedTensorOf<[I1]>:$mask);
   let assemblyFormat = [{
-    $input `,` $w1 `,` $w2 attr-dict `:` type($input) `,` type($w1) `,`
-    type($w2) `->` type($mask)
+    $input `,` $w1 `,` $w2 (`,` $bias^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -525,14 +529,22 @@ def Sparsec_ProfileCountOp : Sparsec_Op<"profile_count",
     activation that feeds a linear op. The runtime accumulates, for profile
     site `site` (index `index`), the number of tokens seen and per neuron
     (last dimension) how often it was non-zero; `sparsec profile` writes
-    them to a .sprof file.
+    them to a .sprof file. With `layer_input` (the input of the linear that
+    produces the activation), the runtime also keeps a sample of
+    (layer input, active mask) pairs per token for predictor training.
     ```mlir
-    sparsec.profile_count %r {site = "/layers.0/Relu", index = 0 : i64} : tensor<?x?x1024xf32>
+    sparsec.profile_count %r layer_input %x {site = "/layers.0/Relu", index = 0 : i64}
+        : tensor<?x?x1024xf32>, tensor<?x?x256xf32>
     ```
   }];
-  let arguments = (ins Sparsec_FloatTensor:$input, StrAttr:$site,
-                       I64Attr:$index);
-  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let arguments = (ins Sparsec_FloatTensor:$input,
+                       Optional<Sparsec_FloatTensor>:$layer_input,
+                       StrAttr:$site, I64Attr:$index);
+  let assemblyFormat = [{
+    $input (`layer_input` $layer_input^)? attr-dict `:` type($input)
+    (`,` type($layer_input)^)?
+  }];
+  let hasVerifier = 1;
 }
 
 def Sparsec_SparseLinearOp : Sparsec_Op<"sparse_linear",

@@ -232,6 +232,49 @@ def AnnotateSparsityPass : Pass<"sparsec-annotate-sparsity", "mlir::ModuleOp"> {
   ];
 }
 
+def InsertPredictorsPass : Pass<"sparsec-insert-predictors", "mlir::ModuleOp"> {
+  let summary = "Train DejaVu-style predictors and make FFN up projections sparse";
+  let description = [{
+    For every FFN `act(linear(x, W, b))` whose site has sampled
+    (layer input, active mask) pairs in the profile, trains a rank-`r`
+    classifier `(x . w1) . w2 + bias > 0` (the best rank-`r` approximation
+    of the pre-activation on the samples, with a per-neuron margin set on a
+    calibration split to reach `target-recall`), for each rank of `ranks`
+    (default d/16, d/8, d/4, d/2), and keeps the one with the fewest
+    multiply-adds per token (predictor + up and down projections over the
+    predicted neurons). When even that is not cheaper than exact mode, the
+    FFN is left alone (with a remark). Otherwise the up projection becomes a
+    `sparse_linear {sparse_dim = output, mode = predicted}` driven by a
+    `sparsec.predict` whose weights are new globals holding the trained
+    data. Weights come from the model's weight store (`sparsec.source`) or
+    from a global's inline `value`. The predict op records its quality on
+    held-out samples in `sparsec.predictor`. Before:
+    ```mlir
+    %h = sparsec.linear %x, %w, %b : ...
+    %r = sparsec.relu %h {sparsity = ...} loc("/layers.0/Relu")
+    ```
+    After:
+    ```mlir
+    %m = sparsec.predict %x, %w1, %w2, %pb {sparsec.predictor = {rank = 64 : i64,
+         recall = 0.99, ...}} : (...) -> tensor<?x?x1024xi1>
+    %h = sparsec.sparse_linear %x, %w, %b active %m {mode = #sparsec<sparse_mode predicted>,
+         sparse_dim = #sparsec<sparse_dim output>} : ...
+    ```
+  }];
+  let options = [
+    Option<"profile", "profile", "std::string", "\"\"",
+           "Path of the .sprof file (with samples)">,
+    Option<"targetRecall", "target-recall", "double", "0.999",
+           "Share of active neurons the predictor must find (calibration split)">,
+    ListOption<"ranks", "ranks", "int64_t",
+               "Predictor ranks to try (default: d/16, d/8, d/4, d/2)">,
+  ];
+  let statistics = [
+    Statistic<"numInserted", "num-inserted", "Number of predictors inserted">,
+    Statistic<"numSkipped", "num-skipped", "Number of sites left without one">,
+  ];
+}
+
 def SparsifyFFNPass : Pass<"sparsec-sparsify-ffn", "mlir::ModuleOp"> {
   let summary = "Rewrite linears fed by a sparse activation into sparse_linear";
   let description = [{
@@ -286,7 +329,7 @@ def FuseEpiloguePass : Pass<"sparsec-fuse-epilogue", "mlir::ModuleOp"> {
 }
 
 def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
-  let summary = "Give every linear weight the [K, N] layout the kernels read";
+  let summary = "Give every linear weight the layout and storage its kernel reads";
   let description = [{
     A `linear {transpose_weight}` whose weight is a `sparsec.global` gets a
     new global with `transforms = ["transpose"]` (applied when the weights
@@ -302,7 +345,17 @@ def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
     sparsec.global @w.T : tensor<8x16xf32> {source = "w", transforms = ["transpose"]}
     %y = sparsec.linear %x, %wt : tensor<2x8xf32>, tensor<8x16xf32> -> tensor<2x16xf32>
     ```
+    The output side of a `sparse_linear` (a predicted up projection) is the
+    exception: its kernel reads one contiguous row per selected neuron, so
+    its weight becomes neuron-major `[N, K]` and the op keeps (or gains)
+    `transpose_weight`. With `sparse-weights=f16`, the weights of
+    `sparse_linear` and `predict` ops are stored as float16 (transform
+    `"f16"`; the kernels convert with F16C), halving their memory traffic.
   }];
+  let options = [
+    Option<"sparseWeights", "sparse-weights", "std::string", "\"f32\"",
+           "Storage of sparse-kernel weights: f32 or f16">,
+  ];
 }
 
 def PlanMemoryPass : Pass<"sparsec-plan-memory", "mlir::ModuleOp"> {

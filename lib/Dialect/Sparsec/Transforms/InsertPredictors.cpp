@@ -1,0 +1,305 @@
+//===- InsertPredictors.cpp - DejaVu predictors for sparse FFNs ----------===//
+//
+// Part of the sparsec project.
+//
+// For every FFN up projection `relu(linear(x, W, b))` whose site has
+// (layer input, active mask) samples in the profile, trains a low-rank
+// predictor (PredictorTraining.h), keeps the cheapest rank that reaches the
+// target recall and, when it beats exact mode, rewrites
+//   %h = sparsec.linear %x, %W, %b
+// into
+//   %m = sparsec.predict %x, %w1, %w2, %pb            (trained globals)
+//   %h = sparsec.sparse_linear %x, %W, %b active %m {sparse_dim = output,
+//                                                    mode = predicted}
+// The predictor's quality on held-out samples is kept on the predict op as
+// `sparsec.predictor` (rank, recall, precision, density, actual_density).
+//
+//===----------------------------------------------------------------------===//
+
+#include "MatchUtils.h"
+#include "PredictorTraining.h"
+#include "SparsitySites.h"
+#include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
+#include "sparsec/Weights/WeightStore.h"
+#include "sparsec/rt/Profile.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstring>
+
+namespace sparsec {
+#define GEN_PASS_DEF_INSERTPREDICTORSPASS
+#include "sparsec/Dialect/Sparsec/Transforms/Passes.h.inc"
+} // namespace sparsec
+
+using namespace mlir;
+using namespace sparsec;
+
+namespace {
+/// Float data of a weight: inline (`value`) or from the model's weight
+/// store. Fails with a message.
+LogicalResult loadWeight(Value v, SymbolTable &symbols,
+                         std::unique_ptr<WeightStore> &store, ModuleOp module,
+                         std::vector<float> &out, std::string &error) {
+  auto weight = defOp<WeightOp>(v);
+  if (!weight) {
+    error = "its weight is computed at run time, not a model weight";
+    return failure();
+  }
+  auto global = symbols.lookup<GlobalOp>(weight.getName());
+  auto type = cast<RankedTensorType>(global.getType());
+  if (!type.getElementType().isF32() || global.getTransforms()) {
+    error = "its weight '" + global.getSymName().str() +
+            "' is not a plain float32 tensor";
+    return failure();
+  }
+  size_t count = size_t(type.getNumElements());
+  if (auto value = global.getValueAttr()) {
+    if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
+      auto values = dense.getValues<float>();
+      out.assign(values.begin(), values.end());
+    } else if (auto res = dyn_cast<DenseF32ResourceElementsAttr>(value)) {
+      auto data = res.tryGetAsArrayRef();
+      if (!data) {
+        error = "the data of '" + global.getSymName().str() + "' is missing";
+        return failure();
+      }
+      out.assign(data->begin(), data->end());
+    }
+    if (out.size() != count) {
+      error = "the data of '" + global.getSymName().str() +
+              "' does not match its type";
+      return failure();
+    }
+    return success();
+  }
+  if (!store) {
+    auto source = module->getAttrOfType<StringAttr>("sparsec.source");
+    if (!source) {
+      error = "the module names no model file (sparsec.source) to read "
+              "weights from";
+      return failure();
+    }
+    store = WeightStore::open(source.getValue().str(), error);
+    if (!store) {
+      error = "cannot read the model's weights: " + error;
+      return failure();
+    }
+  }
+  const TensorView *view = store->get(global.getSource().str(), error);
+  if (!view || view->numBytes != count * sizeof(float) ||
+      view->dataType != 1 /* onnx FLOAT */) {
+    error = "weight '" + global.getSource().str() +
+            "' is missing or not float32 in " + store->path();
+    return failure();
+  }
+  out.resize(count);
+  std::memcpy(out.data(), view->data, view->numBytes);
+  return success();
+}
+
+std::string symbolSafe(StringRef s) {
+  std::string out;
+  for (char c : s)
+    out += llvm::isAlnum(static_cast<unsigned char>(c)) ? c : '_';
+  while (!out.empty() && out.front() == '_')
+    out.erase(out.begin());
+  return out.empty() ? "site" : out;
+}
+
+struct InsertPredictorsPass
+    : public sparsec::impl::InsertPredictorsPassBase<InsertPredictorsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (profile.empty()) {
+      module.emitError("sparsec-insert-predictors needs profile=<file.sprof>");
+      return signalPassFailure();
+    }
+    if (!(targetRecall > 0.0 && targetRecall <= 1.0)) {
+      module.emitError("target-recall must be in (0, 1], got ") << targetRecall;
+      return signalPassFailure();
+    }
+    rt::Profile prof;
+    std::string error;
+    if (!rt::readProfile(profile, prof, error)) {
+      module.emitError(error);
+      return signalPassFailure();
+    }
+    if (auto hash = module->getAttrOfType<StringAttr>("sparsec.model_hash")) {
+      std::string expected = llvm::formatv("{0:x16}", prof.modelHash).str();
+      if (hash.getValue() != expected) {
+        module.emitError("profile '")
+            << profile << "' was recorded for a different model (model hash "
+            << expected << ", this model " << hash.getValue() << ")";
+        return signalPassFailure();
+      }
+    }
+    SymbolTable symbols(module);
+    std::unique_ptr<WeightStore> store;
+    SmallVector<std::pair<Operation *, std::string>> sites;
+    int64_t index = 0;
+    module.walk([&](Operation *op) {
+      if (isSparsitySite(op))
+        sites.push_back({op, siteName(op, index++)});
+    });
+    for (auto &[act, name] : sites) {
+      auto up = act->getOperand(0).getDefiningOp<LinearOp>();
+      auto remarkSkip = [&](const Twine &why) {
+        act->emitRemark("no predictor for '") << name << "': " << why;
+        ++numSkipped;
+      };
+      if (!up || up.getActivation() || !up->hasOneUse()) {
+        remarkSkip("its input is not the result of a single-use linear");
+        continue;
+      }
+      const rt::ProfileSite *site = prof.find(name);
+      if (!site || site->samples == 0) {
+        remarkSkip("the profile has no samples for it (profile with "
+                   "--samples)");
+        continue;
+      }
+      auto inType = up.getInput().getType();
+      auto wType = up.getWeight().getType();
+      int64_t d = inType.getShape().back();
+      int64_t n = up.getType().getShape().back();
+      if (ShapedType::isDynamic(d) || ShapedType::isDynamic(n) ||
+          site->inputDim != d || site->neurons != n) {
+        act->emitError("profile site '")
+            << name << "' samples " << site->inputDim << " -> "
+            << site->neurons << " neurons, the model " << d << " -> " << n;
+        return signalPassFailure();
+      }
+      PredictorProblem problem;
+      problem.samples = site->samples;
+      problem.d = d;
+      problem.n = n;
+      problem.inputs = site->sampleInputs.data();
+      problem.active = [site](int64_t i, int64_t j) {
+        return site->sampleActive(i, j);
+      };
+      std::vector<float> raw;
+      if (failed(loadWeight(up.getWeight(), symbols, store, module, raw,
+                            error)) ||
+          (up.getBias() && failed(loadWeight(up.getBias(), symbols, store,
+                                             module, problem.bias, error)))) {
+        remarkSkip(error);
+        continue;
+      }
+      if (up.getTransposeWeight()) { // [n, d] -> [d, n]
+        problem.weight.resize(raw.size());
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t i = 0; i < d; ++i)
+            problem.weight[size_t(i * n + j)] = raw[size_t(j * d + i)];
+      } else {
+        problem.weight = std::move(raw);
+      }
+      if (problem.bias.size() != 0 && int64_t(problem.bias.size()) != n) {
+        remarkSkip("its bias is not one value per neuron");
+        continue;
+      }
+      (void)wType;
+      PredictorOptions options;
+      options.targetRecall = targetRecall;
+      options.ranks.assign(ranks.begin(), ranks.end());
+      std::vector<Predictor> candidates;
+      if (!trainPredictors(problem, options, candidates, error)) {
+        act->emitError("cannot train a predictor for '")
+            << name << "': " << error;
+        return signalPassFailure();
+      }
+      const Predictor *best = &candidates.front();
+      for (const Predictor &p : candidates)
+        if (p.cost < best->cost)
+          best = &p;
+      // Exact mode: dense up projection, down projection over the actual
+      // active neurons.
+      double active = 0;
+      for (uint64_t c : site->counts)
+        active += double(c);
+      double actualDensity =
+          site->tokens > 0 ? active / (double(site->tokens) * double(n)) : 1.0;
+      double exactCost = double(d) * double(n) * (1.0 + actualDensity);
+      if (best->cost >= exactCost) {
+        remarkSkip(llvm::formatv("the best predictor (rank {0}, density "
+                                 "{1:f3}) costs {2:f0} multiply-adds per "
+                                 "token, exact mode {3:f0}",
+                                 best->rank, best->calibrationDensity,
+                                 best->cost, exactCost)
+                       .str());
+        continue;
+      }
+      insert(up, *best, name, symbols);
+      ++numInserted;
+    }
+  }
+
+  void insert(LinearOp up, const Predictor &p, const std::string &site,
+              SymbolTable &symbols) {
+    std::string base = symbolSafe(site);
+    MLIRContext *ctx = &getContext();
+    ModuleOp module = getOperation();
+    int64_t d = up.getInput().getType().getShape().back();
+    int64_t n = up.getType().getShape().back();
+    auto f32 = Float32Type::get(ctx);
+    auto makeGlobal = [&](StringRef suffix, ArrayRef<int64_t> shape,
+                          const std::vector<float> &data) {
+      OpBuilder b(ctx);
+      b.setInsertionPointToStart(module.getBody());
+      for (Operation &op : *module.getBody())
+        if (isa<GlobalOp>(op))
+          b.setInsertionPointAfter(&op);
+      auto type = RankedTensorType::get(shape, f32);
+      std::string symName = "predictor_" + base + "_" + suffix.str();
+      auto value = DenseF32ResourceElementsAttr::get(
+          type, symName,
+          HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<float>(data)));
+      auto global = GlobalOp::create(b, up.getLoc(), b.getStringAttr(symName),
+                                     TypeAttr::get(type), b.getStringAttr(""),
+                                     /*transforms=*/nullptr, cast<ElementsAttr>(value));
+      symbols.insert(global); // renames on a clash
+      OpBuilder ub(up);
+      return WeightOp::create(ub, up.getLoc(), type,
+                              FlatSymbolRefAttr::get(global.getSymNameAttr()))
+          .getResult();
+    };
+    Value w1 = makeGlobal("w1", {d, p.rank}, p.w1);
+    Value w2 = makeGlobal("w2", {p.rank, n}, p.w2);
+    Value bias = makeGlobal("bias", {n}, p.bias);
+    OpBuilder b(up);
+    auto inShape = up.getInput().getType().getShape();
+    SmallVector<int64_t> maskShape(inShape.begin(), inShape.end());
+    maskShape.back() = n;
+    auto predict = PredictOp::create(
+        b, up.getLoc(), RankedTensorType::get(maskShape, b.getI1Type()),
+        up.getInput(), w1, w2, bias, b.getF32FloatAttr(0.0f),
+        /*lookahead=*/nullptr);
+    predict->setAttr(
+        "sparsec.predictor",
+        b.getDictionaryAttr({
+            b.getNamedAttr("site", b.getStringAttr(site)),
+            b.getNamedAttr("rank", b.getI64IntegerAttr(p.rank)),
+            b.getNamedAttr("recall", b.getF64FloatAttr(p.recall)),
+            b.getNamedAttr("precision", b.getF64FloatAttr(p.precision)),
+            b.getNamedAttr("density", b.getF64FloatAttr(p.density)),
+            b.getNamedAttr("actual_density",
+                           b.getF64FloatAttr(p.actualDensity)),
+        }));
+    auto sparse = SparseLinearOp::create(
+        b, up.getLoc(), up.getType(), up.getInput(), up.getWeight(),
+        up.getBias(), predict.getMask(),
+        SparseDimAttr::get(ctx, SparseDim::output),
+        SparseModeAttr::get(ctx, SparseMode::predicted),
+        GranularityAttr::get(ctx, Granularity::neuron),
+        up.getTransposeWeightAttr(), /*placement=*/nullptr);
+    up.replaceAllUsesWith(sparse.getResult());
+    up.erase();
+  }
+};
+} // namespace

@@ -1,0 +1,286 @@
+//===- PredictorTraining.cpp - low-rank activation predictors ------------===//
+//
+// Part of the sparsec project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PredictorTraining.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace sparsec {
+
+namespace {
+using Matrix = std::vector<double>; // row-major
+
+/// Eigen-decomposition of the symmetric n x n matrix `a` by cyclic Jacobi
+/// rotations: on return the columns of `v` are eigenvectors and `values`
+/// the eigenvalues, sorted by decreasing eigenvalue.
+void symmetricEigen(Matrix a, int64_t n, Matrix &v, std::vector<double> &values) {
+  v.assign(size_t(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    v[size_t(i * n + i)] = 1.0;
+  double norm = 0;
+  for (double x : a)
+    norm += x * x;
+  const double tol = 1e-22 * std::max(norm, 1e-300);
+  for (int sweep = 0; sweep < 60; ++sweep) {
+    double off = 0;
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t q = p + 1; q < n; ++q)
+        off += a[size_t(p * n + q)] * a[size_t(p * n + q)];
+    if (off <= tol)
+      break;
+    for (int64_t p = 0; p < n; ++p) {
+      for (int64_t q = p + 1; q < n; ++q) {
+        double apq = a[size_t(p * n + q)];
+        if (std::abs(apq) < 1e-300)
+          continue;
+        double app = a[size_t(p * n + p)], aqq = a[size_t(q * n + q)];
+        double theta = (aqq - app) / (2.0 * apq);
+        double t = (theta >= 0 ? 1.0 : -1.0) /
+                   (std::abs(theta) + std::sqrt(theta * theta + 1.0));
+        double c = 1.0 / std::sqrt(t * t + 1.0), s = t * c;
+        // A <- J^T A J on rows/columns p and q.
+        for (int64_t k = 0; k < n; ++k) {
+          double akp = a[size_t(k * n + p)], akq = a[size_t(k * n + q)];
+          a[size_t(k * n + p)] = c * akp - s * akq;
+          a[size_t(k * n + q)] = s * akp + c * akq;
+        }
+        for (int64_t k = 0; k < n; ++k) {
+          double apk = a[size_t(p * n + k)], aqk = a[size_t(q * n + k)];
+          a[size_t(p * n + k)] = c * apk - s * aqk;
+          a[size_t(q * n + k)] = s * apk + c * aqk;
+        }
+        for (int64_t k = 0; k < n; ++k) {
+          double vkp = v[size_t(k * n + p)], vkq = v[size_t(k * n + q)];
+          v[size_t(k * n + p)] = c * vkp - s * vkq;
+          v[size_t(k * n + q)] = s * vkp + c * vkq;
+        }
+      }
+    }
+  }
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+    return a[size_t(x * n + x)] > a[size_t(y * n + y)];
+  });
+  Matrix sorted(size_t(n * n));
+  values.resize(size_t(n));
+  for (int64_t j = 0; j < n; ++j) {
+    values[size_t(j)] = a[size_t(order[size_t(j)] * n + order[size_t(j)])];
+    for (int64_t i = 0; i < n; ++i)
+      sorted[size_t(i * n + j)] = v[size_t(i * n + order[size_t(j)])];
+  }
+  v = std::move(sorted);
+}
+
+/// c[m, n] = a[m, k] . b[k, n], all row-major float; i-k-j order so the
+/// inner loop vectorises.
+void matmul(const float *a, const float *b, float *c, int64_t m, int64_t k,
+            int64_t n) {
+  std::fill(c, c + m * n, 0.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    float *ci = c + i * n;
+    for (int64_t p = 0; p < k; ++p) {
+      float x = a[i * k + p];
+      if (x == 0.0f)
+        continue;
+      const float *bp = b + p * n;
+      for (int64_t j = 0; j < n; ++j)
+        ci[j] += x * bp[j];
+    }
+  }
+}
+} // namespace
+
+bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
+                     std::vector<Predictor> &out, std::string &error) {
+  const int64_t m = pb.samples, d = pb.d, n = pb.n;
+  // Splits: fit on the first 70 %, calibrate the margin on the next 15 %,
+  // report on the last 15 %.
+  const int64_t fitEnd = m * 70 / 100, calEnd = m * 85 / 100;
+  if (fitEnd < d || calEnd - fitEnd < 16 || m - calEnd < 16) {
+    error = "too few profile samples (" + std::to_string(m) +
+            ") to train a predictor for a " + std::to_string(d) +
+            "-wide layer input: profile with --samples >= " +
+            std::to_string(std::max<int64_t>(2 * d, 256));
+    return false;
+  }
+  const float *x = pb.inputs;
+  const float *w = pb.weight.data();
+
+  // S = X^T X / m over the fitting split, and its square root.
+  Matrix s(size_t(d * d), 0.0);
+  for (int64_t i = 0; i < fitEnd; ++i) {
+    const float *xi = x + i * d;
+    for (int64_t p = 0; p < d; ++p) {
+      double xp = xi[p];
+      if (xp == 0.0)
+        continue;
+      double *sp = &s[size_t(p * d)];
+      for (int64_t q = 0; q < d; ++q)
+        sp[q] += xp * xi[q];
+    }
+  }
+  for (double &v : s)
+    v /= double(fitEnd);
+  Matrix q;
+  std::vector<double> lambda;
+  symmetricEigen(s, d, q, lambda);
+  Matrix sqrtS(size_t(d * d), 0.0);
+  for (int64_t e = 0; e < d; ++e) {
+    double root = std::sqrt(std::max(0.0, lambda[size_t(e)]));
+    if (root == 0.0)
+      continue;
+    for (int64_t i = 0; i < d; ++i) {
+      double qi = q[size_t(i * d + e)] * root;
+      for (int64_t j = 0; j < d; ++j)
+        sqrtS[size_t(i * d + j)] += qi * q[size_t(j * d + e)];
+    }
+  }
+  // M = S^1/2 W [d, n]; K = M M^T [d, d]; its eigenvectors U give the right
+  // singular vectors of M (and of X W): V = M^T U / sigma.
+  std::vector<float> mw(size_t(d * n), 0.0f);
+  {
+    std::vector<float> sq(sqrtS.begin(), sqrtS.end());
+    matmul(sq.data(), w, mw.data(), d, d, n);
+  }
+  Matrix kmat(size_t(d * d), 0.0);
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = i; j < d; ++j) {
+      double acc = 0;
+      const float *a = &mw[size_t(i * n)], *b = &mw[size_t(j * n)];
+      for (int64_t t = 0; t < n; ++t)
+        acc += double(a[t]) * double(b[t]);
+      kmat[size_t(i * d + j)] = kmat[size_t(j * d + i)] = acc;
+    }
+  Matrix u;
+  std::vector<double> sigma2;
+  symmetricEigen(kmat, d, u, sigma2);
+
+  // Pre-activations of every sample, z = x W + b.
+  std::vector<float> z(size_t(m * n));
+  matmul(x, w, z.data(), m, d, n);
+  if (!pb.bias.empty())
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        z[size_t(i * n + j)] += pb.bias[size_t(j)];
+
+  std::vector<int64_t> ranks = opts.ranks;
+  if (ranks.empty())
+    for (int64_t div : {16, 8, 4, 2})
+      ranks.push_back(std::max<int64_t>(8, d / div));
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+
+  for (int64_t r : ranks) {
+    if (r <= 0 || r >= d)
+      continue;
+    int64_t usable = 0;
+    while (usable < r && sigma2[size_t(usable)] > 1e-12 * sigma2[0])
+      ++usable;
+    if (usable == 0)
+      continue;
+    Predictor p;
+    p.rank = r;
+    // w2 = V_r^T [r, n]; w1 = W V_r [d, r].
+    p.w2.assign(size_t(r * n), 0.0f);
+    for (int64_t e = 0; e < usable; ++e) {
+      double inv = 1.0 / std::sqrt(sigma2[size_t(e)]);
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t i = 0; i < d; ++i)
+          acc += double(mw[size_t(i * n + j)]) * u[size_t(i * d + e)];
+        p.w2[size_t(e * n + j)] = float(acc * inv);
+      }
+    }
+    p.w1.assign(size_t(d * r), 0.0f);
+    for (int64_t i = 0; i < d; ++i)
+      for (int64_t e = 0; e < r; ++e) {
+        double acc = 0;
+        for (int64_t j = 0; j < n; ++j)
+          acc += double(w[i * n + j]) * p.w2[size_t(e * n + j)];
+        p.w1[size_t(i * r + e)] = float(acc);
+      }
+    // Approximate pre-activations of every sample, and per-neuron error
+    // spread on the fitting split.
+    std::vector<float> h(size_t(m * r)), za(size_t(m * n));
+    matmul(x, p.w1.data(), h.data(), m, d, r);
+    matmul(h.data(), p.w2.data(), za.data(), m, r, n);
+    if (!pb.bias.empty())
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          za[size_t(i * n + j)] += pb.bias[size_t(j)];
+    std::vector<double> sum(static_cast<size_t>(n), 0.0), sumSq(static_cast<size_t>(n), 0.0);
+    for (int64_t i = 0; i < fitEnd; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double e = double(z[size_t(i * n + j)]) - za[size_t(i * n + j)];
+        sum[size_t(j)] += e;
+        sumSq[size_t(j)] += e * e;
+      }
+    std::vector<double> spread(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      double mean = sum[size_t(j)] / double(fitEnd);
+      spread[size_t(j)] =
+          std::sqrt(std::max(0.0, sumSq[size_t(j)] / double(fitEnd) - mean * mean)) +
+          1e-6;
+    }
+    // Margin: the (1 - recall) quantile of the normalised scores of the
+    // active pairs of the calibration split.
+    std::vector<double> activeScores;
+    for (int64_t i = fitEnd; i < calEnd; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        if (pb.active(i, j))
+          activeScores.push_back(za[size_t(i * n + j)] / spread[size_t(j)]);
+    if (activeScores.empty()) {
+      error = "no active neuron in the calibration samples";
+      return false;
+    }
+    size_t at = size_t(std::floor((1.0 - opts.targetRecall) *
+                                  double(activeScores.size())));
+    at = std::min(at, activeScores.size() - 1);
+    std::nth_element(activeScores.begin(), activeScores.begin() + long(at),
+                     activeScores.end());
+    // Strictly below the quantile score, so that sample still counts.
+    double margin = activeScores[at] - 1e-6;
+    p.bias.resize(size_t(n));
+    for (int64_t j = 0; j < n; ++j)
+      p.bias[size_t(j)] = float((pb.bias.empty() ? 0.0 : pb.bias[size_t(j)]) -
+                                margin * spread[size_t(j)]);
+    auto measure = [&](int64_t begin, int64_t end, double &recall,
+                       double &precision, double &density, double &actual) {
+      int64_t tp = 0, predicted = 0, positives = 0;
+      for (int64_t i = begin; i < end; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double logit = za[size_t(i * n + j)] -
+                         (pb.bias.empty() ? 0.0 : pb.bias[size_t(j)]) +
+                         p.bias[size_t(j)];
+          bool pred = logit > 0.0, act = pb.active(i, j);
+          tp += pred && act;
+          predicted += pred;
+          positives += act;
+        }
+      double pairs = double(end - begin) * double(n);
+      recall = positives ? double(tp) / double(positives) : 1.0;
+      precision = predicted ? double(tp) / double(predicted) : 1.0;
+      density = double(predicted) / pairs;
+      actual = double(positives) / pairs;
+    };
+    double r0, p0, a0;
+    measure(fitEnd, calEnd, r0, p0, p.calibrationDensity, a0);
+    measure(calEnd, m, p.recall, p.precision, p.density, p.actualDensity);
+    p.cost = double(r) * double(d + n) +
+             p.calibrationDensity * 2.0 * double(d) * double(n);
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) {
+    error = "the layer input has no usable directions (all samples zero?)";
+    return false;
+  }
+  return true;
+}
+
+} // namespace sparsec

@@ -1,0 +1,38 @@
+// RUN: sparsec-opt %s --sparsec-weight-layout=sparse-weights=f16 | FileCheck %s
+// RUN: not sparsec-opt %s --sparsec-weight-layout=sparse-weights=bf16 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: error: sparse-weights must be f32 or f16, got 'bf16'
+
+// fp16-stored weights: sparse_linear and predict weights get the "f16"
+// transform (after the layout transform); dense linears, biases and the
+// predictor bias stay float32.
+sparsec.global @up : tensor<8x16xf32> {source = "up"}
+sparsec.global @down : tensor<16x8xf32> {source = "down"}
+sparsec.global @dense : tensor<8x8xf32> {source = "dense"}
+sparsec.global @p1 : tensor<8x2xf32> {source = "", value = dense<1.0> : tensor<8x2xf32>}
+sparsec.global @p2 : tensor<2x16xf32> {source = "", value = dense<1.0> : tensor<2x16xf32>}
+sparsec.global @pb : tensor<16xf32> {source = "", value = dense<0.0> : tensor<16xf32>}
+// CHECK-DAG: sparsec.global @up.T.f16 : tensor<16x8xf16> {source = "up", transforms = ["transpose", "f16"]}
+// CHECK-DAG: sparsec.global @down.f16 : tensor<16x8xf16> {source = "down", transforms = ["f16"]}
+// CHECK-DAG: sparsec.global @dense : tensor<8x8xf32> {source = "dense"}
+// CHECK-DAG: sparsec.global @p1.f16 : tensor<8x2xf16> {source = "", transforms = ["f16"], value = dense<1.000000e+00> : tensor<8x2xf32>}
+// CHECK-DAG: sparsec.global @p2.f16 : tensor<2x16xf16>
+// CHECK-DAG: sparsec.global @pb : tensor<16xf32>
+// CHECK-LABEL: func.func @ffn
+// CHECK: sparsec.predict %arg0, %{{.*}}, %{{.*}}, %{{.*}} : (tensor<1x8xf32>, tensor<8x2xf16>, tensor<2x16xf16>, tensor<16xf32>) -> tensor<1x16xi1>
+// CHECK: sparsec.sparse_linear %arg0, %{{.*}} active %{{.*}} {{.*}} : (tensor<1x8xf32>, tensor<16x8xf16>, tensor<1x16xi1>) -> tensor<1x16xf32>
+// CHECK: sparsec.sparse_linear %{{.*}}, %{{.*}} {{.*}} : (tensor<1x16xf32>, tensor<16x8xf16>) -> tensor<1x8xf32>
+// CHECK: sparsec.linear %{{.*}}, %{{.*}} : tensor<1x8xf32>, tensor<8x8xf32> -> tensor<1x8xf32>
+func.func @ffn(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
+  %p1 = sparsec.weight @p1 : tensor<8x2xf32>
+  %p2 = sparsec.weight @p2 : tensor<2x16xf32>
+  %pb = sparsec.weight @pb : tensor<16xf32>
+  %m = sparsec.predict %x, %p1, %p2, %pb : (tensor<1x8xf32>, tensor<8x2xf32>, tensor<2x16xf32>, tensor<16xf32>) -> tensor<1x16xi1>
+  %w = sparsec.weight @up : tensor<8x16xf32>
+  %h = sparsec.sparse_linear %x, %w active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>} : (tensor<1x8xf32>, tensor<8x16xf32>, tensor<1x16xi1>) -> tensor<1x16xf32>
+  %r = sparsec.relu %h : tensor<1x16xf32>
+  %w2 = sparsec.weight @down : tensor<16x8xf32>
+  %y = sparsec.sparse_linear %r, %w2 {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+  %wd = sparsec.weight @dense : tensor<8x8xf32>
+  %z = sparsec.linear %y, %wd : tensor<1x8xf32>, tensor<8x8xf32> -> tensor<1x8xf32>
+  return %z : tensor<1x8xf32>
+}
