@@ -584,13 +584,39 @@ LogicalResult prepareCalibration(func::FuncOp func, llvm::StringRef workDir,
       return failure();
     }
     bool hasIds = llvm::is_contained(names, "input_ids");
-    for (const std::string &n : names)
-      if (n != "input_ids" && n != "attention_mask") {
-        error() << "text calibration needs a byte-level LM whose inputs are "
-                   "input_ids (and attention_mask); this model also takes '"
-                << n << "': give a directory of .npy inputs instead\n";
-        return failure();
+    // KV-cache exports: each chunk is a prefill with an empty cache.
+    std::string emptyPast;
+    for (auto [i, n] : llvm::enumerate(names)) {
+      if (n == "input_ids" || n == "attention_mask")
+        continue;
+      auto type = dyn_cast<RankedTensorType>(func.getArgumentTypes()[i]);
+      if (llvm::StringRef(n).starts_with("past_key_values.") && type &&
+          type.getRank() == 4 && type.getElementType().isF32() &&
+          !type.isDynamicDim(1) && !type.isDynamicDim(3)) {
+        std::string path = (workDir + "/empty_" + fileSafe(n) + ".npy").str();
+        float dummy = 0.0f;
+        sparsec::rt::Tensor t;
+        t.data = &dummy;
+        t.dtype = sparsec::rt::DType::f32;
+        t.rank = 4;
+        t.shape[0] = 1;
+        t.shape[1] = type.getDimSize(1);
+        t.shape[2] = 0;
+        t.shape[3] = type.getDimSize(3);
+        std::string err;
+        if (!sparsec::rt::writeNpy(path, t, err)) {
+          error() << err << "\n";
+          return failure();
+        }
+        emptyPast += " " + n + "=" + path;
+        continue;
       }
+      error() << "text calibration needs a byte-level LM whose inputs are "
+                 "input_ids (and attention_mask, past_key_values.*); this "
+                 "model also takes '"
+              << n << "': give a directory of .npy inputs instead\n";
+      return failure();
+    }
     if (!hasIds) {
       error() << "text calibration needs a model with an input_ids input\n";
       return failure();
@@ -611,7 +637,7 @@ LogicalResult prepareCalibration(func::FuncOp func, llvm::StringRef workDir,
       list << "input_ids=" << base << "_ids.npy";
       if (llvm::is_contained(names, "attention_mask"))
         list << " attention_mask=" << base << "_mask.npy";
-      list << "\n";
+      list << emptyPast << "\n";
     }
     if (runs == 0) {
       error() << "calibration file '" << calib << "' is shorter than one "

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""opt-byte-s decode step (KV-cache export, batch 1) in sparsec's dense,
+exact and predicted modes (fp32 and fp16-stored sparse weights), with ONNX
+Runtime on the same step as the peer, in one run. Prints decode tokens/s.
+
+  bench/bench_decode_sparsity.py --sparsec build/bin/sparsec
+        [--models ../shared/models] [--threads 2] [--runs 200]
+        [--out /tmp/sparsec-decode-bench]
+
+The profile comes from `sparsec profile` on calib.txt; the cached context is
+the first 127 bytes of heldout.txt (its K/V computed by the dense build), and
+the step decodes byte 128. tokens/s = 1000 / median step latency.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def run(cmd):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sparsec", required=True)
+    ap.add_argument("--models", default=os.path.join(os.path.dirname(__file__), "..", "..",
+                                                     "shared", "models"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--out", default="/tmp/sparsec-decode-bench")
+    a = ap.parse_args()
+    base = os.path.join(a.models, "opt-byte-s")
+    model = os.path.join(base, "model_kvcache_opset17.onnx")
+    os.makedirs(a.out, exist_ok=True)
+    prof = os.path.join(a.out, "kv.sprof")
+    run([a.sparsec, "profile", model, "--calib", os.path.join(base, "calib.txt"),
+         "-o", prof, "-q"])
+
+    builds = {
+        "dense": [],
+        "exact": ["--profile", prof, "--sparsity", "exact"],
+        "predicted": ["--profile", prof, "--sparsity", "predicted"],
+        "predicted fp16": ["--profile", prof, "--sparsity", "predicted",
+                           "--sparse-weights", "f16"],
+    }
+    for i, (name, extra) in enumerate(builds.items()):
+        subprocess.run([a.sparsec, "compile", model, "-o",
+                        os.path.join(a.out, str(i)), "-q"] + extra, check=True,
+                       stderr=subprocess.DEVNULL)
+
+    # The cached context: 127 bytes of held-out text through the dense build.
+    text = open(os.path.join(base, "heldout.txt"), "rb").read()[:128]
+    ids = np.frombuffer(text, np.uint8).astype(np.int64)[None]
+    feeds = {"input_ids": ids[:, :127], "attention_mask": np.ones((1, 127), np.int64)}
+    for l in range(4):
+        for kv in ("key", "value"):
+            feeds[f"past_key_values.{l}.{kv}"] = np.zeros((1, 4, 0, 64), np.float32)
+    args = []
+    for n, v in feeds.items():
+        p = os.path.join(a.out, f"prefill_{n}.npy")
+        np.save(p, v)
+        args += ["--input", f"{n}={p}"]
+    prefill_out = os.path.join(a.out, "prefill")
+    run([os.path.join(a.out, "0", "model"), "run", "--output-dir", prefill_out] + args)
+    step = {"input_ids": ids[:, 127:128], "attention_mask": np.ones((1, 128), np.int64)}
+    for l in range(4):
+        for kv in ("key", "value"):
+            step[f"past_key_values.{l}.{kv}"] = np.load(
+                os.path.join(prefill_out, f"present.{l}.{kv}.npy"))
+    step_args = []
+    for n, v in step.items():
+        p = os.path.join(a.out, f"step_{n}.npy")
+        np.save(p, v)
+        step_args += ["--input", f"{n}={p}"]
+
+    rows = []
+    for i, name in enumerate(builds):
+        r = json.loads(run([os.path.join(a.out, str(i), "model"), "bench", "--json",
+                            "--runs", str(a.runs), "--threads", str(a.threads)] + step_args))
+        rows.append((f"sparsec {name}", float(r["latency_ms"]["median"])))
+
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = a.threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    for _ in range(10):
+        sess.run(None, step)
+    t = []
+    for _ in range(a.runs):
+        s = time.perf_counter()
+        sess.run(None, step)
+        t.append((time.perf_counter() - s) * 1e3)
+    rows.insert(0, (f"ONNX Runtime {ort.__version__}", float(np.median(t))))
+
+    dense = rows[1][1]
+    print(f"opt-byte-s decode step (127 cached bytes), batch 1, {a.threads} "
+          f"thread(s), median of {a.runs} runs")
+    print(f"| {'build':<26} | {'step ms':>8} | {'tokens/s':>9} | {'vs sparsec dense':>16} |")
+    print(f"|{'-' * 28}|{'-' * 9}:|{'-' * 10}:|{'-' * 17}:|")
+    for name, ms in rows:
+        print(f"| {name:<26} | {ms:8.3f} | {1000 / ms:9.0f} | {dense / ms:15.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
