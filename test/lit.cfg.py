@@ -29,7 +29,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.sparsec_tools_dir, append_path=True)
 tool_dirs = [config.sparsec_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["sparsec", "sparsec-opt", "sparsec-translate",
-                                    "sparsec-unittests"],
+                                    "sparsec-unittests", "sparsec-cuda-sparse-test"],
                                    tool_dirs)
 
 # Tests that read ../shared/models need it present.
@@ -45,6 +45,17 @@ try:
     config.available_features.add("onnx-python")
 except Exception:
     pass
+
+# GPU tests need the CUDA test binaries (built where nvcc is) and a GPU.
+if os.path.exists(os.path.join(config.sparsec_tools_dir, "sparsec-cuda-sparse-test")):
+    config.available_features.add("cuda-compiler")
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                             timeout=20)
+        if out.returncode == 0 and "GPU" in out.stdout:
+            config.available_features.add("cuda-device")
+    except Exception:
+        pass
 
 # Tests that generate inputs with numpy.
 try:

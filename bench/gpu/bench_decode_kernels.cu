@@ -1,0 +1,348 @@
+//===- bench_decode_kernels.cu - sparse decode kernels vs cuBLAS/cuSPARSE --===//
+//
+// Part of the sparsec project.
+//
+// y = relu(h) . W with W [F = 16384, d = 4096] fp16 (an OPT-6.7B FFN down
+// projection, rows neuron-major), batch 1, at several activation sparsities
+// (power-law neuron frequencies). Peers measured in the same run:
+//   cuBLAS dense        cublasGemmEx, fp16 W and h, fp32 accumulation
+//   cuSPARSE CSR        h as a 1 x F CSR matrix (its non-zeros) times W
+//   cuBLAS pre-gathered the active rows copied out beforehand (a lower
+//                       bound for any gather: it reads only those rows)
+// and sparsec's kernels (runtime/src/cuda/SparseDecode.cu):
+//   down     sparseDown given the index set
+//   up       sparseUp over the same set as a predicted set (x . Wt[j])
+//   index    buildIndex over F flags
+//   exact    nonzeroFlags + buildIndex + sparseDown (the exact-mode step)
+// Each time is the median over 5 replays of a CUDA graph of 100 launches,
+// divided by 100 (the graph removes the CPU launch cost, as a decode step
+// captured in a graph would). "bound" is the active rows' bytes at the
+// device-to-device copy bandwidth measured in the same run.
+// Results are checked against cuBLAS (relative error printed; exit 1 when a
+// sparse result is off).
+//
+//   sparsec-bench-decode-kernels [--d 4096] [--ffn 16384] [--tokens 1]
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/rt/cuda/SparseDecode.h"
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cusparse.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace sparsec::rt::cuda;
+
+#define CHECK_CUDA(x)                                                          \
+  do {                                                                         \
+    cudaError_t e = (x);                                                       \
+    if (e != cudaSuccess) {                                                    \
+      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e),  \
+                   __FILE__, __LINE__);                                        \
+      std::exit(2);                                                            \
+    }                                                                          \
+  } while (0)
+
+namespace {
+cudaStream_t stream;
+
+/// Median microseconds per call of `fn` (which enqueues work on `stream`),
+/// from a graph of `inner` calls replayed 5 times; falls back to plain
+/// stream timing (marked by a negative `graphed`) if capture fails.
+double timeUs(const std::function<void()> &fn, bool &graphed, int inner = 100) {
+  fn();
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  graphed = false;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) ==
+      cudaSuccess) {
+    for (int i = 0; i < inner; ++i)
+      fn();
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph &&
+        cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess)
+      graphed = true;
+  }
+  cudaGetLastError(); // clear a failed capture
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<double> t;
+  for (int r = 0; r < 6; ++r) {
+    cudaEventRecord(a, stream);
+    if (graphed)
+      cudaGraphLaunch(exec, stream);
+    else
+      for (int i = 0; i < inner; ++i)
+        fn();
+    cudaEventRecord(b, stream);
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    if (r > 0)
+      t.push_back(ms * 1000.0 / inner);
+  }
+  if (exec)
+    cudaGraphExecDestroy(exec);
+  if (graph)
+    cudaGraphDestroy(graph);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+template <typename T> T *alloc(size_t n) {
+  T *p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)));
+  return p;
+}
+template <typename T> T *upload(const std::vector<T> &v) {
+  T *p = alloc<T>(v.size());
+  CHECK_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+template <typename T> std::vector<T> download(const T *p, size_t n) {
+  CHECK_CUDA(cudaDeviceSynchronize()); // the work runs on a non-blocking stream
+  std::vector<T> v(n);
+  CHECK_CUDA(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+double relErr(const std::vector<float> &got, const std::vector<float> &ref) {
+  double maxRef = 0, maxDiff = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    maxRef = std::max(maxRef, double(std::fabs(ref[i])));
+    maxDiff = std::max(maxDiff, double(std::fabs(got[i] - ref[i])));
+  }
+  return maxDiff / std::max(maxRef, 1e-30);
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  int d = 4096, f = 16384, tokens = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--d")) d = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--ffn")) f = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
+  }
+  if (tokens < 1 || tokens > kMaxTokens || d < 1 || f < 1) {
+    std::fprintf(stderr, "error: bad arguments\n");
+    return 1;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t blas;
+  cublasCreate(&blas);
+  cublasSetStream(blas, stream);
+  cusparseHandle_t sparse;
+  cusparseCreate(&sparse);
+  cusparseSetStream(sparse, stream);
+
+  // Device-to-device copy bandwidth (bytes read + written), 1 GiB.
+  size_t copyBytes = size_t(1) << 30;
+  char *c0 = alloc<char>(copyBytes), *c1 = alloc<char>(copyBytes);
+  bool g;
+  double copyUs = timeUs([&] { cudaMemcpyAsync(c1, c0, copyBytes, cudaMemcpyDeviceToDevice, stream); }, g, 5);
+  double bandwidth = 2.0 * copyBytes / (copyUs * 1e3); // GB/s
+  cudaFree(c0);
+  cudaFree(c1);
+
+  std::mt19937 rng(0);
+  std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
+  std::vector<__half> w(size_t(f) * d), wt(size_t(f) * d);
+  for (auto &v : w) v = __float2half(val(rng) * 0.05f);
+  for (auto &v : wt) v = __float2half(val(rng) * 0.05f);
+  std::vector<float> x(size_t(tokens) * d);
+  for (float &v : x) v = val(rng);
+  __half *dW = upload(w), *dWt = upload(wt);
+  float *dX = upload(x);
+
+  std::printf("GPU: %s, %d SMs, %.0f MB L2; device-to-device copy %.0f GB/s\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, bandwidth);
+  std::printf("y = relu(h) . W, W %d x %d fp16, %d token(s); microseconds per call "
+              "(graph of 100, median of 5)\n\n", f, d, tokens);
+  std::printf("| sparsity | active | cuBLAS dense | cuSPARSE CSR | cuBLAS pre-gathered | "
+              "sparsec down | sparsec up | sparsec index | sparsec exact step | bound | down err |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  bool ok = true;
+  for (double sparsity : {0.5, 0.9, 0.97, 0.99}) {
+    // Power-law neuron frequencies scaled to the sparsity; every token of
+    // the batch uses the union as its candidate set.
+    std::vector<double> p(f);
+    double sum = 0;
+    for (int j = 0; j < f; ++j)
+      sum += p[j] = std::pow(double(j + 1), -0.8);
+    double scale = (1.0 - sparsity) * f / sum;
+    // Shuffle which neuron gets which frequency (hot neurons are spread).
+    std::vector<int> perm(f);
+    for (int j = 0; j < f; ++j) perm[j] = j;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<float> h(size_t(tokens) * f, 0.0f);
+    std::vector<uint8_t> flags(f, 0);
+    std::vector<int32_t> idx;
+    for (int j = 0; j < f; ++j) {
+      bool on = coin(rng) < std::min(1.0, p[perm[j]] * scale);
+      if (!on)
+        continue;
+      flags[j] = 1;
+      idx.push_back(j);
+      for (int t = 0; t < tokens; ++t)
+        h[size_t(t) * f + j] = std::fabs(val(rng)) + 0.01f;
+    }
+    const int nnz = int(idx.size());
+    std::vector<__half> hHalf(h.size());
+    for (size_t i = 0; i < h.size(); ++i) hHalf[i] = __float2half(h[i]);
+    // Round h through half so that every path sees the same values.
+    for (size_t i = 0; i < h.size(); ++i) h[i] = __half2float(hHalf[i]);
+    float *dH = upload(h);
+    __half *dHHalf = upload(hHalf);
+    int32_t *dIdx = upload(idx), *dCount = upload(std::vector<int32_t>{nnz});
+    int32_t *dIdx2 = alloc<int32_t>(f), *dCount2 = alloc<int32_t>(1);
+    uint8_t *dFlags = upload(flags);
+    size_t tempBytes = buildIndexTempBytes(f);
+    void *dTemp = alloc<char>(tempBytes);
+    float *dY = alloc<float>(size_t(tokens) * d), *dYRef = alloc<float>(size_t(tokens) * d);
+    float *dHUp = alloc<float>(size_t(tokens) * f);
+
+    // cuBLAS dense: Y^T [d, tokens] = W^T [d, F] . H^T [F, tokens] (column-major view).
+    float one = 1.0f, zero = 0.0f;
+    auto dense = [&] {
+      cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, d, tokens, f, &one, dW, CUDA_R_16F, d,
+                   dHHalf, CUDA_R_16F, f, &zero, dYRef, CUDA_R_32F, d,
+                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+    double denseUs = timeUs(dense, g);
+    dense();
+    std::vector<float> yRef = download(dYRef, size_t(tokens) * d);
+
+    // cuSPARSE: H as CSR [tokens, F] (the union's columns per row) times W [F, d].
+    std::vector<int32_t> rowPtr(tokens + 1), cols;
+    std::vector<__half> vals;
+    for (int t = 0; t < tokens; ++t) {
+      for (int j : idx) {
+        cols.push_back(j);
+        vals.push_back(hHalf[size_t(t) * f + j]);
+      }
+      rowPtr[t + 1] = int32_t(cols.size());
+    }
+    int32_t *dRowPtr = upload(rowPtr), *dCols = upload(cols);
+    __half *dVals = upload(vals), *dYHalf = alloc<__half>(size_t(tokens) * d);
+    double sparseUs = -1;
+    {
+      cusparseSpMatDescr_t a;
+      cusparseDnMatDescr_t bm, cm;
+      bool good =
+          cusparseCreateCsr(&a, tokens, f, int64_t(cols.size()), dRowPtr, dCols, dVals,
+                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
+                            CUSPARSE_INDEX_BASE_ZERO, CUDA_R_16F) == CUSPARSE_STATUS_SUCCESS &&
+          cusparseCreateDnMat(&bm, f, d, d, dW, CUDA_R_16F, CUSPARSE_ORDER_ROW) ==
+              CUSPARSE_STATUS_SUCCESS &&
+          cusparseCreateDnMat(&cm, tokens, d, d, dYHalf, CUDA_R_16F, CUSPARSE_ORDER_ROW) ==
+              CUSPARSE_STATUS_SUCCESS;
+      size_t bytes = 0;
+      void *buffer = nullptr;
+      good = good && cusparseSpMM_bufferSize(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                             CUSPARSE_OPERATION_NON_TRANSPOSE, &one, a, bm,
+                                             &zero, cm, CUDA_R_32F,
+                                             CUSPARSE_SPMM_ALG_DEFAULT, &bytes) ==
+                         CUSPARSE_STATUS_SUCCESS;
+      if (good) {
+        buffer = alloc<char>(bytes);
+        auto spmm = [&] {
+          cusparseSpMM(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                       CUSPARSE_OPERATION_NON_TRANSPOSE, &one, a, bm, &zero, cm,
+                       CUDA_R_32F, CUSPARSE_SPMM_ALG_DEFAULT, buffer);
+        };
+        if (cusparseSpMM(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                         CUSPARSE_OPERATION_NON_TRANSPOSE, &one, a, bm, &zero, cm,
+                         CUDA_R_32F, CUSPARSE_SPMM_ALG_DEFAULT, buffer) ==
+            CUSPARSE_STATUS_SUCCESS)
+          sparseUs = timeUs(spmm, g);
+        cudaFree(buffer);
+      }
+    }
+
+    // cuBLAS on pre-gathered rows.
+    std::vector<__half> wS(size_t(nnz) * d), hS(size_t(tokens) * nnz);
+    for (int i = 0; i < nnz; ++i) {
+      std::memcpy(&wS[size_t(i) * d], &w[size_t(idx[i]) * d], d * sizeof(__half));
+      for (int t = 0; t < tokens; ++t)
+        hS[size_t(t) * nnz + i] = hHalf[size_t(t) * f + idx[i]];
+    }
+    __half *dWS = upload(wS), *dHS = upload(hS);
+    double gatheredUs = timeUs([&] {
+      cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, d, tokens, nnz, &one, dWS, CUDA_R_16F, d,
+                   dHS, CUDA_R_16F, nnz, &zero, dY, CUDA_R_32F, d, CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT);
+    }, g);
+
+    // sparsec.
+    auto down = [&] {
+      sparseDown<__half>(dH, tokens, f, dW, d, dIdx, dCount, f, dY, stream);
+    };
+    double downUs = timeUs(down, g);
+    CHECK_CUDA(cudaMemsetAsync(dY, 0, sizeof(float) * tokens * d, stream));
+    down();
+    std::vector<float> yDown = download(dY, size_t(tokens) * d);
+    double err = relErr(yDown, yRef);
+    double upUs = timeUs([&] {
+      sparseUp<__half>(dX, tokens, dWt, d, nullptr, dIdx, dCount, f, true, dHUp, f, stream);
+    }, g);
+    double indexUs = timeUs([&] {
+      buildIndex(dFlags, f, dIdx2, dCount2, dTemp, tempBytes, stream);
+    }, g);
+    auto exact = [&] {
+      cudaMemsetAsync(dY, 0, sizeof(float) * tokens * d, stream);
+      nonzeroFlags(dH, tokens, f, dFlags, stream);
+      buildIndex(dFlags, f, dIdx2, dCount2, dTemp, tempBytes, stream);
+      sparseDown<__half>(dH, tokens, f, dW, d, dIdx2, dCount2, f, dY, stream);
+    };
+    double exactUs = timeUs(exact, g);
+    exact();
+    double errExact = relErr(download(dY, size_t(tokens) * d), yRef);
+    CHECK_CUDA(cudaGetLastError());
+    double bound = double(nnz) * d * 2 / (bandwidth * 1e3); // us
+    ok &= err < 2e-3 && errExact < 2e-3;
+    auto cell = [](double us) {
+      static char buf[32];
+      if (us < 0) return std::string("n/a");
+      std::snprintf(buf, sizeof(buf), "%.1f", us);
+      return std::string(buf);
+    };
+    std::printf("| %.0f %% | %d | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1e |\n",
+                sparsity * 100, nnz, cell(denseUs).c_str(), cell(sparseUs).c_str(),
+                cell(gatheredUs).c_str(), cell(downUs).c_str(), cell(upUs).c_str(),
+                cell(indexUs).c_str(), cell(exactUs).c_str(), bound,
+                std::max(err, errExact));
+
+    // The down kernel's row split, swept (the default is chosen from the
+    // multiprocessor count).
+    std::printf("|  | splits:");
+    for (int s : {4, 8, 16, 33, 64, 128}) {
+      double us = timeUs([&] {
+        sparseDown<__half>(dH, tokens, f, dW, d, dIdx, dCount, f, dY, stream, s);
+      }, g);
+      std::printf(" %d=%.1f", s, us);
+    }
+    std::printf(" | | | | | | | | |\n");
+    for (void *ptr : {(void *)dH, (void *)dHHalf, (void *)dIdx, (void *)dCount,
+                      (void *)dIdx2, (void *)dCount2, (void *)dFlags, dTemp, (void *)dY,
+                      (void *)dYRef, (void *)dHUp, (void *)dRowPtr, (void *)dCols,
+                      (void *)dVals, (void *)dYHalf, (void *)dWS, (void *)dHS})
+      cudaFree(ptr);
+  }
+  std::printf("\n%s\n", ok ? "results match cuBLAS" : "MISMATCH against cuBLAS");
+  return ok ? 0 : 1;
+}

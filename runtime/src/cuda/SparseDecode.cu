@@ -1,0 +1,390 @@
+//===- SparseDecode.cu - neuron-granular sparse decode kernels ------------===//
+//
+// Part of the sparsec project.
+//
+// See sparsec/rt/cuda/SparseDecode.h. Both weight kernels read one weight
+// row per selected neuron with 16-byte loads, coalesced across the warp
+// (512 contiguous bytes per warp and row for fp16), several rows in flight
+// per warp; the down projection splits the selected rows over a second grid
+// dimension so that enough warps stream at once even when few neurons fire.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/rt/cuda/SparseDecode.h"
+
+#include <cub/device/device_select.cuh>
+#include <cuda_fp16.h>
+#include <thrust/iterator/counting_iterator.h>
+
+#include <algorithm>
+
+namespace sparsec::rt::cuda {
+
+namespace {
+constexpr int kWarps = 8; // warps per block
+constexpr int kThreads = 32 * kWarps;
+
+/// Elements of W in one 16-byte load, converted to float.
+template <typename W> struct Vec;
+template <> struct Vec<__half> {
+  static constexpr int N = 8;
+  __device__ static void load(const __half *p, float (&out)[8]) {
+    convert(__ldg(reinterpret_cast<const uint4 *>(p)), out);
+  }
+  __device__ static void convert(uint4 raw, float (&out)[8]) {
+    const __half2 *h = reinterpret_cast<const __half2 *>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float2 f = __half22float2(h[k]);
+      out[2 * k] = f.x;
+      out[2 * k + 1] = f.y;
+    }
+  }
+  __device__ static float scalar(const __half *p) { return __half2float(*p); }
+};
+template <> struct Vec<float> {
+  static constexpr int N = 4;
+  __device__ static void load(const float *p, float (&out)[4]) {
+    convert(__ldg(reinterpret_cast<const uint4 *>(p)), out);
+  }
+  __device__ static void convert(uint4 raw, float (&out)[4]) {
+    float4 f = *reinterpret_cast<const float4 *>(&raw);
+    out[0] = f.x;
+    out[1] = f.y;
+    out[2] = f.z;
+    out[3] = f.w;
+  }
+  __device__ static float scalar(const float *p) { return __ldg(p); }
+};
+
+/// Loads VEC elements of a row starting at column c (bounds-checked at the
+/// end of the row when the rows are not 16-byte multiples).
+template <typename W, bool Aligned>
+__device__ inline void loadRow(const W *row, int c, int d,
+                               float (&out)[Vec<W>::N]) {
+  constexpr int V = Vec<W>::N;
+  if (Aligned && c + V <= d) {
+    Vec<W>::load(row + c, out);
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      out[v] = c + v < d ? Vec<W>::scalar(row + c + v) : 0.0f;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Down projection: y[t, :] += sum_i h[t, idx[i]] * w[idx[i], :]
+//===----------------------------------------------------------------------===//
+
+template <typename W, int T, bool Aligned>
+__global__ void __launch_bounds__(kThreads)
+    sparseDownKernel(const float *__restrict__ h, int ldh,
+                     const W *__restrict__ w, int d,
+                     const int32_t *__restrict__ idx,
+                     const int32_t *__restrict__ count, float *y) {
+  constexpr int V = Vec<W>::N;
+  constexpr int Tile = 32 * V; // columns per block
+  constexpr int Unroll = 4; // rows in flight per warp
+  __shared__ float partial[kWarps][Tile];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int col = blockIdx.x * Tile + lane * V;
+  const int64_t n = *count;
+  const int r0 = int(n * blockIdx.y / gridDim.y);
+  const int r1 = int(n * (blockIdx.y + 1) / gridDim.y);
+  float acc[T][V];
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      acc[t][v] = 0.0f;
+  int i = r0 + warp;
+  for (; i + (Unroll - 1) * kWarps < r1; i += Unroll * kWarps) {
+    float wv[Unroll][V];
+    int j[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u)
+      j[u] = idx[i + u * kWarps];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u)
+      loadRow<W, Aligned>(w + int64_t(j[u]) * d, col, d, wv[u]);
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u)
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        float a = __ldg(h + int64_t(t) * ldh + j[u]);
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          acc[t][v] = fmaf(a, wv[u][v], acc[t][v]);
+      }
+  }
+  for (; i < r1; i += kWarps) {
+    int j = idx[i];
+    float wv[V];
+    loadRow<W, Aligned>(w + int64_t(j) * d, col, d, wv);
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float a = __ldg(h + int64_t(t) * ldh + j);
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        acc[t][v] = fmaf(a, wv[v], acc[t][v]);
+    }
+  }
+  if (r0 == r1)
+    return; // the whole block: nothing to add
+  // Sum the warps' partial rows, one token at a time.
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      partial[warp][lane * V + v] = acc[t][v];
+    __syncthreads();
+    for (int c = threadIdx.x; c < Tile; c += kThreads) {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k)
+        s += partial[k][c];
+      int column = blockIdx.x * Tile + c;
+      if (column < d)
+        atomicAdd(y + int64_t(t) * d + column, s);
+    }
+    __syncthreads();
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Up projection: h[t, j] = act(x[t, :] . wt[j, :] + b[j]) for j in idx
+//===----------------------------------------------------------------------===//
+
+template <typename W, int T, bool Aligned>
+__global__ void __launch_bounds__(kThreads)
+    sparseUpKernel(const float *__restrict__ x, const W *__restrict__ wt,
+                   int d, const float *__restrict__ bias,
+                   const int32_t *__restrict__ idx,
+                   const int32_t *__restrict__ count, bool relu, float *h,
+                   int ldh) {
+  constexpr int V = Vec<W>::N;
+  constexpr int Unroll = 16; // 16-byte loads in flight per lane (4 KB/warp)
+  extern __shared__ float xs[]; // [T][d]
+  if (*count <= blockIdx.x * kWarps)
+    return; // no selected neuron for this block
+  // Stage x with 16-byte loads, all in flight before the first store.
+  if (Aligned && (T * d) % 4 == 0) {
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    float4 *xs4 = reinterpret_cast<float4 *>(xs);
+    const int n4 = T * d / 4;
+    for (int k0 = threadIdx.x; k0 < n4; k0 += 4 * kThreads) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (k0 + u * kThreads < n4)
+          v[u] = __ldg(x4 + k0 + u * kThreads);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (k0 + u * kThreads < n4)
+          xs4[k0 + u * kThreads] = v[u];
+    }
+  } else {
+    for (int k = threadIdx.x; k < T * d; k += kThreads)
+      xs[k] = __ldg(x + k);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  const int n = *count;
+  for (int i = blockIdx.x * kWarps + threadIdx.x / 32; i < n;
+       i += gridDim.x * kWarps) {
+    const int j = idx[i];
+    const W *row = wt + int64_t(j) * d;
+    float acc[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+      acc[t] = 0.0f;
+    for (int c0 = lane * V; c0 < d; c0 += Unroll * 32 * V) {
+      // Raw 16-byte words, all requested before the first is converted.
+      uint4 raw[Unroll];
+#pragma unroll
+      for (int u = 0; u < Unroll; ++u) {
+        int c = c0 + u * 32 * V;
+        if (Aligned && c + V <= d)
+          raw[u] = __ldg(reinterpret_cast<const uint4 *>(row + c));
+      }
+#pragma unroll
+      for (int u = 0; u < Unroll; ++u) {
+        int c = c0 + u * 32 * V;
+        float wv[V];
+        if (Aligned && c + V <= d) {
+          Vec<W>::convert(raw[u], wv);
+          // 16-byte shared-memory reads (d % 4 == 0 keeps them aligned).
+#pragma unroll
+          for (int t = 0; t < T; ++t)
+#pragma unroll
+            for (int v = 0; v < V; v += 4) {
+              float4 xv = *reinterpret_cast<const float4 *>(xs + t * d + c + v);
+              acc[t] = fmaf(xv.x, wv[v], acc[t]);
+              acc[t] = fmaf(xv.y, wv[v + 1], acc[t]);
+              acc[t] = fmaf(xv.z, wv[v + 2], acc[t]);
+              acc[t] = fmaf(xv.w, wv[v + 3], acc[t]);
+            }
+        } else if (c < d) {
+          loadRow<W, false>(row, c, d, wv);
+#pragma unroll
+          for (int t = 0; t < T; ++t)
+#pragma unroll
+            for (int v = 0; v < V; ++v)
+              if (c + v < d)
+                acc[t] = fmaf(xs[t * d + c + v], wv[v], acc[t]);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float s = acc[t];
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2)
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (lane == 0) {
+        s += bias ? bias[j] : 0.0f;
+        h[int64_t(t) * ldh + j] = relu ? fmaxf(s, 0.0f) : s;
+      }
+    }
+  }
+}
+
+__global__ void nonzeroFlagsKernel(const float *h, int tokens, int n,
+                                   uint8_t *flags) {
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n;
+       j += gridDim.x * blockDim.x) {
+    bool any = false;
+    for (int t = 0; t < tokens; ++t)
+      any |= h[int64_t(t) * n + j] != 0.0f;
+    flags[j] = any;
+  }
+}
+
+int multiprocessors() {
+  static int count = [] {
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    return sms > 0 ? sms : 1;
+  }();
+  return count;
+}
+
+template <typename W> bool aligned(const W *p, int d) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 &&
+         (int64_t(d) * sizeof(W)) % 16 == 0;
+}
+
+/// Calls f(std::integral_constant<int, T>) for the token count.
+template <typename F> cudaError_t withTokens(int tokens, F &&f) {
+  switch (tokens) {
+  case 1: return f(std::integral_constant<int, 1>{});
+  case 2: return f(std::integral_constant<int, 2>{});
+  case 3: return f(std::integral_constant<int, 3>{});
+  case 4: return f(std::integral_constant<int, 4>{});
+  case 5: return f(std::integral_constant<int, 5>{});
+  case 6: return f(std::integral_constant<int, 6>{});
+  case 7: return f(std::integral_constant<int, 7>{});
+  case 8: return f(std::integral_constant<int, 8>{});
+  }
+  return cudaErrorInvalidValue;
+}
+} // namespace
+
+size_t buildIndexTempBytes(int n) {
+  size_t bytes = 0;
+  thrust::counting_iterator<int32_t> it(0);
+  cub::DeviceSelect::Flagged(nullptr, bytes, it, (const uint8_t *)nullptr,
+                             (int32_t *)nullptr, (int32_t *)nullptr, n);
+  return bytes;
+}
+
+cudaError_t buildIndex(const uint8_t *flags, int n, int32_t *idx,
+                       int32_t *count, void *temp, size_t tempBytes,
+                       cudaStream_t stream) {
+  thrust::counting_iterator<int32_t> it(0);
+  return cub::DeviceSelect::Flagged(temp, tempBytes, it, flags, idx, count, n,
+                                    stream);
+}
+
+cudaError_t nonzeroFlags(const float *h, int tokens, int n, uint8_t *flags,
+                         cudaStream_t stream) {
+  int blocks = std::min((n + 255) / 256, 4 * multiprocessors());
+  nonzeroFlagsKernel<<<blocks, 256, 0, stream>>>(h, tokens, n, flags);
+  return cudaGetLastError();
+}
+
+template <typename W>
+cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
+                     const float *bias, const int32_t *idx,
+                     const int32_t *count, int capacity, bool relu, float *h,
+                     int ldh, cudaStream_t stream) {
+  // Enough warps for every selected neuron at once up to the SMs' capacity
+  // (x is staged in shared memory once per block).
+  int blocks = std::max(1, std::min((capacity + kWarps - 1) / kWarps,
+                                    4 * multiprocessors()));
+  size_t smem = sizeof(float) * size_t(tokens) * size_t(d);
+  if (smem > 200 * 1024)
+    return cudaErrorInvalidValue; // x does not fit in shared memory
+  bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  return withTokens(tokens, [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    auto kernel = fast ? sparseUpKernel<W, T, true> : sparseUpKernel<W, T, false>;
+    if (smem > 48 * 1024) {
+      cudaError_t e = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e != cudaSuccess)
+        return e;
+    }
+    kernel<<<blocks, kThreads, smem, stream>>>(x, wt, d, bias, idx, count, relu,
+                                               h, ldh);
+    return cudaGetLastError();
+  });
+}
+
+/// Blocks sharing one column tile's selected rows. One token: about 4
+/// blocks per SM (short blocks finish early, so a partial second wave is
+/// cheap; measured best on the H200 for d = 4096). Batches: one resident
+/// wave exactly, since their blocks run longer and a few blocks past the
+/// resident count double the time (measured: 17 splits 35 us, 16 splits
+/// 19 us at 4 tokens, 50 % sparsity).
+int downSplits(int d, int capacity, int vec, int tokens, int residentBlocks) {
+  int tiles = (d + 32 * vec - 1) / (32 * vec);
+  int splits = tokens <= 2 ? (4 * multiprocessors() + tiles - 1) / tiles
+                           : residentBlocks / tiles;
+  return std::max(1, std::min(splits, (capacity + 2 * kWarps - 1) / (2 * kWarps)));
+}
+
+template <typename W>
+cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
+                       const int32_t *idx, const int32_t *count, int capacity,
+                       float *y, cudaStream_t stream, int splits) {
+  constexpr int V = Vec<W>::N;
+  bool fast = aligned(w, d);
+  return withTokens(tokens, [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    auto kernel = fast ? sparseDownKernel<W, T, true> : sparseDownKernel<W, T, false>;
+    int perSM = 1;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kernel, kThreads, 0);
+    dim3 grid((d + 32 * V - 1) / (32 * V),
+              splits > 0 ? splits
+                         : downSplits(d, capacity, V, tokens,
+                                      std::max(1, perSM) * multiprocessors()));
+    kernel<<<grid, kThreads, 0, stream>>>(h, ldh, w, d, idx, count, y);
+    return cudaGetLastError();
+  });
+}
+
+#define SPARSEC_INSTANTIATE(W)                                                 \
+  template cudaError_t sparseUp<W>(const float *, int, const W *, int,         \
+                                   const float *, const int32_t *,             \
+                                   const int32_t *, int, bool, float *, int,   \
+                                   cudaStream_t);                              \
+  template cudaError_t sparseDown<W>(const float *, int, int, const W *, int,  \
+                                     const int32_t *, const int32_t *, int,    \
+                                     float *, cudaStream_t, int);
+SPARSEC_INSTANTIATE(__half)
+SPARSEC_INSTANTIATE(float)
+#undef SPARSEC_INSTANTIATE
+
+} // namespace sparsec::rt::cuda
