@@ -178,8 +178,8 @@ int main(int argc, char **argv) {
   auto predictedStep = [&](const Tensor &q1, const Tensor &q2, const Tensor &up,
                            const Tensor &down, int outSlot, Tensor &y) {
     check(ops::predict(ctx, tx, q1, q2, &tpb, 0.0f, 2, m));
-    check(ops::sparseLinearOutput(ctx, tx, up, &tb1, tmask, 3, hs));
-    check(ops::unary(ctx, ops::Unary::relu, hs, 3, hs));
+    check(ops::sparseLinearOutput(ctx, tx, up, &tb1, tmask,
+                                  ops::Activation::relu, 3, hs));
     check(ops::sparseLinearInput(ctx, hs, down, &tb2, outSlot, y));
   };
   double pred = time([&] { predictedStep(tp1, tp2, tw1t, tw2, 4, yp); });

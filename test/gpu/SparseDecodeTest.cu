@@ -17,6 +17,7 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -163,6 +164,80 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
                   (void *)dY})
     cudaFree(p);
 }
+/// predictIndex against a double-precision reference: the flags (away from
+/// the threshold) and the index set, sorted and appended.
+template <typename W>
+void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
+  const char *wtype = sizeof(W) == 2 ? "fp16" : "fp32";
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> val(-1, 1);
+  std::vector<W> w1(size_t(d) * r), w2(size_t(r) * f);
+  for (auto &v : w1) v = fromFloat<W>(val(rng));
+  for (auto &v : w2) v = fromFloat<W>(val(rng));
+  std::vector<float> x(size_t(tokens) * d), bias(f);
+  for (float &v : x) v = val(rng);
+  for (float &v : bias) v = val(rng) * 4.0f;
+  const float threshold = 2.0f;
+  std::vector<int> expect(f, 0); // 1 on, 0 off, -1 too close to call
+  for (int j = 0; j < f; ++j) {
+    bool on = false, close = false;
+    for (int t = 0; t < tokens; ++t) {
+      double logit = bias[j];
+      for (int e = 0; e < r; ++e) {
+        double h = 0;
+        for (int i = 0; i < d; ++i)
+          h += double(x[size_t(t) * d + i]) * toFloat(w1[size_t(i) * r + e]);
+        logit += h * toFloat(w2[size_t(e) * f + j]);
+      }
+      on |= logit > threshold;
+      close |= std::fabs(logit - threshold) < 1e-3;
+    }
+    expect[j] = close ? -1 : on;
+  }
+  W *dW1 = upload(w1), *dW2 = upload(w2);
+  float *dX = upload(x), *dBias = upload(bias), *dHidden = nullptr;
+  CHECK_CUDA(cudaMalloc(&dHidden, sizeof(float) * tokens * (r + f)));
+  uint8_t *dFlags = nullptr;
+  int32_t *dIdx = nullptr, *dCount = nullptr;
+  CHECK_CUDA(cudaMalloc(&dFlags, f));
+  CHECK_CUDA(cudaMalloc(&dIdx, sizeof(int32_t) * f));
+  CHECK_CUDA(cudaMalloc(&dCount, sizeof(int32_t)));
+  size_t tempBytes = buildIndexTempBytes(f);
+  void *dTemp = nullptr;
+  CHECK_CUDA(cudaMalloc(&dTemp, std::max<size_t>(1, tempBytes)));
+  for (bool sorted : {true, false}) {
+    CHECK_CUDA(predictIndex<W>(dX, tokens, dW1, d, r, dW2, f, dBias, threshold,
+                               dHidden, dFlags, dIdx, dCount, sorted, dTemp,
+                               tempBytes, 0));
+    std::vector<uint8_t> flags = download(dFlags, size_t(f));
+    int count = download(dCount, 1)[0];
+    std::vector<int32_t> idx = download(dIdx, size_t(std::max(count, 0)));
+    bool ok = count >= 0 && count <= f;
+    int decided = 0, on = 0;
+    for (int j = 0; j < f; ++j)
+      if (expect[j] >= 0) {
+        ++decided;
+        on += expect[j];
+        ok &= flags[j] == expect[j];
+      }
+    std::vector<int32_t> fromFlags;
+    for (int j = 0; j < f; ++j)
+      if (flags[j])
+        fromFlags.push_back(j);
+    std::vector<int32_t> got = idx;
+    if (sorted)
+      ok &= std::is_sorted(got.begin(), got.end());
+    std::sort(got.begin(), got.end());
+    ok &= got == fromFlags && decided > f * 9 / 10 && on > 0 && on < decided;
+    char what[48];
+    std::snprintf(what, sizeof(what), "predictIndex (%s)", sorted ? "sorted" : "append");
+    report(ok, what, f, d, tokens, 1.0 - double(on) / std::max(decided, 1), wtype,
+           double(count - int(fromFlags.size())));
+  }
+  for (void *p : {(void *)dW1, (void *)dW2, (void *)dX, (void *)dBias, (void *)dHidden,
+                  (void *)dFlags, (void *)dIdx, (void *)dCount, dTemp})
+    cudaFree(p);
+}
 } // namespace
 
 int main() {
@@ -184,6 +259,9 @@ int main() {
   runCase<__half>(1001, 77, 1, 0.8, seed++);
   runCase<float>(999, 13, 2, 0.7, seed++);
   runCase<__half>(3000, 1030, 4, 0.95, seed++);
+  runPredict<__half>(1000, 64, 16, 1, seed++);
+  runPredict<float>(1000, 64, 16, 3, seed++);
+  runPredict<__half>(4099, 130, 40, 8, seed++);
   // A decode-sized case.
   runCase<__half>(16384, 4096, 1, 0.9, seed++);
   std::printf("%d passed, %d failed\n", passes, failures);

@@ -122,7 +122,8 @@ TEST_P(SparseOutputTest, MatchesDenseOnSelectedNeurons) {
                       : Tensor{wt.data(), DType::f32, 2, {c.n, c.k}};
     Context ctx(kDesc, nullptr, c.threads);
     Tensor sparse, dense;
-    ASSERT_TRUE(ops::sparseLinearOutput(ctx, tx, twt, &tb, tm, 0, sparse))
+    ASSERT_TRUE(ops::sparseLinearOutput(ctx, tx, twt, &tb, tm,
+                                        ops::Activation::none, 0, sparse))
         << ctx.error;
     ASSERT_TRUE(ops::linear(ctx, tx, tw, &tb, ops::Activation::none, 1, dense))
         << ctx.error;
@@ -224,4 +225,35 @@ TEST(Predict, RejectsShapesThatDoNotChain) {
   Tensor out;
   EXPECT_FALSE(ops::predict(ctx, tx, t1, t2, nullptr, 0.0f, 0, out));
   EXPECT_NE(ctx.error.find("do not chain"), std::string::npos) << ctx.error;
+}
+
+// The fused ReLU epilogue equals relu of the plain output-side result, and
+// an epilogue that does not map 0 to 0 is refused.
+TEST(SparseLinear, OutputSideReluEpilogue) {
+  const int64_t k = 33, n = 70;
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
+  std::vector<float> x(k), wt(n * k), b(n);
+  std::vector<uint8_t> mask(n);
+  for (float &v : x) v = val(rng);
+  for (float &v : wt) v = val(rng);
+  for (float &v : b) v = val(rng);
+  for (uint8_t &m : mask) m = coin(rng) < 0.5;
+  Tensor tx{x.data(), DType::f32, 2, {1, k}};
+  Tensor tw{wt.data(), DType::f32, 2, {n, k}};
+  Tensor tb{b.data(), DType::f32, 1, {n}};
+  Tensor tm{mask.data(), DType::b1, 1, {n}};
+  Context ctx(kDesc, nullptr, 2);
+  Tensor plain, fused;
+  ASSERT_TRUE(ops::sparseLinearOutput(ctx, tx, tw, &tb, tm, ops::Activation::none, 0, plain));
+  ASSERT_TRUE(ops::sparseLinearOutput(ctx, tx, tw, &tb, tm, ops::Activation::relu, 1, fused));
+  int64_t negative = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    negative += plain.as<float>()[j] < 0;
+    EXPECT_EQ(fused.as<float>()[j], std::max(0.0f, plain.as<float>()[j])) << j;
+  }
+  EXPECT_GT(negative, 0);
+  Tensor bad;
+  EXPECT_FALSE(ops::sparseLinearOutput(ctx, tx, tw, &tb, tm, ops::Activation::sigmoid, 0, bad));
+  EXPECT_NE(ctx.error.find("map 0"), std::string::npos) << ctx.error;
 }

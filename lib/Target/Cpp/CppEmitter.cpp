@@ -525,11 +525,15 @@ LogicalResult Emitter::emitOp(Operation *op) {
           if (!s.getActive())
             return s.emitError("the output side of sparse_linear needs an "
                                "active mask");
+          std::string act = "none";
+          if (auto a = s.getActivation())
+            act = stringifyActivation(*a).str();
           return emitCall(op, "sparseLinearOutput(ctx, " +
                                   name(s.getInput()) + ", " +
                                   name(s.getWeight()) + ", " +
                                   ptr(s.getBias()) + ", " +
-                                  name(s.getActive()));
+                                  name(s.getActive()) +
+                                  ", ops::Activation::" + act);
         }
         if (s.getActive() || s.getTransposeWeight())
           return s.emitError("the input side of sparse_linear takes its "

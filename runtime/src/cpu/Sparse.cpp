@@ -19,6 +19,7 @@
 #include "sparsec/rt/Ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -168,10 +169,26 @@ void inputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
   });
 }
 
+float activate(Activation act, float v) {
+  switch (act) {
+  case Activation::relu:
+    return v > 0.0f ? v : 0.0f;
+  case Activation::gelu:
+    return 0.5f * v * (1.0f + std::erf(v * 0.70710678f));
+  case Activation::gelu_tanh:
+    return 0.5f * v *
+           (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+  case Activation::silu:
+    return v / (1.0f + std::exp(-v));
+  default:
+    return v;
+  }
+}
+
 template <typename W>
 void outputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
-                const uint8_t *mask, bool maskPerRow, float *yp, int64_t rows,
-                int64_t k, int64_t n) {
+                const uint8_t *mask, bool maskPerRow, Activation act, float *yp,
+                int64_t rows, int64_t k, int64_t n) {
   // (row, neuron) pairs to compute.
   std::vector<int64_t> pairs;
   for (int64_t r = 0; r < rows; ++r) {
@@ -185,7 +202,7 @@ void outputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
   ctx.pool.parallelFor(int64_t(pairs.size()), 64, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       int64_t p = pairs[size_t(t)], r = p / n, j = p % n;
-      yp[p] = dot(xp + r * k, wp + j * k, k) + (bp ? bp[j] : 0.0f);
+      yp[p] = activate(act, dot(xp + r * k, wp + j * k, k) + (bp ? bp[j] : 0.0f));
     }
   });
 }
@@ -272,8 +289,8 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
 }
 
 bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
-                        const Tensor *bias, const Tensor &active, int outSlot,
-                        Tensor &out) {
+                        const Tensor *bias, const Tensor &active,
+                        Activation act, int outSlot, Tensor &out) {
   const char *op = "sparse_linear";
   if (x.dtype != DType::f32 || x.rank < 1)
     return ctx.fail(std::string(op) + ": expected a float32 input, got " +
@@ -295,13 +312,16 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
   if (!checkBias(ctx, op, bias, n) ||
       !allocateLike(ctx, x, n, DType::f32, outSlot, out))
     return false;
+  if (act == Activation::sigmoid)
+    return ctx.fail(std::string(op) + ": the activation epilogue must map 0 "
+                                      "to 0");
   const float *bp = bias ? bias->as<float>() : nullptr;
   const uint8_t *mask = active.as<uint8_t>();
   if (w.dtype == DType::f16)
     outputSide(ctx, x.as<float>(), w.as<detail::Half>(), bp, mask, perRow,
-               out.as<float>(), rows, k, n);
+               act, out.as<float>(), rows, k, n);
   else
-    outputSide(ctx, x.as<float>(), w.as<float>(), bp, mask, perRow,
+    outputSide(ctx, x.as<float>(), w.as<float>(), bp, mask, perRow, act,
                out.as<float>(), rows, k, n);
   return true;
 }

@@ -260,6 +260,136 @@ __global__ void nonzeroFlagsKernel(const float *h, int tokens, int n,
   }
 }
 
+/// hidden[t, e] += sum over the block's 64 rows i of x[t, i] * w1[i, e]:
+/// each warp covers 32 x V columns with 16-byte loads, 8 rows in flight,
+/// the 8 warps' partial sums reduced in shared memory.
+template <typename W, int T>
+__global__ void __launch_bounds__(kThreads)
+    predictHiddenKernel(const float *__restrict__ x, const W *__restrict__ w1,
+                        int d, int r, float *hidden) {
+  constexpr int V = Vec<W>::N;
+  constexpr int Tile = 32 * V;
+  __shared__ float partial[kWarps][Tile];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int col = blockIdx.y * Tile + lane * V;
+  const int i0 = blockIdx.x * 64;
+  float acc[T][V];
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      acc[t][v] = 0.0f;
+  float wv[8][V];
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    int i = i0 + warp + u * kWarps;
+    if (i < d && col < r)
+      loadRow<W, false>(w1 + int64_t(i) * r, col, r, wv[u]);
+    else
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        wv[u][v] = 0.0f;
+  }
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    int i = i0 + warp + u * kWarps;
+    if (i >= d)
+      break;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float xv = __ldg(x + int64_t(t) * d + i);
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        acc[t][v] = fmaf(xv, wv[u][v], acc[t][v]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      partial[warp][lane * V + v] = acc[t][v];
+    __syncthreads();
+    for (int c = threadIdx.x; c < Tile; c += kThreads) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k)
+        sum += partial[k][c];
+      int e = blockIdx.y * Tile + c;
+      if (e < r)
+        atomicAdd(hidden + t * r + e, sum);
+    }
+    __syncthreads();
+  }
+}
+
+/// logits[t, j] += sum over the block's 32 rows e of hidden[t, e] *
+/// w2[e, j]: each thread covers V consecutive neurons with 16-byte loads.
+template <typename W, int T>
+__global__ void __launch_bounds__(kThreads)
+    predictLogitsKernel(const float *__restrict__ hidden,
+                        const W *__restrict__ w2, int r, int f,
+                        float *logits) {
+  constexpr int V = Vec<W>::N;
+  const int j = (blockIdx.x * kThreads + threadIdx.x) * V;
+  const int e0 = blockIdx.y * 32;
+  if (j >= f)
+    return;
+  float acc[T][V];
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      acc[t][v] = 0.0f;
+#pragma unroll 8
+  for (int e = e0; e < min(r, e0 + 32); ++e) {
+    float wv[V];
+    loadRow<W, false>(w2 + int64_t(e) * f, j, f, wv);
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float hv = __ldg(hidden + t * r + e);
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        acc[t][v] = fmaf(hv, wv[v], acc[t][v]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      if (j + v < f)
+        atomicAdd(logits + int64_t(t) * f + j + v, acc[t][v]);
+}
+
+/// One thread per neuron: the flag (any token's logit + bias above the
+/// threshold) and, in append mode, the warp's flagged neurons added to idx
+/// with one atomic.
+template <int T>
+__global__ void __launch_bounds__(256)
+    predictFlagsKernel(const float *__restrict__ logits, int f,
+                       const float *__restrict__ bias, float threshold,
+                       uint8_t *flags, int32_t *idx, int32_t *count,
+                       bool append) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  bool on = false;
+  if (j < f) {
+    float b = bias ? bias[j] : 0.0f;
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+      on |= logits[int64_t(t) * f + j] + b > threshold;
+    flags[j] = on;
+  }
+  if (append) {
+    unsigned ballot = __ballot_sync(0xffffffffu, on);
+    int lane = threadIdx.x % 32;
+    int base = 0;
+    if (lane == 0 && ballot)
+      base = atomicAdd(count, __popc(ballot));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    if (on)
+      idx[base + __popc(ballot & ((1u << lane) - 1))] = j;
+  }
+}
+
 int multiprocessors() {
   static int count = [] {
     int device = 0, sms = 0;
@@ -375,6 +505,36 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
   });
 }
 
+template <typename W>
+cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
+                         int r, const W *w2, int f, const float *bias,
+                         float threshold, float *scratch, uint8_t *flags,
+                         int32_t *idx, int32_t *count, bool sorted, void *temp,
+                         size_t tempBytes, cudaStream_t stream) {
+  float *hidden = scratch, *logits = scratch + size_t(tokens) * r;
+  cudaError_t e = cudaMemsetAsync(
+      scratch, 0, sizeof(float) * size_t(tokens) * (size_t(r) + f), stream);
+  if (e == cudaSuccess && !sorted)
+    e = cudaMemsetAsync(count, 0, sizeof(int32_t), stream);
+  if (e != cudaSuccess)
+    return e;
+  constexpr int V = Vec<W>::N;
+  e = withTokens(tokens, [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    predictHiddenKernel<W, T><<<dim3((d + 63) / 64, (r + 32 * V - 1) / (32 * V)),
+                                kThreads, 0, stream>>>(x, w1, d, r, hidden);
+    predictLogitsKernel<W, T>
+        <<<dim3((f + kThreads * V - 1) / (kThreads * V), (r + 31) / 32),
+           kThreads, 0, stream>>>(hidden, w2, r, f, logits);
+    predictFlagsKernel<T><<<(f + 255) / 256, 256, 0, stream>>>(
+        logits, f, bias, threshold, flags, idx, count, !sorted);
+    return cudaGetLastError();
+  });
+  if (e != cudaSuccess || !sorted)
+    return e;
+  return buildIndex(flags, f, idx, count, temp, tempBytes, stream);
+}
+
 #define SPARSEC_INSTANTIATE(W)                                                 \
   template cudaError_t sparseUp<W>(const float *, int, const W *, int,         \
                                    const float *, const int32_t *,             \
@@ -382,7 +542,11 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
                                    cudaStream_t);                              \
   template cudaError_t sparseDown<W>(const float *, int, int, const W *, int,  \
                                      const int32_t *, const int32_t *, int,    \
-                                     float *, cudaStream_t, int);
+                                     float *, cudaStream_t, int);              \
+  template cudaError_t predictIndex<W>(                                        \
+      const float *, int, const W *, int, int, const W *, int, const float *,  \
+      float, float *, uint8_t *, int32_t *, int32_t *, bool, void *, size_t,   \
+      cudaStream_t);
 SPARSEC_INSTANTIATE(__half)
 SPARSEC_INSTANTIATE(float)
 #undef SPARSEC_INSTANTIATE

@@ -247,3 +247,19 @@ func.func @bad_placement_range(%x: tensor<1x8xf32>, %w: tensor<8x16xf32>) -> ten
   %y = sparsec.sparse_linear %x, %w {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode exact>, placement = #sparsec.placement<gpu_neurons = 32, total_neurons = 16>} : (tensor<1x8xf32>, tensor<8x16xf32>) -> tensor<1x16xf32>
   return %y : tensor<1x16xf32>
 }
+
+// -----
+
+func.func @sparse_epilogue_input_side(%x: tensor<1x16xf32>, %w: tensor<16x8xf32>) -> tensor<1x8xf32> {
+  // expected-error @+1 {{an activation epilogue needs sparse_dim = output}}
+  %y = sparsec.sparse_linear %x, %w {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>, activation = #sparsec<activation relu>} : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+  return %y : tensor<1x8xf32>
+}
+
+// -----
+
+func.func @sparse_epilogue_sigmoid(%x: tensor<1x8xf32>, %w: tensor<16x8xf32>, %m: tensor<1x16xi1>) -> tensor<1x16xf32> {
+  // expected-error @+1 {{the activation epilogue must map 0 to 0}}
+  %y = sparsec.sparse_linear %x, %w active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, transpose_weight, activation = #sparsec<activation sigmoid>} : (tensor<1x8xf32>, tensor<16x8xf32>, tensor<1x16xi1>) -> tensor<1x16xf32>
+  return %y : tensor<1x16xf32>
+}

@@ -27,7 +27,8 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK: const Tensor [[W2:v[0-9]+]] = ctx.weight({{[0-9]+}}, DType::f16, 2,
 // CHECK: if (!ops::predict(ctx, in[0], [[W1]], [[W2]], &[[PB]], 5.000000e-01f, {{[0-9]+}}, [[M:v[0-9]+]])) return false;
 // CHECK: const Tensor [[UT:v[0-9]+]] = ctx.weight({{[0-9]+}}, DType::f16, 2,
-// CHECK: if (!ops::sparseLinearOutput(ctx, in[0], [[UT]], nullptr, [[M]], {{[0-9]+}}, [[H:v[0-9]+]])) return false;
-// CHECK: ops::Unary::relu, [[H]]
+// The ReLU is fused into the output-side kernel's epilogue.
+// CHECK: if (!ops::sparseLinearOutput(ctx, in[0], [[UT]], nullptr, [[M]], ops::Activation::relu, {{[0-9]+}}, [[H:v[0-9]+]])) return false;
+// CHECK-NOT: ops::unary
 // CHECK: const Tensor [[D:v[0-9]+]] = ctx.weight({{[0-9]+}}, DType::f16, 2,
-// CHECK: if (!ops::sparseLinearInput(ctx, {{v[0-9]+}}, [[D]], nullptr, {{[0-9]+}}, {{v[0-9]+}})) return false;
+// CHECK: if (!ops::sparseLinearInput(ctx, [[H]], [[D]], nullptr, {{[0-9]+}}, {{v[0-9]+}})) return false;

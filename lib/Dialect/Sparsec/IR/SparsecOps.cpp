@@ -317,6 +317,13 @@ LogicalResult SparseLinearOp::verify() {
   } else if (getMode() == SparseMode::predicted) {
     return emitOpError("predicted mode needs an active mask operand");
   }
+  if (auto act = getActivation()) {
+    if (getSparseDim() != SparseDim::output)
+      return emitOpError("an activation epilogue needs sparse_dim = output");
+    if (*act == Activation::sigmoid)
+      return emitOpError("the activation epilogue must map 0 to 0 (the "
+                         "neurons not computed stay 0)");
+  }
   return success();
 }
 

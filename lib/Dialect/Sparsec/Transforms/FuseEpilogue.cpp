@@ -56,6 +56,27 @@ struct GeluIntoLinear : OpRewritePattern<GeluOp> {
   }
 };
 
+/// The ReLU after a predicted (output-side) up projection: fused even when
+/// annotated, since the sparsify phase is done with it; the neurons the
+/// kernel skips are 0 either way.
+template <typename ActOp, Activation Kind>
+struct ActivationIntoSparseOutput : OpRewritePattern<ActOp> {
+  using OpRewritePattern<ActOp>::OpRewritePattern;
+  LogicalResult matchAndRewrite(ActOp op,
+                                PatternRewriter &rewriter) const override {
+    auto lin = defOp<SparseLinearOp>(op.getInput());
+    if (!lin || lin.getSparseDim() != SparseDim::output ||
+        lin.getActivation() || !lin->hasOneUse())
+      return rewriter.notifyMatchFailure(op, "input is not an output-side "
+                                             "sparse_linear");
+    rewriter.modifyOpInPlace(lin, [&] {
+      lin.setActivationAttr(ActivationAttr::get(rewriter.getContext(), Kind));
+    });
+    rewriter.replaceOp(op, lin.getResult());
+    return success();
+  }
+};
+
 struct FuseEpiloguePass
     : public sparsec::impl::FuseEpiloguePassBase<FuseEpiloguePass> {
   using Base::Base;
@@ -64,11 +85,16 @@ struct FuseEpiloguePass
     patterns.add<ActivationIntoLinear<ReluOp, Activation::relu>,
                  ActivationIntoLinear<SiluOp, Activation::silu>,
                  ActivationIntoLinear<SigmoidOp, Activation::sigmoid>,
-                 GeluIntoLinear>(&getContext());
+                 GeluIntoLinear,
+                 ActivationIntoSparseOutput<ReluOp, Activation::relu>,
+                 ActivationIntoSparseOutput<SiluOp, Activation::silu>>(
+        &getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       return signalPassFailure();
-    getOperation().walk([&](LinearOp op) {
-      if (op.getActivation())
+    getOperation().walk([&](Operation *op) {
+      if (auto l = dyn_cast<LinearOp>(op); l && l.getActivation())
+        ++numFused;
+      if (auto s = dyn_cast<SparseLinearOp>(op); s && s.getActivation())
         ++numFused;
     });
   }

@@ -297,7 +297,8 @@ struct InsertPredictorsPass
         SparseDimAttr::get(ctx, SparseDim::output),
         SparseModeAttr::get(ctx, SparseMode::predicted),
         GranularityAttr::get(ctx, Granularity::neuron),
-        up.getTransposeWeightAttr(), /*placement=*/nullptr);
+        up.getTransposeWeightAttr(), /*placement=*/nullptr,
+        /*activation=*/nullptr);
     up.replaceAllUsesWith(sparse.getResult());
     up.erase();
   }

@@ -42,7 +42,8 @@ struct SparsifyFFNPass
           SparseDimAttr::get(ctx, SparseDim::input),
           SparseModeAttr::get(ctx, SparseMode::exact),
           GranularityAttr::get(ctx, Granularity::neuron),
-          op.getTransposeWeightAttr(), /*placement=*/nullptr);
+          op.getTransposeWeightAttr(), /*placement=*/nullptr,
+          /*activation=*/nullptr);
       op.replaceAllUsesWith(sparse.getResult());
       op.erase();
       ++numSparse;

@@ -181,10 +181,12 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
 /// Output-side sparse linear (a predicted up projection): y[..., j] =
 /// x[..., :] . w[j, :] + bias[j] for the neurons j enabled in `active`
 /// (b1, [..., N] or [N]); 0 elsewhere. `w` is neuron-major [N, K], float32
-/// or float16, so each selected neuron reads one contiguous row.
+/// or float16, so each selected neuron reads one contiguous row. `act`
+/// (none, relu, gelu, gelu_tanh or silu: act(0) = 0) is applied to the
+/// computed neurons.
 bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
-                        const Tensor *bias, const Tensor &active, int outSlot,
-                        Tensor &out);
+                        const Tensor *bias, const Tensor &active,
+                        Activation act, int outSlot, Tensor &out);
 
 /// Low-rank predictor: mask[..., N] = (x . w1) . w2 + bias > threshold,
 /// w1 [D, R], w2 [R, N] (float32 or float16), bias [N] float32; b1 result.

@@ -36,3 +36,25 @@ func.func @annotated(%x: tensor<2x8xf32>, %w: tensor<8x16xf32>) -> tensor<2x16xf
   %r = sparsec.relu %y {sparsity = #sparsec.act_sparsity<zero_fraction = 0.9, granularity = neuron, source = profile>} : tensor<2x16xf32>
   return %r : tensor<2x16xf32>
 }
+
+// After a predicted (output-side) sparse_linear the ReLU joins its epilogue,
+// annotated or not: skipped neurons are 0 either way.
+// CHECK-LABEL: func.func @sparse_output
+// CHECK: %[[H:.*]] = sparsec.sparse_linear %arg0, %arg1 active %arg2 {activation = #sparsec<activation relu>, mode = #sparsec<sparse_mode predicted>, sparse_dim = #sparsec<sparse_dim output>, transpose_weight}
+// CHECK-NOT: sparsec.relu
+// CHECK: return %[[H]]
+func.func @sparse_output(%x: tensor<1x8xf32>, %w: tensor<16x8xf32>, %m: tensor<1x16xi1>) -> tensor<1x16xf32> {
+  %h = sparsec.sparse_linear %x, %w active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, transpose_weight} : (tensor<1x8xf32>, tensor<16x8xf32>, tensor<1x16xi1>) -> tensor<1x16xf32>
+  %r = sparsec.relu %h {sparsity = #sparsec.act_sparsity<zero_fraction = 0.9, granularity = neuron, source = profile>} : tensor<1x16xf32>
+  return %r : tensor<1x16xf32>
+}
+
+// The input side takes no epilogue.
+// CHECK-LABEL: func.func @sparse_input
+// CHECK: sparsec.sparse_linear
+// CHECK: sparsec.relu
+func.func @sparse_input(%x: tensor<1x16xf32>, %w: tensor<16x8xf32>) -> tensor<1x8xf32> {
+  %y = sparsec.sparse_linear %x, %w {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+  %r = sparsec.relu %y : tensor<1x8xf32>
+  return %r : tensor<1x8xf32>
+}

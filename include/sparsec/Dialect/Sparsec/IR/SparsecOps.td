@@ -558,7 +558,9 @@ def Sparsec_SparseLinearOp : Sparsec_Op<"sparse_linear",
     `sparse_dim = input` (the down projection) inactive input neurons are
     skipped. `mode = exact` takes the mask from the actual activation,
     `predicted` from a `sparsec.predict`. Without `active`, the zeros of the
-    input itself drive the skipping (exact input sparsity).
+    input itself drive the skipping (exact input sparsity). On the output
+    side, `activation` (set by `sparsec-fuse-epilogue`; one with act(0) = 0)
+    is applied to the computed neurons in the kernel's epilogue.
   }];
   let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$weight,
                        Optional<Sparsec_FloatTensor>:$bias,
@@ -568,7 +570,8 @@ def Sparsec_SparseLinearOp : Sparsec_Op<"sparse_linear",
                        DefaultValuedAttr<Sparsec_GranularityAttr,
                                          "::sparsec::Granularity::neuron">:$granularity,
                        UnitAttr:$transpose_weight,
-                       OptionalAttr<Sparsec_PlacementAttr>:$placement);
+                       OptionalAttr<Sparsec_PlacementAttr>:$placement,
+                       OptionalAttr<Sparsec_ActivationAttr>:$activation);
   let results = (outs Sparsec_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $weight (`,` $bias^)? (`active` $active^)? attr-dict `:`

@@ -5,6 +5,8 @@
 // CUDA kernels for one FFN decode step (a few tokens) over an index set of
 // neurons, the GPU side of the exact and predicted sparse modes:
 //
+//   predictIndex      the low-rank predictor, its threshold and the index
+//                     construction in one pass over w2 (see below).
 //   buildIndex        idx = sorted positions j with flags[j] != 0, and their
 //                     count, on the device (deterministic: cub's stable
 //                     select); no host synchronisation.
@@ -67,6 +69,21 @@ template <typename W>
 cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
                        const int32_t *idx, const int32_t *count, int capacity,
                        float *y, cudaStream_t stream, int splits = 0);
+
+/// The DejaVu predictor of a decode step with the index construction fused
+/// into its epilogue: flags[j] = (any token t) (x[t] . w1) . w2[:, j] +
+/// bias[j] > threshold, and idx / *count = the flagged neurons. w1 [d, r],
+/// w2 [r, f] (k-major, as the CPU kernels), bias [f] or null. `scratch`
+/// is fp32 scratch of tokens * (r + f). With `sorted`, idx is increasing (cub's
+/// stable select over the flags, deterministic; `temp` has
+/// buildIndexTempBytes(f) bytes); otherwise each warp appends its neurons
+/// with one atomic (the order varies, the set does not; temp unused).
+template <typename W>
+cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
+                         int r, const W *w2, int f, const float *bias,
+                         float threshold, float *scratch, uint8_t *flags,
+                         int32_t *idx, int32_t *count, bool sorted, void *temp,
+                         size_t tempBytes, cudaStream_t stream);
 
 } // namespace sparsec::rt::cuda
 
