@@ -10,6 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Cli.h"
+#include "sparsec/rt/Half.h"
 #include "sparsec/rt/Runtime.h"
 #include "sparsec/rt/Profile.h"
 
@@ -32,16 +34,104 @@
 
 namespace sparsec::rt {
 
-namespace {
+namespace cli {
 
 //===----------------------------------------------------------------------===//
-// Helpers
+// Shared by the commands (Cli.h)
 //===----------------------------------------------------------------------===//
 
 int reportError(const std::string &message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return 1;
 }
+
+bool parseInt(const std::string &text, int64_t &value) {
+  if (text.empty())
+    return false;
+  errno = 0;
+  char *end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || end == text.c_str())
+    return false;
+  value = v;
+  return true;
+}
+
+std::string executableDir(const char *argv0) {
+  char buf[4096];
+  ssize_t len = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string exe;
+  if (len > 0) {
+    exe.assign(buf, size_t(len));
+  } else if (argv0) {
+    exe = argv0;
+  }
+  size_t slash = exe.rfind('/');
+  if (slash == std::string::npos)
+    return ".";
+  return slash == 0 ? "/" : exe.substr(0, slash);
+}
+
+std::string joinPath(const std::string &dir, const std::string &file) {
+  if (dir.empty())
+    return file;
+  return dir.back() == '/' ? dir + file : dir + "/" + file;
+}
+
+std::string fileSafe(const std::string &name) {
+  std::string s = name;
+  for (char &c : s)
+    if (!std::isalnum(uint8_t(c)) && c != '.' && c != '_' && c != '-')
+      c = '_';
+  return s;
+}
+
+static bool loadWeights(const ModelDesc &desc, const char *argv0,
+                 std::unique_ptr<WeightPack> &pack, std::string &error) {
+  if (!desc.weightsFile || !*desc.weightsFile) {
+    if (desc.numWeights == 0)
+      return true;
+    error = "the model has weights but no weight file name";
+    return false;
+  }
+  std::string path = joinPath(executableDir(argv0), desc.weightsFile);
+  pack = WeightPack::open(path, desc.numWeights, desc.weightsChecksum,
+                          /*verifyPayload=*/true, error);
+  return pack != nullptr;
+}
+
+bool Session::open(const ModelDesc &desc, const char *argv0, int threads,
+                   std::string &error) {
+  if (!loadWeights(desc, argv0, pack, error))
+    return false;
+  ctx = std::make_unique<Context>(desc, pack.get(), threads);
+  if (!ctx->ok()) {
+    error = ctx->error;
+    return false;
+  }
+  return true;
+}
+
+/// Runs the model once; returns false with the model's error.
+bool runOnce(const ModelDesc &desc, Context &ctx, const Tensor *inputs,
+             std::vector<Tensor> &outputs, std::string &error) {
+  ctx.error.clear();
+  bool ok = desc.run(ctx, inputs, outputs.data());
+  if (ok && ctx.ok())
+    return true;
+  error = ctx.error.empty() ? "the model failed without a message" : ctx.error;
+  return false;
+}
+
+} // namespace cli
+
+namespace {
+using namespace cli;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
 
 const char *dimName(const IODesc &io, int i) {
   const char *name = io.dimNames[i];
@@ -73,19 +163,7 @@ std::string listNames(int count, const IODesc *ios) {
   return s;
 }
 
-std::string fileSafe(const std::string &name) {
-  std::string s = name;
-  for (char &c : s)
-    if (!std::isalnum(uint8_t(c)) && c != '.' && c != '_' && c != '-')
-      c = '_';
-  return s;
-}
 
-std::string joinPath(const std::string &dir, const std::string &file) {
-  if (dir.empty())
-    return file;
-  return dir.back() == '/' ? dir + file : dir + "/" + file;
-}
 
 std::string jsonString(const std::string &s) {
   std::string out = "\"";
@@ -116,86 +194,10 @@ std::string jsonString(const std::string &s) {
   return out + "\"";
 }
 
-bool parseInt(const std::string &text, int64_t &value) {
-  if (text.empty())
-    return false;
-  errno = 0;
-  char *end = nullptr;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || end == text.c_str())
-    return false;
-  value = v;
-  return true;
-}
-
-/// The directory of the running executable.
-std::string executableDir(const char *argv0) {
-  char buf[4096];
-  ssize_t len = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  std::string exe;
-  if (len > 0) {
-    exe.assign(buf, size_t(len));
-  } else if (argv0) {
-    exe = argv0;
-  }
-  size_t slash = exe.rfind('/');
-  if (slash == std::string::npos)
-    return ".";
-  return slash == 0 ? "/" : exe.substr(0, slash);
-}
-
-/// Round-to-nearest-even float -> IEEE half.
-uint16_t floatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000;
-  int32_t exp = int32_t((x >> 23) & 0xff) - 127 + 15;
-  uint32_t mant = x & 0x7fffff;
-  if (((x >> 23) & 0xff) == 0xff)
-    return uint16_t(sign | 0x7c00 | (mant ? 0x200 : 0));
-  if (exp >= 31)
-    return uint16_t(sign | 0x7c00);
-  if (exp <= 0) {
-    if (exp < -10)
-      return uint16_t(sign);
-    mant |= 0x800000;
-    uint32_t shift = uint32_t(14 - exp);
-    uint32_t half = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1)))
-      ++half;
-    return uint16_t(sign | half);
-  }
-  uint32_t half = sign | uint32_t(exp) << 10 | mant >> 13;
-  uint32_t rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (half & 1)))
-    ++half; // May carry into the exponent, which is the right rounding.
-  return uint16_t(half);
-}
 
 //===----------------------------------------------------------------------===//
 // Options
 //===----------------------------------------------------------------------===//
-
-struct Options {
-  std::string command;
-  std::vector<std::pair<std::string, std::string>> inputs;
-  std::string outputDir = ".";
-  int threads = 0;
-  int64_t runs = 20;
-  int64_t warmup = 3;
-  bool json = false;
-  std::vector<std::pair<std::string, int64_t>> dims;
-  bool help = false;
-  std::string inputList; // profile
-  std::string profileOut; // profile
-  int64_t samples = 0;     // profile: (input, mask) pairs kept per site
-  int64_t sampleEvery = 1; // profile: sample every N-th token
-  std::string text;        // eval
-  int64_t seqLen = 128;    // eval
-  int64_t maxChunks = 0;   // eval (0: all)
-  std::string saveTop1, compareTop1; // eval
-};
 
 void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
   std::fprintf(
@@ -209,6 +211,9 @@ void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
       "  %s info\n"
       "  %s eval --text FILE [--seq-len N] [--max-chunks N]\n"
       "        [--save-top1 FILE] [--compare-top1 FILE] [--threads N]\n"
+      "  %s generate (--prompt TEXT | --prompt-ids FILE.npy)\n"
+      "        [--max-new-tokens N] [--max-seq-len N] [--temperature T]\n"
+      "        [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
       "\n"
       "commands:\n"
       "  run    run the model once and write DIR/<output>.npy per output\n"
@@ -219,6 +224,9 @@ void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
       "         --seq-len chunks (default 128); --save-top1 writes each\n"
       "         position's most likely next byte, --compare-top1 reports the\n"
       "         agreement with such a file (e.g. from the dense build)\n"
+      "  generate  decoder LMs: continue a prompt (greedy, or sampled with\n"
+      "         --temperature > 0, --top-k, --top-p, --seed), streamed to\n"
+      "         stdout (raw bytes for byte-level models); timing on stderr\n"
       "\n"
       "options:\n"
       "  --input NAME=FILE.npy  an input (repeat for each input)\n"
@@ -228,7 +236,7 @@ void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
       "  --warmup N             untimed runs before timing (default: 3)\n"
       "  --dim NAME=VALUE       value of a dynamic dim for bench\n"
       "  --json                 bench prints one JSON object\n",
-      prog, desc.name, prog, prog, prog, prog);
+      prog, desc.name, prog, prog, prog, prog, prog);
 }
 
 /// Parses argv into `opts`; returns false with a message.
@@ -236,7 +244,8 @@ bool parseOptions(int argc, char **argv, Options &opts, std::string &error) {
   opts.command = argv[1];
   const std::string &cmd = opts.command;
   bool isRun = cmd == "run", isBench = cmd == "bench",
-       isProfile = cmd == "profile", isEval = cmd == "eval";
+       isProfile = cmd == "profile", isEval = cmd == "eval",
+       isGenerate = cmd == "generate";
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i] ? argv[i] : "";
     if (arg == "--help" || arg == "-h") {
@@ -323,8 +332,46 @@ bool parseOptions(int argc, char **argv, Options &opts, std::string &error) {
       if (!takeValue())
         return false;
       opts.compareTop1 = value;
+    } else if (name == "--prompt" && isGenerate) {
+      if (!takeValue())
+        return false;
+      opts.prompt = value;
+      if (value.empty()) {
+        error = "the prompt is empty";
+        return false;
+      }
+    } else if (name == "--prompt-ids" && isGenerate) {
+      if (!takeValue())
+        return false;
+      opts.promptIds = value;
+    } else if (name == "--max-new-tokens" && isGenerate) {
+      if (!takeValue() || !positive(opts.maxNewTokens, 1, int64_t(1) << 30))
+        return false;
+    } else if (name == "--max-seq-len" && isGenerate) {
+      if (!takeValue() || !positive(opts.maxSeqLen, 1, int64_t(1) << 30))
+        return false;
+    } else if (name == "--top-k" && isGenerate) {
+      if (!takeValue() || !positive(opts.topK, 0, int64_t(1) << 30))
+        return false;
+    } else if ((name == "--temperature" || name == "--top-p") && isGenerate) {
+      if (!takeValue())
+        return false;
+      char *end = nullptr;
+      double v = std::strtod(value.c_str(), &end);
+      bool temp = name == "--temperature";
+      if (value.empty() || *end || !(v >= 0.0) || (temp ? v > 100.0 : (v <= 0.0 || v > 1.0))) {
+        error = temp ? "--temperature expects a number in [0, 100], got '" + value + "'"
+                     : "--top-p expects a number in (0, 1], got '" + value + "'";
+        return false;
+      }
+      (temp ? opts.temperature : opts.topP) = v;
+    } else if (name == "--seed" && isGenerate) {
+      int64_t seed;
+      if (!takeValue() || !positive(seed, 0, INT64_MAX))
+        return false;
+      opts.seed = uint64_t(seed);
     } else if (name == "--threads" &&
-               (isRun || isBench || isProfile || isEval)) {
+               (isRun || isBench || isProfile || isEval || isGenerate)) {
       int64_t n;
       if (!takeValue() || !positive(n, 1, 1024))
         return false;
@@ -604,48 +651,8 @@ private:
 // Commands
 //===----------------------------------------------------------------------===//
 
-bool loadWeights(const ModelDesc &desc, const char *argv0,
-                 std::unique_ptr<WeightPack> &pack, std::string &error) {
-  if (!desc.weightsFile || !*desc.weightsFile) {
-    if (desc.numWeights == 0)
-      return true;
-    error = "the model has weights but no weight file name";
-    return false;
-  }
-  std::string path = joinPath(executableDir(argv0), desc.weightsFile);
-  pack = WeightPack::open(path, desc.numWeights, desc.weightsChecksum,
-                          /*verifyPayload=*/true, error);
-  return pack != nullptr;
-}
 
-/// The weights and execution context every command runs with.
-struct Session {
-  std::unique_ptr<WeightPack> pack;
-  std::unique_ptr<Context> ctx;
 
-  bool open(const ModelDesc &desc, const char *argv0, int threads,
-            std::string &error) {
-    if (!loadWeights(desc, argv0, pack, error))
-      return false;
-    ctx = std::make_unique<Context>(desc, pack.get(), threads);
-    if (!ctx->ok()) {
-      error = ctx->error;
-      return false;
-    }
-    return true;
-  }
-};
-
-/// Runs the model once; returns false with the model's error.
-bool runOnce(const ModelDesc &desc, Context &ctx, const Tensor *inputs,
-             std::vector<Tensor> &outputs, std::string &error) {
-  ctx.error.clear();
-  bool ok = desc.run(ctx, inputs, outputs.data());
-  if (ok && ctx.ok())
-    return true;
-  error = ctx.error.empty() ? "the model failed without a message" : ctx.error;
-  return false;
-}
 
 int commandRun(const Options &opts, const ModelDesc &desc, const char *argv0) {
   std::string error;
@@ -893,129 +900,6 @@ int commandProfile(const Options &opts, const ModelDesc &desc,
   return 0;
 }
 
-/// Byte-level LMs: next-byte loss and top-1 predictions over a text file.
-int commandEval(const Options &opts, const ModelDesc &desc, const char *argv0) {
-  if (opts.text.empty())
-    return reportError("eval needs --text FILE");
-  int idsIndex = -1, maskIndex = -1;
-  for (int i = 0; i < desc.numInputs; ++i) {
-    std::string n = desc.inputs[i].name ? desc.inputs[i].name : "";
-    if (n == "input_ids")
-      idsIndex = i;
-    else if (n == "attention_mask")
-      maskIndex = i;
-    else
-      return reportError("eval needs a byte-level LM whose inputs are "
-                         "input_ids (and attention_mask); this model also "
-                         "takes '" + n + "'");
-  }
-  if (idsIndex < 0 || desc.numOutputs < 1)
-    return reportError("eval needs a model with an input_ids input and a "
-                       "logits output");
-  for (int i : {idsIndex, maskIndex})
-    if (i >= 0 && (desc.inputs[i].dtype != DType::i64 || desc.inputs[i].rank != 2))
-      return reportError(std::string("eval expects int64 [batch, seq] for '") +
-                         desc.inputs[i].name + "'");
-  std::ifstream in(opts.text, std::ios::binary);
-  if (!in)
-    return reportError("cannot read text file '" + opts.text + "'");
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  const int64_t len = opts.seqLen;
-  int64_t chunks = int64_t(text.size()) / len;
-  if (opts.maxChunks > 0)
-    chunks = std::min(chunks, opts.maxChunks);
-  if (chunks == 0)
-    return reportError("text file '" + opts.text + "' is shorter than one " +
-                       std::to_string(len) + "-byte chunk");
-  std::vector<int32_t> reference;
-  if (!opts.compareTop1.empty()) {
-    std::ifstream ref(opts.compareTop1, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(ref)),
-                      std::istreambuf_iterator<char>());
-    if (!ref || bytes.size() != size_t(chunks * len) * sizeof(int32_t))
-      return reportError("'" + opts.compareTop1 + "' does not hold the top-1 "
-                         "predictions of " + std::to_string(chunks) +
-                         " chunks of " + std::to_string(len) +
-                         " bytes (write it with --save-top1 and the same "
-                         "--text, --seq-len and --max-chunks)");
-    reference.resize(size_t(chunks * len));
-    std::memcpy(reference.data(), bytes.data(), bytes.size());
-  }
-  std::string error;
-  Session session;
-  if (!session.open(desc, argv0, opts.threads, error))
-    return reportError(error);
-  Context &ctx = *session.ctx;
-  std::vector<int64_t> ids(static_cast<size_t>(len)), mask(static_cast<size_t>(len), 1);
-  std::vector<Tensor> inputs(size_t(desc.numInputs));
-  inputs[size_t(idsIndex)] = Tensor{ids.data(), DType::i64, 2, {1, len}};
-  if (maskIndex >= 0)
-    inputs[size_t(maskIndex)] = Tensor{mask.data(), DType::i64, 2, {1, len}};
-  std::vector<Tensor> outputs(size_t(desc.numOutputs));
-  std::vector<int32_t> top1(size_t(chunks * len));
-  double nll = 0;
-  int64_t scored = 0, agree = 0;
-  bool tty = isatty(fileno(stderr));
-  auto start = std::chrono::steady_clock::now();
-  for (int64_t c = 0; c < chunks; ++c) {
-    for (int64_t t = 0; t < len; ++t)
-      ids[size_t(t)] = static_cast<unsigned char>(text[size_t(c * len + t)]);
-    if (!runOnce(desc, ctx, inputs.data(), outputs, error))
-      return reportError("chunk " + std::to_string(c) + ": " + error);
-    const Tensor &logits = outputs[0];
-    if (logits.dtype != DType::f32 || logits.rank != 3 ||
-        logits.shape[0] != 1 || logits.shape[1] != len)
-      return reportError("eval expects float32 logits [1, " +
-                         std::to_string(len) + ", vocab], got " +
-                         logits.describe());
-    const int64_t vocab = logits.shape[2];
-    for (int64_t t = 0; t < len; ++t) {
-      const float *row = logits.as<float>() + t * vocab;
-      int64_t best = std::max_element(row, row + vocab) - row;
-      top1[size_t(c * len + t)] = int32_t(best);
-      if (!reference.empty())
-        agree += reference[size_t(c * len + t)] == int32_t(best);
-      if (t + 1 < len) {
-        int64_t next = ids[size_t(t + 1)];
-        if (next >= vocab)
-          return reportError("byte " + std::to_string(next) +
-                             " is outside the vocabulary of " +
-                             std::to_string(vocab));
-        double sum = 0;
-        for (int64_t v = 0; v < vocab; ++v)
-          sum += std::exp(double(row[v]) - double(row[best]));
-        nll += std::log(sum) + double(row[best]) - double(row[next]);
-        ++scored;
-      }
-    }
-    if (tty || c + 1 == chunks || (c + 1) % 64 == 0)
-      std::fprintf(stderr, "%s[eval] %lld/%lld chunks%s", tty ? "\r" : "",
-                   (long long)(c + 1), (long long)chunks, tty ? "" : "\n");
-  }
-  if (tty)
-    std::fprintf(stderr, "\n");
-  double seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start).count();
-  if (!opts.saveTop1.empty()) {
-    std::ofstream out(opts.saveTop1, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char *>(top1.data()),
-              std::streamsize(top1.size() * sizeof(int32_t)));
-    if (!out)
-      return reportError("cannot write '" + opts.saveTop1 + "'");
-  }
-  std::printf("tokens: %lld (%lld chunks of %lld bytes)\n",
-              (long long)(chunks * len), (long long)chunks, (long long)len);
-  std::printf("loss: %.5f nats/byte\n", nll / double(scored));
-  if (!reference.empty())
-    std::printf("top-1 agreement: %.3f%% (%lld of %lld)\n",
-                100.0 * double(agree) / double(chunks * len), (long long)agree,
-                (long long)(chunks * len));
-  std::printf("time: %.2f s\n", seconds);
-  std::fflush(stdout);
-  return 0;
-}
-
 int modelMainImpl(int argc, char **argv, const ModelDesc &desc) {
   const char *prog = argc > 0 && argv[0] ? argv[0] : desc.name;
   if (argc < 2 || !argv[1]) {
@@ -1028,9 +912,10 @@ int modelMainImpl(int argc, char **argv, const ModelDesc &desc) {
     return 0;
   }
   if (cmd != "run" && cmd != "bench" && cmd != "info" && cmd != "profile" &&
-      cmd != "eval") {
+      cmd != "eval" && cmd != "generate") {
     std::fprintf(stderr,
-                 "error: unknown command '%s' (expected run, bench, eval or info; "
+                 "error: unknown command '%s' (expected run, bench, eval, generate "
+                 "or info; "
                  "see --help)\n",
                  cmd.c_str());
     return 1;
@@ -1051,6 +936,8 @@ int modelMainImpl(int argc, char **argv, const ModelDesc &desc) {
     return commandProfile(opts, desc, argc > 0 ? argv[0] : nullptr);
   if (cmd == "eval")
     return commandEval(opts, desc, argc > 0 ? argv[0] : nullptr);
+  if (cmd == "generate")
+    return commandGenerate(opts, desc, argc > 0 ? argv[0] : nullptr);
   return commandBench(opts, desc, argc > 0 ? argv[0] : nullptr);
 }
 

@@ -148,6 +148,8 @@ void inputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
         active.push_back(int32_t(i));
     start[size_t(r) + 1] = int64_t(active.size());
   }
+  ctx.sparseActive += int64_t(active.size());
+  ctx.sparseTotal += rows * k;
   const auto axpy = kernels<W>().axpy;
   const int64_t block = columnBlock(ctx, n);
   const int64_t blocks = (n + block - 1) / block;
@@ -197,6 +199,8 @@ void outputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
       if (m[j])
         pairs.push_back(r * n + j);
   }
+  ctx.sparseActive += int64_t(pairs.size());
+  ctx.sparseTotal += rows * n;
   std::fill(yp, yp + rows * n, 0.0f);
   const auto dot = kernels<W>().dot;
   ctx.pool.parallelFor(int64_t(pairs.size()), 64, [&](int64_t begin, int64_t end) {

@@ -221,6 +221,10 @@ struct Context {
     std::vector<uint8_t> masks; // count * ceil(neurons / 8), LSB first
   };
   std::vector<Samples> profileSamples;
+  /// Sparse kernels: neurons (rows or output columns) computed and the
+  /// neurons a dense kernel would have computed, summed over all calls
+  /// (`generate` reports the ratio as the mean density).
+  int64_t sparseActive = 0, sparseTotal = 0;
   int64_t profileSampleEvery = 1;
   int64_t profileMaxSamples = 0;
 

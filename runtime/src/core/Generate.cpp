@@ -1,0 +1,263 @@
+//===- Generate.cpp - `model generate`: autoregressive decoding -----------===//
+//
+// Part of the sparsec project.
+//
+// Decoder LMs with an input_ids input and a logits output [batch, seq,
+// vocab]. Two export conventions:
+//  - KV-cache exports (Optimum naming: past_key_values.{i}.key/value inputs,
+//    present.{i}.key/value outputs): the runtime owns the cache. The prompt
+//    is one prefill run with an empty cache, then one run per new token; the
+//    cache buffers are reserved for --max-seq-len up front.
+//  - Exports without a cache: each step runs the whole sequence again (the
+//    compiler-derived incremental decoding for such exports is not written
+//    yet; this is the correct but quadratic fallback).
+// Greedy decoding, or seeded sampling with temperature, top-k and top-p.
+// Byte-level models (vocabulary 256) stream the continuation as raw bytes,
+// others as token ids; the last line on stderr gives time to first token,
+// decode tokens/s and, for sparse builds, the mean density the sparse
+// kernels used.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Cli.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+namespace sparsec::rt::cli {
+
+namespace {
+struct CacheSlot {
+  int input = -1, output = -1; // indices into desc.inputs / desc.outputs
+  int64_t heads = 0, headDim = 0;
+  std::vector<float> data; // [1, heads, len, headDim]
+};
+
+/// Picks the next token from the last position's logits.
+int64_t pickToken(const float *logits, int64_t vocab, const Options &opts,
+                  std::mt19937_64 &rng) {
+  if (opts.temperature <= 0.0)
+    return std::max_element(logits, logits + vocab) - logits;
+  std::vector<int64_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  int64_t keep = opts.topK > 0 ? std::min(opts.topK, vocab) : vocab;
+  std::vector<double> p(static_cast<size_t>(keep));
+  double maxLogit = logits[order[0]], sum = 0;
+  for (int64_t i = 0; i < keep; ++i)
+    sum += p[size_t(i)] =
+        std::exp((double(logits[order[size_t(i)]]) - maxLogit) / opts.temperature);
+  // Nucleus: the smallest prefix whose probability reaches top-p.
+  double mass = 0;
+  int64_t nucleus = keep;
+  for (int64_t i = 0; i < keep; ++i) {
+    mass += p[size_t(i)] / sum;
+    if (mass >= opts.topP) {
+      nucleus = i + 1;
+      break;
+    }
+  }
+  std::discrete_distribution<int64_t> pick(p.begin(), p.begin() + nucleus);
+  return order[size_t(pick(rng))];
+}
+} // namespace
+
+int commandGenerate(const Options &opts, const ModelDesc &desc,
+                    const char *argv0) {
+  if (opts.prompt.empty() == opts.promptIds.empty())
+    return reportError(opts.prompt.empty() && opts.promptIds.empty()
+                           ? "generate needs --prompt TEXT or --prompt-ids FILE.npy"
+                           : "give either --prompt or --prompt-ids, not both");
+  // The model's interface.
+  int idsInput = -1, maskInput = -1, logitsOutput = 0;
+  std::vector<CacheSlot> cache;
+  for (int i = 0; i < desc.numInputs; ++i) {
+    const IODesc &io = desc.inputs[i];
+    std::string name = io.name ? io.name : "";
+    if (name == "input_ids" && io.dtype == DType::i64 && io.rank == 2) {
+      idsInput = i;
+    } else if (name == "attention_mask" && io.dtype == DType::i64 && io.rank == 2) {
+      maskInput = i;
+    } else if (name.rfind("past_key_values.", 0) == 0 && io.dtype == DType::f32 &&
+               io.rank == 4 && io.dims[1] > 0 && io.dims[3] > 0) {
+      CacheSlot slot;
+      slot.input = i;
+      slot.heads = io.dims[1];
+      slot.headDim = io.dims[3];
+      std::string present = "present." + name.substr(16);
+      for (int o = 0; o < desc.numOutputs; ++o)
+        if (desc.outputs[o].name && present == desc.outputs[o].name)
+          slot.output = o;
+      if (slot.output < 0)
+        return reportError("the model takes '" + name + "' but has no '" +
+                           present + "' output");
+      cache.push_back(std::move(slot));
+    } else {
+      return reportError("generate needs a decoder LM whose inputs are "
+                         "input_ids (int64 [batch, seq]), attention_mask and "
+                         "past_key_values.*; this model also takes '" +
+                         name + "'");
+    }
+  }
+  if (idsInput < 0 || desc.numOutputs < 1)
+    return reportError("generate needs an input_ids input and a logits output");
+  for (int o = 0; o < desc.numOutputs; ++o)
+    if (desc.outputs[o].name && std::string(desc.outputs[o].name) == "logits")
+      logitsOutput = o;
+  const IODesc &logitsDesc = desc.outputs[logitsOutput];
+  const int64_t staticVocab =
+      logitsDesc.rank == 3 && logitsDesc.dims[2] > 0 ? logitsDesc.dims[2] : -1;
+
+  // The prompt.
+  std::vector<int64_t> tokens;
+  bool bytes = staticVocab == 256;
+  if (!opts.prompt.empty()) {
+    if (!bytes)
+      return reportError("--prompt takes text for byte-level models "
+                         "(vocabulary 256); this model's vocabulary is " +
+                         (staticVocab > 0 ? std::to_string(staticVocab)
+                                          : std::string("dynamic")) +
+                         ": use --prompt-ids");
+    for (unsigned char c : opts.prompt)
+      tokens.push_back(c);
+  } else {
+    Buffer storage;
+    Tensor ids;
+    std::string error;
+    if (!readNpy(opts.promptIds, storage, ids, error))
+      return reportError(error);
+    if (ids.dtype != DType::i64 || ids.rank < 1 || ids.rank > 2 ||
+        (ids.rank == 2 && ids.shape[0] != 1))
+      return reportError("--prompt-ids expects int64 [n] or [1, n], got " +
+                         ids.describe());
+    tokens.assign(ids.as<int64_t>(), ids.as<int64_t>() + ids.numel());
+  }
+  if (tokens.empty())
+    return reportError("the prompt is empty");
+  for (int64_t t : tokens)
+    if (t < 0 || (staticVocab > 0 && t >= staticVocab))
+      return reportError("token id " + std::to_string(t) +
+                         " is outside the vocabulary of " +
+                         std::to_string(staticVocab));
+  int64_t maxSeqLen = opts.maxSeqLen;
+  if (maxSeqLen == 0) {
+    maxSeqLen = 4096;
+    const IODesc &ids = desc.inputs[idsInput];
+    if (ids.maxDims[1] > 0)
+      maxSeqLen = ids.maxDims[1];
+  }
+  if (int64_t(tokens.size()) > maxSeqLen)
+    return reportError("the prompt has " + std::to_string(tokens.size()) +
+                       " tokens, more than --max-seq-len " +
+                       std::to_string(maxSeqLen));
+
+  std::string error;
+  Session session;
+  if (!session.open(desc, argv0, opts.threads, error))
+    return reportError(error);
+  Context &ctx = *session.ctx;
+  for (CacheSlot &slot : cache)
+    slot.data.reserve(size_t(slot.heads * maxSeqLen * slot.headDim));
+
+  std::mt19937_64 rng(opts.seed);
+  std::vector<Tensor> inputs(size_t(desc.numInputs));
+  std::vector<Tensor> outputs(size_t(desc.numOutputs));
+  std::vector<int64_t> stepIds, mask;
+  const int64_t promptLen = int64_t(tokens.size());
+  int64_t generated = 0;
+  double ttftMs = 0, decodeMs = 0;
+  int64_t densityActive0 = 0, densityTotal0 = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (generated < opts.maxNewTokens) {
+    const int64_t len = int64_t(tokens.size());
+    if (len >= maxSeqLen) {
+      std::fprintf(stderr, "\n[generate] stopped at --max-seq-len %lld\n",
+                   (long long)maxSeqLen);
+      break;
+    }
+    // This step's new tokens: the whole prompt first, then one at a time
+    // with a cache (the whole sequence without one).
+    int64_t past = cache.empty() || generated == 0 ? 0 : len - 1;
+    stepIds.assign(tokens.begin() + past, tokens.end());
+    const int64_t n = int64_t(stepIds.size());
+    mask.assign(size_t(len), 1);
+    inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {1, n}};
+    if (maskInput >= 0)
+      inputs[size_t(maskInput)] = Tensor{mask.data(), DType::i64, 2, {1, len}};
+    static float emptyCache = 0.0f;
+    for (CacheSlot &slot : cache)
+      inputs[size_t(slot.input)] =
+          Tensor{slot.data.empty() ? &emptyCache : slot.data.data(), DType::f32, 4,
+                 {1, slot.heads, past, slot.headDim}};
+    if (!runOnce(desc, ctx, inputs.data(), outputs, error))
+      return reportError("step " + std::to_string(generated) + ": " + error);
+    const Tensor &logits = outputs[size_t(logitsOutput)];
+    if (logits.dtype != DType::f32 || logits.rank != 3 || logits.shape[0] != 1 ||
+        logits.shape[1] != n)
+      return reportError("generate expects float32 logits [1, " +
+                         std::to_string(n) + ", vocab], got " + logits.describe());
+    for (CacheSlot &slot : cache) {
+      const Tensor &present = outputs[size_t(slot.output)];
+      if (present.dtype != DType::f32 || present.rank != 4 ||
+          present.shape[1] != slot.heads || present.shape[2] != len ||
+          present.shape[3] != slot.headDim)
+        return reportError(std::string("output '") + desc.outputs[slot.output].name +
+                           "' is " + present.describe() + ", expected [1, " +
+                           std::to_string(slot.heads) + ", " + std::to_string(len) +
+                           ", " + std::to_string(slot.headDim) + "]");
+      const float *p = present.as<float>();
+      slot.data.assign(p, p + present.numel()); // within the reserved capacity
+    }
+    const int64_t vocab = logits.shape[2];
+    int64_t next = pickToken(logits.as<float>() + (n - 1) * vocab, vocab, opts, rng);
+    tokens.push_back(next);
+    ++generated;
+    if (bytes) {
+      unsigned char c = static_cast<unsigned char>(next);
+      std::fwrite(&c, 1, 1, stdout);
+    } else {
+      std::printf("%s%lld", generated > 1 ? " " : "", (long long)next);
+    }
+    std::fflush(stdout);
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - start).count();
+    if (generated == 1) {
+      ttftMs = ms;
+      densityActive0 = ctx.sparseActive;
+      densityTotal0 = ctx.sparseTotal;
+    } else {
+      decodeMs = ms - ttftMs;
+    }
+  }
+  if (!bytes)
+    std::printf("\n");
+  std::fflush(stdout);
+  std::string line = "[generate] prompt " + std::to_string(promptLen) +
+                     " tokens, " + std::to_string(generated) +
+                     " new; time to first token " +
+                     std::to_string(int64_t(std::lround(ttftMs * 1000))) + " us";
+  char buf[128];
+  if (generated > 1) {
+    std::snprintf(buf, sizeof(buf), "; decode %.1f tokens/s",
+                  double(generated - 1) / (decodeMs / 1000.0));
+    line += buf;
+  }
+  int64_t active = ctx.sparseActive - densityActive0,
+          total = ctx.sparseTotal - densityTotal0;
+  if (total > 0) {
+    std::snprintf(buf, sizeof(buf), "; mean density %.3f", double(active) / total);
+    line += buf;
+  }
+  if (cache.empty())
+    line += "; no KV cache in this export (each step reruns the sequence)";
+  std::fprintf(stderr, "%s%s\n", bytes ? "\n" : "", line.c_str());
+  return 0;
+}
+
+} // namespace sparsec::rt::cli
