@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the bundled default model: compile the trained OPT-style
-# byte-level LM for x86, run it on a short prompt, print the predicted next
-# bytes and the latency.
+# byte-level LM for x86, run it on a short prompt (the predicted next bytes),
+# continue the prompt with `model generate` (dense, then with profiled
+# activation sparsity and trained predictors), and time it.
 set -euo pipefail
 BUILD_DIR=${1:-build}
 MODELS=${2:-../shared/models}
@@ -36,20 +37,19 @@ fmt = lambda b: repr(chr(b)) if 32 <= b < 127 else f"0x{b:02x}"
 print("next byte: " + ", ".join(f"{fmt(b)} ({p[b]:.2f})" for b in top))
 PYEOF
 
-echo "== greedy continuation (32 bytes, one full forward pass per byte)"
-"$PY" - "$OUT" "$PROMPT" <<'PYEOF'
-import subprocess, sys, numpy as np
-out, text = sys.argv[1], sys.argv[2].encode()
-for _ in range(32):
-    ids = np.frombuffer(text, np.uint8).astype(np.int64)[None, :]
-    np.save(f"{out}/g_ids.npy", ids)
-    np.save(f"{out}/g_mask.npy", np.ones_like(ids))
-    subprocess.run([f"{out}/model", "run", "--input", f"input_ids={out}/g_ids.npy",
-                    "--input", f"attention_mask={out}/g_mask.npy", "--output-dir",
-                    f"{out}/g"], check=True, stdout=subprocess.DEVNULL)
-    text += bytes([int(np.load(f"{out}/g/logits.npy")[0, -1].argmax())])
-print(text.decode("utf-8", "replace"))
-PYEOF
+KV_MODEL="$MODELS/opt-byte-s/model_kvcache_opset17.onnx"
+echo "== greedy continuation with the KV-cache export (sparsec compile + model generate)"
+"$BUILD_DIR/bin/sparsec" compile "$KV_MODEL" --target x86 -o "$OUT/kv" -q
+"$OUT/kv/model" generate --prompt "$PROMPT" --max-new-tokens 64
+echo
+
+echo "== activation sparsity: profile on calib.txt, DejaVu predictors, generate again"
+"$BUILD_DIR/bin/sparsec" profile "$KV_MODEL" --calib "$MODELS/opt-byte-s/calib.txt" \
+  -o "$OUT/kv.sprof" -q
+"$BUILD_DIR/bin/sparsec" compile "$KV_MODEL" --target x86 -o "$OUT/kv-sparse" -q \
+  --profile "$OUT/kv.sprof" --sparsity predicted --report 2>/dev/null
+"$OUT/kv-sparse/model" generate --prompt "$PROMPT" --max-new-tokens 64
+echo
 
 echo "== latency (one forward pass over the prompt)"
 "$OUT/model" bench --input input_ids="$OUT/input_ids.npy" \
