@@ -16,9 +16,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_models import ort_median  # noqa: E402  (same timing loop as there)
 
 
 def run(cmd):
@@ -86,18 +88,8 @@ def main():
         rows.append((f"sparsec {name}", float(r["latency_ms"]["median"])))
 
     import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = a.threads
-    so.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    for _ in range(10):
-        sess.run(None, step)
-    t = []
-    for _ in range(a.runs):
-        s = time.perf_counter()
-        sess.run(None, step)
-        t.append((time.perf_counter() - s) * 1e3)
-    rows.insert(0, (f"ONNX Runtime {ort.__version__}", float(np.median(t))))
+    ort_ms = ort_median(model, step, a.threads, a.runs)
+    rows.insert(0, (f"ONNX Runtime {ort.__version__}", ort_ms))
 
     dense = rows[1][1]
     print(f"opt-byte-s decode step (127 cached bytes), batch 1, {a.threads} "

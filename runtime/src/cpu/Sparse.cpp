@@ -257,6 +257,22 @@ bool allocateLike(Context &ctx, const Tensor &x, int64_t n, DType dtype,
   return ctx.allocate(outSlot, out, dtype, x.rank, shape);
 }
 
+/// A float32 input [..., k] and a 2-D float32/float16 weight whose
+/// dimension `kDim` is k.
+bool checkInputAndWeight(Context &ctx, const char *op, const Tensor &x,
+                         const Tensor &w, int kDim) {
+  if (x.dtype != DType::f32 || x.rank < 1)
+    return ctx.fail(std::string(op) + ": expected a float32 input, got " +
+                    x.describe());
+  if (!floatWeights(ctx, op, w))
+    return false;
+  if (x.shape[x.rank - 1] != w.shape[kDim])
+    return ctx.fail(std::string(op) + ": input " + x.describe() +
+                    " does not match " + (kDim ? "the neuron-major " : "") +
+                    "weight " + w.describe());
+  return true;
+}
+
 bool checkBias(Context &ctx, const char *op, const Tensor *bias, int64_t n) {
   if (bias && (bias->dtype != DType::f32 || bias->numel() != n))
     return ctx.fail(std::string(op) + ": bias " + bias->describe() +
@@ -269,15 +285,9 @@ bool checkBias(Context &ctx, const char *op, const Tensor *bias, int64_t n) {
 bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                        const Tensor *bias, int outSlot, Tensor &out) {
   const char *op = "sparse_linear";
-  if (x.dtype != DType::f32 || x.rank < 1)
-    return ctx.fail(std::string(op) + ": expected a float32 input, got " +
-                    x.describe());
-  if (!floatWeights(ctx, op, w))
+  if (!checkInputAndWeight(ctx, op, x, w, 0))
     return false;
   const int64_t k = w.shape[0], n = w.shape[1];
-  if (x.shape[x.rank - 1] != k)
-    return ctx.fail(std::string(op) + ": input " + x.describe() +
-                    " does not match weight " + w.describe());
   if (!checkBias(ctx, op, bias, n) ||
       !allocateLike(ctx, x, n, DType::f32, outSlot, out))
     return false;
@@ -296,15 +306,9 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
                         const Tensor *bias, const Tensor &active,
                         Activation act, int outSlot, Tensor &out) {
   const char *op = "sparse_linear";
-  if (x.dtype != DType::f32 || x.rank < 1)
-    return ctx.fail(std::string(op) + ": expected a float32 input, got " +
-                    x.describe());
-  if (!floatWeights(ctx, op, w))
+  if (!checkInputAndWeight(ctx, op, x, w, 1))
     return false;
   const int64_t n = w.shape[0], k = w.shape[1];
-  if (x.shape[x.rank - 1] != k)
-    return ctx.fail(std::string(op) + ": input " + x.describe() +
-                    " does not match the neuron-major weight " + w.describe());
   const int64_t rows = k ? x.numel() / k : 0;
   bool perRow = active.numel() == rows * n;
   if (active.dtype != DType::b1 || active.rank < 1 ||

@@ -72,6 +72,32 @@ __device__ inline void loadRow(const W *row, int c, int d,
   }
 }
 
+/// Sums the kWarps warps' partial rows (acc[t][0..V) of each lane covers
+/// columns lane * V + v of the block's tile) and adds them to out[t * ld +
+/// base + c] for columns below `limit`, one atomic per column and token.
+template <int T, int V>
+__device__ void addWarpPartials(float (&partial)[kWarps][32 * V],
+                                const float (&acc)[T][V], float *out,
+                                int64_t ld, int base, int limit) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      partial[warp][lane * V + v] = acc[t][v];
+    __syncthreads();
+    for (int c = threadIdx.x; c < 32 * V; c += kThreads) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k)
+        sum += partial[k][c];
+      if (base + c < limit)
+        atomicAdd(out + int64_t(t) * ld + base + c, sum);
+    }
+    __syncthreads();
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Down projection: y[t, :] += sum_i h[t, idx[i]] * w[idx[i], :]
 //===----------------------------------------------------------------------===//
@@ -131,24 +157,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (r0 == r1)
     return; // the whole block: nothing to add
-  // Sum the warps' partial rows, one token at a time.
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-      partial[warp][lane * V + v] = acc[t][v];
-    __syncthreads();
-    for (int c = threadIdx.x; c < Tile; c += kThreads) {
-      float s = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kWarps; ++k)
-        s += partial[k][c];
-      int column = blockIdx.x * Tile + c;
-      if (column < d)
-        atomicAdd(y + int64_t(t) * d + column, s);
-    }
-    __syncthreads();
-  }
+  addWarpPartials<T, V>(partial, acc, y, d, blockIdx.x * Tile, d);
 }
 
 //===----------------------------------------------------------------------===//
@@ -303,23 +312,7 @@ __global__ void __launch_bounds__(kThreads)
         acc[t][v] = fmaf(xv, wv[u][v], acc[t][v]);
     }
   }
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-      partial[warp][lane * V + v] = acc[t][v];
-    __syncthreads();
-    for (int c = threadIdx.x; c < Tile; c += kThreads) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kWarps; ++k)
-        sum += partial[k][c];
-      int e = blockIdx.y * Tile + c;
-      if (e < r)
-        atomicAdd(hidden + t * r + e, sum);
-    }
-    __syncthreads();
-  }
+  addWarpPartials<T, V>(partial, acc, hidden, r, blockIdx.y * Tile, r);
 }
 
 /// logits[t, j] += sum over the block's 32 rows e of hidden[t, e] *

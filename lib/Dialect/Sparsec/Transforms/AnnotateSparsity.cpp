@@ -33,21 +33,8 @@ struct AnnotateSparsityPass
       return signalPassFailure();
     }
     rt::Profile prof;
-    std::string error;
-    if (!rt::readProfile(profile, prof, error)) {
-      module.emitError(error);
+    if (failed(loadProfileFor(module, profile, prof)))
       return signalPassFailure();
-    }
-    if (auto hash = module->getAttrOfType<StringAttr>("sparsec.model_hash")) {
-      std::string expected =
-          llvm::formatv("{0:x16}", prof.modelHash).str();
-      if (hash.getValue() != expected) {
-        module.emitError("profile '")
-            << profile << "' was recorded for a different model (model hash "
-            << expected << ", this model " << hash.getValue() << ")";
-        return signalPassFailure();
-      }
-    }
     int64_t index = 0;
     WalkResult result = module.walk([&](Operation *op) {
       if (!isSparsitySite(op))

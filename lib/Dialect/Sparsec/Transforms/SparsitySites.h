@@ -8,6 +8,10 @@
 #define SPARSEC_LIB_DIALECT_SPARSEC_TRANSFORMS_SPARSITYSITES_H
 
 #include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
+#include "sparsec/rt/Profile.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <string>
 
@@ -32,6 +36,25 @@ inline std::string siteName(mlir::Operation *op, int64_t index) {
   if (auto loc = mlir::dyn_cast<mlir::NameLoc>(op->getLoc()))
     return loc.getName().str();
   return "site" + std::to_string(index);
+}
+
+/// Reads the .sprof at `path` for `module`: errors (on the module) for an
+/// unreadable or corrupt file and for a profile recorded from another
+/// model (the model hash the importer stored differs).
+inline mlir::LogicalResult loadProfileFor(mlir::ModuleOp module,
+                                          llvm::StringRef path,
+                                          rt::Profile &profile) {
+  std::string error;
+  if (!rt::readProfile(path.str(), profile, error))
+    return module.emitError(error);
+  if (auto hash = module->getAttrOfType<mlir::StringAttr>("sparsec.model_hash")) {
+    std::string expected = llvm::formatv("{0:x16}", profile.modelHash).str();
+    if (hash.getValue() != expected)
+      return module.emitError("profile '")
+             << path << "' was recorded for a different model (model hash "
+             << expected << ", this model " << hash.getValue() << ")";
+  }
+  return mlir::success();
 }
 
 } // namespace sparsec
