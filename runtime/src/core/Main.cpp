@@ -714,6 +714,7 @@ int commandBench(const Options &opts, const ModelDesc &desc,
       return reportError(error);
   std::vector<double> ms;
   ms.reserve(size_t(opts.runs));
+  const int64_t active0 = ctx.sparseActive, total0 = ctx.sparseTotal;
   for (int64_t i = 0; i < opts.runs; ++i) {
     auto start = std::chrono::steady_clock::now();
     bool ok = runOnce(desc, ctx, inputs.tensors(), outputs, error);
@@ -732,6 +733,11 @@ int commandBench(const Options &opts, const ModelDesc &desc,
   double median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
   size_t p90Index = size_t(std::ceil(0.9 * double(n))) - 1;
   double p90 = ms[std::min(p90Index, n - 1)];
+  // Sparse builds: the share of neurons the sparse kernels computed (the
+  // CPU kernels select per token, so a batch costs no density).
+  const int64_t sparseTotal = ctx.sparseTotal - total0;
+  const double density =
+      sparseTotal > 0 ? double(ctx.sparseActive - active0) / double(sparseTotal) : -1;
 
   const Tensor *ts = inputs.tensors();
   if (opts.json) {
@@ -746,7 +752,12 @@ int commandBench(const Options &opts, const ModelDesc &desc,
                   "\"mean\": %.4f",
                   ms.front(), median, p90, mean);
     s += buf;
-    s += "}, \"inputs\": {";
+    s += "}";
+    if (density >= 0) {
+      std::snprintf(buf, sizeof(buf), ", \"sparse_density\": %.4f", density);
+      s += buf;
+    }
+    s += ", \"inputs\": {";
     for (int i = 0; i < desc.numInputs; ++i) {
       s += (i ? ", " : "") + jsonString(desc.inputs[i].name) + ": [";
       for (int d = 0; d < ts[i].rank; ++d)
@@ -766,6 +777,9 @@ int commandBench(const Options &opts, const ModelDesc &desc,
     std::printf("latency  min %.3f ms  median %.3f ms  p90 %.3f ms  "
                 "mean %.3f ms\n",
                 ms.front(), median, p90, mean);
+    if (density >= 0)
+      std::printf("density  %.4f of the neurons computed by the sparse kernels\n",
+                  density);
   }
   std::fflush(stdout);
   return 0;
