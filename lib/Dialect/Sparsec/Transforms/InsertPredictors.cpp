@@ -30,6 +30,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <chrono>
 #include <cstring>
 
 namespace sparsec {
@@ -198,6 +199,7 @@ struct InsertPredictorsPass
       options.targetRecall = targetRecall;
       options.ranks.assign(ranks.begin(), ranks.end());
       std::vector<Predictor> candidates;
+      auto trainStart = std::chrono::steady_clock::now();
       if (!trainPredictors(problem, options, candidates, error)) {
         act->emitError("cannot train a predictor for '")
             << name << "': " << error;
@@ -226,6 +228,19 @@ struct InsertPredictorsPass
       }
       insert(up, *best, name, symbols);
       ++numInserted;
+      // One line per FFN: progress through a long compile, and the result.
+      act->emitRemark("predictor for '")
+          << name << "': rank " << best->rank << ", held-out recall "
+          << llvm::formatv("{0:f2}", 100.0 * best->recall)
+          << " %, predicted density "
+          << llvm::formatv("{0:f1}", 100.0 * best->density) << " % (actual "
+          << llvm::formatv("{0:f1}", 100.0 * best->actualDensity)
+          << " %), trained in "
+          << llvm::formatv("{0:f1}", std::chrono::duration<double>(
+                                         std::chrono::steady_clock::now() -
+                                         trainStart)
+                                         .count())
+          << " s";
     }
   }
 
