@@ -127,26 +127,38 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
   }
   for (double &v : s)
     v /= double(fitEnd);
-  Matrix q;
-  std::vector<double> lambda;
-  symmetricEigen(s, d, q, lambda);
-  Matrix sqrtS(size_t(d * d), 0.0);
-  for (int64_t e = 0; e < d; ++e) {
-    double root = std::sqrt(std::max(0.0, lambda[size_t(e)]));
-    if (root == 0.0)
-      continue;
-    for (int64_t i = 0; i < d; ++i) {
-      double qi = q[size_t(i * d + e)] * root;
-      for (int64_t j = 0; j < d; ++j)
-        sqrtS[size_t(i * d + j)] += qi * q[size_t(j * d + e)];
+  // S + eps I = L L^T (Cholesky; the ridge keeps it definite when inputs
+  // are rank-deficient, as LayerNorm outputs are). M = L^T W then has
+  // M^T M = W^T S W = (X W)^T (X W) / m up to the ridge, so the right
+  // singular vectors of M are those of X W.
+  double trace = 0;
+  for (int64_t i = 0; i < d; ++i)
+    trace += s[size_t(i * d + i)];
+  const double ridge = 1e-6 * std::max(trace / double(d), 1e-30);
+  Matrix l(size_t(d * d), 0.0);
+  for (int64_t j = 0; j < d; ++j) {
+    double diag = s[size_t(j * d + j)] + ridge;
+    for (int64_t k = 0; k < j; ++k)
+      diag -= l[size_t(j * d + k)] * l[size_t(j * d + k)];
+    const double ljj = std::sqrt(std::max(diag, ridge));
+    l[size_t(j * d + j)] = ljj;
+    for (int64_t i = j + 1; i < d; ++i) {
+      double v = s[size_t(i * d + j)];
+      const double *li = &l[size_t(i * d)], *lj = &l[size_t(j * d)];
+      for (int64_t k = 0; k < j; ++k)
+        v -= li[k] * lj[k];
+      l[size_t(i * d + j)] = v / ljj;
     }
   }
-  // M = S^1/2 W [d, n]; K = M M^T [d, d]; its eigenvectors U give the right
-  // singular vectors of M (and of X W): V = M^T U / sigma.
+  // K = M M^T [d, d]; its eigenvectors U give the right singular vectors
+  // of M: V = M^T U / sigma.
   std::vector<float> mw(size_t(d * n), 0.0f);
   {
-    std::vector<float> sq(sqrtS.begin(), sqrtS.end());
-    matmul(sq.data(), w, mw.data(), d, d, n);
+    std::vector<float> lt(size_t(d * d));
+    for (int64_t i = 0; i < d; ++i)
+      for (int64_t j = 0; j < d; ++j)
+        lt[size_t(i * d + j)] = float(l[size_t(j * d + i)]);
+    matmul(lt.data(), w, mw.data(), d, d, n);
   }
   Matrix kmat(size_t(d * d), 0.0);
   for (int64_t i = 0; i < d; ++i)

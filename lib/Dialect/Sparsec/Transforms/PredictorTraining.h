@@ -9,8 +9,8 @@
 //
 // The classifier is the best rank-r approximation of the pre-activation on
 // the data: z = x W projected onto the top-r right singular vectors of
-// X W (computed in d-space through the whitened weight S^1/2 W, where
-// S = X^T X / m), with a per-neuron margin k * sigma_j, sigma_j being the
+// X W (computed in d-space through L^T W, where L L^T = S = X^T X / m is a
+// Cholesky factorisation), with a per-neuron margin k * sigma_j, sigma_j being the
 // standard deviation of neuron j's approximation error. The margin k is set
 // on a calibration split so the predictor reaches the target recall; rank,
 // recall, precision and density are reported on a test split that neither
