@@ -37,14 +37,19 @@ if os.path.isdir(config.sparsec_models_dir):
     config.available_features.add("models")
 
 # Tests that generate ONNX files need the onnx Python package.
-try:
-    # Debian ships an empty `onnx` namespace directory; check a real module.
-    subprocess.check_call([config.python_executable, "-c",
-                           "from onnx import helper, TensorProto"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def python_runs(code):
+    """Whether the test Python runs `code` (e.g. an import) without error."""
+    try:
+        subprocess.check_call([config.python_executable, "-c", code],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return True
+    except Exception:
+        return False
+
+
+# Debian ships an empty `onnx` namespace directory; check a real module.
+if python_runs("from onnx import helper, TensorProto"):
     config.available_features.add("onnx-python")
-except Exception:
-    pass
 
 # GPU tests need the CUDA test binaries (built where nvcc is) and a GPU.
 if os.path.exists(os.path.join(config.sparsec_tools_dir, "sparsec-cuda-sparse-test")):
@@ -58,12 +63,8 @@ if os.path.exists(os.path.join(config.sparsec_tools_dir, "sparsec-cuda-sparse-te
         pass
 
 # Tests that generate inputs with numpy.
-try:
-    subprocess.check_call([config.python_executable, "-c", "import numpy"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if python_runs("import numpy"):
     config.available_features.add("numpy")
-except Exception:
-    pass
 
 if os.path.isdir("/usr/share/libonnx-testdata/data/node"):
     config.available_features.add("onnx-testdata")
@@ -80,12 +81,8 @@ config.substitutions.append(
         config.python_executable,
         os.path.join(config.test_source_root, "..", "scripts", "e2e_check.py"),
         os.path.join(config.sparsec_tools_dir, "sparsec"))))
-try:
-    subprocess.check_call([config.python_executable, "-c", "import onnxruntime"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if python_runs("import onnxruntime"):
     config.available_features.add("onnxruntime")
-except Exception:
-    pass
 
 if os.path.exists(os.path.join(config.sparsec_tools_dir, "sparsec-unittests")):
     config.available_features.add("unittests")

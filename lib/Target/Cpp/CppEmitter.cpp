@@ -123,6 +123,12 @@ private:
   }
   /// `&vN` or `nullptr`.
   std::string ptr(Value v) { return v ? "&" + name(v) : "nullptr"; }
+  /// The runtime's name of a fused epilogue ("ops::Activation::none" if
+  /// there is none).
+  static std::string activationArg(std::optional<Activation> act) {
+    return "ops::Activation::" +
+           (act ? stringifyActivation(*act).str() : std::string("none"));
+  }
   int64_t slot(Operation *op, unsigned result = 0) {
     auto slots = op->getAttrOfType<DenseI64ArrayAttr>("sparsec.slots");
     return slots && result < slots.size() ? slots[result] : -1;
@@ -305,12 +311,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
         if (l.getTransposeWeight())
           return l.emitError("linear with transpose_weight reached the "
                              "emitter; run sparsec-weight-layout first");
-        std::string act = "none";
-        if (auto a = l.getActivation())
-          act = stringifyActivation(*a).str();
         return emitCall(op, "linear(ctx, " + name(l.getInput()) + ", " +
                                 name(l.getWeight()) + ", " + ptr(l.getBias()) +
-                                ", ops::Activation::" + act);
+                                ", " + activationArg(l.getActivation()));
       })
       .Case([&](MatMulOp m) {
         return emitCall(op, "matmul(ctx, " + name(m.getLhs()) + ", " +
@@ -525,15 +528,12 @@ LogicalResult Emitter::emitOp(Operation *op) {
           if (!s.getActive())
             return s.emitError("the output side of sparse_linear needs an "
                                "active mask");
-          std::string act = "none";
-          if (auto a = s.getActivation())
-            act = stringifyActivation(*a).str();
           return emitCall(op, "sparseLinearOutput(ctx, " +
                                   name(s.getInput()) + ", " +
                                   name(s.getWeight()) + ", " +
                                   ptr(s.getBias()) + ", " +
-                                  name(s.getActive()) +
-                                  ", ops::Activation::" + act);
+                                  name(s.getActive()) + ", " +
+                                  activationArg(s.getActivation()));
         }
         if (s.getActive() || s.getTransposeWeight())
           return s.emitError("the input side of sparse_linear takes its "

@@ -45,9 +45,10 @@ int64_t pickToken(const float *logits, int64_t vocab, const Options &opts,
     return std::max_element(logits, logits + vocab) - logits;
   std::vector<int64_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  // Only the top-k candidates need an order (all of them without top-k).
   int64_t keep = opts.topK > 0 ? std::min(opts.topK, vocab) : vocab;
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                    [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
   std::vector<double> p(static_cast<size_t>(keep));
   double maxLogit = logits[order[0]], sum = 0;
   for (int64_t i = 0; i < keep; ++i)

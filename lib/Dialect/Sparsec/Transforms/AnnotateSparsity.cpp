@@ -28,12 +28,8 @@ struct AnnotateSparsityPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (profile.empty()) {
-      module.emitError("sparsec-annotate-sparsity needs profile=<file.sprof>");
-      return signalPassFailure();
-    }
     rt::Profile prof;
-    if (failed(loadProfileFor(module, profile, prof)))
+    if (failed(loadProfileFor(module, getArgument(), profile, prof)))
       return signalPassFailure();
     int64_t index = 0;
     WalkResult result = module.walk([&](Operation *op) {

@@ -119,17 +119,13 @@ struct InsertPredictorsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (profile.empty()) {
-      module.emitError("sparsec-insert-predictors needs profile=<file.sprof>");
-      return signalPassFailure();
-    }
     if (!(targetRecall > 0.0 && targetRecall <= 1.0)) {
       module.emitError("target-recall must be in (0, 1], got ") << targetRecall;
       return signalPassFailure();
     }
     rt::Profile prof;
     std::string error;
-    if (failed(loadProfileFor(module, profile, prof)))
+    if (failed(loadProfileFor(module, getArgument(), profile, prof)))
       return signalPassFailure();
     SymbolTable symbols(module);
     std::unique_ptr<WeightStore> store;
@@ -156,7 +152,6 @@ struct InsertPredictorsPass
         continue;
       }
       auto inType = up.getInput().getType();
-      auto wType = up.getWeight().getType();
       int64_t d = inType.getShape().back();
       int64_t n = up.getType().getShape().back();
       if (ShapedType::isDynamic(d) || ShapedType::isDynamic(n) ||
@@ -194,7 +189,6 @@ struct InsertPredictorsPass
         remarkSkip("its bias is not one value per neuron");
         continue;
       }
-      (void)wType;
       PredictorOptions options;
       options.targetRecall = targetRecall;
       options.ranks.assign(ranks.begin(), ranks.end());

@@ -38,12 +38,16 @@ inline std::string siteName(mlir::Operation *op, int64_t index) {
   return "site" + std::to_string(index);
 }
 
-/// Reads the .sprof at `path` for `module`: errors (on the module) for an
-/// unreadable or corrupt file and for a profile recorded from another
-/// model (the model hash the importer stored differs).
+/// Reads the .sprof at `path` (the `profile` option of pass `pass`) for
+/// `module`: errors (on the module) for a missing option, an unreadable or
+/// corrupt file and a profile recorded from another model (the model hash
+/// the importer stored differs).
 inline mlir::LogicalResult loadProfileFor(mlir::ModuleOp module,
+                                          llvm::StringRef pass,
                                           llvm::StringRef path,
                                           rt::Profile &profile) {
+  if (path.empty())
+    return module.emitError() << pass << " needs profile=<file.sprof>";
   std::string error;
   if (!rt::readProfile(path.str(), profile, error))
     return module.emitError(error);
