@@ -59,6 +59,7 @@ void sparsec::buildSchedulePipeline(OpPassManager &pm,
                                     const SchedulePipelineOptions &options) {
   WeightLayoutPassOptions layout;
   layout.sparseWeights = options.sparseWeights;
+  layout.denseWeights = options.denseWeights;
   pm.addPass(createWeightLayoutPass(layout));
   pm.addPass(createFuseEpiloguePass());
   pm.addPass(createCSEPass());

@@ -133,10 +133,16 @@ cl::opt<double> minZeroFraction(
     "min-zero-fraction",
     cl::desc("Keep an FFN dense when its measured zero fraction is lower"),
     cl::init(0.5), cl::sub(compileCmd), cl::cat(category));
-cl::opt<std::string> target("target",
-                            cl::desc("Code generation target: x86"),
-                            cl::init("x86"), cl::sub(compileCmd),
-                            cl::cat(category));
+cl::opt<std::string> target(
+    "target",
+    cl::desc("Code generation target: x86 (C++ with AVX2/AVX-512 kernels) or "
+             "cuda (CUDA C++ for sm_90, built with nvcc)"),
+    cl::init("x86"), cl::sub(compileCmd), cl::cat(category));
+cl::opt<std::string> weightsType(
+    "weights",
+    cl::desc("CUDA target: storage of every linear, sparse and predictor "
+             "weight, f32 or f16 (fp32 accumulation)"),
+    cl::init("f32"), cl::sub(compileCmd), cl::cat(category));
 cl::opt<bool> listOps("list-ops",
                       cl::desc("Print the supported ONNX op types and exit"),
                       cl::sub(importCmd), cl::cat(category));
@@ -300,6 +306,48 @@ bool parseDimList(llvm::ArrayRef<std::string> list, llvm::StringRef flag,
   return true;
 }
 
+/// Builds a `--target cuda` model with nvcc (sm_90 SASS + PTX) against the
+/// host and CUDA runtime libraries.
+LogicalResult buildCuda(const std::string &source, const std::string &binary,
+                        PhaseTimer &timer) {
+#ifdef SPARSEC_RUNTIME_CUDA_LIBRARY
+  const char *env = std::getenv("SPARSEC_NVCC");
+  std::string nvcc = env ? env : SPARSEC_NVCC;
+  if (!llvm::sys::fs::can_execute(nvcc)) {
+    auto found = llvm::sys::findProgramByName("nvcc");
+    if (!found) {
+      error() << "nvcc not found (looked for '" << nvcc
+              << "' and on PATH; set SPARSEC_NVCC, or stop at "
+                 "--compile-to=emit and build model.cu elsewhere)\n";
+      return failure();
+    }
+    nvcc = *found;
+  }
+  llvm::SmallVector<llvm::StringRef> args{
+      nvcc, "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90",
+      "-gencode=arch=compute_90,code=compute_90", "-I",
+      SPARSEC_RUNTIME_INCLUDE_DIR, source, SPARSEC_RUNTIME_CUDA_LIBRARY,
+      SPARSEC_RUNTIME_LIBRARY, "-lcublas", "-lpthread", "-o", binary};
+  std::string err;
+  int rc = llvm::sys::ExecuteAndWait(nvcc, args, std::nullopt, {}, 0, 0, &err);
+  if (rc != 0) {
+    error() << "building " << binary << " with nvcc failed"
+            << (err.empty() ? "" : ": " + err) << " (exit " << rc << ")\n";
+    return failure();
+  }
+  timer.detail = binary;
+  return success();
+#else
+  (void)source;
+  (void)binary;
+  (void)timer;
+  error() << "this sparsec was built without the CUDA runtime (nvcc was not "
+             "found when it was configured): stop at --compile-to=emit and "
+             "build model.cu where CUDA is installed\n";
+  return failure();
+#endif
+}
+
 /// The emit and build phases: weight pack, manifest and C++ into `outDir`,
 /// then (unless `stopAfterEmit`) the binary `outDir/model`.
 LogicalResult emitAndBuild(ModuleOp module, const sparsec::WeightStore &store,
@@ -311,7 +359,8 @@ LogicalResult emitAndBuild(ModuleOp module, const sparsec::WeightStore &store,
     llvm::sys::path::append(p, name);
     return std::string(p);
   };
-  std::string cppPath = outPath("model.cpp");
+  const bool cuda = target == "cuda";
+  std::string cppPath = outPath(cuda ? "model.cu" : "model.cpp");
   {
     PhaseTimer timer("emit");
     uint64_t checksum = 0, bytes = 0;
@@ -320,6 +369,7 @@ LogicalResult emitAndBuild(ModuleOp module, const sparsec::WeightStore &store,
                                     bytes)))
       return failure();
     sparsec::CppEmitterOptions options;
+    options.target = cuda ? sparsec::EmitTarget::cuda : sparsec::EmitTarget::x86;
     options.weightsChecksum = checksum;
     for (const auto &e : maxDimMap)
       options.maxDims[e.getKey()] = e.getValue();
@@ -332,13 +382,17 @@ LogicalResult emitAndBuild(ModuleOp module, const sparsec::WeightStore &store,
     if (failed(sparsec::translateToCpp(module, out->os(), options)))
       return failure();
     out->keep();
-    timer.detail = "model.cpp, model.weights (" + std::to_string(bytes) +
+    timer.detail = std::string(cuda ? "model.cu" : "model.cpp") +
+                   ", model.weights (" + std::to_string(bytes) +
                    " bytes), model.manifest.json";
   }
   if (stopAfterEmit)
     return success();
 
   PhaseTimer timer("build");
+  std::string binary = outPath("model");
+  if (cuda)
+    return buildCuda(cppPath, binary, timer);
   const char *env = std::getenv("SPARSEC_CXX");
   auto cxx = llvm::sys::findProgramByName(env ? env : "c++");
   if (!cxx) {
@@ -346,7 +400,6 @@ LogicalResult emitAndBuild(ModuleOp module, const sparsec::WeightStore &store,
             << "'; set SPARSEC_CXX)\n";
     return failure();
   }
-  std::string binary = outPath("model");
   llvm::SmallVector<llvm::StringRef> args{
       *cxx, "-std=c++17", "-O2", "-I", SPARSEC_RUNTIME_INCLUDE_DIR,
       cppPath, SPARSEC_RUNTIME_LIBRARY, "-lpthread", "-o", binary};
@@ -369,9 +422,20 @@ int runCompile(MLIRContext &context) {
     error() << "compile needs a model: sparsec compile <model.onnx> -o <dir>\n";
     return 1;
   }
-  if (target != "x86") {
-    error() << "target '" << target
-            << "' is not available yet; supported targets: x86\n";
+  if (target != "x86" && target != "cuda") {
+    error() << "unknown target '" << target
+            << "' (supported targets: x86, cuda)\n";
+    return 1;
+  }
+  if (weightsType != "f32" && weightsType != "f16") {
+    error() << "unknown --weights '" << weightsType
+            << "' (expected f32 or f16)\n";
+    return 1;
+  }
+  if (weightsType == "f16" && target != "cuda") {
+    error() << "--weights=f16 needs --target cuda (the x86 dense kernels "
+               "read float32; --sparse-weights=f16 stores the sparse "
+               "kernels' weights as float16 on x86)\n";
     return 1;
   }
   if (outputFile.empty()) {
@@ -473,7 +537,9 @@ int runCompile(MLIRContext &context) {
     PhaseTimer timer("schedule");
     PassManager pm(&context);
     sparsec::SchedulePipelineOptions scheduleOptions;
-    scheduleOptions.sparseWeights = sparseWeights.getValue();
+    scheduleOptions.sparseWeights =
+        weightsType == "f16" ? std::string("f16") : sparseWeights.getValue();
+    scheduleOptions.denseWeights = weightsType.getValue();
     sparsec::buildSchedulePipeline(pm, scheduleOptions);
     if (failed(pm.run(*module)))
       return 1;

@@ -1,4 +1,4 @@
-//===- CppEmitter.cpp - sparsec IR to x86 C++ ----------------------------===//
+//===- CppEmitter.cpp - sparsec IR to x86 C++ and CUDA C++ ---------------===//
 //
 // Part of the sparsec project.
 //
@@ -6,6 +6,14 @@
 // in block order, each writing the memory slot the planner chose. Static
 // dimensions appear as literals; dynamic ones are read from the tensors at
 // run time, so one binary serves every batch and sequence length.
+//
+// For CUDA, each value is placed on the host or the device: weights and
+// every op reading a device value run on the device (sparsec/rt/cuda/
+// Ops.h); the rest (the integer shape and mask arithmetic of ONNX exports,
+// Shape of device tensors) runs on the host with the x86 ops, and a host
+// value a device op reads is uploaded once per step. Sparse FFNs pass index
+// sets (`cuda::IndexSet`) from the predictor or the non-zero scan to the
+// sparse kernels.
 //
 //===----------------------------------------------------------------------===//
 
@@ -159,9 +167,34 @@ private:
   }
 
   LogicalResult emitOp(Operation *op);
+  LogicalResult emitDeviceOp(Operation *op);
   LogicalResult emitConstant(ConstantOp op);
-  LogicalResult emitCall(Operation *op, StringRef call, bool declare = true);
+  LogicalResult emitCall(Operation *op, StringRef call, bool declare = true,
+                         StringRef ns = "ops::");
   void emitDescription(func::FuncOp func);
+  void placeValues(func::FuncOp func);
+
+  bool cuda() const { return options.target == EmitTarget::cuda; }
+  StringRef backend() const { return cuda() ? "CUDA" : "x86"; }
+  /// The device tensor for `v`: its own name when it lives on the device,
+  /// else an upload of the host value (emitted once per value).
+  std::string dv(Value v) {
+    if (onDevice.contains(v))
+      return name(v);
+    auto it = uploaded.find(v);
+    if (it != uploaded.end())
+      return it->second;
+    std::string u = "u" + std::to_string(counter++);
+    body << "  Tensor " << u << ";\n  if (!cuda::upload(ctx, " << name(v)
+         << ", " << uploadSites++ << ", " << u << ")) return false;\n";
+    uploaded[v] = u;
+    return u;
+  }
+  std::string dptr(Value v) { return v ? "&" + dv(v) : "nullptr"; }
+
+  DenseSet<Value> onDevice;
+  DenseMap<Value, std::string> uploaded, indexOf;
+  unsigned uploadSites = 0, indexSites = 0;
 
   ModuleOp module;
   raw_ostream &os;
@@ -181,7 +214,7 @@ LogicalResult Emitter::emitConstant(ConstantOp op) {
   auto dty = dtypeOf(type.getElementType());
   if (!attr || !cty || !dty)
     return op.emitError("a constant of type ")
-           << type << " is not supported by the x86 backend";
+           << type << " is not supported by the " << backend() << " backend";
   std::string data = "c" + std::to_string(counter++);
   consts << "alignas(64) const " << *cty << " " << data << "[] = {";
   int64_t n = 0;
@@ -214,12 +247,13 @@ LogicalResult Emitter::emitConstant(ConstantOp op) {
   return success();
 }
 
-/// Emits `Tensor vN; if (!ops::<call>, slot, vN)) return false;`.
-LogicalResult Emitter::emitCall(Operation *op, StringRef call, bool declare) {
+/// Emits `Tensor vN; if (!<ns><call>, slot, vN)) return false;`.
+LogicalResult Emitter::emitCall(Operation *op, StringRef call, bool declare,
+                                StringRef ns) {
   std::string v = declare ? define(op->getResult(0)) : name(op->getResult(0));
   if (declare)
     body << "  Tensor " << v << ";\n";
-  body << "  if (!ops::" << call << ", " << slot(op) << ", " << v
+  body << "  if (!" << ns << call << ", " << slot(op) << ", " << v
        << ")) return false;\n";
   return success();
 }
@@ -228,6 +262,16 @@ LogicalResult Emitter::emitOp(Operation *op) {
   // The ONNX node name, for readers of the generated code.
   if (auto loc = dyn_cast<NameLoc>(op->getLoc()))
     body << "  // " << loc.getName().getValue() << "\n";
+  // The reshape family is shared below (the copy runs where its input is).
+  bool deviceOp = cuda() && (isa<WeightOp>(op) ||
+                             llvm::any_of(op->getResults(), [&](Value r) {
+                               return onDevice.contains(r);
+                             }));
+  if (deviceOp && !isa<ReshapeOp, UnsqueezeOp, SqueezeOp, FlattenOp>(op))
+    return emitDeviceOp(op);
+  if (cuda() && isa<ProfileCountOp>(op))
+    return op->emitError("profiling builds target x86 (compile the profiling "
+                         "binary with --target x86)");
 
   auto unaryCall = [&](StringRef kind) {
     return emitCall(op, "unary(ctx, ops::Unary::" + kind.str() + ", " +
@@ -242,8 +286,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
                            SmallVector<std::string> dims) -> LogicalResult {
     std::string arr = exprArray(dims);
     return emitCall(result.getDefiningOp(),
-                    "reshapeTo(ctx, " + name(in) + ", " +
-                        std::to_string(dims.size()) + ", " + arr);
+                    "reshapeTo(ctx, " + (deviceOp ? dv(in) : name(in)) + ", " +
+                        std::to_string(dims.size()) + ", " + arr,
+                    /*declare=*/true, deviceOp ? "cuda::" : "ops::");
   };
 
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
@@ -256,7 +301,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
         if (!dty)
           return w.emitError("weight element type ")
                  << type.getElementType()
-                 << " is not supported by the x86 backend";
+                 << " is not supported by the " << backend() << " backend";
         std::string arr = intArray(type.getShape());
         body << "  const Tensor " << define(w.getResult()) << " = ctx.weight("
              << it->second << ", " << *dty << ", " << type.getRank() << ", "
@@ -303,7 +348,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
         if (!dty)
           return c.emitError("cast to ")
                  << c.getType().getElementType()
-                 << " is not supported by the x86 backend";
+                 << " is not supported by the " << backend() << " backend";
         return emitCall(op, "cast(ctx, " + name(c.getInput()) + ", " +
                                 dty->str());
       })
@@ -425,9 +470,15 @@ LogicalResult Emitter::emitOp(Operation *op) {
             dims.push_back(std::to_string(d));
           return reshapeToType(r.getInput(), r.getResult(), dims);
         }
-        return emitCall(op, "reshape(ctx, " + name(r.getInput()) + ", " +
-                                name(r.getShape()) + ", " +
-                                (r.getAllowzero() ? "true" : "false"));
+        if (deviceOp && onDevice.contains(r.getShape()))
+          return r.emitError("the CUDA backend needs reshape's target shape "
+                             "on the host");
+        return emitCall(op,
+                        "reshape(ctx, " +
+                            (deviceOp ? dv(r.getInput()) : name(r.getInput())) +
+                            ", " + name(r.getShape()) + ", " +
+                            (r.getAllowzero() ? "true" : "false"),
+                        /*declare=*/true, deviceOp ? "cuda::" : "ops::");
       })
       .Case([&](UnsqueezeOp u) -> LogicalResult {
         SmallVector<std::string> dims;
@@ -558,9 +609,237 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Default([&](Operation *other) {
-        return other->emitError("the x86 backend does not support '")
+        return other->emitError("the ") << backend() << " backend does not support '"
                << other->getName() << "' yet";
       });
+}
+
+/// Device ops of the CUDA target (see the file comment).
+LogicalResult Emitter::emitDeviceOp(Operation *op) {
+  auto call = [&](const std::string &c) {
+    return emitCall(op, c, /*declare=*/true, "cuda::");
+  };
+  auto unaryCall = [&](StringRef kind) {
+    return call("unary(ctx, ops::Unary::" + kind.str() + ", " +
+                dv(op->getOperand(0)));
+  };
+  auto binaryCall = [&](StringRef kind) {
+    return call("binary(ctx, ops::Binary::" + kind.str() + ", " +
+                dv(op->getOperand(0)) + ", " + dv(op->getOperand(1)));
+  };
+  auto hostOperand = [&](Value v, StringRef what) -> FailureOr<std::string> {
+    if (onDevice.contains(v))
+      return op->emitError("the CUDA backend needs ")
+             << what << " on the host, but it is computed on the device";
+    return name(v);
+  };
+  auto newIndex = [&]() {
+    std::string ix = "ix" + std::to_string(counter++);
+    body << "  cuda::IndexSet " << ix << ";\n";
+    return ix;
+  };
+
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](WeightOp w) -> LogicalResult {
+        auto it = segmentOf.find(w.getName());
+        if (it == segmentOf.end())
+          return w.emitError("unknown weight");
+        auto type = cast<RankedTensorType>(w.getType());
+        auto dty = dtypeOf(type.getElementType());
+        if (!dty)
+          return w.emitError("weight element type ")
+                 << type.getElementType()
+                 << " is not supported by the CUDA backend";
+        std::string arr = intArray(type.getShape());
+        body << "  const Tensor " << define(w.getResult())
+             << " = cuda::weight(ctx, " << it->second << ", " << *dty << ", "
+             << type.getRank() << ", " << arr << ");\n";
+        return success();
+      })
+      .Case([&](ReluOp) { return unaryCall("relu"); })
+      .Case([&](GeluOp g) {
+        return unaryCall(g.getTanhApprox() ? "gelu_tanh" : "gelu");
+      })
+      .Case([&](SiluOp) { return unaryCall("silu"); })
+      .Case([&](SigmoidOp) { return unaryCall("sigmoid"); })
+      .Case([&](TanhOp) { return unaryCall("tanh"); })
+      .Case([&](ExpOp) { return unaryCall("exp"); })
+      .Case([&](LogOp) { return unaryCall("log"); })
+      .Case([&](ErfOp) { return unaryCall("erf"); })
+      .Case([&](SqrtOp) { return unaryCall("sqrt"); })
+      .Case([&](ReciprocalOp) { return unaryCall("reciprocal"); })
+      .Case([&](AbsOp) { return unaryCall("abs"); })
+      .Case([&](NegOp) { return unaryCall("neg"); })
+      .Case([&](AddOp) { return binaryCall("add"); })
+      .Case([&](SubOp) { return binaryCall("sub"); })
+      .Case([&](MulOp) { return binaryCall("mul"); })
+      .Case([&](DivOp) { return binaryCall("div"); })
+      .Case([&](PowOp) { return binaryCall("pow"); })
+      .Case([&](MaxOp) { return binaryCall("max"); })
+      .Case([&](MinOp) { return binaryCall("min"); })
+      .Case([&](WhereOp w) {
+        return call("where(ctx, " + dv(w.getCondition()) + ", " + dv(w.getX()) +
+                    ", " + dv(w.getY()));
+      })
+      .Case([&](LinearOp l) -> LogicalResult {
+        if (l.getTransposeWeight())
+          return l.emitError("linear with transpose_weight reached the "
+                             "emitter; run sparsec-weight-layout first");
+        return call("linear(ctx, " + dv(l.getInput()) + ", " +
+                    dv(l.getWeight()) + ", " + dptr(l.getBias()) + ", " +
+                    activationArg(l.getActivation()));
+      })
+      .Case([&](MatMulOp m) {
+        return call("matmul(ctx, " + dv(m.getLhs()) + ", " + dv(m.getRhs()));
+      })
+      .Case([&](LayerNormOp l) {
+        return call("layerNorm(ctx, " + dv(l.getInput()) + ", " +
+                    dv(l.getScale()) + ", " + dptr(l.getBias()) + ", " +
+                    std::to_string(static_cast<int64_t>(l.getAxis())) + ", " +
+                    floatLiteral(l.getEpsilon().convertToFloat(), true));
+      })
+      .Case([&](RmsNormOp l) {
+        return call("rmsNorm(ctx, " + dv(l.getInput()) + ", " +
+                    dv(l.getScale()) + ", " +
+                    floatLiteral(l.getEpsilon().convertToFloat(), true));
+      })
+      .Case([&](SoftmaxOp s) {
+        return call("softmax(ctx, " + dv(s.getInput()) + ", " +
+                    std::to_string(static_cast<int64_t>(s.getAxis())));
+      })
+      .Case([&](AttentionOp a) -> LogicalResult {
+        std::string q = dv(a.getQuery()), k = dv(a.getKey()),
+                    v = dv(a.getValue());
+        std::string mask = dptr(a.getMask()), past = dptr(a.getPastKey()),
+                    pastV = dptr(a.getPastValue());
+        std::string out = define(a.getResult());
+        body << "  Tensor " << out << ";\n";
+        std::string pk = "nullptr", pv = "nullptr";
+        if (a.getPresentKey()) {
+          pk = define(a.getPresentKey());
+          pv = define(a.getPresentValue());
+          body << "  Tensor " << pk << ", " << pv << ";\n";
+          pk = "&" + pk;
+          pv = "&" + pv;
+        }
+        body << "  if (!cuda::attention(ctx, " << q << ", " << k << ", " << v
+             << ", " << mask << ", " << past << ", " << pastV << ", "
+             << floatLiteral(a.getScale().convertToFloat(), true) << ", "
+             << (a.getCausal() ? "true" : "false") << ", " << slot(op, 0)
+             << ", " << out << ", " << slot(op, 1) << ", " << pk << ", "
+             << slot(op, 2) << ", " << pv << ")) return false;\n";
+        return success();
+      })
+      .Case([&](EmbeddingOp e) -> LogicalResult {
+        auto ids = hostOperand(e.getIds(), "embedding ids");
+        if (failed(ids))
+          return failure();
+        return call("embedding(ctx, " + dv(e.getTable()) + ", " + *ids + ", " +
+                    std::to_string(uploadSites++));
+      })
+      .Case([&](TransposeOp t) {
+        std::string perm = intArray(t.getPermutation());
+        return call("transpose(ctx, " + dv(t.getInput()) + ", " + perm);
+      })
+      .Case([&](ConcatOp c) {
+        SmallVector<std::string> inputs;
+        for (Value v : c.getInputs())
+          inputs.push_back(dv(v));
+        std::string arr = "p" + std::to_string(counter++);
+        body << "  const Tensor *" << arr << "[] = {";
+        for (auto [i, v] : llvm::enumerate(inputs))
+          body << (i ? ", " : "") << "&" << v;
+        body << "};\n";
+        return call("concat(ctx, " + std::to_string(c.getInputs().size()) +
+                    ", " + arr + ", " +
+                    std::to_string(static_cast<int64_t>(c.getAxis())));
+      })
+      .Case([&](SliceOp s) -> LogicalResult {
+        SmallVector<std::string> params;
+        for (auto [v, what] :
+             llvm::zip(ValueRange{s.getStarts(), s.getEnds(), s.getAxes(),
+                                  s.getSteps()},
+                       ArrayRef<StringRef>{"slice starts", "slice ends",
+                                           "slice axes", "slice steps"})) {
+          auto p = hostOperand(v, what);
+          if (failed(p))
+            return failure();
+          params.push_back(*p);
+        }
+        return call("slice(ctx, " + dv(s.getData()) + ", " + params[0] + ", " +
+                    params[1] + ", " + params[2] + ", " + params[3]);
+      })
+      .Case([&](PredictOp p) -> LogicalResult {
+        // Operands first: an upload is a statement of its own.
+        std::string x = dv(p.getInput()), w1 = dv(p.getW1()),
+                    w2 = dv(p.getW2()), bias = dptr(p.getBias());
+        std::string ix = newIndex();
+        std::string v = define(p.getResult());
+        body << "  Tensor " << v << ";\n";
+        body << "  if (!cuda::predict(ctx, " << x << ", " << w1 << ", " << w2
+             << ", " << bias << ", "
+             << llvm::formatv("{0:e}f", p.getThreshold().convertToFloat()).str()
+             << ", " << indexSites++ << ", " << slot(op) << ", " << v << ", "
+             << ix << ")) return false;\n";
+        indexOf[p.getResult()] = ix;
+        return success();
+      })
+      .Case([&](SparseLinearOp s) -> LogicalResult {
+        if (s.getSparseDim() == SparseDim::output) {
+          if (!s.getTransposeWeight() || !s.getActive())
+            return s.emitError("the output side of sparse_linear needs a "
+                               "neuron-major weight and an active mask (run "
+                               "sparsec-weight-layout first)");
+          auto it = indexOf.find(s.getActive());
+          std::string ix = it != indexOf.end() ? it->second
+                                               : std::string("cuda::IndexSet{}");
+          std::string x = dv(s.getInput()), w = dv(s.getWeight()),
+                      bias = dptr(s.getBias()), active = dv(s.getActive());
+          std::string outIx = newIndex();
+          std::string v = define(s.getResult());
+          body << "  Tensor " << v << ";\n";
+          body << "  if (!cuda::sparseLinearOutput(ctx, " << x << ", " << w
+               << ", " << bias << ", " << active << ", " << ix << ", "
+               << activationArg(s.getActivation()) << ", " << slot(op) << ", "
+               << v << ", " << outIx << ")) return false;\n";
+          indexOf[s.getResult()] = outIx;
+          return success();
+        }
+        if (s.getActive() || s.getTransposeWeight())
+          return s.emitError("the input side of sparse_linear takes its "
+                             "active neurons from the input's zeros and a "
+                             "[K, N] weight (run sparsec-weight-layout)");
+        std::string x = dv(s.getInput());
+        std::string ix;
+        auto it = indexOf.find(s.getInput());
+        if (it != indexOf.end()) {
+          ix = it->second;
+        } else {
+          ix = newIndex();
+          body << "  if (!cuda::nonzeroIndex(ctx, " << x << ", "
+               << indexSites++ << ", " << ix << ")) return false;\n";
+        }
+        return call("sparseLinearInput(ctx, " + x + ", " + dv(s.getWeight()) +
+                    ", " + dptr(s.getBias()) + ", " + ix);
+      })
+      .Default([&](Operation *other) {
+        return other->emitError("the CUDA backend does not support '")
+               << other->getName() << "' on device values yet";
+      });
+}
+
+void Emitter::placeValues(func::FuncOp func) {
+  // A value lives on the device iff it is a weight or computed from a
+  // device value (Shape only reads dims, which the host always has).
+  for (Operation &op : func.getBody().front()) {
+    if (isa<func::ReturnOp, ShapeOp>(op))
+      continue;
+    if (isa<WeightOp>(op) || llvm::any_of(op.getOperands(), [&](Value v) {
+          return onDevice.contains(v);
+        }))
+      for (Value r : op.getResults())
+        onDevice.insert(r);
+  }
 }
 
 void Emitter::emitDescription(func::FuncOp func) {
@@ -654,17 +933,24 @@ LogicalResult Emitter::emit() {
   for (GlobalOp g : module.getOps<GlobalOp>())
     segmentOf[g.getSymName()] = segmentOf.size();
 
+  if (cuda())
+    placeValues(func);
   for (auto [i, arg] : llvm::enumerate(func.getArguments())) {
     if (!dtypeOf(cast<RankedTensorType>(arg.getType()).getElementType()))
       return func.emitError("input element type ")
              << cast<RankedTensorType>(arg.getType()).getElementType()
-             << " is not supported by the x86 backend";
+             << " is not supported by the " << backend() << " backend";
     names[arg] = "in[" + std::to_string(i) + "]";
   }
   for (Operation &op : func.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      for (auto [i, v] : llvm::enumerate(ret.getOperands()))
-        body << "  out[" << i << "] = " << name(v) << ";\n";
+      for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+        if (onDevice.contains(v))
+          body << "  if (!cuda::download(ctx, " << name(v) << ", " << i
+               << ", out[" << i << "])) return false;\n";
+        else
+          body << "  out[" << i << "] = " << name(v) << ";\n";
+      }
       continue;
     }
     if (!op.getResults().empty() && !isa<WeightOp, ConstantOp>(op) &&
@@ -679,15 +965,25 @@ LogicalResult Emitter::emit() {
      << (source ? source.getValue() : StringRef("<unknown>"))
      << ". Do not edit.\n"
      << "// One runtime op call per sparsec op, in execution order; tensors\n"
-     << "// live in the memory slots chosen by sparsec-plan-memory.\n"
-     << "#include \"sparsec/rt/Ops.h\"\n"
-     << "#include \"sparsec/rt/Runtime.h\"\n\n"
-     << "#include <cstdint>\n\n"
+     << "// live in the memory slots chosen by sparsec-plan-memory.\n";
+  if (cuda())
+    os << "// CUDA: ops on weights and device values run on the device\n"
+       << "// (cuda::), shape arithmetic on the host (ops::); `step` runs\n"
+       << "// through cuda::runStep (uploads, CUDA graphs, downloads).\n";
+  os << "#include \"sparsec/rt/Ops.h\"\n"
+     << "#include \"sparsec/rt/Runtime.h\"\n";
+  if (cuda())
+    os << "#include \"sparsec/rt/cuda/Ops.h\"\n";
+  os << "\n#include <cstdint>\n\n"
      << "using namespace sparsec::rt;\n\n"
      << "namespace {\n\n"
      << consts.str() << "\n"
-     << "bool run(Context &ctx, const Tensor *in, Tensor *out) {\n"
+     << "bool " << (cuda() ? "step" : "run")
+     << "(Context &ctx, const Tensor *in, Tensor *out) {\n"
      << body.str() << "  return true;\n}\n\n";
+  if (cuda())
+    os << "bool run(Context &ctx, const Tensor *in, Tensor *out) {\n"
+       << "  return cuda::runStep(ctx, in, out, step);\n}\n\n";
   emitDescription(func);
   os << "\n} // namespace\n\n"
      << "int main(int argc, char **argv) { return modelMain(argc, argv, kModel); }\n";
@@ -705,17 +1001,26 @@ void sparsec::registerToCppTranslation() {
   static llvm::cl::opt<std::string> weightsFile(
       "sparsec-weights-file", llvm::cl::desc("Weight pack file name"),
       llvm::cl::init("model.weights"));
-  TranslateFromMLIRRegistration reg(
-      "sparsec-to-cpp", "Emit x86 C++ for a scheduled sparsec module",
-      [](Operation *op, raw_ostream &os) -> LogicalResult {
-        auto module = dyn_cast<ModuleOp>(op);
-        if (!module)
-          return op->emitError("expected a module");
-        CppEmitterOptions options;
-        options.weightsFile = weightsFile;
-        return translateToCpp(module, os, options);
-      },
-      [](DialectRegistry &registry) {
-        registry.insert<SparsecDialect, func::FuncDialect>();
-      });
+  auto registerTarget = [](StringRef name, StringRef description,
+                           EmitTarget target) {
+    TranslateFromMLIRRegistration reg(
+        name, description,
+        [target](Operation *op, raw_ostream &os) -> LogicalResult {
+          auto module = dyn_cast<ModuleOp>(op);
+          if (!module)
+            return op->emitError("expected a module");
+          CppEmitterOptions options;
+          options.target = target;
+          options.weightsFile = weightsFile;
+          return translateToCpp(module, os, options);
+        },
+        [](DialectRegistry &registry) {
+          registry.insert<SparsecDialect, func::FuncDialect>();
+        });
+  };
+  registerTarget("sparsec-to-cpp", "Emit x86 C++ for a scheduled sparsec module",
+                 EmitTarget::x86);
+  registerTarget("sparsec-to-cuda",
+                 "Emit CUDA C++ for a scheduled sparsec module",
+                 EmitTarget::cuda);
 }

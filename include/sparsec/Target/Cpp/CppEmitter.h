@@ -1,4 +1,4 @@
-//===- CppEmitter.h - sparsec IR to x86 C++ ---------------------*- C++ -*-===//
+//===- CppEmitter.h - sparsec IR to x86 C++ and CUDA C++ --------*- C++ -*-===//
 //
 // Part of the sparsec project.
 //
@@ -16,7 +16,18 @@
 
 namespace sparsec {
 
+/// What the emitted translation unit runs on.
+enum class EmitTarget {
+  /// C++ calling the x86 op library (sparsec/rt/Ops.h).
+  x86,
+  /// CUDA C++ (.cu): values computed from weights live on the device and
+  /// use the CUDA op library (sparsec/rt/cuda/Ops.h); integer shape and
+  /// mask arithmetic stays on the host; steps run through CUDA graphs.
+  cuda,
+};
+
 struct CppEmitterOptions {
+  EmitTarget target = EmitTarget::x86;
   /// Name of the weight pack file the binary loads from its directory.
   std::string weightsFile = "model.weights";
   /// Checksum of that pack (0: unknown, the runtime then only checks that
@@ -35,7 +46,8 @@ mlir::LogicalResult translateToCpp(mlir::ModuleOp module,
                                    llvm::raw_ostream &os,
                                    const CppEmitterOptions &options);
 
-/// Registers `--sparsec-to-cpp` with mlir-translate style tools.
+/// Registers `--sparsec-to-cpp` and `--sparsec-to-cuda` with
+/// mlir-translate style tools.
 void registerToCppTranslation();
 
 } // namespace sparsec

@@ -60,6 +60,11 @@ struct WeightLayoutPass
           << sparseWeights << "'";
       return signalPassFailure();
     }
+    if (denseWeights != "f32" && denseWeights != "f16") {
+      module.emitError("dense-weights must be f32 or f16, got '")
+          << denseWeights << "'";
+      return signalPassFailure();
+    }
     SymbolTable symbols(module);
     // linear and sparse_linear share the operand order (input, weight, ...)
     // and the transpose_weight flag.
@@ -92,26 +97,28 @@ struct WeightLayoutPass
       else
         op->removeAttr("transpose_weight");
     }
-    if (sparseWeights == "f16") {
-      auto toF16 = [&](OpOperand &operand) {
-        auto type = cast<RankedTensorType>(operand.get().getType());
-        if (!type.getElementType().isF32())
-          return;
-        OpBuilder b(operand.getOwner());
-        if (Value half = derive(b, operand.get(), "f16",
-                                type.clone(Float16Type::get(&getContext())),
-                                symbols))
-          operand.set(half);
-      };
-      module.walk([&](Operation *op) {
+    auto toF16 = [&](OpOperand &operand) {
+      auto type = cast<RankedTensorType>(operand.get().getType());
+      if (!type.getElementType().isF32())
+        return;
+      OpBuilder b(operand.getOwner());
+      if (Value half = derive(b, operand.get(), "f16",
+                              type.clone(Float16Type::get(&getContext())),
+                              symbols))
+        operand.set(half);
+    };
+    module.walk([&](Operation *op) {
+      if (sparseWeights == "f16") {
         if (auto s = dyn_cast<SparseLinearOp>(op))
           toF16(s->getOpOperand(1));
         else if (auto p = dyn_cast<PredictOp>(op)) {
           toF16(p->getOpOperand(1));
           toF16(p->getOpOperand(2));
         }
-      });
-    }
+      }
+      if (denseWeights == "f16" && isa<LinearOp>(op))
+        toF16(op->getOpOperand(1));
+    });
     // Weights and globals nothing uses any more.
     module.walk([&](WeightOp op) {
       if (op->use_empty())

@@ -227,6 +227,12 @@ struct Context {
   int64_t sparseActive = 0, sparseTotal = 0;
   int64_t profileSampleEvery = 1;
   int64_t profileMaxSamples = 0;
+  /// The state of a device backend (the CUDA runtime's streams, device
+  /// memory and graphs), created by its first step; null for x86 models.
+  struct Backend {
+    virtual ~Backend() = default;
+  };
+  std::unique_ptr<Backend> backend;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
   /// slot if needed). Returns false (and records an error) on failure.

@@ -1,6 +1,15 @@
 // RUN: sparsec-opt %s --sparsec-weight-layout=sparse-weights=f16 | FileCheck %s
 // RUN: not sparsec-opt %s --sparsec-weight-layout=sparse-weights=bf16 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: error: sparse-weights must be f32 or f16, got 'bf16'
+// RUN: sparsec-opt %s "--sparsec-weight-layout=dense-weights=f16" | FileCheck %s --check-prefix=DENSE
+// RUN: not sparsec-opt %s --sparsec-weight-layout=dense-weights=int4 2>&1 | FileCheck %s --check-prefix=BADDENSE
+// BADDENSE: error: dense-weights must be f32 or f16, got 'int4'
+// dense-weights=f16 (CUDA): the dense linear's weight only.
+// DENSE-DAG: sparsec.global @dense.f16 : tensor<8x8xf16> {source = "dense", transforms = ["f16"]}
+// DENSE-DAG: sparsec.global @p1 : tensor<8x2xf32>
+// DENSE-DAG: sparsec.global @down : tensor<16x8xf32>
+// DENSE-LABEL: func.func @ffn
+// DENSE: sparsec.linear %{{.*}}, %{{.*}} : tensor<1x8xf32>, tensor<8x8xf16> -> tensor<1x8xf32>
 
 // fp16-stored weights: sparse_linear and predict weights get the "f16"
 // transform (after the layout transform); dense linears, biases and the

@@ -351,10 +351,15 @@ def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
     `transpose_weight`. With `sparse-weights=f16`, the weights of
     `sparse_linear` and `predict` ops are stored as float16 (transform
     `"f16"`; the kernels convert with F16C), halving their memory traffic.
+    With `dense-weights=f16`, the weights of `linear` ops are float16 too
+    (the CUDA target's GEMV and cuBLAS kernels read them with fp32
+    accumulation; the x86 linear kernel reads float32 only).
   }];
   let options = [
     Option<"sparseWeights", "sparse-weights", "std::string", "\"f32\"",
            "Storage of sparse-kernel weights: f32 or f16">,
+    Option<"denseWeights", "dense-weights", "std::string", "\"f32\"",
+           "Storage of linear weights: f32 or f16 (CUDA target)">,
   ];
 }
 

@@ -1,0 +1,139 @@
+//===- Ops.h - the CUDA op library generated code calls ---------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+// The device half of a `--target cuda` model. The emitter places every
+// value either on the host or on the device: weights and everything
+// computed from them or from other device values live on the device; the
+// integer shape and mask arithmetic that ONNX exports carry stays on the
+// host (the x86 ops in sparsec/rt/Ops.h), and a host value a device op
+// reads is uploaded once per step through a pinned staging buffer
+// (`upload`). Device ops mirror the host ops' contracts (same shapes,
+// broadcasting and errors) and allocate their results in device slots
+// numbered like the host slots. Activations are float32 on the device;
+// linear, sparse and predictor weights may be float16 (fp32 accumulation).
+//
+// A step (`runStep`) never synchronises the host with the device until its
+// outputs are downloaded at the end. The first step with a new input
+// signature (dtypes and shapes) runs eagerly; the second is captured into a
+// CUDA graph; later ones replay it: host ops and uploads still run (they
+// write the same pinned buffers), device ops only recompute their output
+// views, and the graph is launched once. If a replayed step would allocate
+// differently from the captured one, it is rerun eagerly.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_RT_CUDA_OPS_H
+#define SPARSEC_RT_CUDA_OPS_H
+
+#include "sparsec/rt/Ops.h"
+#include "sparsec/rt/Runtime.h"
+
+namespace sparsec::rt::cuda {
+
+/// The generated body of one step: inputs are host tensors, outputs must be
+/// downloaded (`download`) or host values.
+using StepFn = bool (*)(Context &ctx, const Tensor *inputs, Tensor *outputs);
+
+/// Runs one step of `body` on the device of `ctx` (creating the device
+/// state and uploading the weights on first use), with CUDA graphs as
+/// described above (disabled by SPARSEC_CUDA_GRAPHS=0).
+bool runStep(Context &ctx, const Tensor *inputs, Tensor *outputs, StepFn body);
+
+/// Weight segment `index` on the device (uploaded once per context).
+Tensor weight(Context &ctx, uint32_t index, DType dtype, int rank,
+              const int64_t *shape);
+
+/// Copies host tensor `x` to the device buffer of upload site `site`.
+bool upload(Context &ctx, const Tensor &x, int site, Tensor &out);
+/// Copies device tensor `x` into the pinned host buffer of output `index`
+/// (valid once the step has finished).
+bool download(Context &ctx, const Tensor &x, int index, Tensor &out);
+
+/// A set of neuron indices on the device (the union over the step's tokens)
+/// produced by `predict` or `nonzeroIndex` and read by the sparse kernels.
+struct IndexSet {
+  int site = -1;  // the emitter's index site (device buffers)
+  int neurons = 0;
+  int tokens = 0; // rows the set was built for
+};
+
+//===----------------------------------------------------------------------===//
+// Dense ops (float32 activations)
+//===----------------------------------------------------------------------===//
+
+bool unary(Context &ctx, ops::Unary op, const Tensor &x, int outSlot,
+           Tensor &out);
+bool binary(Context &ctx, ops::Binary op, const Tensor &a, const Tensor &b,
+            int outSlot, Tensor &out);
+bool where(Context &ctx, const Tensor &cond, const Tensor &x, const Tensor &y,
+           int outSlot, Tensor &out);
+/// w [K, N] float32 or float16; decode-sized inputs (at most 8 rows) use a
+/// fused GEMV, larger ones cuBLAS with a bias/activation epilogue.
+bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
+            ops::Activation act, int outSlot, Tensor &out);
+bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
+            Tensor &out);
+bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
+               const Tensor *bias, int64_t axis, float epsilon, int outSlot,
+               Tensor &out);
+bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
+             int outSlot, Tensor &out);
+bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
+             Tensor &out);
+/// One fused kernel: scores, mask, causal limit, softmax and P.V per query
+/// row; present = concat(past, new) written first.
+bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
+               const Tensor *mask, const Tensor *pastK, const Tensor *pastV,
+               float scale, bool causal, int outSlot, Tensor &out,
+               int presentKSlot, Tensor *presentK, int presentVSlot,
+               Tensor *presentV);
+/// `ids` is a host tensor (checked on the host, then uploaded at `site`).
+bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
+               int outSlot, Tensor &out);
+
+bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,
+               int outSlot, Tensor &out);
+/// `shape` is a host int64 tensor.
+bool reshape(Context &ctx, const Tensor &x, const Tensor &shape, bool allowzero,
+             int outSlot, Tensor &out);
+bool transpose(Context &ctx, const Tensor &x, const int64_t *perm, int outSlot,
+               Tensor &out);
+bool concat(Context &ctx, int n, const Tensor *const *inputs, int64_t axis,
+            int outSlot, Tensor &out);
+/// starts/ends/axes/steps are host tensors.
+bool slice(Context &ctx, const Tensor &data, const Tensor &starts,
+           const Tensor &ends, const Tensor &axes, const Tensor &steps,
+           int outSlot, Tensor &out);
+
+//===----------------------------------------------------------------------===//
+// Activation sparsity (decode: at most 8 tokens use the neuron-granular
+// kernels of SparseDecode.h; more tokens take the dense path)
+//===----------------------------------------------------------------------===//
+
+/// Predicted mask (b1 [..., N]) and, for decode-sized inputs, the union
+/// index set of the predicted neurons.
+bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
+             const Tensor *bias, float threshold, int indexSite, int outSlot,
+             Tensor &out, IndexSet &index);
+/// Output-side sparse linear: computes the neurons of `index` (every
+/// token computes the union of the tokens' predicted neurons: a superset of
+/// its own, so never less accurate); larger inputs compute densely and
+/// apply the per-token mask `active`. Fills `outIndex` with the computed
+/// neurons for the down projection.
+bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
+                        const Tensor *bias, const Tensor &active,
+                        const IndexSet &index, ops::Activation act,
+                        int outSlot, Tensor &out, IndexSet &outIndex);
+/// Builds the index set of x's non-zero neurons (last dim, any token).
+bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,
+                  IndexSet &index);
+/// Input-side sparse linear over the rows of `index` (which must cover
+/// x's non-zero neurons).
+bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
+                       const Tensor *bias, const IndexSet &index, int outSlot,
+                       Tensor &out);
+
+} // namespace sparsec::rt::cuda
+
+#endif // SPARSEC_RT_CUDA_OPS_H

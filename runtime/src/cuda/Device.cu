@@ -1,0 +1,371 @@
+//===- Device.cu - device state, staging and CUDA graphs of a model -------===//
+//
+// Part of the sparsec project.
+//
+// See sparsec/rt/cuda/Ops.h for the execution model.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Device.h"
+#include "sparsec/rt/cuda/Ops.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace sparsec::rt::cuda {
+
+bool check(Context &ctx, cudaError_t e, const char *what) {
+  if (e == cudaSuccess)
+    return true;
+  cudaGetLastError(); // clear a sticky launch error
+  return ctx.fail(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+
+bool checkBlas(Context &ctx, cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return true;
+  return ctx.fail(std::string("cuBLAS: ") + what + ": status " +
+                  std::to_string(int(s)));
+}
+
+Device::~Device() {
+  if (stream)
+    cudaStreamSynchronize(stream);
+  dropGraphs();
+  for (void *w : weights)
+    cudaFree(w);
+  auto freeDev = [](DeviceBuffer &b) {
+    if (b.ptr)
+      cudaFree(b.ptr);
+  };
+  for (auto &b : slots)
+    freeDev(b);
+  for (auto &b : uploads)
+    freeDev(b);
+  for (auto &s : indexSets) {
+    freeDev(s.flags);
+    freeDev(s.idx);
+    freeDev(s.count);
+    freeDev(s.temp);
+    freeDev(s.scratch);
+  }
+  freeDev(gemvPartials);
+  freeDev(halfInput);
+  freeDev(blasWorkspace);
+  for (auto &b : staging)
+    if (b.ptr)
+      cudaFreeHost(b.ptr);
+  for (auto &b : outputs)
+    if (b.ptr)
+      cudaFreeHost(b.ptr);
+  if (blas)
+    cublasDestroy(blas);
+  if (stream)
+    cudaStreamDestroy(stream);
+}
+
+void Device::dropGraphs() {
+  for (auto &[key, g] : graphs) {
+    if (g.exec)
+      cudaGraphExecDestroy(g.exec);
+    g.exec = nullptr;
+    g.allocs.clear();
+  }
+}
+
+namespace {
+/// Records (capture) or compares (replay) one allocation size.
+bool trackAlloc(Device &d, size_t bytes) {
+  if (!d.current)
+    return true;
+  if (d.mode == Mode::capture) {
+    d.current->allocs.push_back(bytes);
+  } else if (d.mode == Mode::replay) {
+    if (d.allocCursor >= d.current->allocs.size() ||
+        d.current->allocs[d.allocCursor] != bytes)
+      d.mismatch = true;
+    ++d.allocCursor;
+  }
+  return true;
+}
+} // namespace
+
+bool Device::ensure(Context &ctx, DeviceBuffer &buf, size_t bytes,
+                    const char *what) {
+  trackAlloc(*this, bytes);
+  if (bytes <= buf.bytes)
+    return true;
+  if (mode != Mode::eager) {
+    // Growing would free memory a graph uses (or allocate inside a
+    // capture): finish this step eagerly instead.
+    mismatch = true;
+    return true;
+  }
+  dropGraphs();
+  if (buf.ptr && !check(ctx, cudaFree(buf.ptr), "cudaFree"))
+    return false;
+  buf.ptr = nullptr;
+  buf.bytes = 0;
+  // Round up so that slowly growing sequences do not reallocate per step.
+  size_t want = bytes < 4096 ? 4096 : bytes + bytes / 4;
+  if (cudaMalloc(&buf.ptr, want) != cudaSuccess) {
+    cudaGetLastError();
+    buf.ptr = nullptr;
+    return ctx.fail("CUDA: out of device memory: cannot allocate " +
+                    std::to_string(bytes) + " bytes for " + what);
+  }
+  buf.bytes = want;
+  return true;
+}
+
+bool Device::ensurePinned(Context &ctx, PinnedBuffer &buf, size_t bytes,
+                          const char *what) {
+  trackAlloc(*this, bytes);
+  if (bytes <= buf.bytes)
+    return true;
+  if (mode != Mode::eager) {
+    mismatch = true;
+    return true;
+  }
+  dropGraphs();
+  if (buf.ptr)
+    cudaFreeHost(buf.ptr);
+  buf.ptr = nullptr;
+  buf.bytes = 0;
+  size_t want = bytes < 4096 ? 4096 : bytes + bytes / 4;
+  if (cudaMallocHost(&buf.ptr, want) != cudaSuccess) {
+    cudaGetLastError();
+    buf.ptr = nullptr;
+    return ctx.fail("CUDA: cannot allocate " + std::to_string(bytes) +
+                    " bytes of pinned host memory for " + what);
+  }
+  buf.bytes = want;
+  return true;
+}
+
+Device *device(Context &ctx) {
+  if (ctx.backend)
+    return static_cast<Device *>(ctx.backend.get());
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    ctx.fail(std::string("no usable CUDA device (") +
+             (e != cudaSuccess ? cudaGetErrorString(e) : "none found") +
+             "): this model was compiled with --target cuda");
+    return nullptr;
+  }
+  auto d = std::make_unique<Device>();
+  if (!check(ctx, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
+             "cudaStreamCreate") ||
+      !checkBlas(ctx, cublasCreate(&d->blas), "cublasCreate") ||
+      !checkBlas(ctx, cublasSetStream(d->blas, d->stream), "cublasSetStream"))
+    return nullptr;
+  // A fixed cuBLAS workspace keeps GEMMs capturable into graphs.
+  const size_t workspace = size_t(32) << 20;
+  if (!check(ctx, cudaMalloc(&d->blasWorkspace.ptr, workspace),
+             "cudaMalloc (cuBLAS workspace)") ||
+      !checkBlas(ctx, cublasSetWorkspace(d->blas, d->blasWorkspace.ptr, workspace),
+                 "cublasSetWorkspace"))
+    return nullptr;
+  d->blasWorkspace.bytes = workspace;
+  // Exact fp32 GEMMs (no TF32): the fp32 mode is the accuracy reference.
+  cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH);
+  if (const char *g = std::getenv("SPARSEC_CUDA_GRAPHS"))
+    d->graphsEnabled = std::strcmp(g, "0") != 0;
+  d->slots.resize(size_t(ctx.desc.numSlots > 0 ? ctx.desc.numSlots : 0));
+  if (ctx.weights) {
+    d->weights.assign(ctx.weights->count(), nullptr);
+    for (uint32_t i = 0; i < ctx.weights->count(); ++i) {
+      size_t bytes = ctx.weights->segmentBytes(i);
+      if (bytes == 0)
+        continue;
+      if (cudaMalloc(&d->weights[i], bytes) != cudaSuccess) {
+        cudaGetLastError();
+        d->weights[i] = nullptr;
+        ctx.fail("CUDA: out of device memory: cannot hold weight segment " +
+                 std::to_string(i) + " (" + std::to_string(bytes) + " bytes)");
+        return nullptr;
+      }
+      if (!check(ctx,
+                 cudaMemcpy(d->weights[i], ctx.weights->segment(i), bytes,
+                            cudaMemcpyHostToDevice),
+                 "uploading weights"))
+        return nullptr;
+    }
+  }
+  ctx.backend = std::move(d);
+  return static_cast<Device *>(ctx.backend.get());
+}
+
+bool allocate(Context &ctx, Device &d, int slot, Tensor &t, DType dtype,
+              int rank, const int64_t *shape) {
+  if (slot < 0 || size_t(slot) >= d.slots.size())
+    return ctx.fail("internal error: device slot " + std::to_string(slot) +
+                    " out of range");
+  Tensor r;
+  r.dtype = dtype;
+  r.rank = rank;
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] < 0)
+      return ctx.fail("internal error: negative dimension");
+    r.shape[i] = shape[i];
+  }
+  if (!d.ensure(ctx, d.slots[size_t(slot)], r.bytes(), "a tensor"))
+    return false;
+  r.data = d.slots[size_t(slot)].ptr;
+  t = r;
+  return true;
+}
+
+Tensor weight(Context &ctx, uint32_t index, DType dtype, int rank,
+              const int64_t *shape) {
+  Tensor t;
+  t.dtype = dtype;
+  t.rank = rank;
+  for (int i = 0; i < rank; ++i)
+    t.shape[i] = shape[i];
+  auto *d = static_cast<Device *>(ctx.backend.get());
+  if (d && index < d->weights.size())
+    t.data = d->weights[index];
+  return t;
+}
+
+bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
+  Device &d = *static_cast<Device *>(ctx.backend.get());
+  if (site < 0)
+    return ctx.fail("internal error: negative upload site");
+  if (size_t(site) >= d.uploads.size()) {
+    d.uploads.resize(size_t(site) + 1);
+    d.staging.resize(size_t(site) + 1);
+  }
+  size_t bytes = x.bytes();
+  if (!d.ensurePinned(ctx, d.staging[size_t(site)], bytes, "an upload") ||
+      !d.ensure(ctx, d.uploads[size_t(site)], bytes, "an upload"))
+    return false;
+  out = x;
+  out.data = d.uploads[size_t(site)].ptr;
+  if (bytes == 0 || d.mismatch)
+    return true;
+  // The host value is copied into pinned memory now (replays read the same
+  // address); the transfer itself is a stream operation (a graph node).
+  std::memcpy(d.staging[size_t(site)].ptr, x.data, bytes);
+  if (!d.launching())
+    return true;
+  return check(ctx,
+               cudaMemcpyAsync(out.data, d.staging[size_t(site)].ptr, bytes,
+                               cudaMemcpyHostToDevice, d.stream),
+               "upload");
+}
+
+bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
+  Device &d = *static_cast<Device *>(ctx.backend.get());
+  if (size_t(index) >= d.outputs.size())
+    d.outputs.resize(size_t(index) + 1);
+  size_t bytes = x.bytes();
+  if (!d.ensurePinned(ctx, d.outputs[size_t(index)], bytes, "an output"))
+    return false;
+  out = x;
+  out.data = d.outputs[size_t(index)].ptr;
+  if (bytes == 0 || !d.launching() || d.mismatch)
+    return true;
+  return check(ctx,
+               cudaMemcpyAsync(out.data, x.data, bytes, cudaMemcpyDeviceToHost,
+                               d.stream),
+               "download");
+}
+
+namespace {
+std::string signature(const Context &ctx, const Tensor *inputs) {
+  std::string key;
+  for (int i = 0; i < ctx.desc.numInputs; ++i) {
+    key += std::to_string(int(inputs[i].dtype)) + ":";
+    for (int r = 0; r < inputs[i].rank; ++r)
+      key += std::to_string(inputs[i].shape[r]) + ",";
+    key += ";";
+  }
+  return key;
+}
+
+bool runEager(Context &ctx, Device &d, const Tensor *in, Tensor *out,
+              StepFn body) {
+  d.mode = Mode::eager;
+  d.current = nullptr;
+  d.mismatch = false;
+  return body(ctx, in, out);
+}
+} // namespace
+
+bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
+  Device *dp = device(ctx);
+  if (!dp)
+    return false;
+  Device &d = *dp;
+  bool ok = true;
+  if (!d.graphsEnabled) {
+    ok = runEager(ctx, d, in, out, body);
+  } else {
+    if (d.graphs.size() > 256) {
+      // Decoding with a growing cache sees a new signature per step: keep
+      // only the captured graphs.
+      for (auto it = d.graphs.begin(); it != d.graphs.end();)
+        it = it->second.exec ? std::next(it) : d.graphs.erase(it);
+    }
+    GraphEntry &g = d.graphs[signature(ctx, in)];
+    ++g.seen;
+    if (g.broken || (!g.exec && g.seen < 2)) {
+      ok = runEager(ctx, d, in, out, body);
+    } else if (!g.exec) {
+      // Capture: the work is recorded, not run, then launched as a graph.
+      d.mode = Mode::capture;
+      d.current = &g;
+      d.mismatch = false;
+      g.allocs.clear();
+      if (!check(ctx,
+                 cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal),
+                 "cudaStreamBeginCapture"))
+        return false;
+      ok = body(ctx, in, out);
+      cudaGraph_t graph = nullptr;
+      cudaError_t e = cudaStreamEndCapture(d.stream, &graph);
+      if (ok && e == cudaSuccess && !d.mismatch && graph) {
+        e = cudaGraphInstantiate(&g.exec, graph, 0);
+        if (e != cudaSuccess)
+          g.exec = nullptr;
+      }
+      if (graph)
+        cudaGraphDestroy(graph);
+      cudaGetLastError();
+      if (!ok)
+        return false;
+      if (!g.exec) {
+        g.broken = true;
+        g.allocs.clear();
+        ok = runEager(ctx, d, in, out, body);
+      } else if (!check(ctx, cudaGraphLaunch(g.exec, d.stream), "cudaGraphLaunch")) {
+        return false;
+      }
+    } else {
+      d.mode = Mode::replay;
+      d.current = &g;
+      d.allocCursor = 0;
+      d.mismatch = false;
+      ok = body(ctx, in, out);
+      if (!ok)
+        return false;
+      if (d.mismatch || d.allocCursor != g.allocs.size()) {
+        ok = runEager(ctx, d, in, out, body);
+      } else if (!check(ctx, cudaGraphLaunch(g.exec, d.stream), "cudaGraphLaunch")) {
+        return false;
+      }
+    }
+  }
+  d.mode = Mode::eager;
+  d.current = nullptr;
+  if (!ok)
+    return false;
+  // The only host synchronisation of a step: its outputs are complete.
+  return check(ctx, cudaStreamSynchronize(d.stream), "running the step");
+}
+
+} // namespace sparsec::rt::cuda

@@ -1,0 +1,99 @@
+//===- Device.h - device state of a CUDA model (internal) -------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+// The Context::Backend of `--target cuda` models: stream, cuBLAS handle,
+// device weights, device slots, upload/download staging, index-set buffers
+// and the CUDA graph cache. Shared by Device.cu and Ops.cu.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_RUNTIME_CUDA_DEVICE_H
+#define SPARSEC_RUNTIME_CUDA_DEVICE_H
+
+#include "sparsec/rt/Runtime.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace sparsec::rt::cuda {
+
+enum class Mode { eager, capture, replay };
+
+/// A grow-only device allocation.
+struct DeviceBuffer {
+  void *ptr = nullptr;
+  size_t bytes = 0;
+};
+
+/// A grow-only pinned host allocation.
+struct PinnedBuffer {
+  void *ptr = nullptr;
+  size_t bytes = 0;
+};
+
+struct IndexBuffers {
+  DeviceBuffer flags, idx, count, temp, scratch;
+};
+
+struct GraphEntry {
+  cudaGraphExec_t exec = nullptr;
+  /// Byte sizes of every allocation the captured step made, in order.
+  std::vector<size_t> allocs;
+  int seen = 0;
+  bool broken = false; // capture failed once: stay eager
+};
+
+struct Device : Context::Backend {
+  ~Device() override;
+
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  DeviceBuffer blasWorkspace;
+  std::vector<void *> weights; // one device copy per weight segment
+  std::vector<DeviceBuffer> slots;
+  std::vector<DeviceBuffer> uploads;
+  std::vector<PinnedBuffer> staging;
+  std::vector<PinnedBuffer> outputs;
+  std::vector<IndexBuffers> indexSets;
+  DeviceBuffer gemvPartials, halfInput;
+
+  std::map<std::string, GraphEntry> graphs;
+  bool graphsEnabled = true;
+  Mode mode = Mode::eager;
+  GraphEntry *current = nullptr;
+  size_t allocCursor = 0;
+  /// A replayed or captured step allocated differently from the captured
+  /// one (or would have had to grow a buffer): it is rerun eagerly.
+  bool mismatch = false;
+
+  /// Device ops launch work only outside replay.
+  bool launching() const { return mode != Mode::replay; }
+  /// Grows `buf` to `bytes` (eager only: elsewhere a growth is a mismatch)
+  /// and records/compares the size for graph capture/replay.
+  bool ensure(Context &ctx, DeviceBuffer &buf, size_t bytes, const char *what);
+  bool ensurePinned(Context &ctx, PinnedBuffer &buf, size_t bytes,
+                    const char *what);
+  /// Drops every instantiated graph (their pointers may be stale).
+  void dropGraphs();
+};
+
+/// The device state of `ctx`, created on first use (null with an error in
+/// ctx when there is no usable device).
+Device *device(Context &ctx);
+
+/// ctx.fail("CUDA: <what>: <error string>") unless e == cudaSuccess.
+bool check(Context &ctx, cudaError_t e, const char *what);
+bool checkBlas(Context &ctx, cublasStatus_t s, const char *what);
+
+/// Points `t` at device slot `slot` sized for dtype/shape.
+bool allocate(Context &ctx, Device &d, int slot, Tensor &t, DType dtype,
+              int rank, const int64_t *shape);
+
+} // namespace sparsec::rt::cuda
+
+#endif // SPARSEC_RUNTIME_CUDA_DEVICE_H

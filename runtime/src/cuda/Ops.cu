@@ -1,0 +1,1456 @@
+//===- Ops.cu - device ops of `--target cuda` models ----------------------===//
+//
+// Part of the sparsec project.
+//
+// See sparsec/rt/cuda/Ops.h. Every op checks its inputs and computes its
+// result shape on the host (with the same messages as the x86 ops),
+// allocates its device slot, and launches its kernels on the model's stream
+// unless the step is a graph replay.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Device.h"
+#include "sparsec/rt/cuda/Ops.h"
+#include "sparsec/rt/cuda/SparseDecode.h"
+
+#include "../cpu/Common.h"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace sparsec::rt::cuda {
+namespace {
+
+using ops::Activation;
+using ops::detail::broadcastShapes;
+using ops::detail::checkTensor;
+using ops::detail::contiguousStrides;
+using ops::detail::product;
+using ops::detail::readIndexTensor;
+using ops::detail::shapeString;
+using ops::detail::validShape;
+
+constexpr int kBlock = 256;
+
+int blocksFor(int64_t n, int threads = kBlock) {
+  int64_t b = (n + threads - 1) / threads;
+  return int(std::min<int64_t>(std::max<int64_t>(b, 1), 65535 * 8));
+}
+
+Device &dev(Context &ctx) { return *static_cast<Device *>(ctx.backend.get()); }
+
+bool launched(Context &ctx, const char *what) {
+  return check(ctx, cudaGetLastError(), what);
+}
+
+bool requireF32(Context &ctx, const char *op, const char *what,
+                const Tensor &t) {
+  if (!checkTensor(ctx, op, what, t))
+    return false;
+  if (t.dtype != DType::f32)
+    return ctx.fail(std::string(op) + ": " + what +
+                    " must be float32 on the CUDA backend, got " +
+                    t.describe());
+  return true;
+}
+
+bool weightType(Context &ctx, const char *op, const Tensor &w) {
+  if (w.dtype != DType::f32 && w.dtype != DType::f16)
+    return ctx.fail(std::string(op) + ": weight must be float32 or float16, got " +
+                    w.describe());
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Device math
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ float toFloat(float v) { return v; }
+__device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
+
+__device__ __forceinline__ float activate(Activation act, float v) {
+  switch (act) {
+  case Activation::none: return v;
+  case Activation::relu: return v > 0.0f ? v : 0.0f;
+  case Activation::gelu: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  case Activation::gelu_tanh:
+    return 0.5f * v *
+           (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+  case Activation::silu: return v / (1.0f + expf(-v));
+  case Activation::sigmoid: return 1.0f / (1.0f + expf(-v));
+  }
+  return v;
+}
+
+__device__ __forceinline__ float warpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Block-wide sum/max (blockDim a multiple of 32, at most 1024); every
+/// thread gets the result.
+template <bool Max> __device__ float blockReduce(float v) {
+  __shared__ float part[32];
+  __shared__ float result;
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = Max ? warpMax(v) : warpSum(v);
+  if (lane == 0)
+    part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    int warps = blockDim.x >> 5;
+    float w = lane < warps ? part[lane] : (Max ? -INFINITY : 0.0f);
+    w = Max ? warpMax(w) : warpSum(w);
+    if (lane == 0)
+      result = w;
+  }
+  __syncthreads();
+  float r = result;
+  __syncthreads();
+  return r;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+/// Strides of up to kMaxRank broadcast operands over an output shape.
+struct Broadcast {
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t stride[3][kMaxRank] = {};
+};
+
+__device__ __forceinline__ void offsets(const Broadcast &b, int64_t i, int n,
+                                        int64_t *off) {
+  for (int k = 0; k < n; ++k)
+    off[k] = 0;
+  for (int d = b.rank - 1; d >= 0; --d) {
+    int64_t c = i % b.shape[d];
+    i /= b.shape[d];
+    for (int k = 0; k < n; ++k)
+      off[k] += c * b.stride[k][d];
+  }
+}
+
+__global__ void unaryKernel(ops::Unary op, const float *x, float *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float v = x[i], r = v;
+    switch (op) {
+    case ops::Unary::relu: r = v > 0.0f ? v : 0.0f; break;
+    case ops::Unary::gelu: r = activate(Activation::gelu, v); break;
+    case ops::Unary::gelu_tanh: r = activate(Activation::gelu_tanh, v); break;
+    case ops::Unary::silu: r = activate(Activation::silu, v); break;
+    case ops::Unary::sigmoid: r = activate(Activation::sigmoid, v); break;
+    case ops::Unary::tanh: r = tanhf(v); break;
+    case ops::Unary::exp: r = expf(v); break;
+    case ops::Unary::log: r = logf(v); break;
+    case ops::Unary::erf: r = erff(v); break;
+    case ops::Unary::sqrt: r = sqrtf(v); break;
+    case ops::Unary::reciprocal: r = 1.0f / v; break;
+    case ops::Unary::abs: r = fabsf(v); break;
+    case ops::Unary::neg: r = -v; break;
+    case ops::Unary::logical_not: break;
+    }
+    y[i] = r;
+  }
+}
+
+__device__ __forceinline__ float binaryOp(ops::Binary op, float a, float b) {
+  switch (op) {
+  case ops::Binary::add: return a + b;
+  case ops::Binary::sub: return a - b;
+  case ops::Binary::mul: return a * b;
+  case ops::Binary::div: return a / b;
+  case ops::Binary::pow: return powf(a, b);
+  case ops::Binary::max: return fmaxf(a, b);
+  case ops::Binary::min: return fminf(a, b);
+  default: return 0.0f;
+  }
+}
+
+__global__ void binaryKernel(ops::Binary op, Broadcast b, const float *x,
+                             const float *y, float *out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t off[2];
+    offsets(b, i, 2, off);
+    out[i] = binaryOp(op, x[off[0]], y[off[1]]);
+  }
+}
+
+__global__ void binarySameKernel(ops::Binary op, const float *x, const float *y,
+                                 float *out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = binaryOp(op, x[i], y[i]);
+}
+
+__global__ void whereKernel(Broadcast b, const uint8_t *c, const float *x,
+                            const float *y, float *out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t off[3];
+    offsets(b, i, 3, off);
+    out[i] = c[off[0]] ? x[off[1]] : y[off[2]];
+  }
+}
+
+/// Fills `b` with the broadcast strides of `ts` over `rank`/`shape`.
+void broadcastStrides(Broadcast &b, int rank, const int64_t *shape,
+                      const Tensor *const *ts, int n) {
+  b.rank = rank;
+  for (int d = 0; d < rank; ++d)
+    b.shape[d] = shape[d];
+  for (int k = 0; k < n; ++k) {
+    int64_t own[kMaxRank];
+    contiguousStrides(ts[k]->rank, ts[k]->shape, own);
+    for (int d = 0; d < rank; ++d) {
+      int td = d - (rank - ts[k]->rank);
+      b.stride[k][d] =
+          td < 0 || ts[k]->shape[td] == 1 ? 0 : own[td];
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Linear layers
+//===----------------------------------------------------------------------===//
+
+constexpr int kGemvRows = 8;     // largest row count of the GEMV path
+constexpr int kGemvCols = 64;    // columns per block (2 per lane)
+constexpr int kGemvWarps = 8;
+
+/// y[m, n] (+)= sum over the block's k range of x[m, k] * w[k, n], w [K, N]
+/// row-major: each warp streams whole 64-column row segments (coalesced),
+/// the 8 warps split the k range and reduce in shared memory. With one k
+/// split the epilogue (bias, activation) is fused; otherwise partial sums
+/// go to `partial` [splits, M, N].
+template <typename W, int M>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+gemvKernel(const float *x, const W *w, int K, int N, const float *bias,
+           Activation act, float *y, float *partial, int kChunk) {
+  __shared__ float red[kGemvWarps][M][kGemvCols];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n0 = blockIdx.x * kGemvCols + lane;
+  const int k0 = blockIdx.y * kChunk;
+  const int k1 = min(K, k0 + kChunk);
+  float acc[M][2] = {};
+  for (int k = k0 + warp; k < k1; k += kGemvWarps) {
+    const W *row = w + int64_t(k) * N;
+    float w0 = n0 < N ? toFloat(row[n0]) : 0.0f;
+    float w1 = n0 + 32 < N ? toFloat(row[n0 + 32]) : 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float xv = __ldg(x + int64_t(m) * K + k);
+      acc[m][0] += xv * w0;
+      acc[m][1] += xv * w1;
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    red[warp][m][lane] = acc[m][0];
+    red[warp][m][lane + 32] = acc[m][1];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < M * kGemvCols; e += blockDim.x) {
+    int m = e / kGemvCols, c = e % kGemvCols;
+    int n = blockIdx.x * kGemvCols + c;
+    if (n >= N)
+      continue;
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kGemvWarps; ++q)
+      s += red[q][m][c];
+    if (partial) {
+      partial[(int64_t(blockIdx.y) * M + m) * N + n] = s;
+    } else {
+      if (bias)
+        s += bias[n];
+      y[int64_t(m) * N + n] = activate(act, s);
+    }
+  }
+}
+
+__global__ void gemvReduceKernel(const float *partial, int splits, int MN,
+                                 int N, const float *bias, Activation act,
+                                 float *y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= MN)
+    return;
+  float s = 0.0f;
+  for (int q = 0; q < splits; ++q)
+    s += partial[int64_t(q) * MN + i];
+  if (bias)
+    s += bias[i % N];
+  y[i] = activate(act, s);
+}
+
+/// y = act(y + bias) over [M, N].
+__global__ void epilogueKernel(float *y, int64_t MN, int N, const float *bias,
+                               Activation act) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float v = y[i];
+    if (bias)
+      v += bias[i % N];
+    y[i] = activate(act, v);
+  }
+}
+
+__global__ void toHalfKernel(const float *x, __half *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __float2half(x[i]);
+}
+
+int smCount() {
+  static int count = [] {
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    return sms > 0 ? sms : 1;
+  }();
+  return count;
+}
+
+template <typename W, int M>
+void launchGemv(const float *x, const W *w, int K, int N, const float *bias,
+                Activation act, float *y, float *partial, int splits,
+                int kChunk, cudaStream_t s) {
+  dim3 grid((N + kGemvCols - 1) / kGemvCols, splits);
+  gemvKernel<W, M><<<grid, kGemvWarps * 32, 0, s>>>(x, w, K, N, bias, act, y,
+                                                    partial, kChunk);
+}
+
+template <typename W>
+void dispatchGemv(int M, const float *x, const W *w, int K, int N,
+                  const float *bias, Activation act, float *y, float *partial,
+                  int splits, int kChunk, cudaStream_t s) {
+  switch (M) {
+  case 1: launchGemv<W, 1>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
+  case 2: launchGemv<W, 2>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
+  case 3: launchGemv<W, 3>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
+  case 4: launchGemv<W, 4>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
+  case 5: launchGemv<W, 5>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
+  case 6: launchGemv<W, 6>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
+  case 7: launchGemv<W, 7>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
+  default: launchGemv<W, 8>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
+  }
+}
+
+/// y[M, N] = act(x[M, K] . op(w) + bias): w is [K, N] (transposed false) or
+/// neuron-major [N, K] (transposed true), float32 or float16.
+bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
+          const Tensor &w, bool transposed, int64_t N, const float *bias,
+          Activation act, float *y) {
+  if (M == 0 || N == 0)
+    return true;
+  const bool half = w.dtype == DType::f16;
+  if (!transposed && M <= kGemvRows) {
+    // Decode: a bandwidth-bound GEMV; split K so that every SM streams.
+    int tiles = int((N + kGemvCols - 1) / kGemvCols);
+    int splits = std::max(1, std::min<int>(int((K + 63) / 64),
+                                           (2 * smCount() + tiles - 1) / tiles));
+    int kChunk = int((K + splits - 1) / splits);
+    splits = int((K + kChunk - 1) / kChunk);
+    float *partial = nullptr;
+    if (splits > 1) {
+      if (!d.ensure(ctx, d.gemvPartials, sizeof(float) * size_t(splits) * M * N,
+                    "GEMV partial sums"))
+        return false;
+      partial = static_cast<float *>(d.gemvPartials.ptr);
+    }
+    if (!d.launching())
+      return true;
+    if (half)
+      dispatchGemv<__half>(int(M), x, w.as<__half>(), int(K), int(N), bias, act,
+                           y, partial, splits, kChunk, d.stream);
+    else
+      dispatchGemv<float>(int(M), x, w.as<float>(), int(K), int(N), bias, act,
+                          y, partial, splits, kChunk, d.stream);
+    if (splits > 1)
+      gemvReduceKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(
+          partial, splits, int(M * N), int(N), bias, act, y);
+    return launched(ctx, "gemv");
+  }
+  // cuBLAS is column-major: y^T [N, M] = op(w)^T [N, K] . x^T [K, M].
+  const float one = 1.0f, zero = 0.0f;
+  cublasOperation_t opW = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int lda = int(transposed ? K : N);
+  if (half) {
+    if (!d.ensure(ctx, d.halfInput, sizeof(__half) * size_t(M * K),
+                  "fp16 GEMM input"))
+      return false;
+    if (!d.launching())
+      return true;
+    auto *xh = static_cast<__half *>(d.halfInput.ptr);
+    toHalfKernel<<<blocksFor(M * K), kBlock, 0, d.stream>>>(x, xh, M * K);
+    if (!launched(ctx, "fp16 conversion") ||
+        !checkBlas(ctx,
+                   cublasGemmEx(d.blas, opW, CUBLAS_OP_N, int(N), int(M), int(K),
+                                &one, w.data, CUDA_R_16F, lda, xh, CUDA_R_16F,
+                                int(K), &zero, y, CUDA_R_32F, int(N),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx"))
+      return false;
+  } else {
+    if (!d.launching())
+      return true;
+    if (!checkBlas(ctx,
+                   cublasSgemm(d.blas, opW, CUBLAS_OP_N, int(N), int(M), int(K),
+                               &one, w.as<float>(), lda, x, int(K), &zero, y,
+                               int(N)),
+                   "cublasSgemm"))
+      return false;
+  }
+  if (bias || act != Activation::none) {
+    epilogueKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(y, M * N, int(N),
+                                                              bias, act);
+    return launched(ctx, "epilogue");
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Norms, softmax, attention
+//===----------------------------------------------------------------------===//
+
+template <bool Rms>
+__global__ void normKernel(const float *x, const float *scale,
+                           const float *bias, int64_t width, float eps,
+                           float *y) {
+  const float *row = x + blockIdx.x * width;
+  float *out = y + blockIdx.x * width;
+  float mean = 0.0f;
+  if (!Rms) {
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+      s += row[i];
+    mean = blockReduce<false>(s) / float(width);
+  }
+  float q = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    float c = row[i] - mean;
+    q += c * c;
+  }
+  float inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    float v = (row[i] - mean) * inv * scale[i];
+    out[i] = bias ? v + bias[i] : v;
+  }
+}
+
+__global__ void softmaxKernel(const float *x, int64_t width, float *y) {
+  const float *row = x + blockIdx.x * width;
+  float *out = y + blockIdx.x * width;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+    m = fmaxf(m, row[i]);
+  m = blockReduce<true>(m);
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+    s += expf(row[i] - m);
+  float inv = 1.0f / blockReduce<false>(s);
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+    out[i] = expf(row[i] - m) * inv;
+}
+
+/// present[bh, 0:P] = past[bh], present[bh, P:T] = cur[bh] (rows of width).
+__global__ void presentKernel(const float *past, const float *cur, int64_t BH,
+                              int64_t P, int64_t S, int64_t width,
+                              float *present) {
+  const int64_t T = P + S, n = BH * T * width;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t e = i % width, t = (i / width) % T, bh = i / (width * T);
+    present[i] = t < P ? past[(bh * P + t) * width + e]
+                       : cur[(bh * S + (t - P)) * width + e];
+  }
+}
+
+struct AttentionArgs {
+  const float *q, *k, *v; // k, v: [B, Hk, T, D] (present or new)
+  const float *maskF;
+  const uint8_t *maskB;
+  int64_t mStr[4];
+  int64_t Hq, Hk, Sq, T, D, Dv;
+  float scale;
+  bool causal;
+  float *out;
+};
+
+/// One block per query row: scores in shared memory, softmax, P.V.
+__global__ void attentionKernel(AttentionArgs a) {
+  extern __shared__ float smem[];
+  float *qs = smem, *sc = smem + a.D;
+  const int64_t row = blockIdx.x;
+  const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
+  const int64_t bh = b * a.Hk + h / (a.Hq / a.Hk);
+  const float *key = a.k + bh * a.T * a.D;
+  const float *val = a.v + bh * a.T * a.Dv;
+  for (int64_t d = threadIdx.x; d < a.D; d += blockDim.x)
+    qs[d] = a.q[row * a.D + d];
+  __syncthreads();
+  int64_t jEnd = a.T;
+  if (a.causal)
+    {
+    int64_t lim = i + (a.T - a.Sq) + 1;
+    jEnd = lim < 0 ? 0 : lim < a.T ? lim : a.T;
+  }
+  const int64_t mRow = b * a.mStr[0] + h * a.mStr[1] + i * a.mStr[2];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5,
+            warps = blockDim.x >> 5;
+  float m = -INFINITY;
+  for (int64_t j = warp; j < jEnd; j += warps) {
+    const float *kr = key + j * a.D;
+    float s = 0.0f;
+    for (int64_t d = lane; d < a.D; d += 32)
+      s += qs[d] * kr[d];
+    s = warpSum(s) * a.scale;
+    if (a.maskF)
+      s += a.maskF[mRow + j * a.mStr[3]];
+    else if (a.maskB && !a.maskB[mRow + j * a.mStr[3]])
+      s = -INFINITY;
+    if (lane == 0)
+      sc[j] = s;
+    m = fmaxf(m, s);
+  }
+  m = blockReduce<true>(m); // synchronises: sc is complete
+  float *o = a.out + row * a.Dv;
+  if (m == -INFINITY || m != m) {
+    for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x)
+      o[d] = m != m ? m : 0.0f;
+    return;
+  }
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < jEnd; j += blockDim.x) {
+    float p = expf(sc[j] - m);
+    sc[j] = p;
+    s += p;
+  }
+  const float inv = 1.0f / blockReduce<false>(s);
+  for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < jEnd; ++j)
+      acc += sc[j] * val[j * a.Dv + d];
+    o[d] = acc * inv;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+/// out[i] = in[base + sum_d coord_d(i) * stride_d] over an output shape.
+struct Strided {
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+  int64_t base = 0;
+};
+
+template <typename T>
+__global__ void stridedKernel(Strided s, const T *in, T *out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i, off = s.base;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      off += (r % s.shape[d]) * s.stride[d];
+      r /= s.shape[d];
+    }
+    out[i] = in[off];
+  }
+}
+
+bool stridedCopy(Context &ctx, Device &d, const Strided &s, const Tensor &in,
+                 Tensor &out) {
+  int64_t n = out.numel();
+  if (n == 0 || !d.launching())
+    return true;
+  int blocks = blocksFor(n);
+  switch (dtypeSize(in.dtype)) {
+  case 1: stridedKernel<uint8_t><<<blocks, kBlock, 0, d.stream>>>(s, in.as<uint8_t>(), out.as<uint8_t>(), n); break;
+  case 2: stridedKernel<uint16_t><<<blocks, kBlock, 0, d.stream>>>(s, in.as<uint16_t>(), out.as<uint16_t>(), n); break;
+  case 4: stridedKernel<uint32_t><<<blocks, kBlock, 0, d.stream>>>(s, in.as<uint32_t>(), out.as<uint32_t>(), n); break;
+  default: stridedKernel<uint64_t><<<blocks, kBlock, 0, d.stream>>>(s, in.as<uint64_t>(), out.as<uint64_t>(), n); break;
+  }
+  return launched(ctx, "copy");
+}
+
+template <typename T>
+__global__ void embeddingKernel(const T *table, const int64_t *ids,
+                                int64_t n, int64_t D, float *out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * D;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = toFloat(table[ids[i / D] * D + i % D]);
+}
+
+//===----------------------------------------------------------------------===//
+// Sparsity helpers
+//===----------------------------------------------------------------------===//
+
+/// mask[m, n] = logits[m, n] + bias[n] > threshold.
+__global__ void thresholdKernel(const float *logits, int64_t MN, int N,
+                                const float *bias, float threshold,
+                                uint8_t *mask) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
+       i += int64_t(gridDim.x) * blockDim.x)
+    mask[i] = logits[i] + (bias ? bias[i % N] : 0.0f) > threshold;
+}
+
+/// Every row of mask [M, N] = flags [N].
+__global__ void rowsKernel(const uint8_t *flags, int64_t MN, int N,
+                           uint8_t *mask) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
+       i += int64_t(gridDim.x) * blockDim.x)
+    mask[i] = flags[i % N];
+}
+
+/// y[m, n] = 0 where the mask (rows of N, or one shared row) is off.
+__global__ void applyMaskKernel(float *y, int64_t MN, int N,
+                                const uint8_t *mask, bool perRow) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
+       i += int64_t(gridDim.x) * blockDim.x)
+    if (!mask[perRow ? i : i % N])
+      y[i] = 0.0f;
+}
+
+/// y[m, :] = bias (or 0), the base the sparse down projection adds to.
+__global__ void fillRowsKernel(float *y, int64_t MN, int N, const float *bias) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = bias ? bias[i % N] : 0.0f;
+}
+
+IndexBuffers &indexBuffers(Device &d, int site) {
+  if (size_t(site) >= d.indexSets.size())
+    d.indexSets.resize(size_t(site) + 1);
+  return d.indexSets[size_t(site)];
+}
+
+/// Sizes the index buffers of `site` for n neurons.
+bool ensureIndex(Context &ctx, Device &d, int site, int64_t n) {
+  IndexBuffers &b = indexBuffers(d, site);
+  return d.ensure(ctx, b.flags, size_t(n), "an index set") &&
+         d.ensure(ctx, b.idx, sizeof(int32_t) * size_t(n), "an index set") &&
+         d.ensure(ctx, b.count, sizeof(int32_t), "an index set") &&
+         d.ensure(ctx, b.temp, buildIndexTempBytes(int(n)), "an index set");
+}
+
+const float *biasOf(Context &ctx, const char *op, const Tensor *bias,
+                    int64_t n, bool &ok) {
+  ok = true;
+  if (!bias)
+    return nullptr;
+  if (bias->dtype != DType::f32 || bias->numel() != n) {
+    ok = ctx.fail(std::string(op) + ": bias " + bias->describe() +
+                  " must be float32 with " + std::to_string(n) + " elements");
+    return nullptr;
+  }
+  return bias->as<float>();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Ops
+//===----------------------------------------------------------------------===//
+
+bool unary(Context &ctx, ops::Unary op, const Tensor &x, int outSlot,
+           Tensor &out) {
+  Device &d = dev(ctx);
+  if (!requireF32(ctx, "unary", "input", x))
+    return false;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
+    return false;
+  out = r;
+  if (r.numel() == 0 || !d.launching())
+    return true;
+  unaryKernel<<<blocksFor(r.numel()), kBlock, 0, d.stream>>>(
+      op, x.as<float>(), r.as<float>(), r.numel());
+  return launched(ctx, "unary");
+}
+
+bool binary(Context &ctx, ops::Binary op, const Tensor &a, const Tensor &b,
+            int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  if (!requireF32(ctx, "binary", "lhs", a) ||
+      !requireF32(ctx, "binary", "rhs", b))
+    return false;
+  if (op == ops::Binary::logical_and || op == ops::Binary::logical_or)
+    return ctx.fail("binary: logical ops run on the host");
+  int rank = 0;
+  int64_t shape[kMaxRank];
+  if (!broadcastShapes(a.rank, a.shape, b.rank, b.shape, rank, shape))
+    return ctx.fail("binary: shapes " + a.describe() + " and " + b.describe() +
+                    " do not broadcast");
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, rank, shape))
+    return false;
+  out = r;
+  int64_t n = r.numel();
+  if (n == 0 || !d.launching())
+    return true;
+  if (a.numel() == n && b.numel() == n) {
+    binarySameKernel<<<blocksFor(n), kBlock, 0, d.stream>>>(
+        op, a.as<float>(), b.as<float>(), r.as<float>(), n);
+  } else {
+    Broadcast bc;
+    const Tensor *ts[] = {&a, &b};
+    broadcastStrides(bc, rank, shape, ts, 2);
+    binaryKernel<<<blocksFor(n), kBlock, 0, d.stream>>>(
+        op, bc, a.as<float>(), b.as<float>(), r.as<float>(), n);
+  }
+  return launched(ctx, "binary");
+}
+
+bool where(Context &ctx, const Tensor &cond, const Tensor &x, const Tensor &y,
+           int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  if (!checkTensor(ctx, "where", "condition", cond) ||
+      !requireF32(ctx, "where", "x", x) || !requireF32(ctx, "where", "y", y))
+    return false;
+  if (cond.dtype != DType::b1)
+    return ctx.fail("where: condition must be bool, got " + cond.describe());
+  int r1 = 0, rank = 0;
+  int64_t s1[kMaxRank], shape[kMaxRank];
+  if (!broadcastShapes(cond.rank, cond.shape, x.rank, x.shape, r1, s1) ||
+      !broadcastShapes(r1, s1, y.rank, y.shape, rank, shape))
+    return ctx.fail("where: shapes " + cond.describe() + ", " + x.describe() +
+                    " and " + y.describe() + " do not broadcast");
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, rank, shape))
+    return false;
+  out = r;
+  int64_t n = r.numel();
+  if (n == 0 || !d.launching())
+    return true;
+  Broadcast bc;
+  const Tensor *ts[] = {&cond, &x, &y};
+  broadcastStrides(bc, rank, shape, ts, 3);
+  whereKernel<<<blocksFor(n), kBlock, 0, d.stream>>>(
+      bc, cond.as<uint8_t>(), x.as<float>(), y.as<float>(), r.as<float>(), n);
+  return launched(ctx, "where");
+}
+
+bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
+            Activation act, int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  if (!requireF32(ctx, "linear", "input", x) || !weightType(ctx, "linear", w))
+    return false;
+  if (w.rank != 2 || x.rank < 1 || x.shape[x.rank - 1] != w.shape[0])
+    return ctx.fail("linear: input " + x.describe() + " does not match weight " +
+                    w.describe());
+  const int64_t K = w.shape[0], N = w.shape[1], M = K ? x.numel() / K : 0;
+  bool ok;
+  const float *b = biasOf(ctx, "linear", bias, N, ok);
+  if (!ok)
+    return false;
+  int64_t shape[kMaxRank];
+  for (int i = 0; i < x.rank; ++i)
+    shape[i] = x.shape[i];
+  shape[x.rank - 1] = N;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
+    return false;
+  out = r;
+  return gemm(ctx, d, x.as<float>(), M, K, w, false, N, b, act, r.as<float>());
+}
+
+bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
+            Tensor &out) {
+  Device &d = dev(ctx);
+  if (!requireF32(ctx, "matmul", "lhs", a) || !requireF32(ctx, "matmul", "rhs", b))
+    return false;
+  if (a.rank < 2 || b.rank < 2 || a.shape[a.rank - 1] != b.shape[b.rank - 2])
+    return ctx.fail("matmul: shapes " + a.describe() + " and " + b.describe() +
+                    " are not supported on the CUDA backend (both must be at "
+                    "least 2-D with matching inner dims)");
+  const int64_t M = a.shape[a.rank - 2], K = a.shape[a.rank - 1],
+                N = b.shape[b.rank - 1];
+  int64_t batchA = product(a.shape, 0, a.rank - 2),
+          batchB = product(b.shape, 0, b.rank - 2);
+  int rank = 0;
+  int64_t shape[kMaxRank];
+  if (!broadcastShapes(a.rank - 2, a.shape, b.rank - 2, b.shape, rank, shape) ||
+      (batchA != batchB && batchA != 1 && batchB != 1))
+    return ctx.fail("matmul: batch dims of " + a.describe() + " and " +
+                    b.describe() + " do not broadcast");
+  int64_t batch = product(shape, 0, rank);
+  if (batchA != batch && batchA != 1)
+    return ctx.fail("matmul: partially broadcast batch dims are not supported "
+                    "on the CUDA backend");
+  shape[rank] = M;
+  shape[rank + 1] = N;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, rank + 2, shape))
+    return false;
+  out = r;
+  if (r.numel() == 0 || !d.launching())
+    return true;
+  const float one = 1.0f, zero = 0.0f;
+  return checkBlas(
+      ctx,
+      cublasSgemmStridedBatched(
+          d.blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &one,
+          b.as<float>(), int(N), batchB == 1 ? 0 : K * N, a.as<float>(), int(K),
+          batchA == 1 ? 0 : M * K, &zero, r.as<float>(), int(N), M * N,
+          int(batch)),
+      "cublasSgemmStridedBatched");
+}
+
+namespace {
+bool normCommon(Context &ctx, const char *op, const Tensor &x,
+                const Tensor &scale, const Tensor *bias, int64_t axis,
+                int64_t &rows, int64_t &width) {
+  if (!requireF32(ctx, op, "input", x) || !requireF32(ctx, op, "scale", scale) ||
+      (bias && !requireF32(ctx, op, "bias", *bias)))
+    return false;
+  int64_t a = axis < 0 ? axis + x.rank : axis;
+  if (a < 0 || a >= std::max(x.rank, 1))
+    return ctx.fail(std::string(op) + ": axis " + std::to_string(axis) +
+                    " out of range for " + x.describe());
+  rows = product(x.shape, 0, int(a));
+  width = product(x.shape, int(a), x.rank);
+  if (scale.numel() != width || (bias && bias->numel() != width))
+    return ctx.fail(std::string(op) + ": scale/bias do not have " +
+                    std::to_string(width) + " elements");
+  return true;
+}
+} // namespace
+
+bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
+               const Tensor *bias, int64_t axis, float epsilon, int outSlot,
+               Tensor &out) {
+  Device &d = dev(ctx);
+  int64_t rows, width;
+  if (!normCommon(ctx, "layer_norm", x, scale, bias, axis, rows, width))
+    return false;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
+    return false;
+  out = r;
+  if (rows == 0 || width == 0 || !d.launching())
+    return true;
+  normKernel<false><<<unsigned(rows), kBlock, 0, d.stream>>>(
+      x.as<float>(), scale.as<float>(), bias ? bias->as<float>() : nullptr,
+      width, epsilon, r.as<float>());
+  return launched(ctx, "layer_norm");
+}
+
+bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
+             int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  int64_t rows, width;
+  if (!normCommon(ctx, "rms_norm", x, scale, nullptr, -1, rows, width))
+    return false;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
+    return false;
+  out = r;
+  if (rows == 0 || width == 0 || !d.launching())
+    return true;
+  normKernel<true><<<unsigned(rows), kBlock, 0, d.stream>>>(
+      x.as<float>(), scale.as<float>(), nullptr, width, epsilon, r.as<float>());
+  return launched(ctx, "rms_norm");
+}
+
+bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
+             Tensor &out) {
+  Device &d = dev(ctx);
+  if (!requireF32(ctx, "softmax", "input", x))
+    return false;
+  int64_t a = axis < 0 ? axis + x.rank : axis;
+  if (a != x.rank - 1)
+    return ctx.fail("softmax: only the last axis is supported on the CUDA "
+                    "backend (axis " + std::to_string(axis) + " of " +
+                    x.describe() + ")");
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
+    return false;
+  out = r;
+  int64_t width = x.shape[x.rank - 1], rows = width ? x.numel() / width : 0;
+  if (rows == 0 || !d.launching())
+    return true;
+  softmaxKernel<<<unsigned(rows), kBlock, 0, d.stream>>>(x.as<float>(), width,
+                                                         r.as<float>());
+  return launched(ctx, "softmax");
+}
+
+bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
+               const Tensor *mask, const Tensor *pastK, const Tensor *pastV,
+               float scale, bool causal, int outSlot, Tensor &out,
+               int presentKSlot, Tensor *presentK, int presentVSlot,
+               Tensor *presentV) {
+  Device &d = dev(ctx);
+  const char *op = "attention";
+  if (!requireF32(ctx, op, "q", q) || !requireF32(ctx, op, "k", k) ||
+      !requireF32(ctx, op, "v", v) ||
+      (pastK && !requireF32(ctx, op, "past_k", *pastK)) ||
+      (pastV && !requireF32(ctx, op, "past_v", *pastV)) ||
+      (mask && !checkTensor(ctx, op, "mask", *mask)))
+    return false;
+  if (mask && mask->dtype != DType::f32 && mask->dtype != DType::b1)
+    return ctx.fail("attention: mask must be float32 (additive) or bool, got " +
+                    mask->describe());
+  if (q.rank != 4 || k.rank != 4 || v.rank != 4)
+    return ctx.fail("attention: q, k and v must be [B, H, S, D], got " +
+                    q.describe() + ", " + k.describe() + ", " + v.describe());
+  if ((pastK == nullptr) != (pastV == nullptr))
+    return ctx.fail("attention: past_k and past_v must be given together");
+  const int64_t B = q.shape[0], Hq = q.shape[1], Sq = q.shape[2], D = q.shape[3];
+  const int64_t Hk = k.shape[1], Sk = k.shape[2], Dv = v.shape[3];
+  if (k.shape[0] != B || v.shape[0] != B || v.shape[1] != Hk ||
+      k.shape[3] != D || v.shape[2] != Sk || Hk == 0 || Hq % Hk != 0)
+    return ctx.fail("attention: shapes q " + q.describe() + ", k " +
+                    k.describe() + ", v " + v.describe() + " do not match");
+  int64_t P = 0;
+  if (pastK) {
+    P = pastK->shape[2];
+    if (pastK->rank != 4 || pastV->rank != 4 || pastK->shape[0] != B ||
+        pastK->shape[1] != Hk || pastK->shape[3] != D || pastV->shape[0] != B ||
+        pastV->shape[1] != Hk || pastV->shape[2] != P || pastV->shape[3] != Dv)
+      return ctx.fail("attention: past_k " + pastK->describe() + " / past_v " +
+                      pastV->describe() + " do not match k " + k.describe() +
+                      " and v " + v.describe());
+  }
+  const int64_t T = P + Sk;
+  AttentionArgs a{};
+  if (mask) {
+    const int64_t full[4] = {B, Hq, Sq, T};
+    if (mask->rank > 4)
+      return ctx.fail("attention: mask " + mask->describe() +
+                      " does not broadcast to " + shapeString(4, full));
+    int64_t own[kMaxRank];
+    contiguousStrides(mask->rank, mask->shape, own);
+    for (int dd = 0; dd < 4; ++dd) {
+      int md = dd - (4 - mask->rank);
+      if (md < 0)
+        continue;
+      if (mask->shape[md] != 1 && mask->shape[md] != full[dd])
+        return ctx.fail("attention: mask " + mask->describe() +
+                        " does not broadcast to " + shapeString(4, full));
+      a.mStr[dd] = mask->shape[md] == 1 ? 0 : own[md];
+    }
+  }
+  const int64_t oshape[4] = {B, Hq, Sq, Dv};
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, 4, oshape))
+    return false;
+  out = r;
+  const float *keys = k.as<float>(), *vals = v.as<float>();
+  auto writePresent = [&](const Tensor *past, const Tensor &cur, int slot,
+                          Tensor *present, int64_t width, const float *&src) {
+    const int64_t shape[4] = {B, Hk, T, width};
+    Tensor p;
+    if (!allocate(ctx, d, slot, p, DType::f32, 4, shape))
+      return false;
+    *present = p;
+    src = p.as<float>();
+    if (p.numel() == 0 || !d.launching())
+      return true;
+    presentKernel<<<blocksFor(p.numel()), kBlock, 0, d.stream>>>(
+        past ? past->as<float>() : nullptr, cur.as<float>(), B * Hk, P, Sk,
+        width, p.as<float>());
+    return launched(ctx, "attention (present)");
+  };
+  if (presentK && !writePresent(pastK, k, presentKSlot, presentK, D, keys))
+    return false;
+  if (presentV && !writePresent(pastV, v, presentVSlot, presentV, Dv, vals))
+    return false;
+  if (P > 0 && (!presentK || !presentV))
+    return ctx.fail("attention: a past needs present outputs");
+  if (r.numel() == 0 || !d.launching())
+    return true;
+  size_t smem = sizeof(float) * size_t(D + T);
+  if (smem > 200 * 1024)
+    return ctx.fail("attention: " + std::to_string(T) +
+                    " keys do not fit in shared memory on the CUDA backend");
+  if (smem > 48 * 1024 &&
+      !check(ctx,
+             cudaFuncSetAttribute(attentionKernel,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(smem)),
+             "attention shared memory"))
+    return false;
+  a.q = q.as<float>();
+  a.k = keys;
+  a.v = vals;
+  a.maskF = mask && mask->dtype == DType::f32 ? mask->as<float>() : nullptr;
+  a.maskB = mask && mask->dtype == DType::b1 ? mask->as<uint8_t>() : nullptr;
+  a.Hq = Hq;
+  a.Hk = Hk;
+  a.Sq = Sq;
+  a.T = T;
+  a.D = D;
+  a.Dv = Dv;
+  a.scale = scale;
+  a.causal = causal;
+  a.out = r.as<float>();
+  attentionKernel<<<unsigned(B * Hq * Sq), 128, smem, d.stream>>>(a);
+  return launched(ctx, "attention");
+}
+
+bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
+               int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  if (!checkTensor(ctx, "embedding", "ids", ids) || !weightType(ctx, "embedding", table))
+    return false;
+  if (table.rank != 2)
+    return ctx.fail("embedding: table must be [V, D], got " + table.describe());
+  if (ids.dtype != DType::i64)
+    return ctx.fail("embedding: ids must be int64 on the CUDA backend, got " +
+                    ids.describe());
+  if (ids.rank + 1 > kMaxRank)
+    return ctx.fail("embedding: ids " + ids.describe() + " have too many dims");
+  const int64_t V = table.shape[0], D = table.shape[1], n = ids.numel();
+  // ids live on the host: checked there, then uploaded.
+  const int64_t *hp = ids.as<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (hp[i] < 0 || hp[i] >= V)
+      return ctx.fail("embedding: id " + std::to_string(hp[i]) +
+                      " is outside the table's " + std::to_string(V) + " rows");
+  Tensor dids;
+  if (!upload(ctx, ids, site, dids))
+    return false;
+  int64_t shape[kMaxRank];
+  for (int i = 0; i < ids.rank; ++i)
+    shape[i] = ids.shape[i];
+  shape[ids.rank] = D;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, ids.rank + 1, shape))
+    return false;
+  out = r;
+  if (r.numel() == 0 || !d.launching())
+    return true;
+  if (table.dtype == DType::f16)
+    embeddingKernel<__half><<<blocksFor(n * D), kBlock, 0, d.stream>>>(
+        table.as<__half>(), dids.as<int64_t>(), n, D, r.as<float>());
+  else
+    embeddingKernel<float><<<blocksFor(n * D), kBlock, 0, d.stream>>>(
+        table.as<float>(), dids.as<int64_t>(), n, D, r.as<float>());
+  return launched(ctx, "embedding");
+}
+
+bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,
+               int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  if (!checkTensor(ctx, "reshape", "input", x))
+    return false;
+  if (rank < 0 || rank > kMaxRank || (rank > 0 && !shape) ||
+      !validShape(rank, shape) || product(shape, 0, rank) != x.numel())
+    return ctx.fail("reshape: cannot reshape " + x.describe() + " into " +
+                    (rank >= 0 && rank <= kMaxRank && (shape || rank == 0)
+                         ? shapeString(rank, shape)
+                         : "rank " + std::to_string(rank)));
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, x.dtype, rank, shape))
+    return false;
+  out = r;
+  if (r.bytes() == 0 || !d.launching())
+    return true;
+  return check(ctx,
+               cudaMemcpyAsync(r.data, x.data, r.bytes(),
+                               cudaMemcpyDeviceToDevice, d.stream),
+               "reshape");
+}
+
+bool reshape(Context &ctx, const Tensor &x, const Tensor &shapeT,
+             bool allowzero, int outSlot, Tensor &out) {
+  std::vector<int64_t> req;
+  if (!readIndexTensor(ctx, "reshape", "shape", shapeT, req))
+    return false;
+  const int rank = int(req.size());
+  if (rank > kMaxRank)
+    return ctx.fail("reshape: target rank " + std::to_string(rank) +
+                    " is too large");
+  int64_t shape[kMaxRank];
+  int inferred = -1;
+  auto failShape = [&] {
+    std::string s = "[";
+    for (size_t i = 0; i < req.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(req[i]);
+    return ctx.fail("reshape: cannot reshape " + x.describe() + " into " + s +
+                    "]");
+  };
+  for (int i = 0; i < rank; ++i) {
+    int64_t v = req[size_t(i)];
+    if (v == 0 && !allowzero) {
+      if (i >= x.rank)
+        return failShape();
+      v = x.shape[i];
+    } else if (v == -1) {
+      if (inferred >= 0)
+        return failShape();
+      inferred = i;
+      v = 1;
+    } else if (v < 0) {
+      return failShape();
+    }
+    shape[i] = v;
+  }
+  int64_t known = product(shape, 0, rank);
+  if (inferred >= 0) {
+    if (known == 0 || x.numel() % known != 0)
+      return failShape();
+    shape[inferred] = x.numel() / known;
+  }
+  return reshapeTo(ctx, x, rank, shape, outSlot, out);
+}
+
+bool transpose(Context &ctx, const Tensor &x, const int64_t *perm, int outSlot,
+               Tensor &out) {
+  Device &d = dev(ctx);
+  if (!checkTensor(ctx, "transpose", "input", x))
+    return false;
+  Strided s;
+  s.rank = x.rank;
+  int64_t own[kMaxRank], shape[kMaxRank];
+  contiguousStrides(x.rank, x.shape, own);
+  bool seen[kMaxRank] = {};
+  for (int i = 0; i < x.rank; ++i) {
+    int64_t p = perm[i];
+    if (p < 0 || p >= x.rank || seen[p])
+      return ctx.fail("transpose: invalid permutation for " + x.describe());
+    seen[p] = true;
+    shape[i] = s.shape[i] = x.shape[p];
+    s.stride[i] = own[p];
+  }
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, x.dtype, x.rank, shape))
+    return false;
+  out = r;
+  return stridedCopy(ctx, d, s, x, r);
+}
+
+bool concat(Context &ctx, int n, const Tensor *const *inputs, int64_t axis,
+            int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  if (n < 1)
+    return ctx.fail("concat: no inputs");
+  const Tensor &f = *inputs[0];
+  int64_t a = axis < 0 ? axis + f.rank : axis;
+  if (a < 0 || a >= f.rank)
+    return ctx.fail("concat: axis " + std::to_string(axis) + " out of range");
+  int64_t shape[kMaxRank];
+  for (int i = 0; i < f.rank; ++i)
+    shape[i] = f.shape[i];
+  shape[a] = 0;
+  for (int k = 0; k < n; ++k) {
+    const Tensor &t = *inputs[k];
+    if (!checkTensor(ctx, "concat", "input", t))
+      return false;
+    bool match = t.rank == f.rank && t.dtype == f.dtype;
+    for (int i = 0; match && i < f.rank; ++i)
+      match = i == a || t.shape[i] == f.shape[i];
+    if (!match)
+      return ctx.fail("concat: input " + t.describe() + " does not match " +
+                      f.describe());
+    shape[a] += t.shape[a];
+  }
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, f.dtype, f.rank, shape))
+    return false;
+  out = r;
+  if (r.bytes() == 0 || !d.launching())
+    return true;
+  const size_t es = dtypeSize(f.dtype);
+  const int64_t outer = product(shape, 0, int(a)),
+                inner = product(shape, int(a) + 1, f.rank);
+  int64_t offset = 0;
+  for (int k = 0; k < n; ++k) {
+    const Tensor &t = *inputs[k];
+    size_t width = size_t(t.shape[a] * inner) * es;
+    if (width && outer &&
+        !check(ctx,
+               cudaMemcpy2DAsync(static_cast<char *>(r.data) + offset, size_t(shape[a] * inner) * es,
+                                 t.data, width, width, size_t(outer),
+                                 cudaMemcpyDeviceToDevice, d.stream),
+               "concat"))
+      return false;
+    offset += int64_t(width);
+  }
+  return true;
+}
+
+bool slice(Context &ctx, const Tensor &data, const Tensor &starts,
+           const Tensor &ends, const Tensor &axesT, const Tensor &stepsT,
+           int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  if (!checkTensor(ctx, "slice", "data", data))
+    return false;
+  std::vector<int64_t> st, en, ax, sp;
+  if (!readIndexTensor(ctx, "slice", "starts", starts, st) ||
+      !readIndexTensor(ctx, "slice", "ends", ends, en) ||
+      !readIndexTensor(ctx, "slice", "axes", axesT, ax) ||
+      !readIndexTensor(ctx, "slice", "steps", stepsT, sp))
+    return false;
+  if (st.size() != en.size() || ax.size() != st.size() || sp.size() != st.size())
+    return ctx.fail("slice: starts, ends, axes and steps differ in length");
+  Strided s;
+  s.rank = data.rank;
+  int64_t own[kMaxRank], shape[kMaxRank];
+  contiguousStrides(data.rank, data.shape, own);
+  for (int i = 0; i < data.rank; ++i) {
+    shape[i] = s.shape[i] = data.shape[i];
+    s.stride[i] = own[i];
+  }
+  for (size_t i = 0; i < st.size(); ++i) {
+    int64_t a = ax[i] < 0 ? ax[i] + data.rank : ax[i];
+    if (a < 0 || a >= data.rank)
+      return ctx.fail("slice: axis " + std::to_string(ax[i]) + " out of range");
+    int64_t dim = data.shape[a], step = sp[i];
+    if (step == 0)
+      return ctx.fail("slice: step 0");
+    int64_t b = st[i] < 0 ? st[i] + dim : st[i];
+    int64_t e = en[i] < 0 ? en[i] + dim : en[i];
+    int64_t len;
+    if (step > 0) {
+      b = std::clamp<int64_t>(b, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      len = e > b ? (e - b + step - 1) / step : 0;
+    } else {
+      b = std::clamp<int64_t>(b, -1, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      len = b > e ? (b - e + (-step) - 1) / (-step) : 0;
+    }
+    shape[a] = s.shape[a] = len;
+    s.base += b * own[a];
+    s.stride[a] = own[a] * step;
+  }
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, data.dtype, data.rank, shape))
+    return false;
+  out = r;
+  return stridedCopy(ctx, d, s, data, r);
+}
+
+//===----------------------------------------------------------------------===//
+// Sparse ops
+//===----------------------------------------------------------------------===//
+
+bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
+             const Tensor *bias, float threshold, int indexSite, int outSlot,
+             Tensor &out, IndexSet &index) {
+  Device &d = dev(ctx);
+  const char *op = "predict";
+  if (!requireF32(ctx, op, "input", x) || !weightType(ctx, op, w1) ||
+      !weightType(ctx, op, w2))
+    return false;
+  if (w1.rank != 2 || w2.rank != 2 || w1.dtype != w2.dtype ||
+      x.shape[x.rank - 1] != w1.shape[0] || w1.shape[1] != w2.shape[0])
+    return ctx.fail("predict: input " + x.describe() + " does not match " +
+                    w1.describe() + " and " + w2.describe());
+  const int64_t D = w1.shape[0], R = w1.shape[1], N = w2.shape[1];
+  const int64_t M = D ? x.numel() / D : 0;
+  bool ok;
+  const float *b = biasOf(ctx, op, bias, N, ok);
+  if (!ok)
+    return false;
+  int64_t shape[kMaxRank];
+  for (int i = 0; i < x.rank; ++i)
+    shape[i] = x.shape[i];
+  shape[x.rank - 1] = N;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::b1, x.rank, shape) ||
+      !ensureIndex(ctx, d, indexSite, N))
+    return false;
+  out = r;
+  IndexBuffers &ib = indexBuffers(d, indexSite);
+  index = IndexSet{};
+  index.neurons = int(N);
+  index.tokens = int(M);
+  const size_t scratch = sizeof(float) * size_t(std::max<int64_t>(M, 1)) * (R + N);
+  if (!d.ensure(ctx, ib.scratch, scratch, "predictor scratch"))
+    return false;
+  if (M == 0 || !d.launching()) {
+    index.site = M > 0 && M <= kMaxTokens ? indexSite : -1;
+    return true;
+  }
+  float *hidden = static_cast<float *>(ib.scratch.ptr);
+  if (M <= kMaxTokens) {
+    cudaError_t e =
+        w1.dtype == DType::f16
+            ? predictIndex<__half>(x.as<float>(), int(M), w1.as<__half>(), int(D),
+                                   int(R), w2.as<__half>(), int(N), b, threshold,
+                                   hidden, static_cast<uint8_t *>(ib.flags.ptr),
+                                   static_cast<int32_t *>(ib.idx.ptr),
+                                   static_cast<int32_t *>(ib.count.ptr), true,
+                                   ib.temp.ptr, ib.temp.bytes, d.stream)
+            : predictIndex<float>(x.as<float>(), int(M), w1.as<float>(), int(D),
+                                  int(R), w2.as<float>(), int(N), b, threshold,
+                                  hidden, static_cast<uint8_t *>(ib.flags.ptr),
+                                  static_cast<int32_t *>(ib.idx.ptr),
+                                  static_cast<int32_t *>(ib.count.ptr), true,
+                                  ib.temp.ptr, ib.temp.bytes, d.stream);
+    if (!check(ctx, e, "predictor"))
+      return false;
+    // The mask a decode step uses is the union over its tokens.
+    rowsKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(
+        static_cast<uint8_t *>(ib.flags.ptr), M * N, int(N), r.as<uint8_t>());
+    index.site = indexSite;
+    return launched(ctx, "predictor mask");
+  }
+  // Prefill: two GEMMs and a threshold, per token.
+  float *logits = hidden + M * R;
+  if (!gemm(ctx, d, x.as<float>(), M, D, w1, false, R, nullptr,
+            Activation::none, hidden) ||
+      !gemm(ctx, d, hidden, M, R, w2, false, N, nullptr, Activation::none,
+            logits))
+    return false;
+  thresholdKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(
+      logits, M * N, int(N), b, threshold, r.as<uint8_t>());
+  return launched(ctx, "predictor threshold");
+}
+
+bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
+                        const Tensor *bias, const Tensor &active,
+                        const IndexSet &index, Activation act, int outSlot,
+                        Tensor &out, IndexSet &outIndex) {
+  Device &d = dev(ctx);
+  const char *op = "sparse_linear";
+  if (!requireF32(ctx, op, "input", x) || !weightType(ctx, op, w))
+    return false;
+  if (w.rank != 2 || x.shape[x.rank - 1] != w.shape[1])
+    return ctx.fail("sparse_linear: input " + x.describe() +
+                    " does not match the neuron-major weight " + w.describe());
+  const int64_t N = w.shape[0], K = w.shape[1], M = K ? x.numel() / K : 0;
+  bool ok;
+  const float *b = biasOf(ctx, op, bias, N, ok);
+  if (!ok)
+    return false;
+  if (active.dtype != DType::b1 || (active.numel() != M * N && active.numel() != N))
+    return ctx.fail("sparse_linear: active mask " + active.describe() +
+                    " does not match " + std::to_string(M) + " rows of " +
+                    std::to_string(N) + " neurons");
+  int64_t shape[kMaxRank];
+  for (int i = 0; i < x.rank; ++i)
+    shape[i] = x.shape[i];
+  shape[x.rank - 1] = N;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
+    return false;
+  out = r;
+  outIndex = IndexSet{};
+  const bool decode = index.site >= 0 && index.tokens == M && M <= kMaxTokens &&
+                      index.neurons == N &&
+                      (act == Activation::none || act == Activation::relu);
+  if (decode) {
+    outIndex = index;
+    if (M == 0 || !d.launching())
+      return true;
+    IndexBuffers &ib = indexBuffers(d, index.site);
+    if (!check(ctx, cudaMemsetAsync(r.data, 0, r.bytes(), d.stream),
+               "sparse_linear (zero fill)"))
+      return false;
+    cudaError_t e =
+        w.dtype == DType::f16
+            ? sparseUp<__half>(x.as<float>(), int(M), w.as<__half>(), int(K), b,
+                               static_cast<int32_t *>(ib.idx.ptr),
+                               static_cast<int32_t *>(ib.count.ptr), int(N),
+                               act == Activation::relu, r.as<float>(), int(N),
+                               d.stream)
+            : sparseUp<float>(x.as<float>(), int(M), w.as<float>(), int(K), b,
+                              static_cast<int32_t *>(ib.idx.ptr),
+                              static_cast<int32_t *>(ib.count.ptr), int(N),
+                              act == Activation::relu, r.as<float>(), int(N),
+                              d.stream);
+    return check(ctx, e, "sparse_linear (up projection)");
+  }
+  // Dense computation with the per-token mask applied.
+  if (!gemm(ctx, d, x.as<float>(), M, K, w, true, N, b, act, r.as<float>()))
+    return false;
+  if (M == 0 || N == 0 || !d.launching())
+    return true;
+  applyMaskKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(
+      r.as<float>(), M * N, int(N), active.as<uint8_t>(),
+      active.numel() == M * N);
+  return launched(ctx, "sparse_linear (mask)");
+}
+
+bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,
+                  IndexSet &index) {
+  Device &d = dev(ctx);
+  if (!requireF32(ctx, "sparse_linear", "input", x))
+    return false;
+  const int64_t N = x.rank ? x.shape[x.rank - 1] : 1;
+  const int64_t M = N ? x.numel() / N : 0;
+  index = IndexSet{};
+  index.neurons = int(N);
+  index.tokens = int(M);
+  if (M == 0 || M > kMaxTokens)
+    return true;
+  if (!ensureIndex(ctx, d, indexSite, N))
+    return false;
+  index.site = indexSite;
+  if (!d.launching())
+    return true;
+  IndexBuffers &ib = indexBuffers(d, indexSite);
+  cudaError_t e = nonzeroFlags(x.as<float>(), int(M), int(N),
+                               static_cast<uint8_t *>(ib.flags.ptr), d.stream);
+  if (e == cudaSuccess)
+    e = buildIndex(static_cast<uint8_t *>(ib.flags.ptr), int(N),
+                   static_cast<int32_t *>(ib.idx.ptr),
+                   static_cast<int32_t *>(ib.count.ptr), ib.temp.ptr,
+                   ib.temp.bytes, d.stream);
+  return check(ctx, e, "sparse_linear (index)");
+}
+
+bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
+                       const Tensor *bias, const IndexSet &index, int outSlot,
+                       Tensor &out) {
+  Device &d = dev(ctx);
+  const char *op = "sparse_linear";
+  if (!requireF32(ctx, op, "input", x) || !weightType(ctx, op, w))
+    return false;
+  if (w.rank != 2 || x.shape[x.rank - 1] != w.shape[0])
+    return ctx.fail("sparse_linear: input " + x.describe() +
+                    " does not match weight " + w.describe());
+  const int64_t K = w.shape[0], N = w.shape[1], M = K ? x.numel() / K : 0;
+  bool ok;
+  const float *b = biasOf(ctx, op, bias, N, ok);
+  if (!ok)
+    return false;
+  int64_t shape[kMaxRank];
+  for (int i = 0; i < x.rank; ++i)
+    shape[i] = x.shape[i];
+  shape[x.rank - 1] = N;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
+    return false;
+  out = r;
+  if (index.site < 0 || index.tokens != M || index.neurons != K || M > kMaxTokens)
+    return gemm(ctx, d, x.as<float>(), M, K, w, false, N, b, Activation::none,
+                r.as<float>());
+  if (M == 0 || N == 0 || !d.launching())
+    return true;
+  IndexBuffers &ib = indexBuffers(d, index.site);
+  fillRowsKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(r.as<float>(), M * N,
+                                                            int(N), b);
+  if (!launched(ctx, "sparse_linear (bias)"))
+    return false;
+  cudaError_t e =
+      w.dtype == DType::f16
+          ? sparseDown<__half>(x.as<float>(), int(M), int(K), w.as<__half>(),
+                               int(N), static_cast<int32_t *>(ib.idx.ptr),
+                               static_cast<int32_t *>(ib.count.ptr), int(K),
+                               r.as<float>(), d.stream)
+          : sparseDown<float>(x.as<float>(), int(M), int(K), w.as<float>(),
+                              int(N), static_cast<int32_t *>(ib.idx.ptr),
+                              static_cast<int32_t *>(ib.count.ptr), int(K),
+                              r.as<float>(), d.stream);
+  return check(ctx, e, "sparse_linear (down projection)");
+}
+
+} // namespace sparsec::rt::cuda
