@@ -36,6 +36,7 @@ struct CacheSlot {
   int input = -1, output = -1; // indices into desc.inputs / desc.outputs
   int64_t heads = 0, headDim = 0;
   std::vector<float> data; // [1, heads, len, headDim]
+  Tensor resident;         // the same in device memory (device backends)
 };
 
 /// Picks the next token from the last position's logits.
@@ -165,6 +166,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   Context &ctx = *session.ctx;
   for (CacheSlot &slot : cache)
     slot.data.reserve(size_t(slot.heads * maxSeqLen * slot.headDim));
+  // A device backend keeps the cache in device memory between steps.
+  ctx.residentOutputs.assign(size_t(desc.numOutputs), 0);
+  for (CacheSlot &slot : cache)
+    ctx.residentOutputs[size_t(slot.output)] = 1;
 
   std::mt19937_64 rng(opts.seed);
   std::vector<Tensor> inputs(size_t(desc.numInputs));
@@ -192,10 +197,13 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     if (maskInput >= 0)
       inputs[size_t(maskInput)] = Tensor{mask.data(), DType::i64, 2, {1, len}};
     static float emptyCache = 0.0f;
-    for (CacheSlot &slot : cache)
+    for (CacheSlot &slot : cache) {
+      void *data = slot.resident.data ? slot.resident.data
+                   : slot.data.empty() ? &emptyCache
+                                       : slot.data.data();
       inputs[size_t(slot.input)] =
-          Tensor{slot.data.empty() ? &emptyCache : slot.data.data(), DType::f32, 4,
-                 {1, slot.heads, past, slot.headDim}};
+          Tensor{data, DType::f32, 4, {1, slot.heads, past, slot.headDim}};
+    }
     if (!runOnce(desc, ctx, inputs.data(), outputs, error))
       return reportError("step " + std::to_string(generated) + ": " + error);
     const Tensor &logits = outputs[size_t(logitsOutput)];
@@ -212,8 +220,12 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                            "' is " + present.describe() + ", expected [1, " +
                            std::to_string(slot.heads) + ", " + std::to_string(len) +
                            ", " + std::to_string(slot.headDim) + "]");
-      const float *p = present.as<float>();
-      slot.data.assign(p, p + present.numel()); // within the reserved capacity
+      if (ctx.backend && ctx.backend->keepsResidentOutputs()) {
+        slot.resident = present; // device memory, valid until the next run
+      } else {
+        const float *p = present.as<float>();
+        slot.data.assign(p, p + present.numel()); // within the reserved capacity
+      }
     }
     const int64_t vocab = logits.shape[2];
     int64_t next = pickToken(logits.as<float>() + (n - 1) * vocab, vocab, opts, rng);

@@ -50,6 +50,7 @@ struct GraphEntry {
 
 struct Device : Context::Backend {
   ~Device() override;
+  bool keepsResidentOutputs() const override { return true; }
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -59,6 +60,10 @@ struct Device : Context::Backend {
   std::vector<DeviceBuffer> uploads;
   std::vector<PinnedBuffer> staging;
   std::vector<PinnedBuffer> outputs;
+  /// Outputs kept on the device (Context::residentOutputs), one buffer
+  /// each: the next step reads it as an input before it is overwritten
+  /// (stream order).
+  std::vector<DeviceBuffer> resident;
   std::vector<IndexBuffers> indexSets;
   DeviceBuffer gemvPartials, halfInput;
 

@@ -231,8 +231,15 @@ struct Context {
   /// memory and graphs), created by its first step; null for x86 models.
   struct Backend {
     virtual ~Backend() = default;
+    /// Whether the outputs flagged in `residentOutputs` come back as views
+    /// of device memory (which the host must not read).
+    virtual bool keepsResidentOutputs() const { return false; }
   };
   std::unique_ptr<Backend> backend;
+  /// Outputs the caller only passes back as inputs of the next run (a KV
+  /// cache): a device backend keeps them in device memory, and takes such
+  /// a view back as an input without a copy. x86 ignores it.
+  std::vector<char> residentOutputs;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
   /// slot if needed). Returns false (and records an error) on failure.
