@@ -96,6 +96,26 @@ def main():
             cells.append(f"{ms:.4f}" if ms is not None else "n/a")
         print(f"| ONNX Runtime ({provider}) | - | " + " | ".join(cells) + " |")
 
+    print("\n## generate: 256 new bytes after the 71-byte reference prompt\n")
+    print("| build | decode tokens/s (graphs) | decode tokens/s (no graphs) | time to first token |")
+    print("|---|---:|---:|---:|")
+    prompt = os.path.join(args.dir, "refs", "ref_input_ids.npy")
+    for name in BUILDS:
+        cells, ttft = [], ""
+        for graphs in (True, False):
+            env = dict(os.environ)
+            if not graphs:
+                env["SPARSEC_CUDA_GRAPHS"] = "0"
+            r = subprocess.run([os.path.join(args.dir, name, "model"), "generate",
+                                "--prompt-ids", prompt, "--max-new-tokens", "256"],
+                               capture_output=True, text=True, env=env)
+            line = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+            tps = line.split("decode ")[1].split(" tokens/s")[0] if "decode " in line else "error"
+            cells.append(tps)
+            if graphs and "first token " in line:
+                ttft = line.split("first token ")[1].split(";")[0]
+        print(f"| {name} | {cells[0]} | {cells[1]} | {ttft} |")
+
     print("\n## No-cache prefill, 128 tokens, batch 1 (median ms)\n")
     print("| build | graphs | ms |")
     print("|---|---|---:|")

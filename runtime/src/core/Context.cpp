@@ -66,6 +66,19 @@ bool Context::allocate(int slot, Tensor &t, DType dtype, int rank,
   return true;
 }
 
+bool Context::Backend::initCache(Context &ctx, int, const Tensor &, int64_t,
+                                 int64_t, Tensor &) {
+  return ctx.fail("this backend has no device cache");
+}
+bool Context::Backend::appendCache(Context &ctx, int, const Tensor &, int64_t,
+                                   int64_t) {
+  return ctx.fail("this backend has no device cache");
+}
+bool Context::Backend::growCache(Context &ctx, int, int64_t, int64_t,
+                                 Tensor &) {
+  return ctx.fail("this backend has no device cache");
+}
+
 Tensor Context::weight(uint32_t index, DType dtype, int rank,
                        const int64_t *shape) const {
   Tensor t;

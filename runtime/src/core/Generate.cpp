@@ -6,8 +6,16 @@
 // vocab]. Two export conventions:
 //  - KV-cache exports (Optimum naming: past_key_values.{i}.key/value inputs,
 //    present.{i}.key/value outputs): the runtime owns the cache. The prompt
-//    is one prefill run with an empty cache, then one run per new token; the
-//    cache buffers are reserved for --max-seq-len up front.
+//    is one prefill run with an empty cache, then one run per new token.
+//    On x86 the cache is host memory reserved for --max-seq-len up front.
+//    A device backend keeps it in device memory at a fixed capacity (a
+//    power of two): past = [1, H, capacity, D] with the unused entries
+//    masked out by attention_mask, so every decode step has one shape and
+//    replays one CUDA graph; each step's new K/V row is moved into place on
+//    the device. The padded step is checked once against the prefill's
+//    logits (re-running the last prompt token), and generation falls back
+//    to host copies for an export whose attention does not honour the
+//    mask for past entries.
 //  - Exports without a cache: each step runs the whole sequence again (the
 //    compiler-derived incremental decoding for such exports is not written
 //    yet; this is the correct but quadratic fallback).
@@ -35,9 +43,16 @@ namespace {
 struct CacheSlot {
   int input = -1, output = -1; // indices into desc.inputs / desc.outputs
   int64_t heads = 0, headDim = 0;
-  std::vector<float> data; // [1, heads, len, headDim]
-  Tensor resident;         // the same in device memory (device backends)
+  std::vector<float> data; // [1, heads, len, headDim] (host mode)
+  Tensor device;           // [1, heads, capacity, headDim] (device mode)
 };
+
+int64_t capacityFor(int64_t needed, int64_t limit) {
+  int64_t c = 128;
+  while (c < needed)
+    c *= 2;
+  return std::max(needed, std::min(c, limit));
+}
 
 /// Picks the next token from the last position's logits.
 int64_t pickToken(const float *logits, int64_t vocab, const Options &opts,
@@ -166,19 +181,84 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   Context &ctx = *session.ctx;
   for (CacheSlot &slot : cache)
     slot.data.reserve(size_t(slot.heads * maxSeqLen * slot.headDim));
-  // A device backend keeps the cache in device memory between steps.
+  // Ask a device backend to leave the present outputs in device memory.
   ctx.residentOutputs.assign(size_t(desc.numOutputs), 0);
   for (CacheSlot &slot : cache)
     ctx.residentOutputs[size_t(slot.output)] = 1;
+  // The padded cache's mask has capacity + 1 entries.
+  int64_t capacityLimit = maxSeqLen;
+  if (maskInput >= 0 && desc.inputs[maskInput].maxDims[1] > 0)
+    capacityLimit = std::min(capacityLimit, desc.inputs[maskInput].maxDims[1] - 1);
 
   std::mt19937_64 rng(opts.seed);
   std::vector<Tensor> inputs(size_t(desc.numInputs));
   std::vector<Tensor> outputs(size_t(desc.numOutputs));
   std::vector<int64_t> stepIds, mask;
+  std::vector<float> lastLogits;
   const int64_t promptLen = int64_t(tokens.size());
   int64_t generated = 0;
   double ttftMs = 0, decodeMs = 0;
   int64_t densityActive0 = 0, densityTotal0 = 0;
+  bool deviceCache = false;           // the cache lives on the device
+  int64_t capacity = 0, cached = 0;   // its capacity and valid entries
+  static float emptyCache = 0.0f;
+
+  // One run over tokens[first, end): host mode (past = first host
+  // entries) or device mode (past = the padded device cache).
+  auto step = [&](int64_t first, bool padded) -> bool {
+    const int64_t len = int64_t(tokens.size());
+    stepIds.assign(tokens.begin() + first, tokens.end());
+    const int64_t n = int64_t(stepIds.size());
+    inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {1, n}};
+    if (padded) {
+      mask.assign(size_t(capacity + 1), 0);
+      std::fill(mask.begin(), mask.begin() + cached, 1);
+      mask[size_t(capacity)] = 1;
+    } else {
+      mask.assign(size_t(len), 1);
+    }
+    if (maskInput >= 0)
+      inputs[size_t(maskInput)] =
+          Tensor{mask.data(), DType::i64, 2, {1, int64_t(mask.size())}};
+    for (CacheSlot &slot : cache) {
+      void *data = padded ? slot.device.data
+                   : slot.data.empty() ? &emptyCache
+                                       : slot.data.data();
+      inputs[size_t(slot.input)] =
+          Tensor{data, DType::f32, 4,
+                 {1, slot.heads, padded ? capacity : first, slot.headDim}};
+    }
+    if (!runOnce(desc, ctx, inputs.data(), outputs, error))
+      return false;
+    const Tensor &logits = outputs[size_t(logitsOutput)];
+    if (logits.dtype != DType::f32 || logits.rank != 3 || logits.shape[0] != 1 ||
+        logits.shape[1] != n) {
+      error = "generate expects float32 logits [1, " + std::to_string(n) +
+              ", vocab], got " + logits.describe();
+      return false;
+    }
+    const int64_t total = padded ? capacity + 1 : len;
+    for (CacheSlot &slot : cache) {
+      const Tensor &present = outputs[size_t(slot.output)];
+      if (present.dtype != DType::f32 || present.rank != 4 ||
+          present.shape[1] != slot.heads || present.shape[2] != total ||
+          present.shape[3] != slot.headDim) {
+        error = std::string("output '") + desc.outputs[slot.output].name + "' is " +
+                present.describe() + ", expected [1, " + std::to_string(slot.heads) +
+                ", " + std::to_string(total) + ", " + std::to_string(slot.headDim) +
+                "]";
+        return false;
+      }
+    }
+    const int64_t vocab = logits.shape[2];
+    const float *row = logits.as<float>() + (n - 1) * vocab;
+    lastLogits.assign(row, row + vocab);
+    return true;
+  };
+  auto resident = [&] {
+    return ctx.backend && ctx.backend->keepsResidentOutputs();
+  };
+
   auto start = std::chrono::steady_clock::now();
   while (generated < opts.maxNewTokens) {
     const int64_t len = int64_t(tokens.size());
@@ -187,48 +267,78 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                    (long long)maxSeqLen);
       break;
     }
-    // This step's new tokens: the whole prompt first, then one at a time
-    // with a cache (the whole sequence without one).
-    int64_t past = cache.empty() || generated == 0 ? 0 : len - 1;
-    stepIds.assign(tokens.begin() + past, tokens.end());
-    const int64_t n = int64_t(stepIds.size());
-    mask.assign(size_t(len), 1);
-    inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {1, n}};
-    if (maskInput >= 0)
-      inputs[size_t(maskInput)] = Tensor{mask.data(), DType::i64, 2, {1, len}};
-    static float emptyCache = 0.0f;
-    for (CacheSlot &slot : cache) {
-      void *data = slot.resident.data ? slot.resident.data
-                   : slot.data.empty() ? &emptyCache
-                                       : slot.data.data();
-      inputs[size_t(slot.input)] =
-          Tensor{data, DType::f32, 4, {1, slot.heads, past, slot.headDim}};
-    }
-    if (!runOnce(desc, ctx, inputs.data(), outputs, error))
-      return reportError("step " + std::to_string(generated) + ": " + error);
-    const Tensor &logits = outputs[size_t(logitsOutput)];
-    if (logits.dtype != DType::f32 || logits.rank != 3 || logits.shape[0] != 1 ||
-        logits.shape[1] != n)
-      return reportError("generate expects float32 logits [1, " +
-                         std::to_string(n) + ", vocab], got " + logits.describe());
-    for (CacheSlot &slot : cache) {
-      const Tensor &present = outputs[size_t(slot.output)];
-      if (present.dtype != DType::f32 || present.rank != 4 ||
-          present.shape[1] != slot.heads || present.shape[2] != len ||
-          present.shape[3] != slot.headDim)
-        return reportError(std::string("output '") + desc.outputs[slot.output].name +
-                           "' is " + present.describe() + ", expected [1, " +
-                           std::to_string(slot.heads) + ", " + std::to_string(len) +
-                           ", " + std::to_string(slot.headDim) + "]");
-      if (ctx.backend && ctx.backend->keepsResidentOutputs()) {
-        slot.resident = present; // device memory, valid until the next run
-      } else {
-        const float *p = present.as<float>();
-        slot.data.assign(p, p + present.numel()); // within the reserved capacity
+    std::string where = "step " + std::to_string(generated) + ": ";
+    if (deviceCache) {
+      // One new token over the padded device cache; then its K/V row
+      // (entry `capacity` of present) moves to entry `cached`.
+      if (cached + 1 > capacity) {
+        int64_t grown = capacityFor(cached + 1, capacityLimit);
+        for (CacheSlot &slot : cache)
+          if (!ctx.backend->growCache(ctx, slot.input, cached, grown, slot.device))
+            return reportError(where + ctx.error);
+        capacity = grown;
       }
+      if (!step(len - 1, true))
+        return reportError(where + error);
+      for (CacheSlot &slot : cache)
+        if (!ctx.backend->appendCache(ctx, slot.input,
+                                      outputs[size_t(slot.output)], capacity,
+                                      cached))
+          return reportError(where + ctx.error);
+      ++cached;
+    } else {
+      // The whole prompt first, then one token at a time with a cache (the
+      // whole sequence without one).
+      int64_t past = cache.empty() || generated == 0 ? 0 : len - 1;
+      if (!step(past, false))
+        return reportError(where + error);
+      if (!cache.empty() && resident()) {
+        // Device backend: move to the padded device cache, checked once by
+        // re-running the last prompt token over it (entries len - 1 on).
+        std::vector<float> reference = lastLogits;
+        capacity = capacityFor(len, capacityLimit);
+        cached = len - 1;
+        bool ok = true;
+        for (CacheSlot &slot : cache)
+          ok = ok && ctx.backend->initCache(ctx, slot.input,
+                                            outputs[size_t(slot.output)],
+                                            cached, capacity, slot.device);
+        if (!ok)
+          return reportError(where + ctx.error);
+        if (!step(len - 1, true))
+          return reportError(where + error);
+        float diff = 0, scale = 1;
+        for (size_t i = 0; i < reference.size(); ++i) {
+          diff = std::max(diff, std::fabs(reference[i] - lastLogits[i]));
+          scale = std::max(scale, std::fabs(reference[i]));
+        }
+        if (!(diff <= 1e-3f * scale)) {
+          std::fprintf(stderr,
+                       "[generate] this export's attention does not ignore "
+                       "masked past entries (logits differ by %g): the cache "
+                       "goes through host memory\n",
+                       double(diff));
+          ctx.residentOutputs.assign(ctx.residentOutputs.size(), 0);
+          if (!step(0, false))
+            return reportError(where + error);
+        } else {
+          for (CacheSlot &slot : cache)
+            if (!ctx.backend->appendCache(ctx, slot.input,
+                                          outputs[size_t(slot.output)],
+                                          capacity, cached))
+              return reportError(where + ctx.error);
+          ++cached;
+          deviceCache = true;
+        }
+      }
+      if (!deviceCache)
+        for (CacheSlot &slot : cache) {
+          const Tensor &present = outputs[size_t(slot.output)];
+          const float *p = present.as<float>();
+          slot.data.assign(p, p + present.numel()); // within the reserved capacity
+        }
     }
-    const int64_t vocab = logits.shape[2];
-    int64_t next = pickToken(logits.as<float>() + (n - 1) * vocab, vocab, opts, rng);
+    int64_t next = pickToken(lastLogits.data(), int64_t(lastLogits.size()), opts, rng);
     tokens.push_back(next);
     ++generated;
     if (bytes) {

@@ -42,8 +42,9 @@ Device::~Device() {
     freeDev(b);
   for (auto &b : uploads)
     freeDev(b);
-  for (auto &b : resident)
-    freeDev(b);
+  for (auto &c : caches)
+    if (c.ptr)
+      cudaFree(c.ptr);
   for (auto &s : indexSets) {
     freeDev(s.flags);
     freeDev(s.idx);
@@ -237,12 +238,13 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
   Device &d = *static_cast<Device *>(ctx.backend.get());
   if (site < 0)
     return ctx.fail("internal error: negative upload site");
-  // A resident output of the previous run, passed back: already here.
-  for (const DeviceBuffer &r : d.resident)
-    if (r.ptr && x.data == r.ptr) {
-      if (x.bytes() > r.bytes)
-        return ctx.fail("internal error: a resident input is larger than its "
-                        "buffer");
+  // A device cache passed back as an input: already here.
+  for (const Device::Cache &c : d.caches)
+    if (c.ptr && x.data == c.ptr) {
+      if (x.rank != 4 || x.shape[0] != c.shape[0] || x.shape[1] != c.shape[1] ||
+          x.shape[2] > c.shape[2] || x.shape[3] != c.shape[3])
+        return ctx.fail("internal error: a device cache passed as " +
+                        x.describe() + " does not match its buffer");
       out = x;
       return true;
     }
@@ -273,19 +275,10 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
   Device &d = *static_cast<Device *>(ctx.backend.get());
   if (size_t(index) < ctx.residentOutputs.size() &&
       ctx.residentOutputs[size_t(index)]) {
-    if (size_t(index) >= d.resident.size())
-      d.resident.resize(size_t(index) + 1);
-    DeviceBuffer &r = d.resident[size_t(index)];
-    if (!d.ensure(ctx, r, x.bytes(), "a resident output"))
-      return false;
+    // Left in its device slot; the caller moves it with the cache calls
+    // before the next run.
     out = x;
-    out.data = r.ptr;
-    if (x.bytes() == 0 || !d.launching() || d.mismatch)
-      return true;
-    return check(ctx,
-                 cudaMemcpyAsync(r.ptr, x.data, x.bytes(),
-                                 cudaMemcpyDeviceToDevice, d.stream),
-                 "keeping an output on the device");
+    return true;
   }
   if (size_t(index) >= d.outputs.size())
     d.outputs.resize(size_t(index) + 1);
@@ -300,6 +293,101 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
                cudaMemcpyAsync(out.data, x.data, bytes, cudaMemcpyDeviceToHost,
                                d.stream),
                "download");
+}
+
+namespace {
+/// Copies `rows` rows of `width` bytes between pitched device buffers on
+/// the model's stream.
+bool copyRows(Context &ctx, Device &d, void *dst, size_t dpitch,
+              const void *src, size_t spitch, size_t width, size_t rows) {
+  if (width == 0 || rows == 0)
+    return true;
+  return check(ctx,
+               cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows,
+                                 cudaMemcpyDeviceToDevice, d.stream),
+               "moving KV cache entries");
+}
+
+bool checkPresent(Context &ctx, const Tensor &t) {
+  if (t.dtype != DType::f32 || t.rank != 4 || !t.data)
+    return ctx.fail("KV cache: expected a float32 [B, H, T, D] device tensor, "
+                    "got " + t.describe());
+  return true;
+}
+} // namespace
+
+bool Device::initCache(Context &ctx, int id, const Tensor &present,
+                       int64_t count, int64_t capacity, Tensor &cache) {
+  if (!checkPresent(ctx, present))
+    return false;
+  if (id < 0 || count < 0 || count > present.shape[2] || capacity < count)
+    return ctx.fail("KV cache: invalid entry count or capacity");
+  if (size_t(id) >= caches.size())
+    caches.resize(size_t(id) + 1);
+  Cache &c = caches[size_t(id)];
+  const int64_t B = present.shape[0], H = present.shape[1], D = present.shape[3];
+  const size_t bytes = sizeof(float) * size_t(B * H * capacity * D);
+  if (c.ptr) {
+    dropGraphs();
+    cudaFree(c.ptr);
+    c.ptr = nullptr;
+  }
+  if (cudaMalloc(&c.ptr, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    c.ptr = nullptr;
+    return ctx.fail("CUDA: out of device memory for a KV cache of " +
+                    std::to_string(bytes) + " bytes");
+  }
+  const int64_t shape[4] = {B, H, capacity, D};
+  for (int i = 0; i < 4; ++i)
+    c.shape[i] = shape[i];
+  // Zeros, not garbage: masked entries get probability 0, and 0 * NaN
+  // would still poison P.V.
+  if (!check(ctx, cudaMemsetAsync(c.ptr, 0, bytes, stream), "zeroing a KV cache") ||
+      !copyRows(ctx, *this, c.ptr, sizeof(float) * capacity * D, present.data,
+                sizeof(float) * present.shape[2] * D, sizeof(float) * count * D,
+                size_t(B * H)))
+    return false;
+  cache = Tensor{c.ptr, DType::f32, 4, {B, H, capacity, D}};
+  return true;
+}
+
+bool Device::appendCache(Context &ctx, int id, const Tensor &present,
+                         int64_t src, int64_t dst) {
+  if (!checkPresent(ctx, present))
+    return false;
+  if (id < 0 || size_t(id) >= caches.size() || !caches[size_t(id)].ptr)
+    return ctx.fail("KV cache: no cache " + std::to_string(id));
+  Cache &c = caches[size_t(id)];
+  const int64_t D = c.shape[3];
+  if (src < 0 || src >= present.shape[2] || dst < 0 || dst >= c.shape[2] ||
+      present.shape[0] * present.shape[1] != c.shape[0] * c.shape[1] ||
+      present.shape[3] != D)
+    return ctx.fail("KV cache: entry " + std::to_string(src) + " of " +
+                    present.describe() + " does not fit entry " +
+                    std::to_string(dst));
+  return copyRows(ctx, *this, static_cast<float *>(c.ptr) + dst * D,
+                  sizeof(float) * c.shape[2] * D,
+                  static_cast<const float *>(present.data) + src * D,
+                  sizeof(float) * present.shape[2] * D, sizeof(float) * D,
+                  size_t(c.shape[0] * c.shape[1]));
+}
+
+bool Device::growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
+                       Tensor &cache) {
+  if (id < 0 || size_t(id) >= caches.size() || !caches[size_t(id)].ptr)
+    return ctx.fail("KV cache: no cache " + std::to_string(id));
+  Cache old = caches[size_t(id)];
+  if (valid < 0 || valid > old.shape[2] || capacity < valid)
+    return ctx.fail("KV cache: invalid growth");
+  dropGraphs(); // they may read the old buffer
+  caches[size_t(id)].ptr = nullptr; // initCache must not free the old one
+  Tensor view{old.ptr, DType::f32, 4,
+              {old.shape[0], old.shape[1], old.shape[2], old.shape[3]}};
+  bool ok = initCache(ctx, id, view, valid, capacity, cache);
+  // cudaFree waits for the copy.
+  cudaFree(old.ptr);
+  return ok;
 }
 
 namespace {

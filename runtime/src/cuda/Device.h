@@ -51,6 +51,12 @@ struct GraphEntry {
 struct Device : Context::Backend {
   ~Device() override;
   bool keepsResidentOutputs() const override { return true; }
+  bool initCache(Context &ctx, int id, const Tensor &present, int64_t count,
+                 int64_t capacity, Tensor &cache) override;
+  bool appendCache(Context &ctx, int id, const Tensor &present, int64_t src,
+                   int64_t dst) override;
+  bool growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
+                 Tensor &cache) override;
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -60,10 +66,13 @@ struct Device : Context::Backend {
   std::vector<DeviceBuffer> uploads;
   std::vector<PinnedBuffer> staging;
   std::vector<PinnedBuffer> outputs;
-  /// Outputs kept on the device (Context::residentOutputs), one buffer
-  /// each: the next step reads it as an input before it is overwritten
-  /// (stream order).
-  std::vector<DeviceBuffer> resident;
+  /// Fixed-capacity KV caches (initCache), passed back as inputs without
+  /// a copy; `cacheShape` is [B, H, capacity, D] per cache.
+  struct Cache {
+    void *ptr = nullptr;
+    int64_t shape[4] = {};
+  };
+  std::vector<Cache> caches;
   std::vector<IndexBuffers> indexSets;
   DeviceBuffer gemvPartials, halfInput;
 

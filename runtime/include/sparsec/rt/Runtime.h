@@ -232,13 +232,25 @@ struct Context {
   struct Backend {
     virtual ~Backend() = default;
     /// Whether the outputs flagged in `residentOutputs` come back as views
-    /// of device memory (which the host must not read).
+    /// of device memory (valid until the next run; the host must not read
+    /// them), and the cache calls below work.
     virtual bool keepsResidentOutputs() const { return false; }
+    /// A fixed-capacity KV cache `id` in device memory, [B, H, capacity, D]
+    /// float32, zero-filled, with its first `count` entries copied from
+    /// `present` ([B, H, T, D], a resident output); `cache` views it and
+    /// may be passed as an input (no copy).
+    virtual bool initCache(Context &ctx, int id, const Tensor &present,
+                           int64_t count, int64_t capacity, Tensor &cache);
+    /// cache[:, :, dst] = present[:, :, src] (after the run that wrote it).
+    virtual bool appendCache(Context &ctx, int id, const Tensor &present,
+                             int64_t src, int64_t dst);
+    /// Moves the first `valid` entries into a larger cache.
+    virtual bool growCache(Context &ctx, int id, int64_t valid,
+                           int64_t capacity, Tensor &cache);
   };
   std::unique_ptr<Backend> backend;
-  /// Outputs the caller only passes back as inputs of the next run (a KV
-  /// cache): a device backend keeps them in device memory, and takes such
-  /// a view back as an input without a copy. x86 ignores it.
+  /// Outputs the caller only reads through the cache calls above (a KV
+  /// cache); x86 ignores it and returns host tensors as usual.
   std::vector<char> residentOutputs;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
