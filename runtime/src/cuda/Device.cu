@@ -53,6 +53,8 @@ Device::~Device() {
     freeDev(s.scratch);
   }
   freeDev(gemvPartials);
+  if (gemvCounters)
+    cudaFree(gemvCounters);
   freeDev(halfInput);
   freeDev(blasWorkspace);
   for (auto &b : staging)
@@ -172,6 +174,11 @@ Device *device(Context &ctx) {
                  "cublasSetWorkspace"))
     return nullptr;
   d->blasWorkspace.bytes = workspace;
+  if (!check(ctx, cudaMalloc(&d->gemvCounters, sizeof(int) * kGemvCounters),
+             "cudaMalloc (GEMV counters)") ||
+      !check(ctx, cudaMemset(d->gemvCounters, 0, sizeof(int) * kGemvCounters),
+             "cudaMemset (GEMV counters)"))
+    return nullptr;
   // Exact fp32 GEMMs (no TF32): the fp32 mode is the accuracy reference.
   cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH);
   if (const char *g = std::getenv("SPARSEC_CUDA_GRAPHS"))

@@ -24,6 +24,9 @@ namespace sparsec::rt::cuda {
 
 enum class Mode { eager, capture, replay };
 
+/// Column tiles a split-K GEMV may have (its per-tile counters).
+constexpr int kGemvCounters = 1 << 16;
+
 /// A grow-only device allocation.
 struct DeviceBuffer {
   void *ptr = nullptr;
@@ -75,6 +78,9 @@ struct Device : Context::Backend {
   std::vector<Cache> caches;
   std::vector<IndexBuffers> indexSets;
   DeviceBuffer gemvPartials, halfInput;
+  /// Per column tile: blocks of a split-K GEMV done so far (zero between
+  /// launches; the last block resets its tile's counter).
+  int *gemvCounters = nullptr;
 
   std::map<std::string, GraphEntry> graphs;
   bool graphsEnabled = true;

@@ -234,11 +234,14 @@ constexpr int kGemvWarps = 8;
 /// row-major: each warp streams whole 64-column row segments (coalesced),
 /// the 8 warps split the k range and reduce in shared memory. With one k
 /// split the epilogue (bias, activation) is fused; otherwise partial sums
-/// go to `partial` [splits, M, N].
+/// go to `partial` [splits, M, N] and the last block of each column tile to
+/// finish (counted in `counters`, which it resets for the next launch) sums
+/// them and applies the epilogue: one kernel either way.
 template <typename W, int M>
 __global__ void __launch_bounds__(kGemvWarps * 32)
 gemvKernel(const float *x, const W *w, int K, int N, const float *bias,
-           Activation act, float *y, float *partial, int kChunk) {
+           Activation act, float *y, float *partial, int *counters,
+           int kChunk) {
   __shared__ float red[kGemvWarps][M][kGemvCols];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * kGemvCols + lane;
@@ -279,20 +282,32 @@ gemvKernel(const float *x, const W *w, int K, int N, const float *bias,
       y[int64_t(m) * N + n] = activate(act, s);
     }
   }
-}
-
-__global__ void gemvReduceKernel(const float *partial, int splits, int MN,
-                                 int N, const float *bias, Activation act,
-                                 float *y) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= MN)
+  if (!partial)
     return;
-  float s = 0.0f;
-  for (int q = 0; q < splits; ++q)
-    s += partial[int64_t(q) * MN + i];
-  if (bias)
-    s += bias[i % N];
-  y[i] = activate(act, s);
+  __shared__ bool last;
+  __threadfence(); // this block's partial sums are visible device-wide
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int done = atomicAdd(&counters[blockIdx.x], 1);
+    last = done == int(gridDim.y) - 1;
+    if (last)
+      counters[blockIdx.x] = 0; // ready for the next launch (graph replays)
+  }
+  __syncthreads();
+  if (!last)
+    return;
+  __threadfence();
+  for (int e = threadIdx.x; e < M * kGemvCols; e += blockDim.x) {
+    int m = e / kGemvCols, n = blockIdx.x * kGemvCols + e % kGemvCols;
+    if (n >= N)
+      continue;
+    float s = 0.0f;
+    for (int q = 0; q < int(gridDim.y); ++q)
+      s += __ldcg(partial + (int64_t(q) * M + m) * N + n);
+    if (bias)
+      s += bias[n];
+    y[int64_t(m) * N + n] = activate(act, s);
+  }
 }
 
 /// y = act(y + bias) over [M, N].
@@ -325,26 +340,26 @@ int smCount() {
 
 template <typename W, int M>
 void launchGemv(const float *x, const W *w, int K, int N, const float *bias,
-                Activation act, float *y, float *partial, int splits,
-                int kChunk, cudaStream_t s) {
+                Activation act, float *y, float *partial, int *counters,
+                int splits, int kChunk, cudaStream_t s) {
   dim3 grid((N + kGemvCols - 1) / kGemvCols, splits);
   gemvKernel<W, M><<<grid, kGemvWarps * 32, 0, s>>>(x, w, K, N, bias, act, y,
-                                                    partial, kChunk);
+                                                    partial, counters, kChunk);
 }
 
 template <typename W>
 void dispatchGemv(int M, const float *x, const W *w, int K, int N,
                   const float *bias, Activation act, float *y, float *partial,
-                  int splits, int kChunk, cudaStream_t s) {
+                  int *counters, int splits, int kChunk, cudaStream_t s) {
   switch (M) {
-  case 1: launchGemv<W, 1>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
-  case 2: launchGemv<W, 2>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
-  case 3: launchGemv<W, 3>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
-  case 4: launchGemv<W, 4>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
-  case 5: launchGemv<W, 5>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
-  case 6: launchGemv<W, 6>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
-  case 7: launchGemv<W, 7>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
-  default: launchGemv<W, 8>(x, w, K, N, bias, act, y, partial, splits, kChunk, s); break;
+  case 1: launchGemv<W, 1>(x, w, K, N, bias, act, y, partial, counters, splits, kChunk, s); break;
+  case 2: launchGemv<W, 2>(x, w, K, N, bias, act, y, partial, counters, splits, kChunk, s); break;
+  case 3: launchGemv<W, 3>(x, w, K, N, bias, act, y, partial, counters, splits, kChunk, s); break;
+  case 4: launchGemv<W, 4>(x, w, K, N, bias, act, y, partial, counters, splits, kChunk, s); break;
+  case 5: launchGemv<W, 5>(x, w, K, N, bias, act, y, partial, counters, splits, kChunk, s); break;
+  case 6: launchGemv<W, 6>(x, w, K, N, bias, act, y, partial, counters, splits, kChunk, s); break;
+  case 7: launchGemv<W, 7>(x, w, K, N, bias, act, y, partial, counters, splits, kChunk, s); break;
+  default: launchGemv<W, 8>(x, w, K, N, bias, act, y, partial, counters, splits, kChunk, s); break;
   }
 }
 
@@ -361,6 +376,8 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
     int tiles = int((N + kGemvCols - 1) / kGemvCols);
     int splits = std::max(1, std::min<int>(int((K + 63) / 64),
                                            (2 * smCount() + tiles - 1) / tiles));
+    if (tiles > kGemvCounters)
+      splits = 1;
     int kChunk = int((K + splits - 1) / splits);
     splits = int((K + kChunk - 1) / kChunk);
     float *partial = nullptr;
@@ -374,13 +391,10 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
       return true;
     if (half)
       dispatchGemv<__half>(int(M), x, w.as<__half>(), int(K), int(N), bias, act,
-                           y, partial, splits, kChunk, d.stream);
+                           y, partial, d.gemvCounters, splits, kChunk, d.stream);
     else
       dispatchGemv<float>(int(M), x, w.as<float>(), int(K), int(N), bias, act,
-                          y, partial, splits, kChunk, d.stream);
-    if (splits > 1)
-      gemvReduceKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(
-          partial, splits, int(M * N), int(N), bias, act, y);
+                          y, partial, d.gemvCounters, splits, kChunk, d.stream);
     return launched(ctx, "gemv");
   }
   // cuBLAS is column-major: y^T [N, M] = op(w)^T [N, K] . x^T [K, M].
@@ -1058,7 +1072,8 @@ bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,
   if (!allocate(ctx, d, outSlot, r, x.dtype, rank, shape))
     return false;
   out = r;
-  if (r.bytes() == 0 || !d.launching())
+  // The planner gives a reshape its input's slot: then it is a view.
+  if (r.bytes() == 0 || r.data == x.data || !d.launching())
     return true;
   return check(ctx,
                cudaMemcpyAsync(r.data, x.data, r.bytes(),

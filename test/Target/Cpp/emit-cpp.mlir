@@ -27,7 +27,8 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["batch"
 // CHECK: if (!ops::linear(ctx, in[0], [[W]], &[[B]], ops::Activation::relu, 0, [[Y:v[0-9]+]])) return false;
 // Dynamic dims are read from the tensors at run time.
 // CHECK: const int64_t [[S:a[0-9]+]][] = {[[Y]].shape[0], 1, 16};
-// CHECK: ops::reshapeTo(ctx, [[Y]], 3, [[S]], 1, [[U:v[0-9]+]])
+// Reshapes are views: they share their input's slot (0).
+// CHECK: ops::reshapeTo(ctx, [[Y]], 3, [[S]], 0, [[U:v[0-9]+]])
 // CHECK: const int64_t [[S2:a[0-9]+]][] = {[[U]].shape[0], 16};
 // CHECK: ops::reshapeTo(ctx, [[U]], 2, [[S2]], 0, [[Q:v[0-9]+]])
 // CHECK: ops::binary(ctx, ops::Binary::add, [[Q]], [[CV]], 1, [[O:v[0-9]+]])

@@ -74,15 +74,36 @@ struct PlanMemoryPass
     for (Value v : ret->getOperands())
       lastUse[v] = pos;
 
-    // Values whose live range ends at each position, freed after the op.
-    DenseMap<int64_t, SmallVector<Value>> endsAt;
+    // Slots whose live range ends at each position, freed after the op
+    // (a stale entry, for a slot whose range was extended, is skipped).
+    DenseMap<int64_t, SmallVector<int64_t>> endsAt;
+    DenseMap<int64_t, int64_t> slotEnd;
     DenseMap<Value, int64_t> slotOf;
     SmallVector<int64_t> freeSlots;
     Builder b(&getContext());
+    auto endOf = [&](Value v, Operation *op) {
+      auto it = lastUse.find(v);
+      // An unused result frees its slot right after the op.
+      return it == lastUse.end() ? position[op] : it->second;
+    };
     for (Operation &op : body) {
       if (&op == ret)
         break;
       SmallVector<int64_t> assigned;
+      // Reshapes are views: the result shares its input's slot (the
+      // runtimes skip the copy), which stays live until both are dead.
+      if (isa<ReshapeOp, UnsqueezeOp, SqueezeOp, FlattenOp>(op) &&
+          slotOf.count(op.getOperand(0))) {
+        int64_t shared = slotOf[op.getOperand(0)];
+        Value result = op.getResult(0);
+        slotOf[result] = shared;
+        int64_t end = std::max(slotEnd[shared], endOf(result, &op));
+        slotEnd[shared] = end;
+        endsAt[end].push_back(shared);
+        op.setAttr("sparsec.slots", b.getDenseI64ArrayAttr({shared}));
+        ++numViews;
+        continue;
+      }
       for (Value result : op.getResults()) {
         if (!needsSlot(result)) {
           assigned.push_back(-1);
@@ -104,17 +125,17 @@ struct PlanMemoryPass
         slotOf[result] = chosen;
         assigned.push_back(chosen);
         ++numValues;
-        auto it = lastUse.find(result);
-        // An unused result frees its slot right after the op.
-        endsAt[it == lastUse.end() ? position[&op] : it->second].push_back(
-            result);
+        int64_t end = endOf(result, &op);
+        slotEnd[chosen] = end;
+        endsAt[end].push_back(chosen);
       }
       if (!op.getResults().empty())
         op.setAttr("sparsec.slots", b.getDenseI64ArrayAttr(assigned));
-      // Slots of values whose last use is this op become free after it; an
-      // op never writes a slot it is still reading.
-      for (Value dead : endsAt.lookup(position[&op]))
-        freeSlots.push_back(slotOf[dead]);
+      // Slots whose values all had their last use at this op become free
+      // after it; an op never writes a slot it is still reading.
+      for (int64_t dead : endsAt.lookup(position[&op]))
+        if (slotEnd[dead] == position[&op] && !llvm::is_contained(freeSlots, dead))
+          freeSlots.push_back(dead);
     }
   }
 

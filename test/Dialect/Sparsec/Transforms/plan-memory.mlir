@@ -1,4 +1,4 @@
-// RUN: sparsec-opt %s --sparsec-plan-memory | FileCheck %s
+// RUN: sparsec-opt %s --sparsec-plan-memory -split-input-file | FileCheck %s
 
 // Values whose live ranges do not overlap share a slot; a slot is never
 // reused by the op that reads its last value.
@@ -21,4 +21,29 @@ func.func @chain(%x: tensor<4x8xf32>, %d: tensor<?x8xf32>) -> (tensor<4x8xf32>, 
   // CHECK: sparsec.relu %arg1 {sparsec.slots = array<i64: 0>}
   %4 = sparsec.relu %d : tensor<?x8xf32>
   return %3, %4 : tensor<4x8xf32>, tensor<?x8xf32>
+}
+
+// -----
+
+// Reshapes are views: the result shares its input's slot, which stays live
+// until the last of them is dead (here the unsqueeze's use by the add, after
+// the relu itself died at the flatten). A reshape of an argument copies.
+// CHECK-LABEL: func.func @views
+func.func @views(%x: tensor<4x8xf32>) -> tensor<1x32xf32> {
+  // CHECK: sparsec.relu %arg0 {sparsec.slots = array<i64: [[R:[0-9]+]]>}
+  %0 = sparsec.relu %x : tensor<4x8xf32>
+  // CHECK: sparsec.flatten %{{.*}} {axis = 0 : i64, sparsec.slots = array<i64: [[R]]>}
+  %1 = sparsec.flatten %0 {axis = 0 : i64} : tensor<4x8xf32> -> tensor<1x32xf32>
+  // CHECK: sparsec.neg %{{.*}} {sparsec.slots = array<i64: [[N:[0-9]+]]>}
+  %2 = sparsec.neg %1 : tensor<1x32xf32>
+  // The flatten's slot is still live: the exp may not take it.
+  // CHECK-NOT: sparsec.slots = array<i64: [[R]]>
+  // CHECK: sparsec.exp %{{.*}} {sparsec.slots = array<i64: {{[0-9]+}}>}
+  %3 = sparsec.exp %2 : tensor<1x32xf32>
+  // CHECK: sparsec.add
+  %4 = sparsec.add %3, %1 : tensor<1x32xf32>, tensor<1x32xf32> -> tensor<1x32xf32>
+  // CHECK: sparsec.flatten %arg0 {axis = 0 : i64, sparsec.slots = array<i64: {{[0-9]+}}>}
+  %5 = sparsec.flatten %x {axis = 0 : i64} : tensor<4x8xf32> -> tensor<1x32xf32>
+  %6 = sparsec.add %4, %5 : tensor<1x32xf32>, tensor<1x32xf32> -> tensor<1x32xf32>
+  return %6 : tensor<1x32xf32>
 }

@@ -374,6 +374,9 @@ def PlanMemoryPass : Pass<"sparsec-plan-memory", "mlir::ModuleOp"> {
     module gets `sparsec.slot_bytes`: a slot's size when every value in it
     has a static shape (so the arena is laid out at compile time), -1 when
     it depends on dynamic dimensions (the runtime sizes it on first use).
+    Reshapes (`reshape`, `unsqueeze`, `squeeze`, `flatten`) of a value that
+    has a slot are views: the result shares the input's slot, which stays
+    live until both are dead, and the runtimes skip the copy.
     ```mlir
     %0 = sparsec.relu %x {sparsec.slots = [0]} : tensor<4x8xf32>
     %1 = sparsec.neg %0 {sparsec.slots = [1]} : tensor<4x8xf32>
@@ -383,6 +386,7 @@ def PlanMemoryPass : Pass<"sparsec-plan-memory", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numSlots", "num-slots", "Number of slots">,
     Statistic<"numValues", "num-values", "Number of values placed">,
+    Statistic<"numViews", "num-views", "Reshapes sharing their input's slot">,
     Statistic<"staticBytes", "static-bytes", "Bytes of statically sized slots">,
   ];
 }
