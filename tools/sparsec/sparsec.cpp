@@ -138,6 +138,12 @@ cl::opt<std::string> target(
     cl::desc("Code generation target: x86 (C++ with AVX2/AVX-512 kernels) or "
              "cuda (CUDA C++ for sm_90, built with nvcc)"),
     cl::init("x86"), cl::sub(compileCmd), cl::cat(category));
+cl::opt<std::string> gpuBudget(
+    "gpu-budget",
+    cl::desc("GPU memory granted to the model (bytes, or with a K/M/G "
+             "suffix): place each FFN's hot neurons on the GPU and the rest "
+             "on the CPU (sparsec-partition-hot-cold; needs --profile)"),
+    cl::value_desc("bytes"), cl::sub(compileCmd), cl::cat(category));
 cl::opt<std::string> weightsType(
     "weights",
     cl::desc("CUDA target: storage of every linear, sparse and predictor "
@@ -491,6 +497,31 @@ int runCompile(MLIRContext &context) {
   OwningOpRef<ModuleOp> module = importAndRaise(context, *stop, store);
   if (!module)
     return 1;
+  int64_t budgetBytes = 0;
+  if (!gpuBudget.empty()) {
+    llvm::StringRef text = gpuBudget;
+    int64_t scale = 1;
+    if (text.consume_back_insensitive("g") || text.consume_back_insensitive("gib"))
+      scale = int64_t(1) << 30;
+    else if (text.consume_back_insensitive("m") || text.consume_back_insensitive("mib"))
+      scale = int64_t(1) << 20;
+    else if (text.consume_back_insensitive("k") || text.consume_back_insensitive("kib"))
+      scale = int64_t(1) << 10;
+    uint64_t value = 0;
+    if (text.getAsInteger(10, value) || value == 0 ||
+        value > uint64_t(INT64_MAX) / uint64_t(scale)) {
+      error() << "--gpu-budget expects a positive byte count such as "
+                 "8589934592 or 8G, got '"
+              << gpuBudget << "'\n";
+      return 1;
+    }
+    budgetBytes = int64_t(value) * scale;
+    if (profileFile.empty()) {
+      error() << "--gpu-budget needs --profile <model.sprof>: neurons are "
+                 "placed by their measured activation frequency\n";
+      return 1;
+    }
+  }
   if (*stop >= sparsec::Phase::Raise &&
       (!profileFile.empty() || sparsityMode != "off")) {
     PhaseTimer timer("sparsify");
@@ -510,6 +541,13 @@ int runCompile(MLIRContext &context) {
       sparsec::SparsifyFFNPassOptions sparsify;
       sparsify.minZeroFraction = minZeroFraction;
       pm.addPass(sparsec::createSparsifyFFNPass(sparsify));
+    }
+    if (budgetBytes > 0) {
+      sparsec::PartitionHotColdPassOptions partition;
+      partition.profile = profileFile;
+      partition.gpuBudget = budgetBytes;
+      partition.weightBytes = weightsType == "f16" ? 2 : 4;
+      pm.addPass(sparsec::createPartitionHotColdPass(partition));
     }
     if (failed(pm.run(*module)))
       return 1;

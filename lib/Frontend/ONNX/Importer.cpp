@@ -312,7 +312,8 @@ FailureOr<Value> ImportContext::importTensor(const onnx::TensorProto &t,
         builder.setInsertionPointAfter(&op);
     GlobalOp::create(builder, loc, builder.getStringAttr(symName),
                      TypeAttr::get(type), builder.getStringAttr(name),
-                     /*transforms=*/nullptr, /*value=*/nullptr);
+                     /*transforms=*/nullptr, /*value=*/nullptr,
+                     /*permutation=*/nullptr);
   }
   return WeightOp::create(builder, loc, type,
                           FlatSymbolRefAttr::get(builder.getContext(), symName))

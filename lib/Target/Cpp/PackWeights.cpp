@@ -119,6 +119,36 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
           owned.push_back(std::move(out));
           data = owned.back().data();
           std::swap(dims[0], dims[1]);
+        } else if ((t == "permute_rows" || t == "permute_cols") &&
+                   (dims.size() == 2 || (dims.size() == 1 && t == "permute_rows")) &&
+                   global.getPermutation()) {
+          // New row (column) i is old row (column) perm[i].
+          ArrayRef<int64_t> perm = *global.getPermutation();
+          const bool rowsT = t == "permute_rows";
+          const int64_t rows = dims[0], cols = dims.size() == 2 ? dims[1] : 1;
+          const int64_t n = rowsT ? rows : cols;
+          std::vector<bool> seen(size_t(n), false);
+          bool valid = int64_t(perm.size()) == n;
+          for (int64_t v : perm) {
+            valid = valid && v >= 0 && v < n && !seen[size_t(v)];
+            if (valid)
+              seen[size_t(v)] = true;
+          }
+          if (!valid)
+            return global.emitError("the permutation of '")
+                   << global.getSymName() << "' is not a permutation of "
+                   << n << " indices";
+          std::vector<char> out(bytes);
+          const char *src = static_cast<const char *>(data);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+              int64_t from = rowsT ? perm[size_t(r)] * cols + c
+                                   : r * cols + perm[size_t(c)];
+              std::memcpy(&out[size_t(r * cols + c) * eltBytes],
+                          src + from * eltBytes, eltBytes);
+            }
+          owned.push_back(std::move(out));
+          data = owned.back().data();
         } else if (t == "f16" && dataType == 1) {
           size_t count = bytes / 4;
           std::vector<char> out(count * 2);

@@ -260,7 +260,8 @@ struct InsertPredictorsPass
           HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<float>(data)));
       auto global = GlobalOp::create(b, up.getLoc(), b.getStringAttr(symName),
                                      TypeAttr::get(type), b.getStringAttr(""),
-                                     /*transforms=*/nullptr, cast<ElementsAttr>(value));
+                                     /*transforms=*/nullptr, cast<ElementsAttr>(value),
+                                     /*permutation=*/nullptr);
       symbols.insert(global); // renames on a clash
       OpBuilder ub(up);
       return WeightOp::create(ub, up.getLoc(), type,

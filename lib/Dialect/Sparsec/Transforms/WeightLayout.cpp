@@ -45,7 +45,7 @@ struct WeightLayoutPass
       auto newGlobal = GlobalOp::create(
           gb, global.getLoc(), gb.getStringAttr(name), TypeAttr::get(newType),
           global.getSourceAttr(), gb.getStrArrayAttr(transforms),
-          global.getValueAttr());
+          global.getValueAttr(), global.getPermutationAttr());
       symbols.insert(newGlobal);
     }
     return WeightOp::create(b, ref.getLoc(), newType,

@@ -56,7 +56,10 @@ def Sparsec_GlobalOp : Sparsec_Op<"global", [Symbol]> {
     memory-maps; the IR never holds model data. Weights the compiler
     creates itself (trained predictors) carry their data in `value` and an
     empty `source`. `transforms` records layout and storage changes
-    (`"transpose"`, `"f16"`) that are applied only when weights are packed.
+    (`"transpose"`, `"f16"`, `"permute_rows"`, `"permute_cols"`) that are
+    applied only when weights are packed, in order; the permutations take
+    `permutation` (new index i holds old index permutation[i]), which
+    sparsec-partition-hot-cold sets to order a layer's neurons hot-first.
     ```mlir
     sparsec.global @fc1_w : tensor<256x1024xf32> {source = "onnx::MatMul_480"}
     ```
@@ -65,7 +68,8 @@ def Sparsec_GlobalOp : Sparsec_Op<"global", [Symbol]> {
                        TypeAttrOf<Sparsec_Tensor>:$type,
                        StrAttr:$source,
                        OptionalAttr<StrArrayAttr>:$transforms,
-                       OptionalAttr<ElementsAttr>:$value);
+                       OptionalAttr<ElementsAttr>:$value,
+                       OptionalAttr<DenseI64ArrayAttr>:$permutation);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
 }
 

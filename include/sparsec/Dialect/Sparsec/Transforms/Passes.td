@@ -304,6 +304,60 @@ def SparsifyFFNPass : Pass<"sparsec-sparsify-ffn", "mlir::ModuleOp"> {
   ];
 }
 
+def PartitionHotColdPass : Pass<"sparsec-partition-hot-cold", "mlir::ModuleOp"> {
+  let summary = "Place each FFN's hot neurons on the GPU and the rest on the CPU under a memory budget";
+  let description = [{
+    For models larger than the GPU memory a user grants (`gpu-budget`
+    bytes), decides per FFN how many of its neurons live on the GPU, as
+    PowerInfer does, but at compile time and exactly. Neurons are ordered
+    hot-first by the profile's per-neuron frequencies and grouped
+    (`group-size`); the GPU part of a layer is always a prefix. The budget
+    first pays for what must live on the GPU: every weight outside the
+    partitioned FFNs' up/down projections (predictors included), the KV
+    cache of every attention for `max-seq-len` tokens and `workspace-bytes`;
+    a budget below that fails with the minimum needed. The rest is shared
+    out by an exact dynamic program (docs/HotCold.md) maximising the
+    activation mass (expected active neurons per token) the GPU serves,
+    where a layer is either whole on one device or split with at least as
+    many GPU neurons as save the CPU `sync-us` of row reads at
+    `cpu-bandwidth` GB/s (PowerInfer's communication constraint).
+
+    Results: every neuron-indexed weight of each FFN (up projection
+    columns or rows, its bias, down projection rows, the predictor's second
+    matrix and bias) gets a `permute_*` transform to hot-first order,
+    applied at weight-pack time, so each device's part is contiguous; the
+    FFN's activation op (and its `sparse_linear` ops) get
+    `#sparsec.placement<gpu_neurons = ..., total_neurons = ..., group = ...>`;
+    the module gets `sparsec.hot_cold` (budget, bytes, objective, LP bound,
+    solve time), also printed as a remark. Outputs are unchanged: a
+    permutation of an FFN's neurons does not change its result.
+  }];
+  let options = [
+    Option<"profile", "profile", "std::string", "",
+           "Activation profile (.sprof) with per-neuron counts">,
+    Option<"gpuBudget", "gpu-budget", "int64_t", "0",
+           "GPU memory granted to the model, in bytes">,
+    Option<"groupSize", "group-size", "int64_t", "64",
+           "Neurons per placement group">,
+    Option<"weightBytes", "weight-bytes", "int64_t", "2",
+           "Bytes per weight element on the GPU (2: fp16)">,
+    Option<"maxSeqLen", "max-seq-len", "int64_t", "2048",
+           "Tokens the KV cache must hold">,
+    Option<"workspaceBytes", "workspace-bytes", "int64_t", "67108864",
+           "GPU bytes reserved for activations and workspace">,
+    Option<"cpuBandwidth", "cpu-bandwidth", "double", "20.0",
+           "GB/s the CPU reads cold weight rows at">,
+    Option<"syncUs", "sync-us", "double", "20.0",
+           "Microseconds one split layer costs in synchronisation">,
+  ];
+  let statistics = [
+    Statistic<"numLayers", "num-layers", "FFNs placed">,
+    Statistic<"numSplit", "num-split", "FFNs split between GPU and CPU">,
+    Statistic<"numGpu", "num-gpu", "FFNs wholly on the GPU">,
+    Statistic<"numCpu", "num-cpu", "FFNs wholly on the CPU">,
+  ];
+}
+
 //===----------------------------------------------------------------------===//
 // Schedule phase
 //===----------------------------------------------------------------------===//
