@@ -53,11 +53,38 @@ CONFIGS = {
     "kv_pred_f16": ("opt-byte-s/model_kvcache_opset17.onnx",
                     ["--sparsity=predicted", "--weights=f16"], True),
 }
+# Hybrid builds: name -> (model, extra args, share of the FFN weights the GPU
+# budget leaves room for, beyond what must live on the GPU). --sync-us 0 lets
+# this small model's layers split.
+HYBRID = {
+    "kv_hy0": ("opt-byte-s/model_kvcache_opset17.onnx", ["--sparsity=exact"], 0.0),
+    "kv_hy30": ("opt-byte-s/model_kvcache_opset17.onnx",
+                ["--sparsity=exact", "--sync-us=0"], 0.3),
+    "kv_hy100": ("opt-byte-s/model_kvcache_opset17.onnx", ["--sparsity=exact"], 1.0),
+    "kv_hy30_pred": ("opt-byte-s/model_kvcache_opset17.onnx",
+                     ["--sparsity=predicted", "--sync-us=0"], 0.3),
+    "kv_offload30": ("opt-byte-s/model_kvcache_opset17.onnx",
+                     ["--sparsity=off", "--placement=layers"], 0.3),
+    "nc17_hy30": ("opt-byte-s/model_nocache_opset17.onnx",
+                  ["--sparsity=exact", "--sync-us=0"], 0.3),
+}
+FFN_BYTES = 8404992  # opt-byte-s: 4 x 1024 neurons x (2 x 256 x 4 + 4) bytes
 
 
 def sh(cmd, **kw):
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     return subprocess.run(cmd, **kw)
+
+
+def wanted(args, name):
+    """Whether `prepare --only` selects build `name` (base, hybrid or names)."""
+    if not args.only:
+        return True
+    sets = {"base": set(CONFIGS), "hybrid": set(HYBRID)}
+    chosen = set()
+    for item in args.only.split(","):
+        chosen |= sets.get(item, {item})
+    return name in chosen
 
 
 def save_case(out, case, inputs, refs):
@@ -87,7 +114,10 @@ def prepare(args):
     opt = os.path.join(mdl, "opt-byte-s")
     prof = {}
     tmp = tempfile.mkdtemp(prefix="sparsec-gpu-models-")
-    for model in {c[0] for c in CONFIGS.values() if c[2]}:
+
+    def prof_for(model):
+        return prof[model]
+    for model in {c[0] for c in CONFIGS.values() if c[2]} | {h[0] for h in HYBRID.values()}:
         p = os.path.join(tmp, os.path.basename(model) + ".sprof")
         sh([args.sparsec, "profile", os.path.join(mdl, model), "--calib",
             os.path.join(opt, "calib.txt"), "--max-chunks", "64", "-o", p, "-q"],
@@ -97,6 +127,8 @@ def prepare(args):
     packs = os.path.join(args.out, "packs")
     os.makedirs(packs, exist_ok=True)
     for name, (model, extra, needs_profile) in CONFIGS.items():
+        if not wanted(args, name):
+            continue
         d = os.path.join(args.out, name)
         cmd = [args.sparsec, "compile", os.path.join(mdl, model), "--target=cuda",
                "--compile-to=emit", "-o", d, "-q"] + extra
@@ -110,6 +142,32 @@ def prepare(args):
         else:
             os.remove(w)
         with open(os.path.join(d, "weights.ref"), "w") as f:
+            f.write(digest)
+    for name, (model, extra, share) in HYBRID.items():
+        if not wanted(args, name):
+            continue
+        # The budget: what must live on the GPU (the compiler's minimum)
+        # plus the given share of the FFN weights.
+        base = [args.sparsec, "compile", os.path.join(mdl, model), "--target=hybrid",
+                "--profile", prof_for(model), "-o", os.path.join(args.out, name)] + extra
+        r = subprocess.run(base + ["--gpu-budget=1", "--compile-to=emit"],
+                           capture_output=True, text=True)
+        minimum = int(r.stderr.split("give at least gpu-budget=")[1].split()[0])
+        budget = minimum + int(share * FFN_BYTES)
+        r = sh(base + [f"--gpu-budget={budget}", "--compile-to=emit", "-q"],
+               capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(r.stderr)
+        remark = [l for l in r.stderr.splitlines() if "placement:" in l]
+        with open(os.path.join(args.out, name, "placement.txt"), "w") as f:
+            f.write(remark[0].split("remark: ")[1] if remark else "")
+        w = os.path.join(args.out, name, "model.weights")
+        digest = hashlib.sha256(open(w, "rb").read()).hexdigest()[:16]
+        if not os.path.exists(os.path.join(packs, digest)):
+            shutil.move(w, os.path.join(packs, digest))
+        else:
+            os.remove(w)
+        with open(os.path.join(args.out, name, "weights.ref"), "w") as f:
             f.write(digest)
     shutil.rmtree(tmp)
 
@@ -177,7 +235,7 @@ def build(args):
     sh(["ar", "rcs", os.path.join(lib, "libsparsec_runtime.a")] + host_objs, check=True)
     sh(["ar", "rcs", os.path.join(lib, "libsparsec_runtime_cuda.a")] + cuda_objs, check=True)
     procs = []
-    for name in CONFIGS:
+    for name in present(args):
         d = os.path.join(args.dir, name)
         procs.append((name, subprocess.Popen(
             [args.nvcc, "-std=c++17", "-O3"] + arch +
@@ -188,6 +246,12 @@ def build(args):
     for name, p in procs:
         if p.wait() != 0:
             sys.exit(f"FAIL building {name}")
+
+
+def present(args):
+    """The builds `prepare` wrote to args.dir."""
+    return [n for n in list(CONFIGS) + list(HYBRID)
+            if os.path.exists(os.path.join(args.dir, n, "model.cu"))]
 
 
 class Results:
@@ -205,6 +269,8 @@ class Results:
 def check_case(args, res, name, case, rtol, atol, label=""):
     """Runs build `name` on the inputs of `case` and compares its outputs."""
     import json
+    if not os.path.exists(os.path.join(args.dir, name, "model")):
+        return
     d = os.path.join(args.dir, "cases", case)
     manifest = json.load(open(os.path.join(d, "case.json")))
     cmd = [sys.executable, os.path.join(HERE, "e2e_check.py"), "--sparsec", "-",
@@ -231,7 +297,7 @@ def run(args):
         build(args)
     res = Results()
     refs = os.path.join(args.dir, "refs")
-    for name in CONFIGS:
+    for name in present(args):
         w = os.path.join(args.dir, name, "model.weights")
         if not os.path.exists(w):
             digest = open(os.path.join(args.dir, name, "weights.ref")).read().strip()
@@ -253,8 +319,11 @@ def run(args):
     # Sparse == dense on the GPU (exact mode), same inputs: the 71-token
     # prompt (batched path) and one KV decode step (the neuron-granular
     # kernels: summation order differs, so not bit-equal).
+    have = set(present(args))
     for dense, sparse, what in (("nc17", "nc17_exact", "71-token prompt"),
                                 ("kv", "kv_exact", "decode step")):
+        if dense not in have or sparse not in have:
+            continue
         a = np.load(os.path.join(args.dir, dense, "results", "logits.npy"))
         b = np.load(os.path.join(args.dir, sparse, "results", "logits.npy"))
         if a.shape == b.shape:
@@ -268,6 +337,8 @@ def run(args):
     prompt = os.path.join(refs, "ref_input_ids.npy")
     for name, must_match in (("kv", True), ("kv_exact", True), ("kv_f16", False),
                              ("kv_pred", False), ("kv_pred_f16", False)):
+        if name not in have:
+            continue
         r = run_binary(args, name, "generate", "--prompt-ids", prompt,
                        "--max-new-tokens", "64")
         got = r.stdout
@@ -277,13 +348,17 @@ def run(args):
             (stats[-1] if stats else "")
         res.record(r.returncode == 0 and (same == 64 or not must_match), line)
     # No-cache export: generate reruns the whole sequence per byte.
-    r = run_binary(args, "nc17", "generate", "--prompt-ids", prompt,
-                   "--max-new-tokens", "64")
-    res.record(r.returncode == 0 and r.stdout == expect,
-               f"nc17 greedy 64 bytes (no cache): {'equal' if r.stdout == expect else 'differ'}")
+    if "nc17" in have:
+        r = run_binary(args, "nc17", "generate", "--prompt-ids", prompt,
+                       "--max-new-tokens", "64")
+        res.record(r.returncode == 0 and r.stdout == expect,
+                   f"nc17 greedy 64 bytes (no cache): "
+                   f"{'equal' if r.stdout == expect else 'differ'}")
 
     # CUDA graphs: fixed-shape chunks replay one graph.
     for name in ("nc17", "nc17_exact", "nc17_f16"):
+        if name not in have:
+            continue
         r = run_binary(args, name, "eval", "--text", os.path.join(refs, "heldout.txt"),
                        "--seq-len", "128", "--max-chunks", str(EVAL_CHUNKS),
                        "--compare-top1", os.path.join(refs, "x86_top1.bin"))
@@ -296,6 +371,32 @@ def run(args):
         need = 99.0 if name.endswith("f16") else 99.9
         res.record(ok and agree is not None and agree >= need,
                    f"{name} eval with CUDA graphs vs x86 top-1 (>= {need}%): {out}")
+    # Hybrid GPU + CPU builds (hot/cold placement) equal dense: at budgets
+    # leaving none, 30 % and all of the FFN weights for the GPU, and the
+    # layer-offload baseline.
+    for name in ("kv_hy0", "kv_hy30", "kv_hy100", "kv_offload30"):
+        if name not in have:
+            continue
+        place = open(os.path.join(args.dir, name, "placement.txt")).read().strip()
+        print(f"     {name}: {place}")
+        check_case(args, res, name, "ref_kv_step", 1e-4, 1e-4, " (hybrid)")
+        check_case(args, res, name, "ort_kv", 1e-4, 1e-4, " (hybrid)")
+        r = run_binary(args, name, "generate", "--prompt-ids", prompt,
+                       "--max-new-tokens", "64")
+        stats = r.stderr.decode(errors="replace").strip().splitlines()
+        res.record(r.returncode == 0 and r.stdout == expect,
+                   f"{name} greedy 64 bytes (hybrid): "
+                   f"{sum(x == y for x, y in zip(r.stdout, expect))}/64 equal; "
+                   + (stats[-1] if stats else ""))
+    check_case(args, res, "nc17_hy30", "ref_prompt", 1e-4, 1e-4, " (hybrid)")
+    check_case(args, res, "nc17_hy30", "ort_nc17", 1e-4, 1e-4, " (hybrid)")
+    if "kv_hy30_pred" in have:
+        r = run_binary(args, "kv_hy30_pred", "generate", "--prompt-ids", prompt,
+                       "--max-new-tokens", "64")
+        same = sum(x == y for x, y in zip(r.stdout, expect))
+        stats = r.stderr.decode(errors="replace").strip().splitlines()
+        res.record(r.returncode == 0, f"kv_hy30_pred greedy 64 bytes (hybrid, predicted): "
+                   f"{same}/64 equal to ref_greedy_64.bin; " + (stats[-1] if stats else ""))
     print(f"{res.passed} passed, {res.failed} failed")
     return 0 if res.failed == 0 else 1
 
@@ -308,6 +409,8 @@ def main():
     p.add_argument("--sparsec", required=True)
     p.add_argument("--models", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--only", help="base, hybrid or build names, comma-separated "
+                   "(a GPU machine may take less than everything at once)")
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
     r.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")

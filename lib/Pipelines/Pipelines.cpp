@@ -57,6 +57,8 @@ void sparsec::buildRaisePipeline(OpPassManager &pm,
 
 void sparsec::buildSchedulePipeline(OpPassManager &pm,
                                     const SchedulePipelineOptions &options) {
+  if (options.hybrid)
+    pm.addPass(createSplitHotColdPass());
   WeightLayoutPassOptions layout;
   layout.sparseWeights = options.sparseWeights;
   layout.denseWeights = options.denseWeights;

@@ -135,8 +135,9 @@ cl::opt<double> minZeroFraction(
     cl::init(0.5), cl::sub(compileCmd), cl::cat(category));
 cl::opt<std::string> target(
     "target",
-    cl::desc("Code generation target: x86 (C++ with AVX2/AVX-512 kernels) or "
-             "cuda (CUDA C++ for sm_90, built with nvcc)"),
+    cl::desc("Code generation target: x86 (C++ with AVX2/AVX-512 kernels), "
+             "cuda (CUDA C++ for sm_90, built with nvcc) or hybrid (cuda with "
+             "each FFN's cold neurons on the CPU; needs --gpu-budget)"),
     cl::init("x86"), cl::sub(compileCmd), cl::cat(category));
 cl::opt<std::string> gpuBudget(
     "gpu-budget",
@@ -144,6 +145,22 @@ cl::opt<std::string> gpuBudget(
              "suffix): place each FFN's hot neurons on the GPU and the rest "
              "on the CPU (sparsec-partition-hot-cold; needs --profile)"),
     cl::value_desc("bytes"), cl::sub(compileCmd), cl::cat(category));
+cl::opt<std::string> placementMode(
+    "placement",
+    cl::desc("With --gpu-budget: neurons (exact hot/cold placement, the "
+             "default) or layers (the layer-offload baseline: whole FFNs on "
+             "the GPU in model order while they fit)"),
+    cl::init("neurons"), cl::sub(compileCmd), cl::cat(category));
+cl::opt<double> syncUs(
+    "sync-us",
+    cl::desc("Machine description for --gpu-budget: microseconds a layer "
+             "split between GPU and CPU costs in synchronisation"),
+    cl::init(20.0), cl::sub(compileCmd), cl::cat(category));
+cl::opt<double> cpuBandwidth(
+    "cpu-bandwidth",
+    cl::desc("Machine description for --gpu-budget: GB/s the CPU reads "
+             "cold weight rows at"),
+    cl::init(20.0), cl::sub(compileCmd), cl::cat(category));
 cl::opt<std::string> weightsType(
     "weights",
     cl::desc("CUDA target: storage of every linear, sparse and predictor "
@@ -365,7 +382,7 @@ LogicalResult emitAndBuild(ModuleOp module, const sparsec::WeightStore &store,
     llvm::sys::path::append(p, name);
     return std::string(p);
   };
-  const bool cuda = target == "cuda";
+  const bool cuda = target == "cuda" || target == "hybrid";
   std::string cppPath = outPath(cuda ? "model.cu" : "model.cpp");
   {
     PhaseTimer timer("emit");
@@ -428,9 +445,19 @@ int runCompile(MLIRContext &context) {
     error() << "compile needs a model: sparsec compile <model.onnx> -o <dir>\n";
     return 1;
   }
-  if (target != "x86" && target != "cuda") {
+  if (target != "x86" && target != "cuda" && target != "hybrid") {
     error() << "unknown target '" << target
-            << "' (supported targets: x86, cuda)\n";
+            << "' (supported targets: x86, cuda, hybrid)\n";
+    return 1;
+  }
+  if (target == "hybrid" && gpuBudget.empty()) {
+    error() << "--target hybrid needs --gpu-budget <bytes> (and --profile): "
+               "the budget decides which neurons live on the GPU\n";
+    return 1;
+  }
+  if (placementMode != "neurons" && placementMode != "layers") {
+    error() << "unknown --placement '" << placementMode
+            << "' (expected neurons or layers)\n";
     return 1;
   }
   if (weightsType != "f32" && weightsType != "f16") {
@@ -438,7 +465,7 @@ int runCompile(MLIRContext &context) {
             << "' (expected f32 or f16)\n";
     return 1;
   }
-  if (weightsType == "f16" && target != "cuda") {
+  if (weightsType == "f16" && target == "x86") {
     error() << "--weights=f16 needs --target cuda (the x86 dense kernels "
                "read float32; --sparse-weights=f16 stores the sparse "
                "kernels' weights as float16 on x86)\n";
@@ -547,6 +574,9 @@ int runCompile(MLIRContext &context) {
       partition.profile = profileFile;
       partition.gpuBudget = budgetBytes;
       partition.weightBytes = weightsType == "f16" ? 2 : 4;
+      partition.mode = placementMode.getValue();
+      partition.syncUs = syncUs;
+      partition.cpuBandwidth = cpuBandwidth;
       pm.addPass(sparsec::createPartitionHotColdPass(partition));
     }
     if (failed(pm.run(*module)))
@@ -578,6 +608,7 @@ int runCompile(MLIRContext &context) {
     scheduleOptions.sparseWeights =
         weightsType == "f16" ? std::string("f16") : sparseWeights.getValue();
     scheduleOptions.denseWeights = weightsType.getValue();
+    scheduleOptions.hybrid = target == "hybrid";
     sparsec::buildSchedulePipeline(pm, scheduleOptions);
     if (failed(pm.run(*module)))
       return 1;

@@ -41,6 +41,10 @@ struct SchedulePipelineOptions
       *this, "sparse-weights",
       llvm::cl::desc("Storage of sparse-kernel weights: f32 or f16"),
       llvm::cl::init("f32")};
+  Option<bool> hybrid{
+      *this, "hybrid",
+      llvm::cl::desc("Split placed FFNs into GPU and CPU parts (hybrid target)"),
+      llvm::cl::init(false)};
   Option<std::string> denseWeights{
       *this, "dense-weights",
       llvm::cl::desc("Storage of linear weights: f32 or f16 (CUDA target)"),

@@ -168,6 +168,47 @@ private:
 
   LogicalResult emitOp(Operation *op);
   LogicalResult emitDeviceOp(Operation *op);
+  LogicalResult emitHostOp(Operation *op);
+  /// Hybrid: starts the copy of each device result a CPU op reads.
+  void copyForHost(Operation *op);
+  static bool isCpu(Operation *op) {
+    auto a = op->getAttrOfType<StringAttr>("sparsec.device");
+    return a && a.getValue() == "cpu";
+  }
+  /// The host view of device value `v`: a weight's view of the mapped
+  /// pack, or the copy copyForHost started (waited for on first use).
+  std::string hostName(Value v) {
+    if (auto w = v.getDefiningOp<WeightOp>()) {
+      auto it = hostWeights.find(v);
+      if (it != hostWeights.end())
+        return it->second;
+      auto type = cast<RankedTensorType>(w.getType());
+      std::string arr = intArray(type.getShape());
+      std::string n = "hw" + std::to_string(counter++);
+      body << "  const Tensor " << n << " = ctx.weight("
+           << segmentOf.lookup(w.getName()) << ", "
+           << *dtypeOf(type.getElementType()) << ", " << type.getRank() << ", "
+           << arr << ");\n";
+      hostWeights[v] = n;
+      return n;
+    }
+    auto it = hostCopies.find(v);
+    assert(it != hostCopies.end() && "device value without a host copy");
+    if (!it->second.waited) {
+      body << "  if (!cuda::waitHost(ctx, " << it->second.site
+           << ")) return false;\n";
+      it->second.waited = true;
+    }
+    return it->second.name;
+  }
+  struct HostCopy {
+    std::string name;
+    unsigned site;
+    bool waited = false;
+  };
+  DenseMap<Value, HostCopy> hostCopies;
+  DenseMap<Value, std::string> hostWeights;
+  unsigned hostCopySites = 0;
   LogicalResult emitConstant(ConstantOp op);
   LogicalResult emitCall(Operation *op, StringRef call, bool declare = true,
                          StringRef ns = "ops::");
@@ -263,12 +304,37 @@ LogicalResult Emitter::emitOp(Operation *op) {
   if (auto loc = dyn_cast<NameLoc>(op->getLoc()))
     body << "  // " << loc.getName().getValue() << "\n";
   // The reshape family is shared below (the copy runs where its input is).
-  bool deviceOp = cuda() && (isa<WeightOp>(op) ||
-                             llvm::any_of(op->getResults(), [&](Value r) {
-                               return onDevice.contains(r);
-                             }));
+  bool deviceOp = cuda() && llvm::any_of(op->getResults(), [&](Value r) {
+                   return onDevice.contains(r);
+                 });
   if (deviceOp && !isa<ReshapeOp, UnsqueezeOp, SqueezeOp, FlattenOp>(op))
     return emitDeviceOp(op);
+  if (cuda() && isCpu(op)) {
+    // A CPU part of a hybrid FFN: its device operands are read from their
+    // host copies (waited for here), weights through host views.
+    SmallVector<std::pair<Value, std::string>> saved;
+    for (Value v : op->getOperands()) {
+      if (!onDevice.contains(v) ||
+          llvm::any_of(saved, [&](auto &p) { return p.first == v; }))
+        continue;
+      saved.push_back({v, names[v]});
+      names[v] = hostName(v);
+    }
+    LogicalResult result = emitHostOp(op);
+    for (auto &[v, n] : saved)
+      names[v] = n;
+    return result;
+  }
+  return emitHostOp(op);
+}
+
+/// Ops on the host: the x86 op library.
+LogicalResult Emitter::emitHostOp(Operation *op) {
+  // The reshape family copies where its input lives (a view of a device
+  // value is a device op).
+  const bool deviceOp = cuda() && llvm::any_of(op->getResults(), [&](Value r) {
+                          return onDevice.contains(r);
+                        });
   if (cuda() && isa<ProfileCountOp>(op))
     return op->emitError("profiling builds target x86 (compile the profiling "
                          "binary with --target x86)");
@@ -830,15 +896,34 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
 
 void Emitter::placeValues(func::FuncOp func) {
   // A value lives on the device iff it is a weight or computed from a
-  // device value (Shape only reads dims, which the host always has).
+  // device value (Shape only reads dims, which the host always has), except
+  // for the ops of a hybrid FFN's CPU part (`sparsec.device = "cpu"`) and
+  // the weights only they read.
   for (Operation &op : func.getBody().front()) {
-    if (isa<func::ReturnOp, ShapeOp>(op))
+    if (isa<func::ReturnOp, ShapeOp>(op) || isCpu(&op))
       continue;
-    if (isa<WeightOp>(op) || llvm::any_of(op.getOperands(), [&](Value v) {
-          return onDevice.contains(v);
-        }))
+    bool device = isa<WeightOp>(op)
+                      ? llvm::any_of(op.getUsers(),
+                                     [](Operation *u) { return !isCpu(u); })
+                      : llvm::any_of(op.getOperands(), [&](Value v) {
+                          return onDevice.contains(v);
+                        });
+    if (device)
       for (Value r : op.getResults())
         onDevice.insert(r);
+  }
+}
+
+void Emitter::copyForHost(Operation *op) {
+  for (Value r : op->getResults()) {
+    if (!onDevice.contains(r) || isa<WeightOp>(op) ||
+        llvm::none_of(r.getUsers(), [](Operation *u) { return isCpu(u); }))
+      continue;
+    HostCopy copy{"h" + std::to_string(counter++), hostCopySites++};
+    body << "  Tensor " << copy.name << ";\n  if (!cuda::toHost(ctx, "
+         << name(r) << ", " << copy.site << ", " << copy.name
+         << ")) return false;\n";
+    hostCopies[r] = copy;
   }
 }
 
@@ -958,6 +1043,8 @@ LogicalResult Emitter::emit() {
       return op.emitError("has no memory slot: run sparsec-plan-memory first");
     if (failed(emitOp(&op)))
       return failure();
+    if (cuda())
+      copyForHost(&op);
   }
 
   auto source = module->getAttrOfType<StringAttr>("sparsec.source");

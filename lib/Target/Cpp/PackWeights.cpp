@@ -149,6 +149,33 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
             }
           owned.push_back(std::move(out));
           data = owned.back().data();
+        } else if ((t.starts_with("slice_rows:") || t.starts_with("slice_cols:")) &&
+                   (dims.size() == 2 || (dims.size() == 1 && t.starts_with("slice_rows")))) {
+          // Rows (columns) [lo, hi): one device's part of a split layer.
+          const bool rowsT = t.starts_with("slice_rows");
+          SmallVector<StringRef, 3> parts;
+          t.split(parts, ':');
+          int64_t lo = 0, hi = 0;
+          const int64_t rows = dims[0], cols = dims.size() == 2 ? dims[1] : 1;
+          const int64_t n = rowsT ? rows : cols;
+          if (parts.size() != 3 || parts[1].getAsInteger(10, lo) ||
+              parts[2].getAsInteger(10, hi) || lo < 0 || hi > n || lo >= hi)
+            return global.emitError("invalid weight transform '") << t << "'";
+          const int64_t outRows = rowsT ? hi - lo : rows,
+                        outCols = rowsT ? cols : hi - lo;
+          std::vector<char> out(size_t(outRows * outCols) * eltBytes);
+          const char *src = static_cast<const char *>(data);
+          for (int64_t r = 0; r < outRows; ++r)
+            std::memcpy(&out[size_t(r * outCols) * eltBytes],
+                        src + ((rowsT ? r + lo : r) * cols + (rowsT ? 0 : lo)) * eltBytes,
+                        size_t(outCols) * eltBytes);
+          owned.push_back(std::move(out));
+          data = owned.back().data();
+          bytes = owned.back().size();
+          if (rowsT)
+            dims[0] = outRows;
+          else
+            dims[1] = outCols;
         } else if (t == "f16" && dataType == 1) {
           size_t count = bytes / 4;
           std::vector<char> out(count * 2);

@@ -63,6 +63,16 @@ Device::~Device() {
   for (auto &b : outputs)
     if (b.ptr)
       cudaFreeHost(b.ptr);
+  for (auto &c : hostCopies) {
+    if (c.buffer.ptr)
+      cudaFreeHost(c.buffer.ptr);
+    if (c.produced)
+      cudaEventDestroy(c.produced);
+    if (c.copied)
+      cudaEventDestroy(c.copied);
+  }
+  if (copyStream)
+    cudaStreamDestroy(copyStream);
   if (blas)
     cublasDestroy(blas);
   if (stream)
@@ -302,6 +312,52 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
                "download");
 }
 
+bool toHost(Context &ctx, const Tensor &x, int site, Tensor &out) {
+  Device &d = *static_cast<Device *>(ctx.backend.get());
+  // The host waits inside such steps: they always run eagerly (the first
+  // step of every signature is eager, and sets this).
+  d.hostSync = true;
+  if (d.mode != Mode::eager)
+    return ctx.fail("internal error: a host copy in a captured step");
+  if (!d.copyStream &&
+      !check(ctx, cudaStreamCreateWithFlags(&d.copyStream, cudaStreamNonBlocking),
+             "cudaStreamCreate (copies)"))
+    return false;
+  if (site < 0)
+    return ctx.fail("internal error: negative host copy site");
+  if (size_t(site) >= d.hostCopies.size())
+    d.hostCopies.resize(size_t(site) + 1);
+  Device::HostCopy &c = d.hostCopies[size_t(site)];
+  if ((!c.produced &&
+       !check(ctx, cudaEventCreateWithFlags(&c.produced, cudaEventDisableTiming),
+              "cudaEventCreate")) ||
+      (!c.copied &&
+       !check(ctx, cudaEventCreateWithFlags(&c.copied, cudaEventDisableTiming),
+              "cudaEventCreate")) ||
+      !d.ensurePinned(ctx, c.buffer, x.bytes(), "a host copy"))
+    return false;
+  out = x;
+  out.data = c.buffer.ptr;
+  return check(ctx, cudaEventRecord(c.produced, d.stream), "cudaEventRecord") &&
+         check(ctx, cudaStreamWaitEvent(d.copyStream, c.produced, 0),
+               "cudaStreamWaitEvent") &&
+         (x.bytes() == 0 ||
+          check(ctx,
+                cudaMemcpyAsync(c.buffer.ptr, x.data, x.bytes(),
+                                cudaMemcpyDeviceToHost, d.copyStream),
+                "copying to the host")) &&
+         check(ctx, cudaEventRecord(c.copied, d.copyStream), "cudaEventRecord");
+}
+
+bool waitHost(Context &ctx, int site) {
+  Device &d = *static_cast<Device *>(ctx.backend.get());
+  if (site < 0 || size_t(site) >= d.hostCopies.size() ||
+      !d.hostCopies[size_t(site)].copied)
+    return ctx.fail("internal error: no host copy " + std::to_string(site));
+  return check(ctx, cudaEventSynchronize(d.hostCopies[size_t(site)].copied),
+               "waiting for a host copy");
+}
+
 namespace {
 /// Copies `rows` rows of `width` bytes between pitched device buffers on
 /// the model's stream.
@@ -424,7 +480,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
     return false;
   Device &d = *dp;
   bool ok = true;
-  if (!d.graphsEnabled) {
+  if (!d.graphsEnabled || d.hostSync) {
     ok = runEager(ctx, d, in, out, body);
   } else {
     if (d.graphs.size() > 256) {

@@ -77,6 +77,14 @@ struct Device : Context::Backend {
   };
   std::vector<Cache> caches;
   std::vector<IndexBuffers> indexSets;
+  /// Hybrid models: host copies of device values for the CPU parts.
+  cudaStream_t copyStream = nullptr;
+  struct HostCopy {
+    PinnedBuffer buffer;
+    cudaEvent_t produced = nullptr, copied = nullptr;
+  };
+  std::vector<HostCopy> hostCopies;
+  bool hostSync = false; // steps wait for host copies: never captured
   DeviceBuffer gemvPartials, halfInput;
   /// Per column tile: blocks of a split-K GEMV done so far (zero between
   /// launches; the last block resets its tile's counter).

@@ -296,9 +296,36 @@ struct PartitionHotColdPass
       problem.layers.push_back(std::move(layer));
     }
     placement::Solution solution;
+    double optimum = 0;
     std::string error;
     if (!placement::solve(problem, solution, error)) {
       module.emitError("hot/cold placement: ") << error;
+      return signalPassFailure();
+    }
+    optimum = solution.objective;
+    if (mode == "layers") {
+      // The layer-offload baseline: whole FFNs on the GPU in model order
+      // while they fit, the rest on the CPU.
+      int64_t left = problem.budget;
+      bool full = false;
+      solution.objective = 0;
+      solution.usedBytes = 0;
+      for (size_t l = 0; l < problem.layers.size(); ++l) {
+        const placement::Layer &layer = problem.layers[l];
+        int64_t G = int64_t(layer.groupMass.size());
+        full = full || layer.bytes.back() > left;
+        solution.gpuGroups[l] = full ? 0 : G;
+        if (!full) {
+          left -= layer.bytes.back();
+          solution.usedBytes += layer.bytes.back();
+          for (double m : layer.groupMass)
+            solution.objective += m;
+        }
+      }
+    } else if (mode != "neurons") {
+      module.emitError("sparsec-partition-hot-cold: mode must be neurons or "
+                       "layers, got '")
+          << mode << "'";
       return signalPassFailure();
     }
 
@@ -345,18 +372,20 @@ struct PartitionHotColdPass
         }));
     std::string message;
     llvm::raw_string_ostream(message) << llvm::format(
-        "hot/cold placement: the GPU serves %.3f of %.3f active neurons per "
+        "%s placement: the GPU serves %.3f of %.3f active neurons per "
         "token (%.1f %%), LP bound %.3f (gap %.3f); %lld FFNs split, %lld on "
         "the GPU, %lld on the CPU; FFN bytes on the GPU %lld of %lld "
         "available (%lld always there); solved exactly in %.2f ms (%lld DP "
         "states)",
-        solution.objective, solution.totalMass,
+        mode == "layers" ? "layer-offload" : "hot/cold", solution.objective, solution.totalMass,
         solution.totalMass > 0 ? 100.0 * solution.objective / solution.totalMass : 0.0,
         solution.bound, solution.bound - solution.objective,
         (long long)split, (long long)onGpu, (long long)onCpu,
         (long long)solution.usedBytes,
         (long long)problem.budget, (long long)always, solution.seconds * 1e3,
         (long long)solution.states);
+    if (mode == "layers")
+      message += llvm::formatv(" (the hot/cold optimum serves {0:f3})", optimum).str();
     module.emitRemark(message);
   }
 };

@@ -116,7 +116,10 @@ struct WeightLayoutPass
           toF16(p->getOpOperand(2));
         }
       }
-      if (denseWeights == "f16" && isa<LinearOp>(op))
+      // The hybrid target's CPU parts use the x86 kernels: float32 dense
+      // weights.
+      if (denseWeights == "f16" && isa<LinearOp>(op) &&
+          !op->hasAttr("sparsec.device"))
         toF16(op->getOpOperand(1));
     });
     // Weights and globals nothing uses any more.

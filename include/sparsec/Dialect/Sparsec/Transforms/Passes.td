@@ -349,12 +349,38 @@ def PartitionHotColdPass : Pass<"sparsec-partition-hot-cold", "mlir::ModuleOp"> 
            "GB/s the CPU reads cold weight rows at">,
     Option<"syncUs", "sync-us", "double", "20.0",
            "Microseconds one split layer costs in synchronisation">,
+    Option<"mode", "mode", "std::string", "\"neurons\"",
+           "neurons (the exact hot/cold placement) or layers (the layer-offload "
+           "baseline: the first FFNs wholly on the GPU while they fit, the "
+           "rest on the CPU)">,
   ];
   let statistics = [
     Statistic<"numLayers", "num-layers", "FFNs placed">,
     Statistic<"numSplit", "num-split", "FFNs split between GPU and CPU">,
     Statistic<"numGpu", "num-gpu", "FFNs wholly on the GPU">,
     Statistic<"numCpu", "num-cpu", "FFNs wholly on the CPU">,
+  ];
+}
+
+def SplitHotColdPass : Pass<"sparsec-split-hot-cold", "mlir::ModuleOp"> {
+  let summary = "Split each placed FFN into a GPU part and a CPU part (hybrid target)";
+  let description = [{
+    For every FFN whose activation carries a `#sparsec.placement` (from
+    sparsec-partition-hot-cold) with `0 < gpu_neurons < total_neurons`, the
+    up projection, activation and down projection become two FFNs over the
+    hot-first neuron ranges `[0, gpu_neurons)` and `[gpu_neurons, total)`,
+    with weights sliced at pack time (`slice_rows:lo:hi`, `slice_cols:lo:hi`
+    transforms), a predictor per part (same first matrix, its second matrix
+    and bias sliced: predictors stay on the GPU), and an `add` of the two
+    partial results (the down projection's bias on the GPU part only). The
+    CPU part's ops get `sparsec.device = "cpu"`; the emitter runs them on
+    the host with the x86 kernels while the GPU part runs, and moves their
+    inputs to the host as soon as they are produced. FFNs placed wholly on
+    the CPU get the attribute on all three ops; wholly on the GPU, nothing.
+  }];
+  let statistics = [
+    Statistic<"numSplit", "num-split", "FFNs split between GPU and CPU">,
+    Statistic<"numCpu", "num-cpu", "FFNs moved wholly to the CPU">,
   ];
 }
 

@@ -50,6 +50,14 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out);
 /// (valid once the step has finished).
 bool download(Context &ctx, const Tensor &x, int index, Tensor &out);
 
+/// Hybrid models: starts copying device tensor `x` (as soon as the work
+/// queued so far has produced it) into the pinned host buffer of copy site
+/// `site`, on a copy stream, so the model's stream goes on with the GPU
+/// part; `out` views the host buffer, valid after waitHost(site). A step
+/// with host copies is not captured into a graph.
+bool toHost(Context &ctx, const Tensor &x, int site, Tensor &out);
+bool waitHost(Context &ctx, int site);
+
 /// A set of neuron indices on the device (the union over the step's tokens)
 /// produced by `predict` or `nonzeroIndex` and read by the sparse kernels.
 struct IndexSet {
