@@ -194,26 +194,10 @@ Device *device(Context &ctx) {
   if (const char *g = std::getenv("SPARSEC_CUDA_GRAPHS"))
     d->graphsEnabled = std::strcmp(g, "0") != 0;
   d->slots.resize(size_t(ctx.desc.numSlots > 0 ? ctx.desc.numSlots : 0));
-  if (ctx.weights) {
+  // Weights are uploaded on first use by a device op (the first step):
+  // a hybrid model's CPU parts never reach the device.
+  if (ctx.weights)
     d->weights.assign(ctx.weights->count(), nullptr);
-    for (uint32_t i = 0; i < ctx.weights->count(); ++i) {
-      size_t bytes = ctx.weights->segmentBytes(i);
-      if (bytes == 0)
-        continue;
-      if (cudaMalloc(&d->weights[i], bytes) != cudaSuccess) {
-        cudaGetLastError();
-        d->weights[i] = nullptr;
-        ctx.fail("CUDA: out of device memory: cannot hold weight segment " +
-                 std::to_string(i) + " (" + std::to_string(bytes) + " bytes)");
-        return nullptr;
-      }
-      if (!check(ctx,
-                 cudaMemcpy(d->weights[i], ctx.weights->segment(i), bytes,
-                            cudaMemcpyHostToDevice),
-                 "uploading weights"))
-        return nullptr;
-    }
-  }
   ctx.backend = std::move(d);
   return static_cast<Device *>(ctx.backend.get());
 }
@@ -246,8 +230,33 @@ Tensor weight(Context &ctx, uint32_t index, DType dtype, int rank,
   for (int i = 0; i < rank; ++i)
     t.shape[i] = shape[i];
   auto *d = static_cast<Device *>(ctx.backend.get());
-  if (d && index < d->weights.size())
-    t.data = d->weights[index];
+  if (!d || !ctx.weights || index >= d->weights.size())
+    return t;
+  if (!d->weights[index]) {
+    size_t bytes = ctx.weights->segmentBytes(index);
+    if (bytes == 0)
+      return t;
+    if (d->mode != Mode::eager) {
+      d->mismatch = true; // not during a capture
+      return t;
+    }
+    if (cudaMalloc(&d->weights[index], bytes) != cudaSuccess) {
+      cudaGetLastError();
+      d->weights[index] = nullptr;
+      ctx.fail("CUDA: out of device memory: cannot hold weight segment " +
+               std::to_string(index) + " (" + std::to_string(bytes) + " bytes)");
+      return t;
+    }
+    if (!check(ctx,
+               cudaMemcpy(d->weights[index], ctx.weights->segment(index), bytes,
+                          cudaMemcpyHostToDevice),
+               "uploading weights")) {
+      cudaFree(d->weights[index]);
+      d->weights[index] = nullptr;
+      return t;
+    }
+  }
+  t.data = d->weights[index];
   return t;
 }
 
