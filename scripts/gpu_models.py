@@ -211,9 +211,8 @@ def prepare(args):
     shutil.rmtree(x86)
 
 
-def build(args):
-    """Builds the runtime archives and every model binary under args.dir."""
-    lib = os.path.join(args.dir, "lib")
+def build_runtime(lib, nvcc):
+    """Builds libsparsec_runtime.a (g++) and libsparsec_runtime_cuda.a (nvcc)."""
     os.makedirs(lib, exist_ok=True)
     inc = os.path.join(ROOT, "runtime", "include")
     arch = ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90"]
@@ -228,12 +227,20 @@ def build(args):
     for src in sorted(glob.glob(os.path.join(ROOT, "runtime/src/cuda/*.cu"))):
         obj = os.path.join(lib, os.path.basename(src) + ".o")
         cuda_objs.append(obj)
-        jobs.append([args.nvcc, "-std=c++17", "-O3"] + arch + ["-I", inc, "-c", src, "-o", obj])
+        jobs.append([nvcc, "-std=c++17", "-O3"] + arch + ["-I", inc, "-c", src, "-o", obj])
     procs = [subprocess.Popen(j) for j in jobs]
     if any(p.wait() != 0 for p in procs):
         sys.exit("FAIL building the runtime")
     sh(["ar", "rcs", os.path.join(lib, "libsparsec_runtime.a")] + host_objs, check=True)
     sh(["ar", "rcs", os.path.join(lib, "libsparsec_runtime_cuda.a")] + cuda_objs, check=True)
+
+
+def build(args):
+    """Builds the runtime archives and every model binary under args.dir."""
+    lib = os.path.join(args.dir, "lib")
+    build_runtime(lib, args.nvcc)
+    inc = os.path.join(ROOT, "runtime", "include")
+    arch = ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90"]
     procs = []
     for name in present(args):
         d = os.path.join(args.dir, name)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The compiler-machine half of the large-model benchmark (docs/Benchmarks.md):
+# synthetic OPT weights for a graph exported on the GPU machine, a profile,
+# and the CUDA / hybrid / layer-offload builds (sources and manifests only:
+# the GPU machine rebuilds the weight packs from the same synthetic weights).
+#   bench/gpu/opt_large.sh GRAPH.onnx SHAPE OUTDIR [WORKDIR]
+# Then, on the GPU machine:
+#   python3 bench/gpu/opt_synth.py bench --dir OUTDIR --shape SHAPE --lib LIB
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+graph=$1 shape=$2 out=$3 work=${4:-$(mktemp -d)}
+S=${SPARSEC:-build/bin/sparsec}
+calib=${CALIB:-../shared/models/opt-byte-s/calib.txt}
+mkdir -p "$out" "$work"
+python3 bench/gpu/opt_synth.py materialize --graph "$graph" --shape "$shape" --out "$work/m"
+M=$work/m/model.onnx P=$work/model.sprof
+"$S" profile "$M" --calib "$calib" --max-chunks 4 --seq-len 32 --samples 0 -o "$P" -q > /dev/null
+# FFN bytes at fp16: layers x neurons x (up row + down row + bias)
+ffn=$(python3 -c "import sys; sys.path.insert(0, 'bench/gpu'); import opt_synth as o; c = o.SHAPES['$shape']; print(c['layers'] * c['ffn'] * (2 * 2 * c['d'] + 4))")
+emit() { # name args...
+  local name=$1; shift
+  rm -rf "$out/$name"
+  "$S" compile "$M" --compile-to=emit -o "$out/$name" "$@" 2> "$work/$name.log"
+  grep -a "placement:" "$work/$name.log" | sed 's/.*remark: //' > "$out/$name/placement.txt" || true
+  rm -f "$out/$name/model.weights"
+  gzip -9f "$out/$name/model.manifest.json"
+  echo "$name: $(cut -c1-160 "$out/$name/placement.txt")"
+}
+minimum() { # the budget's always-GPU part for the given flags
+  "$S" compile "$M" --compile-to=emit -o "$work/dry" --target hybrid --weights f16 \
+      --profile "$P" --gpu-budget 1 "$@" 2>&1 | grep -ao "give at least gpu-budget=[0-9]*" | cut -d= -f2
+}
+emit dense --target cuda --weights f16
+emit exact --target cuda --weights f16 --profile "$P" --sparsity exact
+min=$(minimum --sparsity exact)
+minoff=$(minimum --sparsity off --placement layers)
+for pct in 25 50 75; do
+  emit hy$pct --target hybrid --weights f16 --profile "$P" --sparsity exact \
+      --gpu-budget $((min + ffn * pct / 100))
+  emit off$pct --target hybrid --weights f16 --profile "$P" --sparsity off \
+      --placement layers --gpu-budget $((minoff + ffn * pct / 100))
+done
