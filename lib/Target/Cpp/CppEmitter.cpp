@@ -169,6 +169,7 @@ private:
   LogicalResult emitOp(Operation *op);
   LogicalResult emitDeviceOp(Operation *op);
   LogicalResult emitHostOp(Operation *op);
+  LogicalResult emitAttention(AttentionOp a, bool device);
   /// Hybrid: starts the copy of each device result a CPU op reads.
   void copyForHost(Operation *op);
   static bool isCpu(Operation *op) {
@@ -447,27 +448,7 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
         return emitCall(op, "softmax(ctx, " + name(s.getInput()) + ", " +
                                 std::to_string(static_cast<int64_t>(s.getAxis())));
       })
-      .Case([&](AttentionOp a) -> LogicalResult {
-        std::string out = define(a.getResult());
-        body << "  Tensor " << out << ";\n";
-        std::string pk = "nullptr", pv = "nullptr";
-        if (a.getPresentKey()) {
-          pk = define(a.getPresentKey());
-          pv = define(a.getPresentValue());
-          body << "  Tensor " << pk << ", " << pv << ";\n";
-          pk = "&" + pk;
-          pv = "&" + pv;
-        }
-        body << "  if (!ops::attention(ctx, " << name(a.getQuery()) << ", "
-             << name(a.getKey()) << ", " << name(a.getValue()) << ", "
-             << ptr(a.getMask()) << ", " << ptr(a.getPastKey()) << ", "
-             << ptr(a.getPastValue()) << ", "
-             << floatLiteral(a.getScale().convertToFloat(), true) << ", "
-             << (a.getCausal() ? "true" : "false") << ", " << slot(op, 0)
-             << ", " << out << ", " << slot(op, 1) << ", " << pk << ", "
-             << slot(op, 2) << ", " << pv << ")) return false;\n";
-        return success();
-      })
+      .Case([&](AttentionOp a) { return emitAttention(a, /*device=*/false); })
       .Case([&](EmbeddingOp e) {
         return emitCall(op, "embedding(ctx, " + name(e.getTable()) + ", " +
                                 name(e.getIds()));
@@ -680,6 +661,34 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
       });
 }
 
+/// attention has three results (output, present K and V).
+LogicalResult Emitter::emitAttention(AttentionOp a, bool device) {
+  // Operands first: an upload is a statement of its own.
+  auto arg = [&](Value v) { return device ? dv(v) : name(v); };
+  auto argPtr = [&](Value v) { return device ? dptr(v) : ptr(v); };
+  std::string q = arg(a.getQuery()), k = arg(a.getKey()), v = arg(a.getValue());
+  std::string mask = argPtr(a.getMask()), pastK = argPtr(a.getPastKey()),
+              pastV = argPtr(a.getPastValue());
+  std::string out = define(a.getResult());
+  body << "  Tensor " << out << ";\n";
+  std::string pk = "nullptr", pv = "nullptr";
+  if (a.getPresentKey()) {
+    pk = define(a.getPresentKey());
+    pv = define(a.getPresentValue());
+    body << "  Tensor " << pk << ", " << pv << ";\n";
+    pk = "&" + pk;
+    pv = "&" + pv;
+  }
+  Operation *op = a.getOperation();
+  body << "  if (!" << (device ? "cuda::" : "ops::") << "attention(ctx, " << q
+       << ", " << k << ", " << v << ", " << mask << ", " << pastK << ", "
+       << pastV << ", " << floatLiteral(a.getScale().convertToFloat(), true)
+       << ", " << (a.getCausal() ? "true" : "false") << ", " << slot(op, 0)
+       << ", " << out << ", " << slot(op, 1) << ", " << pk << ", "
+       << slot(op, 2) << ", " << pv << ")) return false;\n";
+  return success();
+}
+
 /// Device ops of the CUDA target (see the file comment).
 LogicalResult Emitter::emitDeviceOp(Operation *op) {
   auto call = [&](const std::string &c) {
@@ -773,29 +782,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         return call("softmax(ctx, " + dv(s.getInput()) + ", " +
                     std::to_string(static_cast<int64_t>(s.getAxis())));
       })
-      .Case([&](AttentionOp a) -> LogicalResult {
-        std::string q = dv(a.getQuery()), k = dv(a.getKey()),
-                    v = dv(a.getValue());
-        std::string mask = dptr(a.getMask()), past = dptr(a.getPastKey()),
-                    pastV = dptr(a.getPastValue());
-        std::string out = define(a.getResult());
-        body << "  Tensor " << out << ";\n";
-        std::string pk = "nullptr", pv = "nullptr";
-        if (a.getPresentKey()) {
-          pk = define(a.getPresentKey());
-          pv = define(a.getPresentValue());
-          body << "  Tensor " << pk << ", " << pv << ";\n";
-          pk = "&" + pk;
-          pv = "&" + pv;
-        }
-        body << "  if (!cuda::attention(ctx, " << q << ", " << k << ", " << v
-             << ", " << mask << ", " << past << ", " << pastV << ", "
-             << floatLiteral(a.getScale().convertToFloat(), true) << ", "
-             << (a.getCausal() ? "true" : "false") << ", " << slot(op, 0)
-             << ", " << out << ", " << slot(op, 1) << ", " << pk << ", "
-             << slot(op, 2) << ", " << pv << ")) return false;\n";
-        return success();
-      })
+      .Case([&](AttentionOp a) { return emitAttention(a, /*device=*/true); })
       .Case([&](EmbeddingOp e) -> LogicalResult {
         auto ids = hostOperand(e.getIds(), "embedding ids");
         if (failed(ids))

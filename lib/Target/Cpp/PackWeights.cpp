@@ -215,6 +215,9 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
         {"dtype", WeightStore::dataTypeName(dataType)},
         {"shape", llvm::json::Array(dims)},
         {"transforms", std::move(transforms)},
+        {"permutation", global.getPermutation()
+                            ? llvm::json::Value(llvm::json::Array(*global.getPermutation()))
+                            : llvm::json::Value(nullptr)},
         {"offset", static_cast<int64_t>(offset)},
         {"bytes", static_cast<int64_t>(bytes)}});
     offset += bytes;

@@ -247,6 +247,67 @@ inline void contiguousStrides(int rank, const int64_t *shape,
   }
 }
 
+/// The dims of scaled dot-product attention's operands (see ops::attention),
+/// checked, and the mask's strides over [B, Hq, Sq, T] (0 on broadcast
+/// dims). Shared by the x86 and CUDA kernels.
+struct AttentionDims {
+  int64_t B = 0, Hq = 0, Sq = 0, D = 0, Hk = 0, Sk = 0, Dv = 0, P = 0, T = 0;
+  int64_t mStr[4] = {0, 0, 0, 0};
+};
+inline bool attentionDims(Context &ctx, const Tensor &q, const Tensor &k,
+                          const Tensor &v, const Tensor *mask,
+                          const Tensor *pastK, const Tensor *pastV,
+                          AttentionDims &a) {
+  if (q.rank != 4 || k.rank != 4 || v.rank != 4)
+    return ctx.fail("attention: q, k and v must be [B, H, S, D], got " +
+                    q.describe() + ", " + k.describe() + ", " + v.describe());
+  if ((pastK == nullptr) != (pastV == nullptr))
+    return ctx.fail("attention: past_k and past_v must be given together");
+  const int64_t B = q.shape[0], Hq = q.shape[1], Sq = q.shape[2],
+                D = q.shape[3];
+  const int64_t Hk = k.shape[1], Sk = k.shape[2], Dv = v.shape[3];
+  a = AttentionDims{};
+  a.B = B, a.Hq = Hq, a.Sq = Sq, a.D = D, a.Hk = Hk, a.Sk = Sk, a.Dv = Dv;
+  if (k.shape[0] != B || v.shape[0] != B || v.shape[1] != Hk ||
+      k.shape[3] != D || v.shape[2] != Sk || Hk == 0 || Hq % Hk != 0)
+    return ctx.fail("attention: shapes q " + q.describe() + ", k " +
+                    k.describe() + ", v " + v.describe() + " do not match");
+  int64_t P = 0;
+  if (pastK) {
+    P = pastK->shape[2];
+    if (pastK->rank != 4 || pastV->rank != 4 || pastK->shape[0] != B ||
+        pastK->shape[1] != Hk || pastK->shape[3] != D || pastV->shape[0] != B ||
+        pastV->shape[1] != Hk || pastV->shape[2] != P || pastV->shape[3] != Dv)
+      return ctx.fail("attention: past_k " + pastK->describe() + " / past_v " +
+                      pastV->describe() + " do not match k " + k.describe() +
+                      " and v " + v.describe());
+  }
+  const int64_t T = P + Sk;
+  a.P = P;
+  a.T = T;
+  // Mask strides over [B, Hq, Sq, T] (0 on broadcast dims).
+  int64_t *mStr = a.mStr;
+  if (mask) {
+    const int64_t full[4] = {B, Hq, Sq, T};
+    if (mask->rank > 4)
+      return ctx.fail("attention: mask " + mask->describe() +
+                      " does not broadcast to " + shapeString(4, full));
+    int64_t own[kMaxRank];
+    contiguousStrides(mask->rank, mask->shape, own);
+    for (int d = 0; d < 4; ++d) {
+      int md = d - (4 - mask->rank);
+      if (md < 0)
+        continue;
+      if (mask->shape[md] != 1 && mask->shape[md] != full[d])
+        return ctx.fail("attention: mask " + mask->describe() +
+                        " does not broadcast to " + shapeString(4, full));
+      mStr[d] = mask->shape[md] == 1 ? 0 : own[md];
+    }
+  }
+
+  return true;
+}
+
 /// Iteration plan for a contiguous output of `rank`/`shape` whose operands
 /// are broadcast views: per operand, element strides (0 on broadcast dims).
 /// Size-1 dims are dropped and mergeable dims collapsed, so a "row"

@@ -24,6 +24,8 @@ namespace sparsec::rt::cuda {
 namespace {
 
 using ops::Activation;
+using ops::detail::AttentionDims;
+using ops::detail::attentionDims;
 using ops::detail::broadcastShapes;
 using ops::detail::checkTensor;
 using ops::detail::contiguousStrides;
@@ -328,16 +330,6 @@ __global__ void toHalfKernel(const float *x, __half *y, int64_t n) {
     y[i] = __float2half(x[i]);
 }
 
-int smCount() {
-  static int count = [] {
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    return sms > 0 ? sms : 1;
-  }();
-  return count;
-}
-
 template <typename W, int M>
 void launchGemv(const float *x, const W *w, int K, int N, const float *bias,
                 Activation act, float *y, float *partial, int *counters,
@@ -375,7 +367,7 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
     // Decode: a bandwidth-bound GEMV; split K so that every SM streams.
     int tiles = int((N + kGemvCols - 1) / kGemvCols);
     int splits = std::max(1, std::min<int>(int((K + 63) / 64),
-                                           (2 * smCount() + tiles - 1) / tiles));
+                                           (2 * multiprocessorCount() + tiles - 1) / tiles));
     if (tiles > kGemvCounters)
       splits = 1;
     int kChunk = int((K + splits - 1) / splits);
@@ -674,6 +666,40 @@ const float *biasOf(Context &ctx, const char *op, const Tensor *bias,
   return bias->as<float>();
 }
 
+/// The operands of a linear-like op: x [..., K] float32, w [K, N] (or
+/// neuron-major [N, K] when `neuronMajor`) float32/float16, bias [N].
+struct LinearShape {
+  int64_t M = 0, K = 0, N = 0;
+  const float *bias = nullptr;
+};
+bool linearOperands(Context &ctx, const char *op, const Tensor &x,
+                    const Tensor &w, const Tensor *bias, bool neuronMajor,
+                    LinearShape &s) {
+  if (!requireF32(ctx, op, "input", x) || !weightType(ctx, op, w))
+    return false;
+  if (w.rank != 2 || x.rank < 1 ||
+      x.shape[x.rank - 1] != w.shape[neuronMajor ? 1 : 0])
+    return ctx.fail(std::string(op) + ": input " + x.describe() +
+                    " does not match the " +
+                    (neuronMajor ? "neuron-major " : "") + "weight " +
+                    w.describe());
+  s.K = w.shape[neuronMajor ? 1 : 0];
+  s.N = w.shape[neuronMajor ? 0 : 1];
+  s.M = s.K ? x.numel() / s.K : 0;
+  bool ok;
+  s.bias = biasOf(ctx, op, bias, s.N, ok);
+  return ok;
+}
+
+/// Allocates x's shape with the last dim replaced by n.
+bool allocateLastDim(Context &ctx, Device &d, int slot, const Tensor &x,
+                     int64_t n, DType dtype, Tensor &out) {
+  int64_t shape[kMaxRank];
+  for (int i = 0; i < x.rank; ++i)
+    shape[i] = x.shape[i];
+  shape[x.rank - 1] = n;
+  return allocate(ctx, d, slot, out, dtype, x.rank, shape);
+}
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -761,25 +787,14 @@ bool where(Context &ctx, const Tensor &cond, const Tensor &x, const Tensor &y,
 bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
             Activation act, int outSlot, Tensor &out) {
   Device &d = dev(ctx);
-  if (!requireF32(ctx, "linear", "input", x) || !weightType(ctx, "linear", w))
-    return false;
-  if (w.rank != 2 || x.rank < 1 || x.shape[x.rank - 1] != w.shape[0])
-    return ctx.fail("linear: input " + x.describe() + " does not match weight " +
-                    w.describe());
-  const int64_t K = w.shape[0], N = w.shape[1], M = K ? x.numel() / K : 0;
-  bool ok;
-  const float *b = biasOf(ctx, "linear", bias, N, ok);
-  if (!ok)
-    return false;
-  int64_t shape[kMaxRank];
-  for (int i = 0; i < x.rank; ++i)
-    shape[i] = x.shape[i];
-  shape[x.rank - 1] = N;
+  LinearShape s;
   Tensor r;
-  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
+  if (!linearOperands(ctx, "linear", x, w, bias, false, s) ||
+      !allocateLastDim(ctx, d, outSlot, x, s.N, DType::f32, r))
     return false;
   out = r;
-  return gemm(ctx, d, x.as<float>(), M, K, w, false, N, b, act, r.as<float>());
+  return gemm(ctx, d, x.as<float>(), s.M, s.K, w, false, s.N, s.bias, act,
+              r.as<float>());
 }
 
 bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
@@ -918,46 +933,15 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   if (mask && mask->dtype != DType::f32 && mask->dtype != DType::b1)
     return ctx.fail("attention: mask must be float32 (additive) or bool, got " +
                     mask->describe());
-  if (q.rank != 4 || k.rank != 4 || v.rank != 4)
-    return ctx.fail("attention: q, k and v must be [B, H, S, D], got " +
-                    q.describe() + ", " + k.describe() + ", " + v.describe());
-  if ((pastK == nullptr) != (pastV == nullptr))
-    return ctx.fail("attention: past_k and past_v must be given together");
-  const int64_t B = q.shape[0], Hq = q.shape[1], Sq = q.shape[2], D = q.shape[3];
-  const int64_t Hk = k.shape[1], Sk = k.shape[2], Dv = v.shape[3];
-  if (k.shape[0] != B || v.shape[0] != B || v.shape[1] != Hk ||
-      k.shape[3] != D || v.shape[2] != Sk || Hk == 0 || Hq % Hk != 0)
-    return ctx.fail("attention: shapes q " + q.describe() + ", k " +
-                    k.describe() + ", v " + v.describe() + " do not match");
-  int64_t P = 0;
-  if (pastK) {
-    P = pastK->shape[2];
-    if (pastK->rank != 4 || pastV->rank != 4 || pastK->shape[0] != B ||
-        pastK->shape[1] != Hk || pastK->shape[3] != D || pastV->shape[0] != B ||
-        pastV->shape[1] != Hk || pastV->shape[2] != P || pastV->shape[3] != Dv)
-      return ctx.fail("attention: past_k " + pastK->describe() + " / past_v " +
-                      pastV->describe() + " do not match k " + k.describe() +
-                      " and v " + v.describe());
-  }
-  const int64_t T = P + Sk;
+  AttentionDims dims;
+  if (!attentionDims(ctx, q, k, v, mask, pastK, pastV, dims))
+    return false;
+  const int64_t B = dims.B, Hq = dims.Hq, Sq = dims.Sq, D = dims.D,
+                Hk = dims.Hk, Sk = dims.Sk, Dv = dims.Dv, P = dims.P,
+                T = dims.T;
   AttentionArgs a{};
-  if (mask) {
-    const int64_t full[4] = {B, Hq, Sq, T};
-    if (mask->rank > 4)
-      return ctx.fail("attention: mask " + mask->describe() +
-                      " does not broadcast to " + shapeString(4, full));
-    int64_t own[kMaxRank];
-    contiguousStrides(mask->rank, mask->shape, own);
-    for (int dd = 0; dd < 4; ++dd) {
-      int md = dd - (4 - mask->rank);
-      if (md < 0)
-        continue;
-      if (mask->shape[md] != 1 && mask->shape[md] != full[dd])
-        return ctx.fail("attention: mask " + mask->describe() +
-                        " does not broadcast to " + shapeString(4, full));
-      a.mStr[dd] = mask->shape[md] == 1 ? 0 : own[md];
-    }
-  }
+  for (int i = 0; i < 4; ++i)
+    a.mStr[i] = dims.mStr[i];
   const int64_t oshape[4] = {B, Hq, Sq, Dv};
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, DType::f32, 4, oshape))
@@ -1273,12 +1257,8 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
   const float *b = biasOf(ctx, op, bias, N, ok);
   if (!ok)
     return false;
-  int64_t shape[kMaxRank];
-  for (int i = 0; i < x.rank; ++i)
-    shape[i] = x.shape[i];
-  shape[x.rank - 1] = N;
   Tensor r;
-  if (!allocate(ctx, d, outSlot, r, DType::b1, x.rank, shape) ||
+  if (!allocateLastDim(ctx, d, outSlot, x, N, DType::b1, r) ||
       !ensureIndex(ctx, d, indexSite, N))
     return false;
   out = r;
@@ -1334,27 +1314,17 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
                         const IndexSet &index, Activation act, int outSlot,
                         Tensor &out, IndexSet &outIndex) {
   Device &d = dev(ctx);
-  const char *op = "sparse_linear";
-  if (!requireF32(ctx, op, "input", x) || !weightType(ctx, op, w))
+  LinearShape s;
+  if (!linearOperands(ctx, "sparse_linear", x, w, bias, true, s))
     return false;
-  if (w.rank != 2 || x.shape[x.rank - 1] != w.shape[1])
-    return ctx.fail("sparse_linear: input " + x.describe() +
-                    " does not match the neuron-major weight " + w.describe());
-  const int64_t N = w.shape[0], K = w.shape[1], M = K ? x.numel() / K : 0;
-  bool ok;
-  const float *b = biasOf(ctx, op, bias, N, ok);
-  if (!ok)
-    return false;
+  const int64_t N = s.N, K = s.K, M = s.M;
+  const float *b = s.bias;
   if (active.dtype != DType::b1 || (active.numel() != M * N && active.numel() != N))
     return ctx.fail("sparse_linear: active mask " + active.describe() +
                     " does not match " + std::to_string(M) + " rows of " +
                     std::to_string(N) + " neurons");
-  int64_t shape[kMaxRank];
-  for (int i = 0; i < x.rank; ++i)
-    shape[i] = x.shape[i];
-  shape[x.rank - 1] = N;
   Tensor r;
-  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
+  if (!allocateLastDim(ctx, d, outSlot, x, N, DType::f32, r))
     return false;
   out = r;
   outIndex = IndexSet{};
@@ -1426,24 +1396,13 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                        const Tensor *bias, const IndexSet &index, int outSlot,
                        Tensor &out) {
   Device &d = dev(ctx);
-  const char *op = "sparse_linear";
-  if (!requireF32(ctx, op, "input", x) || !weightType(ctx, op, w))
-    return false;
-  if (w.rank != 2 || x.shape[x.rank - 1] != w.shape[0])
-    return ctx.fail("sparse_linear: input " + x.describe() +
-                    " does not match weight " + w.describe());
-  const int64_t K = w.shape[0], N = w.shape[1], M = K ? x.numel() / K : 0;
-  bool ok;
-  const float *b = biasOf(ctx, op, bias, N, ok);
-  if (!ok)
-    return false;
-  int64_t shape[kMaxRank];
-  for (int i = 0; i < x.rank; ++i)
-    shape[i] = x.shape[i];
-  shape[x.rank - 1] = N;
+  LinearShape s;
   Tensor r;
-  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
+  if (!linearOperands(ctx, "sparse_linear", x, w, bias, false, s) ||
+      !allocateLastDim(ctx, d, outSlot, x, s.N, DType::f32, r))
     return false;
+  const int64_t K = s.K, N = s.N, M = s.M;
+  const float *b = s.bias;
   out = r;
   if (index.site < 0 || index.tokens != M || index.neurons != K || M > kMaxTokens)
     return gemm(ctx, d, x.as<float>(), M, K, w, false, N, b, Activation::none,

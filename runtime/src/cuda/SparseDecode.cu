@@ -383,16 +383,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-int multiprocessors() {
-  static int count = [] {
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    return sms > 0 ? sms : 1;
-  }();
-  return count;
-}
-
 template <typename W> bool aligned(const W *p, int d) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 &&
          (int64_t(d) * sizeof(W)) % 16 == 0;
@@ -414,6 +404,16 @@ template <typename F> cudaError_t withTokens(int tokens, F &&f) {
 }
 } // namespace
 
+int multiprocessorCount() {
+  static int count = [] {
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    return sms > 0 ? sms : 1;
+  }();
+  return count;
+}
+
 size_t buildIndexTempBytes(int n) {
   size_t bytes = 0;
   thrust::counting_iterator<int32_t> it(0);
@@ -432,7 +432,7 @@ cudaError_t buildIndex(const uint8_t *flags, int n, int32_t *idx,
 
 cudaError_t nonzeroFlags(const float *h, int tokens, int n, uint8_t *flags,
                          cudaStream_t stream) {
-  int blocks = std::min((n + 255) / 256, 4 * multiprocessors());
+  int blocks = std::min((n + 255) / 256, 4 * multiprocessorCount());
   nonzeroFlagsKernel<<<blocks, 256, 0, stream>>>(h, tokens, n, flags);
   return cudaGetLastError();
 }
@@ -445,7 +445,7 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
   // Enough warps for every selected neuron at once up to the SMs' capacity
   // (x is staged in shared memory once per block).
   int blocks = std::max(1, std::min((capacity + kWarps - 1) / kWarps,
-                                    4 * multiprocessors()));
+                                    4 * multiprocessorCount()));
   size_t smem = sizeof(float) * size_t(tokens) * size_t(d);
   if (smem > 200 * 1024)
     return cudaErrorInvalidValue; // x does not fit in shared memory
@@ -473,7 +473,7 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
 /// 19 us at 4 tokens, 50 % sparsity).
 int downSplits(int d, int capacity, int vec, int tokens, int residentBlocks) {
   int tiles = (d + 32 * vec - 1) / (32 * vec);
-  int splits = tokens <= 2 ? (4 * multiprocessors() + tiles - 1) / tiles
+  int splits = tokens <= 2 ? (4 * multiprocessorCount() + tiles - 1) / tiles
                            : residentBlocks / tiles;
   return std::max(1, std::min(splits, (capacity + 2 * kWarps - 1) / (2 * kWarps)));
 }
@@ -492,7 +492,7 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
     dim3 grid((d + 32 * V - 1) / (32 * V),
               splits > 0 ? splits
                          : downSplits(d, capacity, V, tokens,
-                                      std::max(1, perSM) * multiprocessors()));
+                                      std::max(1, perSM) * multiprocessorCount()));
     kernel<<<grid, kThreads, 0, stream>>>(h, ldh, w, d, idx, count, y);
     return cudaGetLastError();
   });

@@ -30,7 +30,7 @@ struct ScoresSoftmaxContext : OpRewritePattern<MatMulOp> {
     auto softmax = defOp<SoftmaxOp>(op.getLhs());
     Value v = op.getRhs();
     if (!softmax || !isRank4(v) || !isRank4(op.getLhs()) ||
-        (softmax.getAxis() != -1 && softmax.getAxis() != 3))
+        (static_cast<int64_t>(softmax.getAxis()) != -1 && softmax.getAxis() != 3))
       return rewriter.notifyMatchFailure(op, "lhs is not a last-axis softmax");
     Value scores = softmax.getInput();
     Value mask;

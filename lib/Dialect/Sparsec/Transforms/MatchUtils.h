@@ -9,7 +9,9 @@
 
 #include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/SymbolTable.h"
 
 #include <cmath>
 #include <optional>
@@ -58,6 +60,19 @@ matchEither(mlir::Value a, mlir::Value b, Pred pred) {
   if (pred(b))
     return std::make_pair(b, a);
   return std::nullopt;
+}
+
+/// Erases weight ops without uses, then the globals nothing references any
+/// more (after a pass replaced weights by derived ones).
+inline void eraseUnusedWeights(mlir::ModuleOp module) {
+  module.walk([](WeightOp op) {
+    if (op->use_empty())
+      op->erase();
+  });
+  for (GlobalOp global :
+       llvm::make_early_inc_range(module.getOps<GlobalOp>()))
+    if (mlir::SymbolTable::symbolKnownUseEmpty(global, module))
+      global->erase();
 }
 
 } // namespace sparsec

@@ -346,13 +346,7 @@ struct PartitionHotColdPass
       ++(gpuNeurons == 0 ? onCpu : gpuNeurons == f.neurons ? onGpu : split);
     }
     // Globals the permuted copies replaced.
-    module.walk([&](WeightOp op) {
-      if (op->use_empty())
-        op->erase();
-    });
-    for (GlobalOp global : llvm::make_early_inc_range(module.getOps<GlobalOp>()))
-      if (SymbolTable::symbolKnownUseEmpty(global, module))
-        global->erase();
+    eraseUnusedWeights(module);
 
     numSplit += split;
     numGpu += onGpu;

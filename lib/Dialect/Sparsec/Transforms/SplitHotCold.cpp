@@ -213,13 +213,7 @@ struct SplitHotColdPass
       ++numSplit;
     }
     // Weights and globals the parts replaced.
-    module.walk([&](WeightOp op) {
-      if (op->use_empty())
-        op->erase();
-    });
-    for (GlobalOp global : llvm::make_early_inc_range(module.getOps<GlobalOp>()))
-      if (SymbolTable::symbolKnownUseEmpty(global, module))
-        global->erase();
+    eraseUnusedWeights(module);
   }
 };
 } // namespace

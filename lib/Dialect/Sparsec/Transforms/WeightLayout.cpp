@@ -123,14 +123,7 @@ struct WeightLayoutPass
         toF16(op->getOpOperand(1));
     });
     // Weights and globals nothing uses any more.
-    module.walk([&](WeightOp op) {
-      if (op->use_empty())
-        op->erase();
-    });
-    for (GlobalOp global :
-         llvm::make_early_inc_range(module.getOps<GlobalOp>()))
-      if (SymbolTable::symbolKnownUseEmpty(global, module))
-        global->erase();
+    eraseUnusedWeights(module);
   }
 };
 } // namespace

@@ -38,6 +38,9 @@ namespace sparsec::rt::cuda {
 
 constexpr int kMaxTokens = 8;
 
+/// Streaming multiprocessors of the current device (cached).
+int multiprocessorCount();
+
 /// Temporary device bytes buildIndex needs for `n` flags.
 size_t buildIndexTempBytes(int n);
 
