@@ -145,6 +145,12 @@ cl::opt<std::string> gpuBudget(
              "suffix): place each FFN's hot neurons on the GPU and the rest "
              "on the CPU (sparsec-partition-hot-cold; needs --profile)"),
     cl::value_desc("bytes"), cl::sub(compileCmd), cl::cat(category));
+cl::opt<bool> kvCache(
+    "kv-cache",
+    cl::desc("Decoder exported without a KV cache: derive incremental "
+             "decoding (past_key_values.* inputs, present.* outputs; "
+             "sparsec-derive-kv-cache)"),
+    cl::sub(compileCmd), cl::cat(category));
 cl::opt<std::string> placementMode(
     "placement",
     cl::desc("With --gpu-budget: neurons (exact hot/cold placement, the "
@@ -524,6 +530,16 @@ int runCompile(MLIRContext &context) {
   OwningOpRef<ModuleOp> module = importAndRaise(context, *stop, store);
   if (!module)
     return 1;
+  if (kvCache && *stop >= sparsec::Phase::Raise) {
+    PhaseTimer timer("kv-cache");
+    PassManager pm(&context);
+    pm.addPass(sparsec::createDeriveKVCachePass());
+    if (failed(pm.run(*module)))
+      return 1;
+    int64_t layers = 0;
+    module->walk([&](sparsec::AttentionOp) { ++layers; });
+    timer.detail = std::to_string(layers) + " attentions read a KV cache";
+  }
   int64_t budgetBytes = 0;
   if (!gpuBudget.empty()) {
     llvm::StringRef text = gpuBudget;

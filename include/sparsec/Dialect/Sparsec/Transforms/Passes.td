@@ -304,6 +304,31 @@ def SparsifyFFNPass : Pass<"sparsec-sparsify-ffn", "mlir::ModuleOp"> {
   ];
 }
 
+def DeriveKVCachePass : Pass<"sparsec-derive-kv-cache", "mlir::ModuleOp"> {
+  let summary = "Incremental decoding for a decoder exported without a KV cache";
+  let description = [{
+    A decoder LM exported without a cache recomputes every token's keys and
+    values at each step. This pass gives each raised `attention` (in block
+    order) a past key/value input and a present output, in the Optimum
+    naming (`past_key_values.{i}.key/value` arguments `[batch, H, past_seq,
+    D]`, `present.{i}.key/value` results), so the model takes only the new
+    tokens and the runtime's cache (`model generate`) holds the rest: the
+    same interface as a KV-cache export.
+
+    The rest of the model must already follow the tokens' absolute
+    positions: the mask and the position ids must be computed from
+    `attention_mask` (whose length is then past + new tokens), as Hugging
+    Face's exports do. The pass checks that every attention mask and every
+    embedding lookup other than the token one depends on `attention_mask`,
+    and that every attention is masked or causal; otherwise it fails with
+    the reason (a decoder whose positions come from the token count alone
+    would silently restart them at 0).
+  }];
+  let statistics = [
+    Statistic<"numCached", "num-cached", "Attentions given a KV cache">,
+  ];
+}
+
 def PartitionHotColdPass : Pass<"sparsec-partition-hot-cold", "mlir::ModuleOp"> {
   let summary = "Place each FFN's hot neurons on the GPU and the rest on the CPU under a memory budget";
   let description = [{
