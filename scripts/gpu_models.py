@@ -50,6 +50,8 @@ CONFIGS = {
     "nc17_exact": ("opt-byte-s/model_nocache_opset17.onnx", ["--sparsity=exact"], True),
     "kv_exact": ("opt-byte-s/model_kvcache_opset17.onnx", ["--sparsity=exact"], True),
     "kv_pred": ("opt-byte-s/model_kvcache_opset17.onnx", ["--sparsity=predicted"], True),
+    # The no-cache export with the compiler-derived KV cache (--kv-cache).
+    "nc17_kv": ("opt-byte-s/model_nocache_opset17.onnx", ["--kv-cache"], False),
     "kv_pred_f16": ("opt-byte-s/model_kvcache_opset17.onnx",
                     ["--sparsity=predicted", "--weights=f16"], True),
 }
@@ -322,6 +324,8 @@ def run(args):
         check_case(args, res, name, "ort_kv", 1e-4, 1e-4)
         check_case(args, res, name, "ref_kv_step", 1e-4, 1e-4)
     check_case(args, res, "kv_f16", "ref_kv_step", 2e-2, 5e-2, " (fp16 weights)")
+    check_case(args, res, "nc17_kv", "ref_kv_step", 1e-4, 1e-4, " (derived KV cache)")
+    check_case(args, res, "nc17_kv", "ort_kv", 1e-4, 1e-4, " (derived KV cache)")
 
     # Sparse == dense on the GPU (exact mode), same inputs: the 71-token
     # prompt (batched path) and one KV decode step (the neuron-granular
@@ -343,7 +347,8 @@ def run(args):
     expect = open(os.path.join(refs, "ref_greedy_64.bin"), "rb").read()
     prompt = os.path.join(refs, "ref_input_ids.npy")
     for name, must_match in (("kv", True), ("kv_exact", True), ("kv_f16", False),
-                             ("kv_pred", False), ("kv_pred_f16", False)):
+                             ("kv_pred", False), ("kv_pred_f16", False),
+                             ("nc17_kv", True)):
         if name not in have:
             continue
         r = run_binary(args, name, "generate", "--prompt-ids", prompt,
