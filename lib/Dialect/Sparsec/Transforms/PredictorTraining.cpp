@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 namespace sparsec {
 
@@ -77,22 +78,46 @@ void symmetricEigen(Matrix a, int64_t n, Matrix &v, std::vector<double> &values)
   v = std::move(sorted);
 }
 
-/// c[m, n] = a[m, k] . b[k, n], all row-major float; i-k-j order so the
-/// inner loop vectorises.
+/// Runs fn(begin, end) over [0, n) split into contiguous ranges, one per
+/// hardware thread. Every output element belongs to one range and is
+/// computed in a fixed order, so results do not depend on the thread count.
+template <typename F> void parallelRows(int64_t n, F &&fn) {
+  int64_t threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  threads = std::min(threads, std::max<int64_t>(1, n / 16));
+  if (threads <= 1) {
+    fn(int64_t(0), n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t chunk = (n + threads - 1) / threads;
+  for (int64_t t = 1; t < threads; ++t) {
+    int64_t b = t * chunk, e = std::min(n, b + chunk);
+    if (b < e)
+      pool.emplace_back([&fn, b, e] { fn(b, e); });
+  }
+  fn(int64_t(0), std::min(n, chunk));
+  for (std::thread &t : pool)
+    t.join();
+}
+
+/// c[m, n] = a[m, k] . b[k, n], all row-major float; rows of c in parallel,
+/// i-k-j order so the inner loop vectorises.
 void matmul(const float *a, const float *b, float *c, int64_t m, int64_t k,
             int64_t n) {
-  std::fill(c, c + m * n, 0.0f);
-  for (int64_t i = 0; i < m; ++i) {
-    float *ci = c + i * n;
-    for (int64_t p = 0; p < k; ++p) {
-      float x = a[i * k + p];
-      if (x == 0.0f)
-        continue;
-      const float *bp = b + p * n;
-      for (int64_t j = 0; j < n; ++j)
-        ci[j] += x * bp[j];
+  parallelRows(m, [&](int64_t begin, int64_t end) {
+    std::fill(c + begin * n, c + end * n, 0.0f);
+    for (int64_t i = begin; i < end; ++i) {
+      float *ci = c + i * n;
+      for (int64_t p = 0; p < k; ++p) {
+        float x = a[i * k + p];
+        if (x == 0.0f)
+          continue;
+        const float *bp = b + p * n;
+        for (int64_t j = 0; j < n; ++j)
+          ci[j] += x * bp[j];
+      }
     }
-  }
+  });
 }
 } // namespace
 
@@ -114,17 +139,19 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
 
   // S = X^T X / m over the fitting split, and its square root.
   Matrix s(size_t(d * d), 0.0);
-  for (int64_t i = 0; i < fitEnd; ++i) {
-    const float *xi = x + i * d;
-    for (int64_t p = 0; p < d; ++p) {
-      double xp = xi[p];
-      if (xp == 0.0)
-        continue;
-      double *sp = &s[size_t(p * d)];
-      for (int64_t q = 0; q < d; ++q)
-        sp[q] += xp * xi[q];
+  parallelRows(d, [&](int64_t pBegin, int64_t pEnd) {
+    for (int64_t i = 0; i < fitEnd; ++i) {
+      const float *xi = x + i * d;
+      for (int64_t p = pBegin; p < pEnd; ++p) {
+        double xp = xi[p];
+        if (xp == 0.0)
+          continue;
+        double *sp = &s[size_t(p * d)];
+        for (int64_t q = 0; q < d; ++q)
+          sp[q] += xp * xi[q];
+      }
     }
-  }
+  });
   for (double &v : s)
     v /= double(fitEnd);
   // S + eps I = L L^T (Cholesky; the ridge keeps it definite when inputs
@@ -161,14 +188,16 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
     matmul(lt.data(), w, mw.data(), d, d, n);
   }
   Matrix kmat(size_t(d * d), 0.0);
-  for (int64_t i = 0; i < d; ++i)
-    for (int64_t j = i; j < d; ++j) {
-      double acc = 0;
-      const float *a = &mw[size_t(i * n)], *b = &mw[size_t(j * n)];
-      for (int64_t t = 0; t < n; ++t)
-        acc += double(a[t]) * double(b[t]);
-      kmat[size_t(i * d + j)] = kmat[size_t(j * d + i)] = acc;
-    }
+  parallelRows(d, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t j = 0; j < d; ++j) {
+        double acc = 0;
+        const float *a = &mw[size_t(i * n)], *b = &mw[size_t(j * n)];
+        for (int64_t t = 0; t < n; ++t)
+          acc += double(a[t]) * double(b[t]);
+        kmat[size_t(i * d + j)] = acc;
+      }
+  });
   Matrix u;
   std::vector<double> sigma2;
   symmetricEigen(kmat, d, u, sigma2);
@@ -200,23 +229,32 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
     p.rank = r;
     // w2 = V_r^T [r, n]; w1 = W V_r [d, r].
     p.w2.assign(size_t(r * n), 0.0f);
-    for (int64_t e = 0; e < usable; ++e) {
-      double inv = 1.0 / std::sqrt(sigma2[size_t(e)]);
-      for (int64_t j = 0; j < n; ++j) {
-        double acc = 0;
-        for (int64_t i = 0; i < d; ++i)
-          acc += double(mw[size_t(i * n + j)]) * u[size_t(i * d + e)];
-        p.w2[size_t(e * n + j)] = float(acc * inv);
-      }
-    }
-    p.w1.assign(size_t(d * r), 0.0f);
-    for (int64_t i = 0; i < d; ++i)
-      for (int64_t e = 0; e < r; ++e) {
-        double acc = 0;
+    parallelRows(usable, [&](int64_t begin, int64_t end) {
+      std::vector<double> acc(static_cast<size_t>(n));
+      for (int64_t e = begin; e < end; ++e) {
+        // Row e of w2: M^T u_e / sigma_e, accumulated row by row of M.
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t i = 0; i < d; ++i) {
+          const double ue = u[size_t(i * d + e)];
+          const float *mi = &mw[size_t(i * n)];
+          for (int64_t j = 0; j < n; ++j)
+            acc[size_t(j)] += double(mi[j]) * ue;
+        }
+        double inv = 1.0 / std::sqrt(sigma2[size_t(e)]);
         for (int64_t j = 0; j < n; ++j)
-          acc += double(w[i * n + j]) * p.w2[size_t(e * n + j)];
-        p.w1[size_t(i * r + e)] = float(acc);
+          p.w2[size_t(e * n + j)] = float(acc[size_t(j)] * inv);
       }
+    });
+    p.w1.assign(size_t(d * r), 0.0f);
+    parallelRows(d, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        for (int64_t e = 0; e < r; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < n; ++j)
+            acc += double(w[i * n + j]) * p.w2[size_t(e * n + j)];
+          p.w1[size_t(i * r + e)] = float(acc);
+        }
+    });
     // Approximate pre-activations of every sample, and per-neuron error
     // spread on the fitting split.
     std::vector<float> h(size_t(m * r)), za(size_t(m * n));
