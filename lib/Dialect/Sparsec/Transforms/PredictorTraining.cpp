@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <thread>
 
@@ -16,62 +17,130 @@ namespace sparsec {
 namespace {
 using Matrix = std::vector<double>; // row-major
 
-/// Eigen-decomposition of the symmetric n x n matrix `a` by cyclic Jacobi
-/// rotations: on return the columns of `v` are eigenvectors and `values`
-/// the eigenvalues, sorted by decreasing eigenvalue.
+/// Eigen-decomposition of the symmetric n x n matrix `a`: Householder
+/// reduction to tridiagonal form (accumulating the reflections), then QL
+/// iterations with implicit Wilkinson shifts on the tridiagonal matrix,
+/// rotating the accumulated basis along. On return the columns of `v` are
+/// orthonormal eigenvectors and `values` the eigenvalues, sorted by
+/// decreasing eigenvalue. O(n^3) with a small constant (about 9 n^3 flops,
+/// against 10-20 sweeps of n^3 for cyclic Jacobi).
 void symmetricEigen(Matrix a, int64_t n, Matrix &v, std::vector<double> &values) {
+  auto A = [&](int64_t i, int64_t j) -> double & { return a[size_t(i * n + j)]; };
   v.assign(size_t(n * n), 0.0);
   for (int64_t i = 0; i < n; ++i)
     v[size_t(i * n + i)] = 1.0;
-  double norm = 0;
-  for (double x : a)
-    norm += x * x;
-  const double tol = 1e-22 * std::max(norm, 1e-300);
-  for (int sweep = 0; sweep < 60; ++sweep) {
-    double off = 0;
-    for (int64_t p = 0; p < n; ++p)
-      for (int64_t q = p + 1; q < n; ++q)
-        off += a[size_t(p * n + q)] * a[size_t(p * n + q)];
-    if (off <= tol)
-      break;
-    for (int64_t p = 0; p < n; ++p) {
-      for (int64_t q = p + 1; q < n; ++q) {
-        double apq = a[size_t(p * n + q)];
-        if (std::abs(apq) < 1e-300)
-          continue;
-        double app = a[size_t(p * n + p)], aqq = a[size_t(q * n + q)];
-        double theta = (aqq - app) / (2.0 * apq);
-        double t = (theta >= 0 ? 1.0 : -1.0) /
-                   (std::abs(theta) + std::sqrt(theta * theta + 1.0));
-        double c = 1.0 / std::sqrt(t * t + 1.0), s = t * c;
-        // A <- J^T A J on rows/columns p and q.
-        for (int64_t k = 0; k < n; ++k) {
-          double akp = a[size_t(k * n + p)], akq = a[size_t(k * n + q)];
-          a[size_t(k * n + p)] = c * akp - s * akq;
-          a[size_t(k * n + q)] = s * akp + c * akq;
+  auto V = [&](int64_t i, int64_t j) -> double & { return v[size_t(i * n + j)]; };
+  std::vector<double> h(static_cast<size_t>(n)), p(static_cast<size_t>(n));
+  // Householder: for column k, reflect rows/columns k+1.. so that A[k+2:, k]
+  // becomes 0; A <- H A H, V <- V H with H = I - 2 h h^T on k+1..n-1.
+  for (int64_t k = 0; k + 2 < n; ++k) {
+    double norm2 = 0;
+    for (int64_t i = k + 1; i < n; ++i)
+      norm2 += A(i, k) * A(i, k);
+    if (norm2 <= 0)
+      continue;
+    const double x0 = A(k + 1, k);
+    const double alpha = x0 >= 0 ? -std::sqrt(norm2) : std::sqrt(norm2);
+    // h = (x - alpha e0) / |x - alpha e0|
+    double hnorm2 = norm2 - x0 * x0 + (x0 - alpha) * (x0 - alpha);
+    if (hnorm2 <= 0)
+      continue;
+    const double inv = 1.0 / std::sqrt(hnorm2);
+    for (int64_t i = k + 1; i < n; ++i)
+      h[size_t(i)] = A(i, k) * inv;
+    h[size_t(k + 1)] = (x0 - alpha) * inv;
+    // Trailing block B = A[k+1:, k+1:]: p = B h, K = h^T p, q = p - K h,
+    // B <- B - 2 (h q^T + q h^T).
+    double K = 0;
+    for (int64_t i = k + 1; i < n; ++i) {
+      double s = 0;
+      for (int64_t j = k + 1; j < n; ++j)
+        s += A(i, j) * h[size_t(j)];
+      p[size_t(i)] = s;
+      K += h[size_t(i)] * s;
+    }
+    for (int64_t i = k + 1; i < n; ++i)
+      p[size_t(i)] -= K * h[size_t(i)];
+    for (int64_t i = k + 1; i < n; ++i)
+      for (int64_t j = k + 1; j < n; ++j)
+        A(i, j) -= 2.0 * (h[size_t(i)] * p[size_t(j)] + p[size_t(i)] * h[size_t(j)]);
+    A(k + 1, k) = A(k, k + 1) = alpha;
+    for (int64_t i = k + 2; i < n; ++i)
+      A(i, k) = A(k, i) = 0.0;
+    // V <- V H: each row r: V[r, k+1:] -= 2 (V[r, k+1:] . h) h^T.
+    for (int64_t r = 0; r < n; ++r) {
+      double s = 0;
+      for (int64_t j = k + 1; j < n; ++j)
+        s += V(r, j) * h[size_t(j)];
+      s *= 2.0;
+      for (int64_t j = k + 1; j < n; ++j)
+        V(r, j) -= s * h[size_t(j)];
+    }
+  }
+  // Tridiagonal: diagonal d, e[i] couples i and i + 1 (e[n - 1] = 0).
+  std::vector<double> d(static_cast<size_t>(n)), e(static_cast<size_t>(n), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    d[size_t(i)] = A(i, i);
+  for (int64_t i = 0; i + 1 < n; ++i)
+    e[size_t(i)] = A(i + 1, i);
+  const double eps = std::numeric_limits<double>::epsilon();
+  for (int64_t l = 0; l < n; ++l) {
+    for (int iter = 0; iter < 100; ++iter) {
+      // The first negligible off-diagonal at or after l.
+      int64_t m = l;
+      for (; m + 1 < n; ++m) {
+        double dd = std::abs(d[size_t(m)]) + std::abs(d[size_t(m + 1)]);
+        if (std::abs(e[size_t(m)]) <= eps * dd)
+          break;
+      }
+      if (m == l)
+        break;
+      // Wilkinson-style shift from the leading 2 x 2 block.
+      double g = (d[size_t(l + 1)] - d[size_t(l)]) / (2.0 * e[size_t(l)]);
+      double r = std::hypot(g, 1.0);
+      g = d[size_t(m)] - d[size_t(l)] + e[size_t(l)] / (g + (g >= 0 ? r : -r));
+      double s = 1.0, c = 1.0, shift = 0.0;
+      int64_t i = m - 1;
+      bool deflated = false;
+      for (; i >= l; --i) {
+        double f = s * e[size_t(i)], b = c * e[size_t(i)];
+        r = std::hypot(f, g);
+        e[size_t(i + 1)] = r;
+        if (r == 0.0) {
+          d[size_t(i + 1)] -= shift;
+          e[size_t(m)] = 0.0;
+          deflated = true;
+          break;
         }
+        s = f / r;
+        c = g / r;
+        g = d[size_t(i + 1)] - shift;
+        r = (d[size_t(i)] - g) * s + 2.0 * c * b;
+        shift = s * r;
+        d[size_t(i + 1)] = g + shift;
+        g = c * r - b;
         for (int64_t k = 0; k < n; ++k) {
-          double apk = a[size_t(p * n + k)], aqk = a[size_t(q * n + k)];
-          a[size_t(p * n + k)] = c * apk - s * aqk;
-          a[size_t(q * n + k)] = s * apk + c * aqk;
-        }
-        for (int64_t k = 0; k < n; ++k) {
-          double vkp = v[size_t(k * n + p)], vkq = v[size_t(k * n + q)];
-          v[size_t(k * n + p)] = c * vkp - s * vkq;
-          v[size_t(k * n + q)] = s * vkp + c * vkq;
+          double vk1 = V(k, i + 1), vk = V(k, i);
+          V(k, i + 1) = s * vk + c * vk1;
+          V(k, i) = c * vk - s * vk1;
         }
       }
+      if (deflated)
+        continue;
+      d[size_t(l)] -= shift;
+      e[size_t(l)] = g;
+      e[size_t(m)] = 0.0;
     }
   }
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
-    return a[size_t(x * n + x)] > a[size_t(y * n + y)];
+    return d[size_t(x)] > d[size_t(y)];
   });
   Matrix sorted(size_t(n * n));
   values.resize(size_t(n));
   for (int64_t j = 0; j < n; ++j) {
-    values[size_t(j)] = a[size_t(order[size_t(j)] * n + order[size_t(j)])];
+    values[size_t(j)] = d[size_t(order[size_t(j)])];
     for (int64_t i = 0; i < n; ++i)
       sorted[size_t(i * n + j)] = v[size_t(i * n + order[size_t(j)])];
   }
