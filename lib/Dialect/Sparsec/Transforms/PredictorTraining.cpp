@@ -84,6 +84,12 @@ void symmetricEigen(Matrix a, int64_t n, Matrix &v, std::vector<double> &values)
   for (int64_t i = 0; i + 1 < n; ++i)
     e[size_t(i)] = A(i + 1, i);
   const double eps = std::numeric_limits<double>::epsilon();
+  // The QL rotations combine columns of V: work on its transpose, whose
+  // rows are then contiguous.
+  Matrix vt(size_t(n * n));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      vt[size_t(j * n + i)] = V(i, j);
   for (int64_t l = 0; l < n; ++l) {
     for (int iter = 0; iter < 100; ++iter) {
       // The first negligible off-diagonal at or after l.
@@ -119,10 +125,11 @@ void symmetricEigen(Matrix a, int64_t n, Matrix &v, std::vector<double> &values)
         shift = s * r;
         d[size_t(i + 1)] = g + shift;
         g = c * r - b;
+        double *row = &vt[size_t(i * n)], *next = &vt[size_t((i + 1) * n)];
         for (int64_t k = 0; k < n; ++k) {
-          double vk1 = V(k, i + 1), vk = V(k, i);
-          V(k, i + 1) = s * vk + c * vk1;
-          V(k, i) = c * vk - s * vk1;
+          double vk1 = next[k], vk = row[k];
+          next[k] = s * vk + c * vk1;
+          row[k] = c * vk - s * vk1;
         }
       }
       if (deflated)
@@ -141,8 +148,9 @@ void symmetricEigen(Matrix a, int64_t n, Matrix &v, std::vector<double> &values)
   values.resize(size_t(n));
   for (int64_t j = 0; j < n; ++j) {
     values[size_t(j)] = d[size_t(order[size_t(j)])];
+    const double *src = &vt[size_t(order[size_t(j)] * n)];
     for (int64_t i = 0; i < n; ++i)
-      sorted[size_t(i * n + j)] = v[size_t(i * n + order[size_t(j)])];
+      sorted[size_t(i * n + j)] = src[i];
   }
   v = std::move(sorted);
 }
