@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the bundled default model: compile the trained OPT-style
 # byte-level LM for x86, run it on a short prompt (the predicted next bytes),
-# continue the prompt with `model generate` (dense, then with profiled
+# continue the prompt with `model generate` (the KV-cache export, the
+# no-cache export with a compiler-derived cache, then with profiled
 # activation sparsity and trained predictors), and time it.
 set -euo pipefail
 BUILD_DIR=${1:-build}
@@ -41,6 +42,11 @@ KV_MODEL="$MODELS/opt-byte-s/model_kvcache_opset17.onnx"
 echo "== greedy continuation with the KV-cache export (sparsec compile + model generate)"
 "$BUILD_DIR/bin/sparsec" compile "$KV_MODEL" --target x86 -o "$OUT/kv" -q
 "$OUT/kv/model" generate --prompt "$PROMPT" --max-new-tokens 64
+echo
+
+echo "== the no-cache export with a KV cache the compiler derives (--kv-cache)"
+"$BUILD_DIR/bin/sparsec" compile "$MODEL" --target x86 --kv-cache -o "$OUT/derived" -q
+"$OUT/derived/model" generate --prompt "$PROMPT" --max-new-tokens 64
 echo
 
 echo "== activation sparsity: profile on calib.txt, DejaVu predictors, generate again"
