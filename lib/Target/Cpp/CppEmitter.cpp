@@ -110,6 +110,40 @@ std::string joinInts(ArrayRef<int64_t> v) {
   return s;
 }
 
+/// The op library's names (ops::Unary, ops::Binary) of elementwise ops.
+std::optional<StringRef> unaryKind(Operation *op) {
+  return llvm::TypeSwitch<Operation *, std::optional<StringRef>>(op)
+      .Case([](ReluOp) { return StringRef("relu"); })
+      .Case([](GeluOp g) {
+        return StringRef(g.getTanhApprox() ? "gelu_tanh" : "gelu");
+      })
+      .Case([](SiluOp) { return StringRef("silu"); })
+      .Case([](SigmoidOp) { return StringRef("sigmoid"); })
+      .Case([](TanhOp) { return StringRef("tanh"); })
+      .Case([](ExpOp) { return StringRef("exp"); })
+      .Case([](LogOp) { return StringRef("log"); })
+      .Case([](ErfOp) { return StringRef("erf"); })
+      .Case([](SqrtOp) { return StringRef("sqrt"); })
+      .Case([](ReciprocalOp) { return StringRef("reciprocal"); })
+      .Case([](AbsOp) { return StringRef("abs"); })
+      .Case([](NegOp) { return StringRef("neg"); })
+      .Case([](NotOp) { return StringRef("logical_not"); })
+      .Default([](Operation *) { return std::nullopt; });
+}
+std::optional<StringRef> binaryKind(Operation *op) {
+  return llvm::TypeSwitch<Operation *, std::optional<StringRef>>(op)
+      .Case([](AddOp) { return StringRef("add"); })
+      .Case([](SubOp) { return StringRef("sub"); })
+      .Case([](MulOp) { return StringRef("mul"); })
+      .Case([](DivOp) { return StringRef("div"); })
+      .Case([](PowOp) { return StringRef("pow"); })
+      .Case([](MaxOp) { return StringRef("max"); })
+      .Case([](MinOp) { return StringRef("min"); })
+      .Case([](AndOp) { return StringRef("logical_and"); })
+      .Case([](OrOp) { return StringRef("logical_or"); })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
 class Emitter {
 public:
   Emitter(ModuleOp module, raw_ostream &os, const CppEmitterOptions &options)
@@ -183,13 +217,8 @@ private:
       auto it = hostWeights.find(v);
       if (it != hostWeights.end())
         return it->second;
-      auto type = cast<RankedTensorType>(w.getType());
-      std::string arr = intArray(type.getShape());
-      std::string n = "hw" + std::to_string(counter++);
-      body << "  const Tensor " << n << " = ctx.weight("
-           << segmentOf.lookup(w.getName()) << ", "
-           << *dtypeOf(type.getElementType()) << ", " << type.getRank() << ", "
-           << arr << ");\n";
+      // Checked when the device view was emitted.
+      std::string n = *weightView(w, "ctx.weight(");
       hostWeights[v] = n;
       return n;
     }
@@ -233,6 +262,25 @@ private:
     return u;
   }
   std::string dptr(Value v) { return v ? "&" + dv(v) : "nullptr"; }
+  /// Emits `const Tensor vN = <call>segment, dtype, rank, shape);` for weight
+  /// `w` (`ctx.weight(`: the mapped pack; `cuda::weight(ctx, `: its device
+  /// copy) and returns vN.
+  FailureOr<std::string> weightView(WeightOp w, StringRef call) {
+    auto it = segmentOf.find(w.getName());
+    if (it == segmentOf.end())
+      return w.emitError("unknown weight");
+    auto type = cast<RankedTensorType>(w.getType());
+    auto dty = dtypeOf(type.getElementType());
+    if (!dty)
+      return w.emitError("weight element type ")
+             << type.getElementType() << " is not supported by the "
+             << backend() << " backend";
+    std::string arr = intArray(type.getShape());
+    std::string n = "v" + std::to_string(counter++);
+    body << "  const Tensor " << n << " = " << call << it->second << ", "
+         << *dty << ", " << type.getRank() << ", " << arr << ");\n";
+    return n;
+  }
 
   DenseSet<Value> onDevice;
   DenseMap<Value, std::string> uploaded, indexOf;
@@ -357,49 +405,20 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
                         std::to_string(dims.size()) + ", " + arr,
                     /*declare=*/true, deviceOp ? "cuda::" : "ops::");
   };
+  if (std::optional<StringRef> kind = unaryKind(op))
+    return unaryCall(*kind);
+  if (std::optional<StringRef> kind = binaryKind(op))
+    return binaryCall(*kind);
 
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](WeightOp w) -> LogicalResult {
-        auto it = segmentOf.find(w.getName());
-        if (it == segmentOf.end())
-          return w.emitError("unknown weight");
-        auto type = cast<RankedTensorType>(w.getType());
-        auto dty = dtypeOf(type.getElementType());
-        if (!dty)
-          return w.emitError("weight element type ")
-                 << type.getElementType()
-                 << " is not supported by the " << backend() << " backend";
-        std::string arr = intArray(type.getShape());
-        body << "  const Tensor " << define(w.getResult()) << " = ctx.weight("
-             << it->second << ", " << *dty << ", " << type.getRank() << ", "
-             << arr << ");\n";
+        FailureOr<std::string> view = weightView(w, "ctx.weight(");
+        if (failed(view))
+          return failure();
+        names[w.getResult()] = *view;
         return success();
       })
       .Case([&](ConstantOp c) { return emitConstant(c); })
-      .Case([&](ReluOp) { return unaryCall("relu"); })
-      .Case([&](GeluOp g) {
-        return unaryCall(g.getTanhApprox() ? "gelu_tanh" : "gelu");
-      })
-      .Case([&](SiluOp) { return unaryCall("silu"); })
-      .Case([&](SigmoidOp) { return unaryCall("sigmoid"); })
-      .Case([&](TanhOp) { return unaryCall("tanh"); })
-      .Case([&](ExpOp) { return unaryCall("exp"); })
-      .Case([&](LogOp) { return unaryCall("log"); })
-      .Case([&](ErfOp) { return unaryCall("erf"); })
-      .Case([&](SqrtOp) { return unaryCall("sqrt"); })
-      .Case([&](ReciprocalOp) { return unaryCall("reciprocal"); })
-      .Case([&](AbsOp) { return unaryCall("abs"); })
-      .Case([&](NegOp) { return unaryCall("neg"); })
-      .Case([&](NotOp) { return unaryCall("logical_not"); })
-      .Case([&](AddOp) { return binaryCall("add"); })
-      .Case([&](SubOp) { return binaryCall("sub"); })
-      .Case([&](MulOp) { return binaryCall("mul"); })
-      .Case([&](DivOp) { return binaryCall("div"); })
-      .Case([&](PowOp) { return binaryCall("pow"); })
-      .Case([&](MaxOp) { return binaryCall("max"); })
-      .Case([&](MinOp) { return binaryCall("min"); })
-      .Case([&](AndOp) { return binaryCall("logical_and"); })
-      .Case([&](OrOp) { return binaryCall("logical_or"); })
       .Case([&](CompareOp c) {
         return emitCall(op, "compare(ctx, ops::Compare::" +
                                 stringifyComparePredicate(c.getPredicate()).str() +
@@ -713,45 +732,22 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
     body << "  cuda::IndexSet " << ix << ";\n";
     return ix;
   };
+  // Logical ops work on booleans, which live on the host.
+  std::optional<StringRef> kind = unaryKind(op);
+  if (kind && !kind->starts_with("logical_"))
+    return unaryCall(*kind);
+  kind = binaryKind(op);
+  if (kind && !kind->starts_with("logical_"))
+    return binaryCall(*kind);
 
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](WeightOp w) -> LogicalResult {
-        auto it = segmentOf.find(w.getName());
-        if (it == segmentOf.end())
-          return w.emitError("unknown weight");
-        auto type = cast<RankedTensorType>(w.getType());
-        auto dty = dtypeOf(type.getElementType());
-        if (!dty)
-          return w.emitError("weight element type ")
-                 << type.getElementType()
-                 << " is not supported by the CUDA backend";
-        std::string arr = intArray(type.getShape());
-        body << "  const Tensor " << define(w.getResult())
-             << " = cuda::weight(ctx, " << it->second << ", " << *dty << ", "
-             << type.getRank() << ", " << arr << ");\n";
+        FailureOr<std::string> view = weightView(w, "cuda::weight(ctx, ");
+        if (failed(view))
+          return failure();
+        names[w.getResult()] = *view;
         return success();
       })
-      .Case([&](ReluOp) { return unaryCall("relu"); })
-      .Case([&](GeluOp g) {
-        return unaryCall(g.getTanhApprox() ? "gelu_tanh" : "gelu");
-      })
-      .Case([&](SiluOp) { return unaryCall("silu"); })
-      .Case([&](SigmoidOp) { return unaryCall("sigmoid"); })
-      .Case([&](TanhOp) { return unaryCall("tanh"); })
-      .Case([&](ExpOp) { return unaryCall("exp"); })
-      .Case([&](LogOp) { return unaryCall("log"); })
-      .Case([&](ErfOp) { return unaryCall("erf"); })
-      .Case([&](SqrtOp) { return unaryCall("sqrt"); })
-      .Case([&](ReciprocalOp) { return unaryCall("reciprocal"); })
-      .Case([&](AbsOp) { return unaryCall("abs"); })
-      .Case([&](NegOp) { return unaryCall("neg"); })
-      .Case([&](AddOp) { return binaryCall("add"); })
-      .Case([&](SubOp) { return binaryCall("sub"); })
-      .Case([&](MulOp) { return binaryCall("mul"); })
-      .Case([&](DivOp) { return binaryCall("div"); })
-      .Case([&](PowOp) { return binaryCall("pow"); })
-      .Case([&](MaxOp) { return binaryCall("max"); })
-      .Case([&](MinOp) { return binaryCall("min"); })
       .Case([&](WhereOp w) {
         return call("where(ctx, " + dv(w.getCondition()) + ", " + dv(w.getX()) +
                     ", " + dv(w.getY()));

@@ -237,6 +237,86 @@ inline bool readIndexTensor(Context &ctx, const char *op, const char *what,
   return true;
 }
 
+/// Reads a shape tensor (int64 or int32, 1-D) of at most kMaxRank dims.
+inline bool readShape(Context &ctx, const char *op, const Tensor &t,
+                      std::vector<int64_t> &dims) {
+  if (!readIndexTensor(ctx, op, "shape", t, dims))
+    return false;
+  if (dims.size() > size_t(kMaxRank))
+    return ctx.fail(std::string(op) + ": shape has " +
+                    std::to_string(dims.size()) + " dims, more than " +
+                    std::to_string(kMaxRank));
+  return true;
+}
+
+/// Checks that x can be viewed as rank/shape (same element count); fails
+/// with "reshape: cannot reshape X into [..]". Shared by the x86 and CUDA
+/// reshapes.
+inline bool checkReshapeTo(Context &ctx, const Tensor &x, int rank,
+                           const int64_t *shape) {
+  if (!checkTensor(ctx, "reshape", "input", x))
+    return false;
+  if (rank < 0 || rank > kMaxRank || (rank > 0 && !shape) ||
+      !validShape(rank, shape) || product(shape, 0, rank) != x.numel())
+    return ctx.fail("reshape: cannot reshape " + x.describe() + " into " +
+                    (rank >= 0 && rank <= kMaxRank && (shape || rank == 0)
+                         ? shapeString(rank, shape)
+                         : "rank " + std::to_string(rank)));
+  return true;
+}
+
+/// ONNX Reshape's target for x from the int64/int32 1-D tensor `shapeT` (0
+/// copies x's dim unless allowzero, -1 is inferred) into rank/shape
+/// (kMaxRank entries). Shared by the x86 and CUDA reshapes.
+inline bool reshapeTarget(Context &ctx, const Tensor &x, const Tensor &shapeT,
+                          bool allowzero, int &rank, int64_t *shape) {
+  if (!checkTensor(ctx, "reshape", "input", x))
+    return false;
+  std::vector<int64_t> req;
+  if (!readShape(ctx, "reshape", shapeT, req))
+    return false;
+  auto failShape = [&]() {
+    return ctx.fail("reshape: cannot reshape " + x.describe() + " into " +
+                    shapeString(int(req.size()), req.data()));
+  };
+  rank = int(req.size());
+  int inferred = -1;
+  bool hasZero = false;
+  for (int i = 0; i < rank; ++i) {
+    int64_t v = req[size_t(i)];
+    if (v == 0 && !allowzero) {
+      if (i >= x.rank)
+        return failShape();
+      v = x.shape[i];
+    } else if (v == 0) {
+      hasZero = true;
+    } else if (v == -1) {
+      if (inferred >= 0)
+        return failShape();
+      inferred = i;
+      v = 1;
+    } else if (v < 0) {
+      return failShape();
+    }
+    shape[i] = v;
+  }
+  if (inferred >= 0 && hasZero)
+    return failShape();
+  if (!validShape(rank, shape))
+    return failShape();
+  const int64_t numel = x.numel();
+  int64_t known = product(shape, 0, rank);
+  if (inferred >= 0) {
+    if (known == 0 || numel % known != 0)
+      return failShape();
+    shape[inferred] = numel / known;
+    known = numel;
+  }
+  if (known != numel)
+    return failShape();
+  return true;
+}
+
 /// Row-major element strides.
 inline void contiguousStrides(int rank, const int64_t *shape,
                               int64_t *strides) {

@@ -151,18 +151,6 @@ void copyBytes(Context &ctx, void *out, const void *in, size_t bytes) {
               });
 }
 
-/// Reads a shape tensor (int64 or int32, 1-D) of at most kMaxRank dims.
-bool readShape(Context &ctx, const char *op, const Tensor &t,
-               std::vector<int64_t> &dims) {
-  if (!readIndexTensor(ctx, op, "shape", t, dims))
-    return false;
-  if (dims.size() > size_t(kMaxRank))
-    return ctx.fail(std::string(op) + ": shape has " +
-                    std::to_string(dims.size()) + " dims, more than " +
-                    std::to_string(kMaxRank));
-  return true;
-}
-
 std::string vectorString(const std::vector<int64_t> &v) {
   return shapeString(int(v.size()), v.data());
 }
@@ -256,64 +244,16 @@ bool gather(Context &ctx, const Tensor &data, const Tensor &indices,
 
 bool reshape(Context &ctx, const Tensor &x, const Tensor &shapeT,
              bool allowzero, int outSlot, Tensor &out) {
-  if (!checkTensor(ctx, "reshape", "input", x))
-    return false;
-  std::vector<int64_t> req;
-  if (!readShape(ctx, "reshape", shapeT, req))
-    return false;
-  auto failShape = [&]() {
-    return ctx.fail("reshape: cannot reshape " + x.describe() + " into " +
-                    vectorString(req));
-  };
-  const int rank = int(req.size());
+  int rank = 0;
   int64_t shape[kMaxRank];
-  int inferred = -1;
-  bool hasZero = false;
-  for (int i = 0; i < rank; ++i) {
-    int64_t v = req[size_t(i)];
-    if (v == 0 && !allowzero) {
-      if (i >= x.rank)
-        return failShape();
-      v = x.shape[i];
-    } else if (v == 0) {
-      hasZero = true;
-    } else if (v == -1) {
-      if (inferred >= 0)
-        return failShape();
-      inferred = i;
-      v = 1;
-    } else if (v < 0) {
-      return failShape();
-    }
-    shape[i] = v;
-  }
-  if (inferred >= 0 && hasZero)
-    return failShape();
-  if (!validShape(rank, shape))
-    return failShape();
-  const int64_t numel = x.numel();
-  int64_t known = product(shape, 0, rank);
-  if (inferred >= 0) {
-    if (known == 0 || numel % known != 0)
-      return failShape();
-    shape[inferred] = numel / known;
-    known = numel;
-  }
-  if (known != numel)
-    return failShape();
-  return reshapeTo(ctx, x, rank, shape, outSlot, out);
+  return reshapeTarget(ctx, x, shapeT, allowzero, rank, shape) &&
+         reshapeTo(ctx, x, rank, shape, outSlot, out);
 }
 
 bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,
                int outSlot, Tensor &out) {
-  if (!checkTensor(ctx, "reshape", "input", x))
+  if (!checkReshapeTo(ctx, x, rank, shape))
     return false;
-  if (rank < 0 || rank > kMaxRank || (rank > 0 && !shape) ||
-      !validShape(rank, shape) || product(shape, 0, rank) != x.numel())
-    return ctx.fail("reshape: cannot reshape " + x.describe() + " into " +
-                    (rank >= 0 && rank <= kMaxRank && (shape || rank == 0)
-                         ? shapeString(rank, shape)
-                         : "rank " + std::to_string(rank)));
   Tensor res;
   if (!allocateOut(ctx, "reshape", outSlot, res, x.dtype, rank, shape))
     return false;

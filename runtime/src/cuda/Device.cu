@@ -105,57 +105,57 @@ bool trackAlloc(Device &d, size_t bytes) {
 }
 } // namespace
 
-bool Device::ensure(Context &ctx, DeviceBuffer &buf, size_t bytes,
-                    const char *what) {
-  trackAlloc(*this, bytes);
+namespace {
+/// Grows `buf` (grow-only, with headroom) through `alloc`/`release`; during
+/// a capture or replay a growth only marks the step for an eager rerun
+/// (it would free memory a graph uses, or allocate inside a capture).
+template <typename Buf, typename Alloc, typename Release, typename Message>
+bool grow(Context &ctx, Device &d, Buf &buf, size_t bytes, Alloc alloc,
+          Release release, Message failure) {
+  trackAlloc(d, bytes);
   if (bytes <= buf.bytes)
     return true;
-  if (mode != Mode::eager) {
-    // Growing would free memory a graph uses (or allocate inside a
-    // capture): finish this step eagerly instead.
-    mismatch = true;
+  if (d.mode != Mode::eager) {
+    d.mismatch = true;
     return true;
   }
-  dropGraphs();
-  if (buf.ptr && !check(ctx, cudaFree(buf.ptr), "cudaFree"))
+  d.dropGraphs();
+  if (buf.ptr && !check(ctx, release(buf.ptr), "freeing a buffer"))
     return false;
   buf.ptr = nullptr;
   buf.bytes = 0;
   // Round up so that slowly growing sequences do not reallocate per step.
   size_t want = bytes < 4096 ? 4096 : bytes + bytes / 4;
-  if (cudaMalloc(&buf.ptr, want) != cudaSuccess) {
+  if (alloc(&buf.ptr, want) != cudaSuccess) {
     cudaGetLastError();
     buf.ptr = nullptr;
-    return ctx.fail("CUDA: out of device memory: cannot allocate " +
-                    std::to_string(bytes) + " bytes for " + what);
+    return ctx.fail(failure());
   }
   buf.bytes = want;
   return true;
 }
+} // namespace
+
+bool Device::ensure(Context &ctx, DeviceBuffer &buf, size_t bytes,
+                    const char *what) {
+  return grow(ctx, *this, buf, bytes,
+              [](void **p, size_t n) { return cudaMalloc(p, n); },
+              [](void *p) { return cudaFree(p); },
+              [&] {
+                return "CUDA: out of device memory: cannot allocate " +
+                       std::to_string(bytes) + " bytes for " + what;
+              });
+}
 
 bool Device::ensurePinned(Context &ctx, PinnedBuffer &buf, size_t bytes,
                           const char *what) {
-  trackAlloc(*this, bytes);
-  if (bytes <= buf.bytes)
-    return true;
-  if (mode != Mode::eager) {
-    mismatch = true;
-    return true;
-  }
-  dropGraphs();
-  if (buf.ptr)
-    cudaFreeHost(buf.ptr);
-  buf.ptr = nullptr;
-  buf.bytes = 0;
-  size_t want = bytes < 4096 ? 4096 : bytes + bytes / 4;
-  if (cudaMallocHost(&buf.ptr, want) != cudaSuccess) {
-    cudaGetLastError();
-    buf.ptr = nullptr;
-    return ctx.fail("CUDA: cannot allocate " + std::to_string(bytes) +
-                    " bytes of pinned host memory for " + what);
-  }
-  buf.bytes = want;
-  return true;
+  return grow(ctx, *this, buf, bytes,
+              [](void **p, size_t n) { return cudaMallocHost(p, n); },
+              [](void *p) { return cudaFreeHost(p); },
+              [&] {
+                return "CUDA: cannot allocate " + std::to_string(bytes) +
+                       " bytes of pinned host memory for " + what;
+              });
 }
 
 Device *device(Context &ctx) {

@@ -27,6 +27,8 @@ using ops::Activation;
 using ops::detail::AttentionDims;
 using ops::detail::attentionDims;
 using ops::detail::broadcastShapes;
+using ops::detail::checkReshapeTo;
+using ops::detail::reshapeTarget;
 using ops::detail::checkTensor;
 using ops::detail::contiguousStrides;
 using ops::detail::product;
@@ -859,12 +861,16 @@ bool normCommon(Context &ctx, const char *op, const Tensor &x,
 }
 } // namespace
 
-bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
-               const Tensor *bias, int64_t axis, float epsilon, int outSlot,
-               Tensor &out) {
+namespace {
+/// Layer norm (Rms false) or RMS norm over dims [axis, rank): one block per
+/// row.
+template <bool Rms>
+bool norm(Context &ctx, const char *op, const Tensor &x, const Tensor &scale,
+          const Tensor *bias, int64_t axis, float epsilon, int outSlot,
+          Tensor &out) {
   Device &d = dev(ctx);
   int64_t rows, width;
-  if (!normCommon(ctx, "layer_norm", x, scale, bias, axis, rows, width))
+  if (!normCommon(ctx, op, x, scale, bias, axis, rows, width))
     return false;
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
@@ -872,27 +878,24 @@ bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
   out = r;
   if (rows == 0 || width == 0 || !d.launching())
     return true;
-  normKernel<false><<<unsigned(rows), kBlock, 0, d.stream>>>(
+  normKernel<Rms><<<unsigned(rows), kBlock, 0, d.stream>>>(
       x.as<float>(), scale.as<float>(), bias ? bias->as<float>() : nullptr,
       width, epsilon, r.as<float>());
-  return launched(ctx, "layer_norm");
+  return launched(ctx, op);
+}
+} // namespace
+
+bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
+               const Tensor *bias, int64_t axis, float epsilon, int outSlot,
+               Tensor &out) {
+  return norm<false>(ctx, "layer_norm", x, scale, bias, axis, epsilon, outSlot,
+                     out);
 }
 
 bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
              int outSlot, Tensor &out) {
-  Device &d = dev(ctx);
-  int64_t rows, width;
-  if (!normCommon(ctx, "rms_norm", x, scale, nullptr, -1, rows, width))
-    return false;
-  Tensor r;
-  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
-    return false;
-  out = r;
-  if (rows == 0 || width == 0 || !d.launching())
-    return true;
-  normKernel<true><<<unsigned(rows), kBlock, 0, d.stream>>>(
-      x.as<float>(), scale.as<float>(), nullptr, width, epsilon, r.as<float>());
-  return launched(ctx, "rms_norm");
+  return norm<true>(ctx, "rms_norm", x, scale, nullptr, -1, epsilon, outSlot,
+                    out);
 }
 
 bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
@@ -1044,14 +1047,8 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
 bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,
                int outSlot, Tensor &out) {
   Device &d = dev(ctx);
-  if (!checkTensor(ctx, "reshape", "input", x))
+  if (!checkReshapeTo(ctx, x, rank, shape))
     return false;
-  if (rank < 0 || rank > kMaxRank || (rank > 0 && !shape) ||
-      !validShape(rank, shape) || product(shape, 0, rank) != x.numel())
-    return ctx.fail("reshape: cannot reshape " + x.describe() + " into " +
-                    (rank >= 0 && rank <= kMaxRank && (shape || rank == 0)
-                         ? shapeString(rank, shape)
-                         : "rank " + std::to_string(rank)));
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, x.dtype, rank, shape))
     return false;
@@ -1067,45 +1064,10 @@ bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,
 
 bool reshape(Context &ctx, const Tensor &x, const Tensor &shapeT,
              bool allowzero, int outSlot, Tensor &out) {
-  std::vector<int64_t> req;
-  if (!readIndexTensor(ctx, "reshape", "shape", shapeT, req))
-    return false;
-  const int rank = int(req.size());
-  if (rank > kMaxRank)
-    return ctx.fail("reshape: target rank " + std::to_string(rank) +
-                    " is too large");
+  int rank = 0;
   int64_t shape[kMaxRank];
-  int inferred = -1;
-  auto failShape = [&] {
-    std::string s = "[";
-    for (size_t i = 0; i < req.size(); ++i)
-      s += (i ? ", " : "") + std::to_string(req[i]);
-    return ctx.fail("reshape: cannot reshape " + x.describe() + " into " + s +
-                    "]");
-  };
-  for (int i = 0; i < rank; ++i) {
-    int64_t v = req[size_t(i)];
-    if (v == 0 && !allowzero) {
-      if (i >= x.rank)
-        return failShape();
-      v = x.shape[i];
-    } else if (v == -1) {
-      if (inferred >= 0)
-        return failShape();
-      inferred = i;
-      v = 1;
-    } else if (v < 0) {
-      return failShape();
-    }
-    shape[i] = v;
-  }
-  int64_t known = product(shape, 0, rank);
-  if (inferred >= 0) {
-    if (known == 0 || x.numel() % known != 0)
-      return failShape();
-    shape[inferred] = x.numel() / known;
-  }
-  return reshapeTo(ctx, x, rank, shape, outSlot, out);
+  return reshapeTarget(ctx, x, shapeT, allowzero, rank, shape) &&
+         reshapeTo(ctx, x, rank, shape, outSlot, out);
 }
 
 bool transpose(Context &ctx, const Tensor &x, const int64_t *perm, int outSlot,
