@@ -9,6 +9,8 @@
 #include "Device.h"
 #include "sparsec/rt/cuda/Ops.h"
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -31,6 +33,23 @@ bool checkBlas(Context &ctx, cublasStatus_t s, const char *what) {
 Device::~Device() {
   if (stream)
     cudaStreamSynchronize(stream);
+  if (profile) {
+    static const char *kinds[] = {"eager", "captured", "replayed"};
+    for (int k = 0; k < 3; ++k) {
+      const StepTimes &t = times[k];
+      if (t.steps == 0)
+        continue;
+      std::fprintf(stderr,
+                   "sparsec cuda profile: %d %s steps: wall %.1f us, host "
+                   "before launch %.1f us, GPU %.1f us per step\n",
+                   t.steps, kinds[k], t.wallUs / t.steps, t.hostUs / t.steps,
+                   t.gpuUs / t.steps);
+    }
+  }
+  if (stepStart)
+    cudaEventDestroy(stepStart);
+  if (stepEnd)
+    cudaEventDestroy(stepEnd);
   dropGraphs();
   for (void *w : weights)
     cudaFree(w);
@@ -56,6 +75,7 @@ Device::~Device() {
   if (gemvCounters)
     cudaFree(gemvCounters);
   freeDev(halfInput);
+  freeDev(attentionScratch);
   freeDev(blasWorkspace);
   for (auto &b : staging)
     if (b.ptr)
@@ -186,13 +206,19 @@ Device *device(Context &ctx) {
   d->blasWorkspace.bytes = workspace;
   if (!check(ctx, cudaMalloc(&d->gemvCounters, sizeof(int) * kGemvCounters),
              "cudaMalloc (GEMV counters)") ||
-      !check(ctx, cudaMemset(d->gemvCounters, 0, sizeof(int) * kGemvCounters),
+      !check(ctx,
+             cudaMemsetAsync(d->gemvCounters, 0, sizeof(int) * kGemvCounters,
+                             d->stream),
              "cudaMemset (GEMV counters)"))
     return nullptr;
   // Exact fp32 GEMMs (no TF32): the fp32 mode is the accuracy reference.
   cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH);
   if (const char *g = std::getenv("SPARSEC_CUDA_GRAPHS"))
     d->graphsEnabled = std::strcmp(g, "0") != 0;
+  if (const char *p = std::getenv("SPARSEC_CUDA_PROFILE"))
+    d->profile = std::strcmp(p, "0") != 0 &&
+                 cudaEventCreate(&d->stepStart) == cudaSuccess &&
+                 cudaEventCreate(&d->stepEnd) == cudaSuccess;
   d->slots.resize(size_t(ctx.desc.numSlots > 0 ? ctx.desc.numSlots : 0));
   // Weights are uploaded on first use by a device op (the first step):
   // a hybrid model's CPU parts never reach the device.
@@ -247,9 +273,12 @@ Tensor weight(Context &ctx, uint32_t index, DType dtype, int rank,
                std::to_string(index) + " (" + std::to_string(bytes) + " bytes)");
       return t;
     }
+    // On the model's stream: a plain cudaMemcpy from pageable memory may
+    // return before its DMA lands, and the legacy stream it runs on does not
+    // order the (non-blocking) model stream's kernels after it.
     if (!check(ctx,
-               cudaMemcpy(d->weights[index], ctx.weights->segment(index), bytes,
-                          cudaMemcpyHostToDevice),
+               cudaMemcpyAsync(d->weights[index], ctx.weights->segment(index),
+                               bytes, cudaMemcpyHostToDevice, d->stream),
                "uploading weights")) {
       cudaFree(d->weights[index]);
       d->weights[index] = nullptr;
@@ -489,7 +518,20 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
     return false;
   Device &d = *dp;
   bool ok = true;
+  // SPARSEC_CUDA_PROFILE: the GPU time runs from `stepStart` (before the
+  // first launch, or before the graph launch) to the end of the step.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point tLaunch = t0;
+  int kind = 0;
+  auto markLaunch = [&](int k) {
+    kind = k;
+    tLaunch = Clock::now();
+    if (d.profile)
+      cudaEventRecord(d.stepStart, d.stream);
+  };
   if (!d.graphsEnabled || d.hostSync) {
+    markLaunch(0);
     ok = runEager(ctx, d, in, out, body);
   } else {
     if (d.graphs.size() > 256) {
@@ -501,6 +543,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
     GraphEntry &g = d.graphs[signature(ctx, in)];
     ++g.seen;
     if (g.broken || (!g.exec && g.seen < 2)) {
+      markLaunch(0);
       ok = runEager(ctx, d, in, out, body);
     } else if (!g.exec) {
       // Capture: the work is recorded, not run, then launched as a graph.
@@ -525,6 +568,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
       cudaGetLastError();
       if (!ok)
         return false;
+      markLaunch(1);
       if (!g.exec) {
         g.broken = true;
         g.allocs.clear();
@@ -541,9 +585,12 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
       if (!ok)
         return false;
       if (d.mismatch || d.allocCursor != g.allocs.size()) {
+        markLaunch(0);
         ok = runEager(ctx, d, in, out, body);
-      } else if (!check(ctx, cudaGraphLaunch(g.exec, d.stream), "cudaGraphLaunch")) {
-        return false;
+      } else {
+        markLaunch(2);
+        if (!check(ctx, cudaGraphLaunch(g.exec, d.stream), "cudaGraphLaunch"))
+          return false;
       }
     }
   }
@@ -551,8 +598,22 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   d.current = nullptr;
   if (!ok)
     return false;
+  if (d.profile)
+    cudaEventRecord(d.stepEnd, d.stream);
   // The only host synchronisation of a step: its outputs are complete.
-  return check(ctx, cudaStreamSynchronize(d.stream), "running the step");
+  if (!check(ctx, cudaStreamSynchronize(d.stream), "running the step"))
+    return false;
+  if (d.profile) {
+    float gpuMs = 0;
+    cudaEventElapsedTime(&gpuMs, d.stepStart, d.stepEnd);
+    Device::StepTimes &t = d.times[kind];
+    ++t.steps;
+    t.gpuUs += 1e3 * gpuMs;
+    t.hostUs += std::chrono::duration<double, std::micro>(tLaunch - t0).count();
+    t.wallUs +=
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  return true;
 }
 
 } // namespace sparsec::rt::cuda

@@ -85,13 +85,22 @@ struct Device : Context::Backend {
   };
   std::vector<HostCopy> hostCopies;
   bool hostSync = false; // steps wait for host copies: never captured
-  DeviceBuffer gemvPartials, halfInput;
+  DeviceBuffer gemvPartials, halfInput, attentionScratch;
   /// Per column tile: blocks of a split-K GEMV done so far (zero between
   /// launches; the last block resets its tile's counter).
   int *gemvCounters = nullptr;
 
   std::map<std::string, GraphEntry> graphs;
   bool graphsEnabled = true;
+  /// SPARSEC_CUDA_PROFILE=1: per-step host / GPU / wall time by step kind,
+  /// printed to stderr when the model is destroyed.
+  struct StepTimes {
+    int steps = 0;
+    double hostUs = 0, gpuUs = 0, wallUs = 0;
+  };
+  bool profile = false;
+  StepTimes times[3]; // eager, capture, replay
+  cudaEvent_t stepStart = nullptr, stepEnd = nullptr;
   Mode mode = Mode::eager;
   GraphEntry *current = nullptr;
   size_t allocCursor = 0;
