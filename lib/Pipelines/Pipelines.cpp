@@ -62,6 +62,7 @@ void sparsec::buildSchedulePipeline(OpPassManager &pm,
   WeightLayoutPassOptions layout;
   layout.sparseWeights = options.sparseWeights;
   layout.denseWeights = options.denseWeights;
+  layout.denseLayout = options.denseLayout;
   pm.addPass(createWeightLayoutPass(layout));
   pm.addPass(createFuseEpiloguePass());
   pm.addPass(createCSEPass());

@@ -625,6 +625,8 @@ int runCompile(MLIRContext &context) {
         weightsType == "f16" ? std::string("f16") : sparseWeights.getValue();
     scheduleOptions.denseWeights = weightsType.getValue();
     scheduleOptions.hybrid = target == "hybrid";
+    scheduleOptions.denseLayout =
+        target == "cuda" || target == "hybrid" ? "nk" : "kn";
     sparsec::buildSchedulePipeline(pm, scheduleOptions);
     if (failed(pm.run(*module)))
       return 1;

@@ -33,7 +33,7 @@ struct RaisePipelineOptions
 void buildRaisePipeline(mlir::OpPassManager &pm,
                         const RaisePipelineOptions &options);
 
-/// schedule: [K, N] weight layout, activation epilogues fused into linears,
+/// schedule: weight layout ([K, N], or [N, K] for device linears), activation epilogues fused into linears,
 /// liveness-based memory slots.
 struct SchedulePipelineOptions
     : public mlir::PassPipelineOptions<SchedulePipelineOptions> {
@@ -49,6 +49,10 @@ struct SchedulePipelineOptions
       *this, "dense-weights",
       llvm::cl::desc("Storage of linear weights: f32 or f16 (CUDA target)"),
       llvm::cl::init("f32")};
+  Option<std::string> denseLayout{
+      *this, "dense-layout",
+      llvm::cl::desc("Layout of device linear weights: kn or nk (CUDA target)"),
+      llvm::cl::init("kn")};
 };
 
 void buildSchedulePipeline(mlir::OpPassManager &pm,

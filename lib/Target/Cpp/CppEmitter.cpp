@@ -753,10 +753,9 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                     ", " + dv(w.getY()));
       })
       .Case([&](LinearOp l) -> LogicalResult {
-        if (l.getTransposeWeight())
-          return l.emitError("linear with transpose_weight reached the "
-                             "emitter; run sparsec-weight-layout first");
-        return call("linear(ctx, " + dv(l.getInput()) + ", " +
+        // Neuron-major weights (dense-layout=nk) take the row GEMV.
+        return call(std::string(l.getTransposeWeight() ? "linearNK" : "linear") +
+                    "(ctx, " + dv(l.getInput()) + ", " +
                     dv(l.getWeight()) + ", " + dptr(l.getBias()) + ", " +
                     activationArg(l.getActivation()));
       })

@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "Device.h"
+#include "DeviceMath.cuh"
+#include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
 #include "sparsec/rt/cuda/SparseDecode.h"
 
@@ -70,57 +72,6 @@ bool weightType(Context &ctx, const char *op, const Tensor &w) {
 //===----------------------------------------------------------------------===//
 // Device math
 //===----------------------------------------------------------------------===//
-
-__device__ __forceinline__ float toFloat(float v) { return v; }
-__device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
-
-__device__ __forceinline__ float activate(Activation act, float v) {
-  switch (act) {
-  case Activation::none: return v;
-  case Activation::relu: return v > 0.0f ? v : 0.0f;
-  case Activation::gelu: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-  case Activation::gelu_tanh:
-    return 0.5f * v *
-           (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-  case Activation::silu: return v / (1.0f + expf(-v));
-  case Activation::sigmoid: return 1.0f / (1.0f + expf(-v));
-  }
-  return v;
-}
-
-__device__ __forceinline__ float warpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-/// Block-wide sum/max (blockDim a multiple of 32, at most 1024); every
-/// thread gets the result.
-template <bool Max> __device__ float blockReduce(float v) {
-  __shared__ float part[32];
-  __shared__ float result;
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = Max ? warpMax(v) : warpSum(v);
-  if (lane == 0)
-    part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    int warps = blockDim.x >> 5;
-    float w = lane < warps ? part[lane] : (Max ? -INFINITY : 0.0f);
-    w = Max ? warpMax(w) : warpSum(w);
-    if (lane == 0)
-      result = w;
-  }
-  __syncthreads();
-  float r = result;
-  __syncthreads();
-  return r;
-}
 
 //===----------------------------------------------------------------------===//
 // Elementwise
@@ -365,6 +316,17 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
   if (M == 0 || N == 0)
     return true;
   const bool half = w.dtype == DType::f16;
+  if (transposed && M <= kGemvRowsTokens) {
+    // Decode over a neuron-major weight: whole rows per block.
+    if (!d.launching())
+      return true;
+    cudaError_t e =
+        half ? gemvRows(x, int(M), w.as<__half>(), int(K), int(N), bias, act,
+                        nullptr, y, d.stream)
+             : gemvRows(x, int(M), w.as<float>(), int(K), int(N), bias, act,
+                        nullptr, y, d.stream);
+    return check(ctx, e, "gemv");
+  }
   if (!transposed && M <= kGemvRows) {
     // Decode: a bandwidth-bound GEMV; split K so that every SM streams.
     int tiles = int((N + kGemvCols - 1) / kGemvCols);
@@ -455,6 +417,47 @@ __global__ void normKernel(const float *x, const float *scale,
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
     float v = (row[i] - mean) * inv * scale[i];
     out[i] = bias ? v + bias[i] : v;
+  }
+}
+
+/// The same for rows of up to 512 * PER elements: each row is read once
+/// into registers (all loads in flight), then reduced twice and written.
+constexpr int kNormThreads = 512;
+template <bool Rms, int PER>
+__global__ void __launch_bounds__(kNormThreads)
+normRegKernel(const float *x, const float *scale, const float *bias, int width,
+              float eps, float *y) {
+  const float *row = x + int64_t(blockIdx.x) * width;
+  float *out = y + int64_t(blockIdx.x) * width;
+  float v[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    v[k] = i < width ? row[i] : 0.0f;
+  }
+  float mean = 0.0f;
+  if (!Rms) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PER; ++k)
+      s += v[k];
+    mean = blockReduce<false>(s) / float(width);
+  }
+  float q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < PER; ++k)
+    if (threadIdx.x + k * kNormThreads < width) {
+      const float c = v[k] - mean;
+      q += c * c;
+    }
+  const float inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < width) {
+      const float r = (v[k] - mean) * inv * scale[i];
+      out[i] = bias ? r + bias[i] : r;
+    }
   }
 }
 
@@ -799,6 +802,19 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
               r.as<float>());
 }
 
+bool linearNK(Context &ctx, const Tensor &x, const Tensor &w,
+              const Tensor *bias, Activation act, int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  LinearShape s;
+  Tensor r;
+  if (!linearOperands(ctx, "linear", x, w, bias, true, s) ||
+      !allocateLastDim(ctx, d, outSlot, x, s.N, DType::f32, r))
+    return false;
+  out = r;
+  return gemm(ctx, d, x.as<float>(), s.M, s.K, w, true, s.N, s.bias, act,
+              r.as<float>());
+}
+
 bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
             Tensor &out) {
   Device &d = dev(ctx);
@@ -878,9 +894,21 @@ bool norm(Context &ctx, const char *op, const Tensor &x, const Tensor &scale,
   out = r;
   if (rows == 0 || width == 0 || !d.launching())
     return true;
-  normKernel<Rms><<<unsigned(rows), kBlock, 0, d.stream>>>(
-      x.as<float>(), scale.as<float>(), bias ? bias->as<float>() : nullptr,
-      width, epsilon, r.as<float>());
+  const float *b = bias ? bias->as<float>() : nullptr;
+  const unsigned grid = unsigned(rows);
+  const int w = int(std::min<int64_t>(width, INT32_MAX));
+  if (width <= 4 * kNormThreads)
+    normRegKernel<Rms, 4><<<grid, kNormThreads, 0, d.stream>>>(
+        x.as<float>(), scale.as<float>(), b, w, epsilon, r.as<float>());
+  else if (width <= 8 * kNormThreads)
+    normRegKernel<Rms, 8><<<grid, kNormThreads, 0, d.stream>>>(
+        x.as<float>(), scale.as<float>(), b, w, epsilon, r.as<float>());
+  else if (width <= 16 * kNormThreads)
+    normRegKernel<Rms, 16><<<grid, kNormThreads, 0, d.stream>>>(
+        x.as<float>(), scale.as<float>(), b, w, epsilon, r.as<float>());
+  else
+    normKernel<Rms><<<grid, kBlock, 0, d.stream>>>(
+        x.as<float>(), scale.as<float>(), b, width, epsilon, r.as<float>());
   return launched(ctx, op);
 }
 } // namespace
@@ -951,6 +979,22 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     return false;
   out = r;
   const float *keys = k.as<float>(), *vals = v.as<float>();
+  // Decode (a few query rows): the split-key kernel, which reads the past
+  // and the new keys where they are and writes the present's new rows.
+  const bool decode = Sq <= kGemvRowsTokens && decodeAttentionSupported(D, Dv) &&
+                      B * Hq * Sq <= kGemvCounters;
+  // A past that is the runtime's device cache already holds rows 0..P-1
+  // of the present, and the decode loop reads only the new rows back: the
+  // copy of the past into the present is skipped.
+  auto isCache = [&](const Tensor *past) {
+    if (!decode || !past)
+      return false;
+    for (const Device::Cache &c : d.caches)
+      if (c.ptr && c.ptr == past->data)
+        return true;
+    return false;
+  };
+  const bool pastIsCache = isCache(pastK) && isCache(pastV);
   auto writePresent = [&](const Tensor *past, const Tensor &cur, int slot,
                           Tensor *present, int64_t width, const float *&src) {
     const int64_t shape[4] = {B, Hk, T, width};
@@ -959,7 +1003,7 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
       return false;
     *present = p;
     src = p.as<float>();
-    if (p.numel() == 0 || !d.launching())
+    if (p.numel() == 0 || !d.launching() || pastIsCache)
       return true;
     presentKernel<<<blocksFor(p.numel()), kBlock, 0, d.stream>>>(
         past ? past->as<float>() : nullptr, cur.as<float>(), B * Hk, P, Sk,
@@ -972,6 +1016,41 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     return false;
   if (P > 0 && (!presentK || !presentV))
     return ctx.fail("attention: a past needs present outputs");
+  if (decode) {
+    DecodeAttention da;
+    da.q = q.as<float>();
+    da.pastK = P > 0 ? pastK->as<float>() : nullptr;
+    da.pastV = P > 0 ? pastV->as<float>() : nullptr;
+    da.k = k.as<float>();
+    da.v = v.as<float>();
+    da.maskF = mask && mask->dtype == DType::f32 ? mask->as<float>() : nullptr;
+    da.maskB = mask && mask->dtype == DType::b1 ? mask->as<uint8_t>() : nullptr;
+    for (int i = 0; i < 4; ++i)
+      da.mStr[i] = dims.mStr[i];
+    da.B = B;
+    da.Hq = Hq;
+    da.Hk = Hk;
+    da.Sq = Sq;
+    da.P = P;
+    da.Sk = Sk;
+    da.D = D;
+    da.Dv = Dv;
+    da.scale = scale;
+    da.causal = causal;
+    da.out = r.as<float>();
+    // With a copied past the present is complete already.
+    da.presentK = pastIsCache && presentK ? presentK->as<float>() : nullptr;
+    da.presentV = pastIsCache && presentV ? presentV->as<float>() : nullptr;
+    if (!d.ensure(ctx, d.attentionScratch, decodeAttentionScratchBytes(da),
+                  "attention partial results"))
+      return false;
+    if (r.numel() == 0 || !d.launching())
+      return true;
+    return check(ctx,
+                 decodeAttention(da, static_cast<float *>(d.attentionScratch.ptr),
+                                 d.gemvCounters, d.stream),
+                 "attention");
+  }
   if (r.numel() == 0 || !d.launching())
     return true;
   size_t smem = sizeof(float) * size_t(D + T);

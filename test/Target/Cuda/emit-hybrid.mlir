@@ -41,3 +41,12 @@ func.func @main(%x: tensor<?x4xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK: if (!ops::linear(ctx, [[HC]], [[DC]], nullptr, ops::Activation::none, {{[0-9]+}}, [[YC:v[0-9]+]])) return false;
 // CHECK: if (!cuda::upload(ctx, [[YC]], {{[0-9]+}}, [[U:u[0-9]+]])) return false;
 // CHECK: if (!cuda::binary(ctx, ops::Binary::add, {{v[0-9]+}}, [[U]],
+
+// With the CUDA target's neuron-major layout only the GPU part's weights
+// are transposed: the CPU part keeps the x86 kernels' [K, N].
+// RUN: sparsec-opt %s "--sparsec-schedule-pipeline=hybrid=true dense-layout=nk" | FileCheck %s --check-prefix=NK
+// NK-DAG: sparsec.global @wg.T : tensor<3x4xf32> {source = "wg", transforms = ["transpose"]}
+// NK-DAG: sparsec.global @wc : tensor<4x5xf32> {source = "wc"}
+// NK-DAG: sparsec.global @dc : tensor<5x4xf32> {source = "dc"}
+// NK: sparsec.linear {{.*}}transpose_weight} : tensor<?x4xf32>, tensor<3x4xf32> -> tensor<?x3xf32>
+// NK: sparsec.linear {{.*}}sparsec.device = "cpu"{{.*}} : tensor<?x4xf32>, tensor<4x5xf32> -> tensor<?x5xf32>

@@ -60,6 +60,11 @@ struct WeightLayoutPass
           << sparseWeights << "'";
       return signalPassFailure();
     }
+    if (denseLayout != "kn" && denseLayout != "nk") {
+      module.emitError("dense-layout must be kn or nk, got '")
+          << denseLayout << "'";
+      return signalPassFailure();
+    }
     if (denseWeights != "f32" && denseWeights != "f16") {
       module.emitError("dense-weights must be f32 or f16, got '")
           << denseWeights << "'";
@@ -75,7 +80,9 @@ struct WeightLayoutPass
     });
     for (Operation *op : work) {
       auto sparse = dyn_cast<SparseLinearOp>(op);
-      bool wantNK = sparse && sparse.getSparseDim() == SparseDim::output;
+      bool wantNK = sparse ? sparse.getSparseDim() == SparseDim::output
+                           : denseLayout == "nk" &&
+                                 !op->hasAttr("sparsec.device");
       bool isNK = op->hasAttr("transpose_weight");
       if (wantNK == isNK)
         continue;

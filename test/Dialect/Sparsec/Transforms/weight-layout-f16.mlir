@@ -10,6 +10,16 @@
 // DENSE-DAG: sparsec.global @down : tensor<16x8xf32>
 // DENSE-LABEL: func.func @ffn
 // DENSE: sparsec.linear %{{.*}}, %{{.*}} : tensor<1x8xf32>, tensor<8x8xf16> -> tensor<1x8xf32>
+// RUN: sparsec-opt %s "--sparsec-weight-layout=dense-weights=f16 dense-layout=nk" | FileCheck %s --check-prefix=NK
+// RUN: not sparsec-opt %s --sparsec-weight-layout=dense-layout=mn 2>&1 | FileCheck %s --check-prefix=BADLAYOUT
+// BADLAYOUT: error: dense-layout must be kn or nk, got 'mn'
+// dense-layout=nk (CUDA): the dense linear's weight becomes neuron-major
+// (transposed, then fp16); the sparse ones keep their own layouts.
+// NK-DAG: sparsec.global @dense.T.f16 : tensor<8x8xf16> {source = "dense", transforms = ["transpose", "f16"]}
+// NK-DAG: sparsec.global @down : tensor<16x8xf32>
+// NK-LABEL: func.func @ffn
+// NK: sparsec.sparse_linear %{{.*}}, %{{.*}} {{.*}} : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+// NK: sparsec.linear %{{.*}}, %{{.*}} {transpose_weight} : tensor<1x8xf32>, tensor<8x8xf16> -> tensor<1x8xf32>
 
 // fp16-stored weights: sparse_linear and predict weights get the "f16"
 // transform (after the layout transform); dense linears, biases and the

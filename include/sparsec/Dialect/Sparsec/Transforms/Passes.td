@@ -459,12 +459,21 @@ def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
     With `dense-weights=f16`, the weights of `linear` ops are float16 too
     (the CUDA target's GEMV and cuBLAS kernels read them with fp32
     accumulation; the x86 linear kernel reads float32 only).
+    With `dense-layout=nk` (the CUDA and hybrid targets), every `linear`
+    that runs on the GPU (all but a hybrid FFN's CPU part, marked
+    `sparsec.device = "cpu"`) gets a neuron-major `[N, K]` weight and
+    `transpose_weight`: the decode GEMV then streams one contiguous row per
+    output neuron (16-byte loads, no split-K), and cuBLAS reads the same
+    layout transposed for prefill.
   }];
   let options = [
     Option<"sparseWeights", "sparse-weights", "std::string", "\"f32\"",
            "Storage of sparse-kernel weights: f32 or f16">,
     Option<"denseWeights", "dense-weights", "std::string", "\"f32\"",
            "Storage of linear weights: f32 or f16 (CUDA target)">,
+    Option<"denseLayout", "dense-layout", "std::string", "\"kn\"",
+           "Layout of linear weights: kn ([K, N], the x86 kernels) or nk "
+           "(neuron-major [N, K] for device linears, the CUDA target)">,
   ];
 }
 

@@ -80,6 +80,12 @@ bool where(Context &ctx, const Tensor &cond, const Tensor &x, const Tensor &y,
 /// fused GEMV, larger ones cuBLAS with a bias/activation epilogue.
 bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
             ops::Activation act, int outSlot, Tensor &out);
+/// The same over a neuron-major weight w [N, K] (what the compiler packs
+/// for device linears): decode-sized inputs use gemvRows (DenseDecode.h),
+/// whose blocks stream whole weight rows; larger ones cuBLAS.
+bool linearNK(Context &ctx, const Tensor &x, const Tensor &w,
+              const Tensor *bias, ops::Activation act, int outSlot,
+              Tensor &out);
 bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
             Tensor &out);
 bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,

@@ -1,0 +1,81 @@
+//===- DenseDecode.h - dense decode kernels ----------------------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+// CUDA kernels for the dense part of a decode step (a few tokens), where
+// every byte of a weight is read once and the step is bound by memory
+// latency and bandwidth:
+//
+//   gemvRows         y[t, n] = act(x[t, :] . wt[n, :] + bias[n]) (+ res[t, n])
+//                    over a neuron-major weight wt [N, K]: each block owns 4
+//                    whole rows and its 256 threads stream them with 16-byte
+//                    loads (every load of a row in flight at once), reduce in
+//                    registers, shuffles and shared memory, and apply the
+//                    epilogue. No split-K, no atomics, one launch.
+//   decodeAttention  softmax(q k^T * scale + mask) v for a few query rows
+//                    over a past (the cache) and the new keys, split over
+//                    the key axis (flash-decoding): each block stages 32 keys
+//                    and values in shared memory with all loads in flight,
+//                    keeps (max, sum, weighted values) for its chunk, and the
+//                    last block of a row merges the chunks. The new rows of
+//                    the present outputs are written by the same launch.
+//
+// Activations, accumulation and the cache are fp32; weights fp16 or fp32.
+// Both are graph-capturable (the merge counters reset themselves).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_RT_CUDA_DENSEDECODE_H
+#define SPARSEC_RT_CUDA_DENSEDECODE_H
+
+#include "sparsec/rt/Ops.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace sparsec::rt::cuda {
+
+/// Largest token count of gemvRows (one pass over the weight for all).
+constexpr int kGemvRowsTokens = 8;
+
+/// y[t, n] = act(x[t, :] . wt[n, :] + bias[n]) + residual[t, n] for
+/// t < tokens <= kGemvRowsTokens. x [tokens, K] fp32, wt [N, K] (W: __half
+/// or float), bias [N] or null, residual [tokens, N] or null (may be y).
+/// 16-byte loads when wt, x and their rows are 16-byte aligned; element
+/// loads otherwise.
+template <typename W>
+cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
+                     const float *bias, ops::Activation act,
+                     const float *residual, float *y, cudaStream_t stream);
+
+/// One attention call of a decode step. Keys 0..P-1 come from the past,
+/// P..P+Sk-1 from the new keys (row-major [B, Hk, rows, D]; values with Dv).
+struct DecodeAttention {
+  const float *q = nullptr;                        // [B, Hq, Sq, D]
+  const float *pastK = nullptr, *pastV = nullptr;  // [B, Hk, P, .] or null
+  const float *k = nullptr, *v = nullptr;          // [B, Hk, Sk, .]
+  const float *maskF = nullptr;    // additive, over [B, Hq, Sq, T] by mStr
+  const uint8_t *maskB = nullptr;  // or boolean (0 = masked out)
+  int64_t mStr[4] = {};
+  int64_t B = 0, Hq = 0, Hk = 0, Sq = 0, P = 0, Sk = 0, D = 0, Dv = 0;
+  float scale = 1.0f;
+  bool causal = false;             // query i sees keys up to P + i (Sq = Sk)
+  float *out = nullptr;            // [B, Hq, Sq, Dv]
+  /// [B, Hk, P + Sk, .]: rows P.. receive the new keys/values (or null).
+  float *presentK = nullptr, *presentV = nullptr;
+};
+
+/// Whether decodeAttention handles these head sizes (D, Dv <= 128).
+bool decodeAttentionSupported(int64_t D, int64_t Dv);
+/// Rows (B * Hq * Sq) decodeAttention needs merge counters for.
+int64_t decodeAttentionRows(const DecodeAttention &a);
+/// fp32 scratch bytes for the per-chunk partial results.
+size_t decodeAttentionScratchBytes(const DecodeAttention &a);
+/// `counters`: decodeAttentionRows(a) ints, zero (and left zero).
+cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
+                            int *counters, cudaStream_t stream);
+
+} // namespace sparsec::rt::cuda
+
+#endif // SPARSEC_RT_CUDA_DENSEDECODE_H

@@ -1,0 +1,78 @@
+//===- DeviceMath.cuh - device helpers shared by the CUDA kernels -*- CUDA -*-===//
+//
+// Part of the sparsec project.
+//
+// fp16/fp32 conversion, the fused activations, and warp/block reductions,
+// shared by Ops.cu and DenseDecode.cu (internal).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_RUNTIME_CUDA_DEVICEMATH_CUH
+#define SPARSEC_RUNTIME_CUDA_DEVICEMATH_CUH
+
+#include "sparsec/rt/Ops.h"
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+namespace sparsec::rt::cuda {
+namespace {
+
+using ops::Activation;
+
+__device__ __forceinline__ float toFloat(float v) { return v; }
+__device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
+
+__device__ __forceinline__ float activate(Activation act, float v) {
+  switch (act) {
+  case Activation::none: return v;
+  case Activation::relu: return v > 0.0f ? v : 0.0f;
+  case Activation::gelu: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  case Activation::gelu_tanh:
+    return 0.5f * v *
+           (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+  case Activation::silu: return v / (1.0f + expf(-v));
+  case Activation::sigmoid: return 1.0f / (1.0f + expf(-v));
+  }
+  return v;
+}
+
+__device__ __forceinline__ float warpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Block-wide sum/max (blockDim a multiple of 32, at most 1024); every
+/// thread gets the result.
+template <bool Max> __device__ float blockReduce(float v) {
+  __shared__ float part[32];
+  __shared__ float result;
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = Max ? warpMax(v) : warpSum(v);
+  if (lane == 0)
+    part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    int warps = blockDim.x >> 5;
+    float w = lane < warps ? part[lane] : (Max ? -INFINITY : 0.0f);
+    w = Max ? warpMax(w) : warpSum(w);
+    if (lane == 0)
+      result = w;
+  }
+  __syncthreads();
+  float r = result;
+  __syncthreads();
+  return r;
+}
+
+} // namespace
+} // namespace sparsec::rt::cuda
+
+#endif // SPARSEC_RUNTIME_CUDA_DEVICEMATH_CUH

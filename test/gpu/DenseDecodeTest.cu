@@ -1,0 +1,286 @@
+//===- DenseDecodeTest.cu - dense decode kernels vs a CPU reference -------===//
+//
+// Part of the sparsec project.
+//
+// Runs on a CUDA device (test/gpu/dense-decode.test, REQUIRES: cuda-device).
+// gemvRows: fp16 and fp32 neuron-major weights, 1..8 tokens, 16-byte and
+// element loads (odd K, offset pointers), bias, activation and residual,
+// against a double-precision product over the same (rounded) weights.
+// decodeAttention: past + new keys, GQA, additive / boolean / no mask,
+// causal, several chunk counts (one chunk and merged chunks), vector and
+// scalar staging, the present's new rows, against a CPU softmax attention.
+// Prints one line per case and "N passed, M failed"; exit 1 on a failure.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/rt/cuda/DenseDecode.h"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+using namespace sparsec::rt;
+using namespace sparsec::rt::cuda;
+
+namespace {
+int failures = 0, passes = 0;
+
+#define CHECK_CUDA(x)                                                          \
+  do {                                                                         \
+    cudaError_t e = (x);                                                       \
+    if (e != cudaSuccess) {                                                    \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, \
+                  __LINE__);                                                   \
+      std::exit(2);                                                            \
+    }                                                                          \
+  } while (0)
+
+template <typename T> T *upload(const std::vector<T> &v, size_t pad = 0) {
+  T *p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(1, (v.size() + pad) * sizeof(T))));
+  CHECK_CUDA(cudaMemcpy(p + pad, v.data(), v.size() * sizeof(T),
+                        cudaMemcpyHostToDevice));
+  return p;
+}
+template <typename T> std::vector<T> download(const T *p, size_t n) {
+  std::vector<T> v(n);
+  CHECK_CUDA(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+void report(bool ok, const char *line, double err) {
+  std::printf("%s %s max err %.2e\n", ok ? "PASS" : "FAIL", line, err);
+  (ok ? passes : failures)++;
+}
+
+template <typename W> W fromFloat(float f);
+template <> float fromFloat<float>(float f) { return f; }
+template <> __half fromFloat<__half>(float f) { return __float2half(f); }
+float toF(float f) { return f; }
+float toF(__half h) { return __half2float(h); }
+
+/// `offset` elements in front of x and w make them (and, with odd K, their
+/// rows) miss 16-byte alignment: the element-load kernel.
+template <typename W>
+void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
+              std::mt19937 &rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(size_t(M) * K), bias(N), res(size_t(M) * N);
+  std::vector<W> w(size_t(N) * K);
+  for (float &v : x)
+    v = g(rng);
+  for (W &v : w)
+    v = fromFloat<W>(g(rng) / std::sqrt(float(K)));
+  for (float &v : bias)
+    v = g(rng);
+  for (float &v : res)
+    v = g(rng);
+  float *dx = upload(x, size_t(offset));
+  W *dw = upload(w, size_t(offset));
+  float *db = upload(bias), *dres = upload(res);
+  float *dy = nullptr;
+  CHECK_CUDA(cudaMalloc(&dy, sizeof(float) * size_t(M) * N));
+  CHECK_CUDA(gemvRows(dx + offset, M, dw + offset, K, N, db,
+                      relu ? ops::Activation::relu : ops::Activation::none,
+                      withResidual ? dres : nullptr, dy, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> y = download(dy, size_t(M) * N);
+  double err = 0, scale = 1;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = bias[size_t(n)];
+      for (int k = 0; k < K; ++k)
+        s += double(x[size_t(m) * K + k]) * toF(w[size_t(n) * K + k]);
+      if (relu)
+        s = std::max(s, 0.0);
+      if (withResidual)
+        s += res[size_t(m) * N + n];
+      err = std::max(err, std::fabs(s - y[size_t(m) * N + n]));
+      scale = std::max(scale, std::fabs(s));
+    }
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "gemvRows %s M=%d K=%d N=%d relu=%d residual=%d offset=%d",
+                sizeof(W) == 2 ? "fp16" : "fp32", M, K, N, relu, withResidual,
+                offset);
+  report(err <= 1e-4 * scale * std::sqrt(double(K)) / 8 + 1e-5, line, err);
+  cudaFree(dx);
+  cudaFree(dw);
+  cudaFree(db);
+  cudaFree(dres);
+  cudaFree(dy);
+}
+
+enum class Mask { none, additive, boolean };
+
+void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
+                   Mask maskKind, bool causal, std::mt19937 &rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int Sk = Sq, T = P + Sk;
+  std::vector<float> q(size_t(B) * Hq * Sq * D), pk(size_t(B) * Hk * P * D),
+      pv(size_t(B) * Hk * P * Dv), k(size_t(B) * Hk * Sk * D),
+      v(size_t(B) * Hk * Sk * Dv);
+  for (auto *vec : {&q, &pk, &pv, &k, &v})
+    for (float &e : *vec)
+      e = g(rng);
+  // Mask over [B, 1, Sq, T] (broadcast over heads): masks some keys out,
+  // and the whole first row of batch 1 (an all-masked row gives 0).
+  std::vector<float> maskF(size_t(B) * Sq * T, 0.0f);
+  std::vector<uint8_t> maskB(size_t(B) * Sq * T, 1);
+  std::uniform_int_distribution<int> coin(0, 4);
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < Sq; ++i)
+      for (int j = 0; j < T; ++j) {
+        bool off = coin(rng) == 0 || (b == 1 && i == 0);
+        size_t e = (size_t(b) * Sq + i) * T + j;
+        maskF[e] = off ? -INFINITY : 0.25f * g(rng);
+        maskB[e] = !off;
+      }
+  DecodeAttention a;
+  a.B = B;
+  a.Hq = Hq;
+  a.Hk = Hk;
+  a.Sq = Sq;
+  a.P = P;
+  a.Sk = Sk;
+  a.D = D;
+  a.Dv = Dv;
+  a.scale = 1.0f / std::sqrt(float(D));
+  a.causal = causal;
+  a.mStr[0] = int64_t(Sq) * T;
+  a.mStr[1] = 0;
+  a.mStr[2] = T;
+  a.mStr[3] = 1;
+  a.q = upload(q);
+  a.pastK = P ? upload(pk) : nullptr;
+  a.pastV = P ? upload(pv) : nullptr;
+  a.k = upload(k);
+  a.v = upload(v);
+  if (maskKind == Mask::additive)
+    a.maskF = upload(maskF);
+  if (maskKind == Mask::boolean)
+    a.maskB = upload(maskB);
+  float *out = nullptr, *presK = nullptr, *presV = nullptr, *scratch = nullptr;
+  int *counters = nullptr;
+  const size_t rows = size_t(B) * Hq * Sq;
+  CHECK_CUDA(cudaMalloc(&out, sizeof(float) * rows * Dv));
+  CHECK_CUDA(cudaMalloc(&presK, sizeof(float) * size_t(B) * Hk * T * D));
+  CHECK_CUDA(cudaMalloc(&presV, sizeof(float) * size_t(B) * Hk * T * Dv));
+  CHECK_CUDA(cudaMalloc(&scratch, std::max<size_t>(4, decodeAttentionScratchBytes(a))));
+  CHECK_CUDA(cudaMalloc(&counters, sizeof(int) * rows));
+  CHECK_CUDA(cudaMemset(counters, 0, sizeof(int) * rows));
+  CHECK_CUDA(cudaMemset(presK, 0, sizeof(float) * size_t(B) * Hk * T * D));
+  CHECK_CUDA(cudaMemset(presV, 0, sizeof(float) * size_t(B) * Hk * T * Dv));
+  a.out = out;
+  a.presentK = presK;
+  a.presentV = presV;
+  // Twice: the counters must be back at zero after the first launch.
+  for (int rep = 0; rep < 2; ++rep)
+    CHECK_CUDA(decodeAttention(a, scratch, counters, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> got = download(out, rows * size_t(Dv));
+  std::vector<float> gotK = download(presK, size_t(B) * Hk * T * D);
+  std::vector<float> gotV = download(presV, size_t(B) * Hk * T * Dv);
+  std::vector<int> cnt = download(counters, rows);
+  double err = 0;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < Hq; ++h)
+      for (int i = 0; i < Sq; ++i) {
+        const int bh = b * Hk + h / (Hq / Hk);
+        auto key = [&](int j, int d) {
+          return j < P ? pk[(size_t(bh) * P + j) * D + d]
+                       : k[(size_t(bh) * Sk + j - P) * D + d];
+        };
+        auto val = [&](int j, int d) {
+          return j < P ? pv[(size_t(bh) * P + j) * Dv + d]
+                       : v[(size_t(bh) * Sk + j - P) * Dv + d];
+        };
+        int jEnd = causal ? std::min(T, i + (T - Sq) + 1) : T;
+        std::vector<double> s(size_t(T), -INFINITY);
+        double m = -INFINITY;
+        for (int j = 0; j < jEnd; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d)
+            dot += double(q[((size_t(b) * Hq + h) * Sq + i) * D + d]) * key(j, d);
+          dot *= a.scale;
+          size_t e = (size_t(b) * Sq + i) * T + j;
+          if (maskKind == Mask::additive)
+            dot += maskF[e];
+          if (maskKind == Mask::boolean && !maskB[e])
+            dot = -INFINITY;
+          s[size_t(j)] = dot;
+          m = std::max(m, dot);
+        }
+        for (int d = 0; d < Dv; ++d) {
+          double num = 0, den = 0;
+          if (m != -INFINITY)
+            for (int j = 0; j < jEnd; ++j) {
+              double p = std::exp(s[size_t(j)] - m);
+              den += p;
+              num += p * val(j, d);
+            }
+          double ref = m == -INFINITY ? 0.0 : num / den;
+          err = std::max(err, std::fabs(ref - got[((size_t(b) * Hq + h) * Sq + i) * Dv + d]));
+        }
+      }
+  double presentErr = 0;
+  for (int bh = 0; bh < B * Hk; ++bh)
+    for (int j = P; j < T; ++j) {
+      for (int d = 0; d < D; ++d)
+        presentErr = std::max<double>(presentErr,
+            std::fabs(gotK[(size_t(bh) * T + j) * D + d] - k[(size_t(bh) * Sk + j - P) * D + d]));
+      for (int d = 0; d < Dv; ++d)
+        presentErr = std::max<double>(presentErr,
+            std::fabs(gotV[(size_t(bh) * T + j) * Dv + d] - v[(size_t(bh) * Sk + j - P) * Dv + d]));
+    }
+  bool countersZero = std::all_of(cnt.begin(), cnt.end(), [](int c) { return c == 0; });
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "decodeAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d",
+                B, Hq, Hk, Sq, P, D, Dv,
+                maskKind == Mask::none ? "none" : maskKind == Mask::additive ? "additive" : "bool",
+                causal);
+  report(err < 2e-5 && presentErr == 0 && countersZero, line, std::max(err, presentErr));
+  for (const void *p : {static_cast<const void *>(a.q), static_cast<const void *>(a.pastK),
+                        static_cast<const void *>(a.pastV), static_cast<const void *>(a.k),
+                        static_cast<const void *>(a.v), static_cast<const void *>(a.maskF),
+                        static_cast<const void *>(a.maskB)})
+    if (p)
+      cudaFree(const_cast<void *>(p));
+  cudaFree(out);
+  cudaFree(presK);
+  cudaFree(presV);
+  cudaFree(scratch);
+  cudaFree(counters);
+}
+} // namespace
+
+int main() {
+  std::mt19937 rng(7);
+  for (int M : {1, 2, 3, 5, 8}) {
+    gemvCase<__half>(M, 2048, 2048, false, false, 0, rng);
+    gemvCase<float>(M, 512, 384, true, true, 0, rng);
+  }
+  gemvCase<__half>(1, 8192, 256, false, true, 0, rng);
+  gemvCase<__half>(4, 2048, 1030, true, false, 0, rng); // N not a multiple of 4
+  gemvCase<__half>(2, 130, 37, true, true, 0, rng);     // rows of 260 bytes
+  gemvCase<__half>(3, 256, 64, false, false, 1, rng);   // offset: element loads
+  gemvCase<float>(6, 99, 50, true, true, 0, rng);
+  gemvCase<float>(1, 1024, 64, false, false, 3, rng);
+
+  // B, Hq, Hk, Sq, P, D, Dv, mask, causal
+  attentionCase(1, 4, 4, 1, 0, 64, 64, Mask::none, false, rng);     // one key
+  attentionCase(1, 4, 4, 1, 31, 64, 64, Mask::none, false, rng);    // one chunk
+  attentionCase(2, 8, 2, 1, 257, 64, 64, Mask::additive, false, rng); // GQA, 9 chunks
+  attentionCase(2, 4, 4, 3, 100, 64, 32, Mask::boolean, true, rng);  // causal, Dv != D
+  attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::additive, true, rng);  // scalar staging
+  attentionCase(1, 2, 2, 8, 0, 128, 128, Mask::none, true, rng);     // prefill-like
+  attentionCase(1, 32, 32, 1, 1024, 64, 64, Mask::none, false, rng); // long past
+  std::printf("%d passed, %d failed\n", passes, failures);
+  return failures ? 1 : 0;
+}
