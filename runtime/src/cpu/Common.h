@@ -519,6 +519,23 @@ void parallelFor(Context &ctx, int64_t n, int64_t grain, F &&fn) {
 }
 
 /// Allocates `out` in `slot` after validating the shape.
+/// Whether transposing `shape` by `perm` keeps the elements' memory order
+/// (only dims of size 1 move), so the result can be a view of the input.
+/// The memory planner keeps a transpose's input live as long as its result
+/// for this reason.
+inline bool transposeIsView(int rank, const int64_t *shape,
+                            const int64_t *perm) {
+  int64_t last = -1;
+  for (int i = 0; i < rank; ++i) {
+    if (shape[perm[i]] == 1)
+      continue;
+    if (perm[i] < last)
+      return false;
+    last = perm[i];
+  }
+  return true;
+}
+
 inline bool allocateOut(Context &ctx, const char *op, int slot, Tensor &out,
                         DType dtype, int rank, const int64_t *shape) {
   if (!validShape(rank, shape))

@@ -284,6 +284,12 @@ bool transpose(Context &ctx, const Tensor &x, const int64_t *perm, int outSlot,
     shape[i] = x.shape[perm[i]];
     str[i] = inStr[perm[i]];
   }
+  if (transposeIsView(r, x.shape, perm)) {
+    out = x;
+    for (int i = 0; i < r; ++i)
+      out.shape[i] = shape[i];
+    return true;
+  }
   Tensor res;
   if (!allocateOut(ctx, "transpose", outSlot, res, x.dtype, r, shape))
     return false;

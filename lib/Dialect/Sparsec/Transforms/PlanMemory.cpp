@@ -73,6 +73,19 @@ struct PlanMemoryPass
     Operation *ret = body.getTerminator();
     for (Value v : ret->getOperands())
       lastUse[v] = pos;
+    // A reshape's result is a view of its input, and so is a transpose's
+    // when only unit dims move (decided at run time, e.g. the head
+    // transposes of a decode step): the input stays live while the result
+    // (or a view of it) is. Reverse order carries chains of such views.
+    for (Operation &op : llvm::reverse(body)) {
+      if (!isa<ReshapeOp, UnsqueezeOp, SqueezeOp, FlattenOp, TransposeOp>(op))
+        continue;
+      auto it = lastUse.find(op.getResult(0));
+      if (it == lastUse.end())
+        continue;
+      int64_t &in = lastUse[op.getOperand(0)];
+      in = std::max(in, it->second);
+    }
 
     // Slots whose live range ends at each position, freed after the op
     // (a stale entry, for a slot whose range was extended, is skipped).

@@ -47,3 +47,26 @@ func.func @views(%x: tensor<4x8xf32>) -> tensor<1x32xf32> {
   %6 = sparsec.add %4, %5 : tensor<1x32xf32>, tensor<1x32xf32> -> tensor<1x32xf32>
   return %6 : tensor<1x32xf32>
 }
+
+// -----
+
+// A transpose may be a view at run time (only unit dims move), so its input
+// stays live as long as the transpose's result and the reshape of it: the
+// relu's slot is not reused by the exp before the add that reads %2.
+// CHECK-LABEL: func.func @transpose_views
+func.func @transpose_views(%x: tensor<1x4x1x8xf32>) -> tensor<1x32xf32> {
+  // CHECK: sparsec.relu %arg0 {sparsec.slots = array<i64: [[R:[0-9]+]]>}
+  %0 = sparsec.relu %x : tensor<1x4x1x8xf32>
+  // CHECK: sparsec.transpose %{{.*}} {permutation = array<i64: 0, 2, 1, 3>, sparsec.slots = array<i64: [[T:[0-9]+]]>}
+  %1 = sparsec.transpose %0 {permutation = array<i64: 0, 2, 1, 3>} : tensor<1x4x1x8xf32> -> tensor<1x1x4x8xf32>
+  // CHECK: sparsec.reshape
+  %s = sparsec.constant dense<[1, 32]> : tensor<2xi64>
+  %2 = sparsec.reshape %1, %s : tensor<1x1x4x8xf32>, tensor<2xi64> -> tensor<1x32xf32>
+  %3 = sparsec.flatten %x {axis = 0 : i64} : tensor<1x4x1x8xf32> -> tensor<1x32xf32>
+  // CHECK-NOT: sparsec.slots = array<i64: [[R]]>
+  // CHECK: sparsec.exp %{{.*}} {sparsec.slots = array<i64: {{[0-9]+}}>}
+  %4 = sparsec.exp %3 : tensor<1x32xf32>
+  // CHECK: sparsec.add
+  %5 = sparsec.add %4, %2 : tensor<1x32xf32>, tensor<1x32xf32> -> tensor<1x32xf32>
+  return %5 : tensor<1x32xf32>
+}

@@ -490,7 +490,10 @@ def PlanMemoryPass : Pass<"sparsec-plan-memory", "mlir::ModuleOp"> {
     it depends on dynamic dimensions (the runtime sizes it on first use).
     Reshapes (`reshape`, `unsqueeze`, `squeeze`, `flatten`) of a value that
     has a slot are views: the result shares the input's slot, which stays
-    live until both are dead, and the runtimes skip the copy.
+    live until both are dead, and the runtimes skip the copy. A `transpose`
+    gets a slot of its own but keeps its input live as long as its result:
+    when only unit dims move (the head transposes of a decode step) the
+    runtimes return a view of the input instead of copying.
     ```mlir
     %0 = sparsec.relu %x {sparsec.slots = [0]} : tensor<4x8xf32>
     %1 = sparsec.neg %0 {sparsec.slots = [1]} : tensor<4x8xf32>
