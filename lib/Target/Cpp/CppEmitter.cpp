@@ -283,6 +283,39 @@ private:
   }
 
   DenseSet<Value> onDevice;
+  /// Residual adds folded into the producing device linear (emitted there).
+  DenseSet<Operation *> fusedAdds;
+  /// The add that can take `l`'s output as a residual epilogue: `l` is a
+  /// device linear over a neuron-major weight with no activation, its only
+  /// user is `add(l, r)` of the same type, `r` is a device value computed
+  /// before `l`, and the add's slot is not the one `l` reads its input
+  /// from (the GEMV writes the sum while other blocks still read the input;
+  /// sharing r's slot is fine, each element is read before it is written).
+  AddOp residualAdd(LinearOp l) {
+    if (!cuda() || !l.getTransposeWeight() ||
+        l.getActivation() ||
+        !l->getResult(0).hasOneUse() || isCpu(l))
+      return nullptr;
+    auto add = dyn_cast<AddOp>(*l->getResult(0).getUsers().begin());
+    if (!add || add->getBlock() != l->getBlock() || isCpu(add))
+      return nullptr;
+    Value r = add.getOperand(0) == l.getResult() ? add.getOperand(1)
+                                                  : add.getOperand(0);
+    if (r == l.getResult() || r.getType() != l.getResult().getType() ||
+        add.getResult().getType() != r.getType() || !onDevice.contains(r) ||
+        !onDevice.contains(add.getResult()))
+      return nullptr;
+    if (Operation *def = r.getDefiningOp())
+      if (def->getBlock() != l->getBlock() || !def->isBeforeInBlock(l))
+        return nullptr;
+    int64_t out = slot(add);
+    if (out < 0)
+      return nullptr;
+    if (auto res = dyn_cast<OpResult>(l.getInput()))
+      if (slot(res.getOwner(), res.getResultNumber()) == out)
+        return nullptr;
+    return add;
+  }
   DenseMap<Value, std::string> uploaded, indexOf;
   unsigned uploadSites = 0, indexSites = 0;
 
@@ -352,6 +385,10 @@ LogicalResult Emitter::emitOp(Operation *op) {
   // The ONNX node name, for readers of the generated code.
   if (auto loc = dyn_cast<NameLoc>(op->getLoc()))
     body << "  // " << loc.getName().getValue() << "\n";
+  if (fusedAdds.contains(op)) {
+    body << "  // (computed by the linear above)\n";
+    return success();
+  }
   // The reshape family is shared below (the copy runs where its input is).
   bool deviceOp = cuda() && llvm::any_of(op->getResults(), [&](Value r) {
                    return onDevice.contains(r);
@@ -753,11 +790,26 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                     ", " + dv(w.getY()));
       })
       .Case([&](LinearOp l) -> LogicalResult {
-        // Neuron-major weights (dense-layout=nk) take the row GEMV.
-        return call(std::string(l.getTransposeWeight() ? "linearNK" : "linear") +
-                    "(ctx, " + dv(l.getInput()) + ", " +
-                    dv(l.getWeight()) + ", " + dptr(l.getBias()) + ", " +
-                    activationArg(l.getActivation()));
+        if (!l.getTransposeWeight())
+          return call("linear(ctx, " + dv(l.getInput()) + ", " +
+                      dv(l.getWeight()) + ", " + dptr(l.getBias()) + ", " +
+                      activationArg(l.getActivation()));
+        // Neuron-major weights (dense-layout=nk) take the row GEMV; a
+        // following residual add becomes its epilogue, writing the add's
+        // result into the add's slot.
+        std::string head = "linearNK(ctx, " + dv(l.getInput()) + ", " +
+                           dv(l.getWeight()) + ", " + dptr(l.getBias()) +
+                           ", " + activationArg(l.getActivation()) + ", ";
+        AddOp add = residualAdd(l);
+        if (!add)
+          return call(head + "nullptr");
+        Value r = add.getOperand(0) == l.getResult() ? add.getOperand(1)
+                                                      : add.getOperand(0);
+        fusedAdds.insert(add);
+        std::string v = define(add.getResult());
+        body << "  Tensor " << v << ";\n  if (!cuda::" << head << "&" << dv(r)
+             << ", " << slot(add) << ", " << v << ")) return false;\n";
+        return success();
       })
       .Case([&](MatMulOp m) {
         return call("matmul(ctx, " + dv(m.getLhs()) + ", " + dv(m.getRhs()));

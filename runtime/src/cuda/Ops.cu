@@ -36,6 +36,7 @@ using ops::detail::contiguousStrides;
 using ops::detail::product;
 using ops::detail::readIndexTensor;
 using ops::detail::shapeString;
+using ops::detail::transposeIsView;
 using ops::detail::validShape;
 
 constexpr int kBlock = 256;
@@ -312,7 +313,7 @@ void dispatchGemv(int M, const float *x, const W *w, int K, int N,
 /// neuron-major [N, K] (transposed true), float32 or float16.
 bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
           const Tensor &w, bool transposed, int64_t N, const float *bias,
-          Activation act, float *y) {
+          Activation act, float *y, const float *residual = nullptr) {
   if (M == 0 || N == 0)
     return true;
   const bool half = w.dtype == DType::f16;
@@ -322,11 +323,14 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
       return true;
     cudaError_t e =
         half ? gemvRows(x, int(M), w.as<__half>(), int(K), int(N), bias, act,
-                        nullptr, y, d.stream)
+                        residual, y, d.stream)
              : gemvRows(x, int(M), w.as<float>(), int(K), int(N), bias, act,
-                        nullptr, y, d.stream);
+                        residual, y, d.stream);
     return check(ctx, e, "gemv");
   }
+  if (residual && act != Activation::none)
+    return ctx.fail("internal error: a fused residual after an activation "
+                    "needs the decode GEMV");
   if (!transposed && M <= kGemvRows) {
     // Decode: a bandwidth-bound GEMV; split K so that every SM streams.
     int tiles = int((N + kGemvCols - 1) / kGemvCols);
@@ -353,8 +357,16 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
                           y, partial, d.gemvCounters, splits, kChunk, d.stream);
     return launched(ctx, "gemv");
   }
-  // cuBLAS is column-major: y^T [N, M] = op(w)^T [N, K] . x^T [K, M].
+  // cuBLAS is column-major: y^T [N, M] = op(w)^T [N, K] . x^T [K, M];
+  // a residual is copied to y first and accumulated onto (beta = 1).
   const float one = 1.0f, zero = 0.0f;
+  const float *beta = residual ? &one : &zero;
+  if (residual && residual != y && d.launching() &&
+      !check(ctx,
+             cudaMemcpyAsync(y, residual, sizeof(float) * size_t(M * N),
+                             cudaMemcpyDeviceToDevice, d.stream),
+             "residual"))
+    return false;
   cublasOperation_t opW = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = int(transposed ? K : N);
   if (half) {
@@ -369,7 +381,7 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
         !checkBlas(ctx,
                    cublasGemmEx(d.blas, opW, CUBLAS_OP_N, int(N), int(M), int(K),
                                 &one, w.data, CUDA_R_16F, lda, xh, CUDA_R_16F,
-                                int(K), &zero, y, CUDA_R_32F, int(N),
+                                int(K), beta, y, CUDA_R_32F, int(N),
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "cublasGemmEx"))
       return false;
@@ -378,7 +390,7 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
       return true;
     if (!checkBlas(ctx,
                    cublasSgemm(d.blas, opW, CUBLAS_OP_N, int(N), int(M), int(K),
-                               &one, w.as<float>(), lda, x, int(K), &zero, y,
+                               &one, w.as<float>(), lda, x, int(K), beta, y,
                                int(N)),
                    "cublasSgemm"))
       return false;
@@ -803,16 +815,27 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
 }
 
 bool linearNK(Context &ctx, const Tensor &x, const Tensor &w,
-              const Tensor *bias, Activation act, int outSlot, Tensor &out) {
+              const Tensor *bias, Activation act, const Tensor *residual,
+              int outSlot, Tensor &out) {
   Device &d = dev(ctx);
   LinearShape s;
   Tensor r;
   if (!linearOperands(ctx, "linear", x, w, bias, true, s) ||
       !allocateLastDim(ctx, d, outSlot, x, s.N, DType::f32, r))
     return false;
+  if (residual) {
+    if (!requireF32(ctx, "linear", "residual", *residual))
+      return false;
+    bool same = residual->rank == r.rank;
+    for (int i = 0; same && i < r.rank; ++i)
+      same = residual->shape[i] == r.shape[i];
+    if (!same)
+      return ctx.fail("linear: residual " + residual->describe() +
+                      " does not match the output " + r.describe());
+  }
   out = r;
   return gemm(ctx, d, x.as<float>(), s.M, s.K, w, true, s.N, s.bias, act,
-              r.as<float>());
+              r.as<float>(), residual ? residual->as<float>() : nullptr);
 }
 
 bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
@@ -1166,6 +1189,13 @@ bool transpose(Context &ctx, const Tensor &x, const int64_t *perm, int outSlot,
     seen[p] = true;
     shape[i] = s.shape[i] = x.shape[p];
     s.stride[i] = own[p];
+  }
+  // Only unit dims move (the head transposes of a decode step): a view.
+  if (transposeIsView(x.rank, x.shape, perm)) {
+    out = x;
+    for (int i = 0; i < x.rank; ++i)
+      out.shape[i] = shape[i];
+    return true;
   }
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, x.dtype, x.rank, shape))

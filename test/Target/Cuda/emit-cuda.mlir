@@ -43,4 +43,4 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // read by the row GEMV.
 // RUN: sparsec-opt %s "--sparsec-schedule-pipeline=dense-layout=nk" | sparsec-translate --sparsec-to-cuda | FileCheck %s --check-prefix=NK
 // NK: const Tensor [[W:v[0-9]+]] = cuda::weight(ctx, 0, DType::f32, 2, {{a[0-9]+}});
-// NK: if (!cuda::linearNK(ctx, {{u[0-9]+}}, [[W]], &{{v[0-9]+}}, ops::Activation::relu, {{[0-9]+}}, {{v[0-9]+}})) return false;
+// NK: if (!cuda::linearNK(ctx, {{u[0-9]+}}, [[W]], &{{v[0-9]+}}, ops::Activation::relu, nullptr, {{[0-9]+}}, {{v[0-9]+}})) return false;

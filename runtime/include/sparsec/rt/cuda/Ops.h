@@ -82,10 +82,12 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
             ops::Activation act, int outSlot, Tensor &out);
 /// The same over a neuron-major weight w [N, K] (what the compiler packs
 /// for device linears): decode-sized inputs use gemvRows (DenseDecode.h),
-/// whose blocks stream whole weight rows; larger ones cuBLAS.
+/// whose blocks stream whole weight rows; larger ones cuBLAS. `residual`
+/// (same shape as the result, or null; act must then be none above 8 rows)
+/// is added after the activation: the emitter folds `add(linear, r)` here.
 bool linearNK(Context &ctx, const Tensor &x, const Tensor &w,
-              const Tensor *bias, ops::Activation act, int outSlot,
-              Tensor &out);
+              const Tensor *bias, ops::Activation act, const Tensor *residual,
+              int outSlot, Tensor &out);
 bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
             Tensor &out);
 bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
