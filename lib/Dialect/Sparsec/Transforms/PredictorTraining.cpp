@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <thread>
 
 namespace sparsec {
@@ -196,6 +197,103 @@ void matmul(const float *a, const float *b, float *c, int64_t m, int64_t k,
     }
   });
 }
+/// Orthonormalises the rows of q [p, d] in place (modified Gram-Schmidt,
+/// twice for stability); a row that vanishes is left zero.
+void orthonormalRows(std::vector<double> &q, int64_t p, int64_t d) {
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t i = 0; i < p; ++i) {
+      double *qi = &q[size_t(i * d)];
+      for (int64_t j = 0; j < i; ++j) {
+        const double *qj = &q[size_t(j * d)];
+        double dot = 0;
+        for (int64_t k = 0; k < d; ++k)
+          dot += qi[k] * qj[k];
+        for (int64_t k = 0; k < d; ++k)
+          qi[k] -= dot * qj[k];
+      }
+      double norm = 0;
+      for (int64_t k = 0; k < d; ++k)
+        norm += qi[k] * qi[k];
+      norm = std::sqrt(norm);
+      for (int64_t k = 0; k < d; ++k)
+        qi[k] = norm > 1e-300 ? qi[k] / norm : 0.0;
+    }
+}
+
+/// The top `rMax` right singular directions of M = L^T W [d, n], as rows:
+/// `w2Rows` [p, n] holds (M^T u_e)^T / sigma_e and sigma2 the squared
+/// singular values, decreasing, p = rMax + oversampling. Randomised
+/// subspace iteration on M M^T = L^T W W^T L with a fixed seed (so the
+/// result is deterministic), M applied through L and W (never formed), then
+/// Rayleigh-Ritz on the subspace: O(d n p) per iteration instead of the
+/// O(d^3 + d^2 n) of the full eigendecomposition.
+void randomizedBasis(const Matrix &l, const float *w, int64_t d, int64_t n,
+                     int64_t rMax, std::vector<float> &w2Rows,
+                     std::vector<double> &sigma2, int64_t &p) {
+  p = std::min(d, rMax + std::max<int64_t>(16, rMax / 8));
+  std::vector<float> lf(size_t(d * d)), ltf(size_t(d * d)), wt(size_t(n * d));
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      lf[size_t(i * d + j)] = float(l[size_t(i * d + j)]);
+      ltf[size_t(j * d + i)] = float(l[size_t(i * d + j)]);
+    }
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      wt[size_t(j * d + i)] = w[i * n + j];
+  std::vector<double> q(size_t(p * d));
+  std::mt19937_64 rng(0x5eed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (double &v : q)
+    v = normal(rng);
+  orthonormalRows(q, p, d);
+  std::vector<float> qf(size_t(p * d)), lq(size_t(p * d)), g(size_t(p * n)),
+      h(size_t(p * d)), y(size_t(p * d));
+  const int iterations = 3;
+  for (int it = 0;; ++it) {
+    for (size_t i = 0; i < q.size(); ++i)
+      qf[i] = float(q[i]);
+    matmul(qf.data(), ltf.data(), lq.data(), p, d, d); // (L Q)^T
+    matmul(lq.data(), w, g.data(), p, d, n);           // G = (M^T Q)^T
+    if (it == iterations)
+      break;
+    matmul(g.data(), wt.data(), h.data(), p, n, d); // G W^T
+    matmul(h.data(), lf.data(), y.data(), p, d, d); // (M M^T Q)^T
+    for (size_t i = 0; i < q.size(); ++i)
+      q[i] = y[i];
+    orthonormalRows(q, p, d);
+  }
+  // B = Q^T M M^T Q = G G^T, and its eigenvectors V: M^T (Q V) = G^T V.
+  Matrix b(size_t(p * p), 0.0);
+  parallelRows(p, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t j = 0; j < p; ++j) {
+        double acc = 0;
+        const float *gi = &g[size_t(i * n)], *gj = &g[size_t(j * n)];
+        for (int64_t t = 0; t < n; ++t)
+          acc += double(gi[t]) * double(gj[t]);
+        b[size_t(i * p + j)] = acc;
+      }
+  });
+  Matrix v;
+  symmetricEigen(b, p, v, sigma2);
+  w2Rows.assign(size_t(p * n), 0.0f);
+  parallelRows(p, [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(static_cast<size_t>(n));
+    for (int64_t e = begin; e < end; ++e) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t k = 0; k < p; ++k) {
+        const double vk = v[size_t(k * p + e)];
+        const float *gk = &g[size_t(k * n)];
+        for (int64_t j = 0; j < n; ++j)
+          acc[size_t(j)] += vk * double(gk[j]);
+      }
+      const double inv =
+          sigma2[size_t(e)] > 0 ? 1.0 / std::sqrt(sigma2[size_t(e)]) : 0.0;
+      for (int64_t j = 0; j < n; ++j)
+        w2Rows[size_t(e * n + j)] = float(acc[size_t(j)] * inv);
+    }
+  });
+}
 } // namespace
 
 bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
@@ -254,30 +352,72 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
       l[size_t(i * d + j)] = v / ljj;
     }
   }
-  // K = M M^T [d, d]; its eigenvectors U give the right singular vectors
-  // of M: V = M^T U / sigma.
-  std::vector<float> mw(size_t(d * n), 0.0f);
-  {
-    std::vector<float> lt(size_t(d * d));
-    for (int64_t i = 0; i < d; ++i)
-      for (int64_t j = 0; j < d; ++j)
-        lt[size_t(i * d + j)] = float(l[size_t(j * d + i)]);
-    matmul(lt.data(), w, mw.data(), d, d, n);
-  }
-  Matrix kmat(size_t(d * d), 0.0);
-  parallelRows(d, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      for (int64_t j = 0; j < d; ++j) {
-        double acc = 0;
-        const float *a = &mw[size_t(i * n)], *b = &mw[size_t(j * n)];
-        for (int64_t t = 0; t < n; ++t)
-          acc += double(a[t]) * double(b[t]);
-        kmat[size_t(i * d + j)] = acc;
-      }
-  });
-  Matrix u;
+  std::vector<int64_t> ranks = opts.ranks;
+  const bool exactBasis = d <= opts.exactBasisLimit;
+  if (ranks.empty())
+    for (int64_t div : exactBasis ? std::vector<int64_t>{16, 8, 4, 2}
+                                  : std::vector<int64_t>{16, 8})
+      ranks.push_back(std::max<int64_t>(8, d / div));
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(ranks.begin(),
+              std::find_if(ranks.begin(), ranks.end(),
+                           [&](int64_t r) { return r > 0; }));
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  while (!ranks.empty() && ranks.back() >= d)
+    ranks.pop_back();
+
+  // The basis: rows e of w2Rows = (M^T u_e)^T / sigma_e for the top
+  // directions u_e of M M^T, decreasing sigma2.
+  std::vector<float> w2Rows;
   std::vector<double> sigma2;
-  symmetricEigen(kmat, d, u, sigma2);
+  int64_t basis = 0;
+  if (exactBasis) {
+    // K = M M^T [d, d]; its eigenvectors U give the right singular vectors
+    // of M: V = M^T U / sigma.
+    std::vector<float> mw(size_t(d * n), 0.0f);
+    {
+      std::vector<float> lt(size_t(d * d));
+      for (int64_t i = 0; i < d; ++i)
+        for (int64_t j = 0; j < d; ++j)
+          lt[size_t(i * d + j)] = float(l[size_t(j * d + i)]);
+      matmul(lt.data(), w, mw.data(), d, d, n);
+    }
+    Matrix kmat(size_t(d * d), 0.0);
+    parallelRows(d, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        for (int64_t j = 0; j < d; ++j) {
+          double acc = 0;
+          const float *a = &mw[size_t(i * n)], *b = &mw[size_t(j * n)];
+          for (int64_t t = 0; t < n; ++t)
+            acc += double(a[t]) * double(b[t]);
+          kmat[size_t(i * d + j)] = acc;
+        }
+    });
+    Matrix u;
+    symmetricEigen(kmat, d, u, sigma2);
+    basis = ranks.empty() ? 0 : ranks.back();
+    w2Rows.assign(size_t(basis * n), 0.0f);
+    parallelRows(basis, [&](int64_t begin, int64_t end) {
+      std::vector<double> acc(static_cast<size_t>(n));
+      for (int64_t e = begin; e < end; ++e) {
+        // Row e: M^T u_e / sigma_e, accumulated row by row of M.
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t i = 0; i < d; ++i) {
+          const double ue = u[size_t(i * d + e)];
+          const float *mi = &mw[size_t(i * n)];
+          for (int64_t j = 0; j < n; ++j)
+            acc[size_t(j)] += double(mi[j]) * ue;
+        }
+        const double inv = sigma2[size_t(e)] > 0
+                               ? 1.0 / std::sqrt(sigma2[size_t(e)])
+                               : 0.0;
+        for (int64_t j = 0; j < n; ++j)
+          w2Rows[size_t(e * n + j)] = float(acc[size_t(j)] * inv);
+      }
+    });
+  } else if (!ranks.empty()) {
+    randomizedBasis(l, w, d, n, ranks.back(), w2Rows, sigma2, basis);
+  }
 
   // Pre-activations of every sample, z = x W + b.
   std::vector<float> z(size_t(m * n));
@@ -287,15 +427,8 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
       for (int64_t j = 0; j < n; ++j)
         z[size_t(i * n + j)] += pb.bias[size_t(j)];
 
-  std::vector<int64_t> ranks = opts.ranks;
-  if (ranks.empty())
-    for (int64_t div : {16, 8, 4, 2})
-      ranks.push_back(std::max<int64_t>(8, d / div));
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-
   for (int64_t r : ranks) {
-    if (r <= 0 || r >= d)
+    if (r > basis)
       continue;
     int64_t usable = 0;
     while (usable < r && sigma2[size_t(usable)] > 1e-12 * sigma2[0])
@@ -304,24 +437,9 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
       continue;
     Predictor p;
     p.rank = r;
-    // w2 = V_r^T [r, n]; w1 = W V_r [d, r].
+    // w2 = V_r^T [r, n] (rows past `usable` stay zero); w1 = W V_r [d, r].
     p.w2.assign(size_t(r * n), 0.0f);
-    parallelRows(usable, [&](int64_t begin, int64_t end) {
-      std::vector<double> acc(static_cast<size_t>(n));
-      for (int64_t e = begin; e < end; ++e) {
-        // Row e of w2: M^T u_e / sigma_e, accumulated row by row of M.
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t i = 0; i < d; ++i) {
-          const double ue = u[size_t(i * d + e)];
-          const float *mi = &mw[size_t(i * n)];
-          for (int64_t j = 0; j < n; ++j)
-            acc[size_t(j)] += double(mi[j]) * ue;
-        }
-        double inv = 1.0 / std::sqrt(sigma2[size_t(e)]);
-        for (int64_t j = 0; j < n; ++j)
-          p.w2[size_t(e * n + j)] = float(acc[size_t(j)] * inv);
-      }
-    });
+    std::copy(w2Rows.begin(), w2Rows.begin() + usable * n, p.w2.begin());
     p.w1.assign(size_t(d * r), 0.0f);
     parallelRows(d, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)

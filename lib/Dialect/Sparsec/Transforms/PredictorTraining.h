@@ -14,8 +14,10 @@
 // standard deviation of neuron j's approximation error. The margin k is set
 // on a calibration split so the predictor reaches the target recall; rank,
 // recall, precision and density are reported on a test split that neither
-// fitting nor calibration saw. Everything is deterministic (no random
-// initialisation, fixed splits).
+// fitting nor calibration saw. Wide layers (d > exactBasisLimit) find the
+// top directions by a randomised subspace iteration instead of a full
+// eigendecomposition. Everything is deterministic (fixed splits, a fixed
+// seed for the randomised basis).
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,8 +42,13 @@ struct PredictorProblem {
 
 struct PredictorOptions {
   double targetRecall = 0.999;
-  /// Ranks tried (values >= d are skipped); empty: d/16, d/8, d/4, d/2.
+  /// Ranks tried (values >= d are skipped); empty: d/16, d/8, d/4, d/2,
+  /// or d/16, d/8 above exactBasisLimit.
   std::vector<int64_t> ranks;
+  /// Layer widths up to this get the exact eigendecomposition of the
+  /// d x d Gram matrix (O(d^3)); wider ones a randomised subspace iteration
+  /// for the top directions only (O(d n r), fixed seed).
+  int64_t exactBasisLimit = 1024;
 };
 
 /// One trained candidate, with its quality on the test split.
