@@ -2,7 +2,9 @@
 # The compiler-machine half of the large-model benchmark (docs/Benchmarks.md):
 # synthetic OPT weights for a graph exported on the GPU machine, a profile,
 # and the CUDA / hybrid / layer-offload builds (sources and manifests only:
-# the GPU machine rebuilds the weight packs from the same synthetic weights).
+# the GPU machine rebuilds the weight packs from the same synthetic weights
+# and, for a predicted build (PRED_RANKS=r[,r]), model.inline.bin.gz, the
+# predictor weights the compiler trained).
 #   bench/gpu/opt_large.sh GRAPH.onnx SHAPE OUTDIR [WORKDIR]
 # Then, on the GPU machine:
 #   python3 bench/gpu/opt_synth.py bench --dir OUTDIR --shape SHAPE --lib LIB
@@ -14,7 +16,9 @@ calib=${CALIB:-../shared/models/opt-byte-s/calib.txt}
 mkdir -p "$out" "$work"
 python3 bench/gpu/opt_synth.py materialize --graph "$graph" --shape "$shape" --out "$work/m"
 M=$work/m/model.onnx P=$work/model.sprof
-"$S" profile "$M" --calib "$calib" --max-chunks 4 --seq-len 32 --samples 0 -o "$P" -q > /dev/null
+# Predictor samples only for a predicted build (PRED_RANKS=64,128 adds one).
+samples=0; [ -n "${PRED_RANKS:-}" ] && samples=${SAMPLES:-4096}
+"$S" profile "$M" --calib "$calib" --max-chunks 4 --seq-len 32 --samples $samples -o "$P" -q > /dev/null
 # FFN bytes at fp16: layers x neurons x (up row + down row + bias)
 ffn=$(python3 -c "import sys; sys.path.insert(0, 'bench/gpu'); import opt_synth as o; c = o.SHAPES['$shape']; print(c['layers'] * c['ffn'] * (2 * 2 * c['d'] + 4))")
 emit() { # name args...
@@ -22,6 +26,9 @@ emit() { # name args...
   rm -rf "$out/$name"
   "$S" compile "$M" --compile-to=emit -o "$out/$name" "$@" 2> "$work/$name.log"
   grep -a "placement:" "$work/$name.log" | sed 's/.*remark: //' > "$out/$name/placement.txt" || true
+  # Compiler-made segments (predictors) travel beside the manifest.
+  python3 bench/gpu/opt_synth.py extract-inline --manifest "$out/$name/model.manifest.json" \
+      --weights "$out/$name/model.weights" > /dev/null
   rm -f "$out/$name/model.weights"
   gzip -9f "$out/$name/model.manifest.json"
   echo "$name: $(cut -c1-160 "$out/$name/placement.txt")"
@@ -32,6 +39,11 @@ minimum() { # the budget's always-GPU part for the given flags
 }
 emit dense --target cuda --weights f16
 emit exact --target cuda --weights f16 --profile "$P" --sparsity exact
+if [ -n "${PRED_RANKS:-}" ]; then
+  emit pred --target cuda --weights f16 --profile "$P" --sparsity predicted \
+      --predictor-ranks "$PRED_RANKS"
+  grep -a "remark: no predictor" "$work/pred.log" | head -3 || true
+fi
 min=$(minimum --sparsity exact)
 minoff=$(minimum --sparsity off --placement layers)
 for pct in 25 50 75; do

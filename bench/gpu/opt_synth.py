@@ -312,14 +312,46 @@ def apply_transforms(a, seg):
     return np.ascontiguousarray(a)
 
 
-def write_pack(manifest_path, out, source):
-    """Writes the pack; `source(name)` gives a segment's source array."""
+def load_manifest(manifest_path):
+    import gzip
     if manifest_path.endswith(".gz") or not os.path.exists(manifest_path):
-        import gzip
         path = manifest_path if manifest_path.endswith(".gz") else manifest_path + ".gz"
-        man = json.load(gzip.open(path, "rt"))
-    else:
-        man = json.load(open(manifest_path))
+        return json.load(gzip.open(path, "rt"))
+    return json.load(open(manifest_path))
+
+
+def inline_path(manifest_path):
+    """Where the compiler-made segments of a build travel (next to its manifest)."""
+    return os.path.join(os.path.dirname(manifest_path), "model.inline.bin.gz")
+
+
+def cmd_extract_inline(args):
+    """Saves the compiler-made segments (predictors) of a compiled pack, in
+    segment order, so that write_pack can rebuild the whole pack elsewhere."""
+    import gzip
+    man = load_manifest(args.manifest)
+    segs = [s for s in man["segments"] if s["source"] == "<inline>"]
+    if not segs:
+        print("no compiler-made segments")
+        return 0
+    with open(args.weights, "rb") as f:
+        header = f.read(64)
+        payload_off = struct.unpack("<IIQQQQQQ", header[8:64])[3]
+        with gzip.open(inline_path(args.manifest), "wb", compresslevel=6) as out:
+            for s in segs:
+                f.seek(payload_off + s["offset"])
+                out.write(f.read(s["bytes"]))
+    print(f"wrote {inline_path(args.manifest)}: {len(segs)} segments, "
+          f"{sum(s['bytes'] for s in segs)} bytes")
+    return 0
+
+
+def write_pack(manifest_path, out, source):
+    """Writes the pack; `source(name)` gives a segment's source array, the
+    compiler-made segments come from model.inline.bin.gz (extract-inline)."""
+    import gzip
+    man = load_manifest(manifest_path)
+    inline = None
     segs = man["segments"]
     count = len(segs)
     payload_off = (64 + 16 * count + 63) // 64 * 64
@@ -336,8 +368,18 @@ def write_pack(manifest_path, out, source):
         pos = 0
         for s in segs:
             if s["source"] == "<inline>":
-                raise SystemExit("error: compiler-made segments (predictors) cannot be "
-                                 "rebuilt here")
+                if inline is None:
+                    if not os.path.exists(inline_path(manifest_path)):
+                        raise SystemExit("error: compiler-made segments (predictors) need "
+                                         f"{inline_path(manifest_path)} (extract-inline)")
+                    inline = gzip.open(inline_path(manifest_path), "rb")
+                f.write(b"\0" * (s["offset"] - pos))
+                data = inline.read(s["bytes"])
+                if len(data) != s["bytes"]:
+                    raise SystemExit(f"error: {inline_path(manifest_path)} is short")
+                f.write(data)
+                pos = s["offset"] + s["bytes"]
+                continue
             a = apply_transforms(source(s["source"]), s)
             want = {"float32": np.float32, "float16": np.float16}[s["dtype"]]
             if a.dtype != want or list(a.shape) != s["shape"] or a.nbytes != s["bytes"]:
@@ -594,6 +636,9 @@ def main():
     p.add_argument("--shape", default="1.3b", choices=SHAPES)
     p.add_argument("--onnx", help="take the sources from this ONNX file's initializers")
     p.add_argument("--density", type=float, default=0.1)
+    x = sub.add_parser("extract-inline")
+    x.add_argument("--manifest", required=True)
+    x.add_argument("--weights", required=True, help="the compiler's model.weights")
     b = sub.add_parser("bench")
     b.add_argument("--dir", required=True)
     b.add_argument("--shape", default="1.3b", choices=SHAPES)
@@ -617,6 +662,7 @@ def main():
     t.add_argument("--density", type=float, default=0.1)
     a = ap.parse_args()
     return {"selftest": cmd_selftest, "export": cmd_export, "materialize": cmd_materialize, "pack": cmd_pack,
+            "extract-inline": cmd_extract_inline,
             "bench": cmd_bench}[a.cmd](a) or 0
 
 

@@ -118,6 +118,13 @@ cl::opt<double> targetRecall(
     cl::desc("Predicted mode: share of active neurons each predictor must "
              "find on held-out calibration samples (default 0.999)"),
     cl::init(0.999), cl::sub(compileCmd), cl::cat(category));
+cl::list<int64_t> predictorRanks(
+    "predictor-ranks",
+    cl::desc("Predicted mode: the predictor ranks to train and choose from "
+             "(default d/16, d/8, d/4, d/2; d/16, d/8 for layers wider than "
+             "1024)"),
+    cl::CommaSeparated, cl::value_desc("r,r,..."), cl::sub(compileCmd),
+    cl::cat(category));
 cl::opt<std::string> sparseWeights(
     "sparse-weights",
     cl::desc("Storage of the weights the sparse kernels read: f32 or f16 "
@@ -498,6 +505,15 @@ int runCompile(MLIRContext &context) {
             << "' (expected f32 or f16)\n";
     return 1;
   }
+  for (int64_t r : predictorRanks)
+    if (r <= 0) {
+      error() << "--predictor-ranks must be positive, got " << r << "\n";
+      return 1;
+    }
+  if (!predictorRanks.empty() && sparsityMode != "predicted") {
+    error() << "--predictor-ranks needs --sparsity predicted\n";
+    return 1;
+  }
   if (!(targetRecall > 0.0 && targetRecall <= 1.0)) {
     error() << "--target-recall must be in (0, 1], got " << targetRecall
             << "\n";
@@ -578,6 +594,7 @@ int runCompile(MLIRContext &context) {
       sparsec::InsertPredictorsPassOptions predictors;
       predictors.profile = profileFile;
       predictors.targetRecall = targetRecall;
+      predictors.ranks.assign(predictorRanks.begin(), predictorRanks.end());
       pm.addPass(sparsec::createInsertPredictorsPass(predictors));
     }
     if (sparsityMode != "off") {
