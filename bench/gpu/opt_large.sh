@@ -17,8 +17,10 @@ mkdir -p "$out" "$work"
 python3 bench/gpu/opt_synth.py materialize --graph "$graph" --shape "$shape" --out "$work/m"
 M=$work/m/model.onnx P=$work/model.sprof
 # Predictor samples only for a predicted build (PRED_RANKS=64,128 adds one).
-samples=0; [ -n "${PRED_RANKS:-}" ] && samples=${SAMPLES:-4096}
-"$S" profile "$M" --calib "$calib" --max-chunks 4 --seq-len 32 --samples $samples -o "$P" -q > /dev/null
+# Training needs at least 2 d samples (4096 at d = 2048): 128 chunks of 32.
+samples=0 chunks=4
+[ -n "${PRED_RANKS:-}" ] && samples=${SAMPLES:-4096} chunks=$(( (samples + 31) / 32 ))
+"$S" profile "$M" --calib "$calib" --max-chunks $chunks --seq-len 32 --samples $samples -o "$P" -q > /dev/null
 # FFN bytes at fp16: layers x neurons x (up row + down row + bias)
 ffn=$(python3 -c "import sys; sys.path.insert(0, 'bench/gpu'); import opt_synth as o; c = o.SHAPES['$shape']; print(c['layers'] * c['ffn'] * (2 * 2 * c['d'] + 4))")
 emit() { # name args...
