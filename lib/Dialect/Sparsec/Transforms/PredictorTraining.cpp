@@ -197,6 +197,48 @@ void matmul(const float *a, const float *b, float *c, int64_t m, int64_t k,
     }
   });
 }
+/// The Gram matrix a a^T [rows, rows] of a [rows, n], in double.
+Matrix gram(const float *a, int64_t rows, int64_t n) {
+  Matrix out(size_t(rows * rows), 0.0);
+  parallelRows(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t j = 0; j < rows; ++j) {
+        double acc = 0;
+        const float *ai = a + i * n, *aj = a + j * n;
+        for (int64_t t = 0; t < n; ++t)
+          acc += double(ai[t]) * double(aj[t]);
+        out[size_t(i * rows + j)] = acc;
+      }
+  });
+  return out;
+}
+
+/// out [count, n], row e = (sum over k < rows of c[k, e] a[k, :]) /
+/// sqrt(sigma2[e]) (zero where sigma2[e] <= 0): the basis rows M^T u_e /
+/// sigma_e from eigenvector columns c [rows, cols] and rows a [rows, n].
+void scaledCombinations(const Matrix &c, int64_t cols, const float *a,
+                        int64_t rows, int64_t n,
+                        const std::vector<double> &sigma2, int64_t count,
+                        std::vector<float> &out) {
+  out.assign(size_t(count * n), 0.0f);
+  parallelRows(count, [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(static_cast<size_t>(n));
+    for (int64_t e = begin; e < end; ++e) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t k = 0; k < rows; ++k) {
+        const double ck = c[size_t(k * cols + e)];
+        const float *ak = a + k * n;
+        for (int64_t j = 0; j < n; ++j)
+          acc[size_t(j)] += ck * double(ak[j]);
+      }
+      const double inv =
+          sigma2[size_t(e)] > 0 ? 1.0 / std::sqrt(sigma2[size_t(e)]) : 0.0;
+      for (int64_t j = 0; j < n; ++j)
+        out[size_t(e * n + j)] = float(acc[size_t(j)] * inv);
+    }
+  });
+}
+
 /// Orthonormalises the rows of q [p, d] in place (modified Gram-Schmidt,
 /// twice for stability); a row that vanishes is left zero.
 void orthonormalRows(std::vector<double> &q, int64_t p, int64_t d) {
@@ -263,36 +305,9 @@ void randomizedBasis(const Matrix &l, const float *w, int64_t d, int64_t n,
     orthonormalRows(q, p, d);
   }
   // B = Q^T M M^T Q = G G^T, and its eigenvectors V: M^T (Q V) = G^T V.
-  Matrix b(size_t(p * p), 0.0);
-  parallelRows(p, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      for (int64_t j = 0; j < p; ++j) {
-        double acc = 0;
-        const float *gi = &g[size_t(i * n)], *gj = &g[size_t(j * n)];
-        for (int64_t t = 0; t < n; ++t)
-          acc += double(gi[t]) * double(gj[t]);
-        b[size_t(i * p + j)] = acc;
-      }
-  });
   Matrix v;
-  symmetricEigen(b, p, v, sigma2);
-  w2Rows.assign(size_t(p * n), 0.0f);
-  parallelRows(p, [&](int64_t begin, int64_t end) {
-    std::vector<double> acc(static_cast<size_t>(n));
-    for (int64_t e = begin; e < end; ++e) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t k = 0; k < p; ++k) {
-        const double vk = v[size_t(k * p + e)];
-        const float *gk = &g[size_t(k * n)];
-        for (int64_t j = 0; j < n; ++j)
-          acc[size_t(j)] += vk * double(gk[j]);
-      }
-      const double inv =
-          sigma2[size_t(e)] > 0 ? 1.0 / std::sqrt(sigma2[size_t(e)]) : 0.0;
-      for (int64_t j = 0; j < n; ++j)
-        w2Rows[size_t(e * n + j)] = float(acc[size_t(j)] * inv);
-    }
-  });
+  symmetricEigen(gram(g.data(), p, n), p, v, sigma2);
+  scaledCombinations(v, p, g.data(), p, n, sigma2, p, w2Rows);
 }
 } // namespace
 
@@ -382,39 +397,10 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
           lt[size_t(i * d + j)] = float(l[size_t(j * d + i)]);
       matmul(lt.data(), w, mw.data(), d, d, n);
     }
-    Matrix kmat(size_t(d * d), 0.0);
-    parallelRows(d, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        for (int64_t j = 0; j < d; ++j) {
-          double acc = 0;
-          const float *a = &mw[size_t(i * n)], *b = &mw[size_t(j * n)];
-          for (int64_t t = 0; t < n; ++t)
-            acc += double(a[t]) * double(b[t]);
-          kmat[size_t(i * d + j)] = acc;
-        }
-    });
     Matrix u;
-    symmetricEigen(kmat, d, u, sigma2);
+    symmetricEigen(gram(mw.data(), d, n), d, u, sigma2);
     basis = ranks.empty() ? 0 : ranks.back();
-    w2Rows.assign(size_t(basis * n), 0.0f);
-    parallelRows(basis, [&](int64_t begin, int64_t end) {
-      std::vector<double> acc(static_cast<size_t>(n));
-      for (int64_t e = begin; e < end; ++e) {
-        // Row e: M^T u_e / sigma_e, accumulated row by row of M.
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t i = 0; i < d; ++i) {
-          const double ue = u[size_t(i * d + e)];
-          const float *mi = &mw[size_t(i * n)];
-          for (int64_t j = 0; j < n; ++j)
-            acc[size_t(j)] += double(mi[j]) * ue;
-        }
-        const double inv = sigma2[size_t(e)] > 0
-                               ? 1.0 / std::sqrt(sigma2[size_t(e)])
-                               : 0.0;
-        for (int64_t j = 0; j < n; ++j)
-          w2Rows[size_t(e * n + j)] = float(acc[size_t(j)] * inv);
-      }
-    });
+    scaledCombinations(u, d, mw.data(), d, n, sigma2, basis, w2Rows);
   } else if (!ranks.empty()) {
     randomizedBasis(l, w, d, n, ranks.back(), w2Rows, sigma2, basis);
   }
