@@ -1193,6 +1193,10 @@ TEST_P(OpsTest, Attention) {
   expectFail(attention(ctx, q, q, q, &badMask.t, nullptr, nullptr, 1.0f, false,
                        12, out, 0, nullptr, 0, nullptr),
              "attention");
+  Owned intMask = randomTensor(DType::i64, {1, 1, 3, 3}, 1, 0, 1);
+  expectFail(attention(ctx, q, q, q, &intMask.t, nullptr, nullptr, 1.0f, false,
+                       12, out, 0, nullptr, 0, nullptr),
+             "attention: mask must be float32 (additive) or bool, got");
 }
 
 TEST_P(OpsTest, Embedding) {

@@ -328,7 +328,7 @@ inline void contiguousStrides(int rank, const int64_t *shape,
 }
 
 /// The dims of scaled dot-product attention's operands (see ops::attention),
-/// checked, and the mask's strides over [B, Hq, Sq, T] (0 on broadcast
+/// checked (with the mask's dtype: float32 or bool), and the mask's strides over [B, Hq, Sq, T] (0 on broadcast
 /// dims). Shared by the x86 and CUDA kernels.
 struct AttentionDims {
   int64_t B = 0, Hq = 0, Sq = 0, D = 0, Hk = 0, Sk = 0, Dv = 0, P = 0, T = 0;
@@ -338,6 +338,9 @@ inline bool attentionDims(Context &ctx, const Tensor &q, const Tensor &k,
                           const Tensor &v, const Tensor *mask,
                           const Tensor *pastK, const Tensor *pastV,
                           AttentionDims &a) {
+  if (mask && mask->dtype != DType::f32 && mask->dtype != DType::b1)
+    return ctx.fail("attention: mask must be float32 (additive) or bool, got " +
+                    mask->describe());
   if (q.rank != 4 || k.rank != 4 || v.rank != 4)
     return ctx.fail("attention: q, k and v must be [B, H, S, D], got " +
                     q.describe() + ", " + k.describe() + ", " + v.describe());

@@ -319,10 +319,6 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
       (pastV && pastV->dtype != DType::f32))
     return ctx.fail("attention: only float32 is supported (q " + q.describe() +
                     ", k " + k.describe() + ", v " + v.describe() + ")");
-  if (mask && mask->dtype != DType::f32 && mask->dtype != DType::b1)
-    return ctx.fail("attention: mask must be float32 (additive) or bool, "
-                    "got " +
-                    mask->describe());
   AttentionDims dims;
   if (!attentionDims(ctx, q, k, v, mask, pastK, pastV, dims))
     return false;

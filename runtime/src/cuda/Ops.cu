@@ -984,9 +984,6 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
       (pastV && !requireF32(ctx, op, "past_v", *pastV)) ||
       (mask && !checkTensor(ctx, op, "mask", *mask)))
     return false;
-  if (mask && mask->dtype != DType::f32 && mask->dtype != DType::b1)
-    return ctx.fail("attention: mask must be float32 (additive) or bool, got " +
-                    mask->describe());
   AttentionDims dims;
   if (!attentionDims(ctx, q, k, v, mask, pastK, pastV, dims))
     return false;
