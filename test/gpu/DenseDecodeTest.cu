@@ -15,6 +15,8 @@
 
 #include "sparsec/rt/cuda/DenseDecode.h"
 
+#include "CudaTest.h"
+
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -26,43 +28,16 @@
 
 using namespace sparsec::rt;
 using namespace sparsec::rt::cuda;
+using namespace sparsec::test;
 
 namespace {
 int failures = 0, passes = 0;
-
-#define CHECK_CUDA(x)                                                          \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, \
-                  __LINE__);                                                   \
-      std::exit(2);                                                            \
-    }                                                                          \
-  } while (0)
-
-template <typename T> T *upload(const std::vector<T> &v, size_t pad = 0) {
-  T *p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(1, (v.size() + pad) * sizeof(T))));
-  CHECK_CUDA(cudaMemcpy(p + pad, v.data(), v.size() * sizeof(T),
-                        cudaMemcpyHostToDevice));
-  return p;
-}
-template <typename T> std::vector<T> download(const T *p, size_t n) {
-  std::vector<T> v(n);
-  CHECK_CUDA(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
 
 void report(bool ok, const char *line, double err) {
   std::printf("%s %s max err %.2e\n", ok ? "PASS" : "FAIL", line, err);
   (ok ? passes : failures)++;
 }
 
-template <typename W> W fromFloat(float f);
-template <> float fromFloat<float>(float f) { return f; }
-template <> __half fromFloat<__half>(float f) { return __float2half(f); }
-float toF(float f) { return f; }
-float toF(__half h) { return __half2float(h); }
 
 /// `offset` elements in front of x and w make them (and, with odd K, their
 /// rows) miss 16-byte alignment: the element-load kernel.
@@ -95,7 +70,7 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
     for (int n = 0; n < N; ++n) {
       double s = bias[size_t(n)];
       for (int k = 0; k < K; ++k)
-        s += double(x[size_t(m) * K + k]) * toF(w[size_t(n) * K + k]);
+        s += double(x[size_t(m) * K + k]) * toFloat(w[size_t(n) * K + k]);
       if (relu)
         s = std::max(s, 0.0);
       if (withResidual)

@@ -15,6 +15,8 @@
 
 #include "sparsec/rt/cuda/SparseDecode.h"
 
+#include "CudaTest.h"
+
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -24,31 +26,10 @@
 #include <vector>
 
 using namespace sparsec::rt::cuda;
+using namespace sparsec::test;
 
 namespace {
 int failures = 0, passes = 0;
-
-#define CHECK_CUDA(x)                                                          \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, \
-                  __LINE__);                                                   \
-      std::exit(2);                                                            \
-    }                                                                          \
-  } while (0)
-
-template <typename T> T *upload(const std::vector<T> &v) {
-  T *p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(1, v.size() * sizeof(T))));
-  CHECK_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-template <typename T> std::vector<T> download(const T *p, size_t n) {
-  std::vector<T> v(n);
-  CHECK_CUDA(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
 
 void report(bool ok, const char *what, int f, int d, int tokens,
             double sparsity, const char *wtype, double err) {
@@ -57,11 +38,6 @@ void report(bool ok, const char *what, int f, int d, int tokens,
   (ok ? passes : failures)++;
 }
 
-template <typename W> W fromFloat(float f);
-template <> __half fromFloat<__half>(float f) { return __float2half(f); }
-template <> float fromFloat<float>(float f) { return f; }
-float toFloat(__half h) { return __half2float(h); }
-float toFloat(float f) { return f; }
 
 template <typename W>
 void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
