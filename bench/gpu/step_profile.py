@@ -84,9 +84,10 @@ def main():
     ks = parse(r.stdout)
     first = ks[0]["name"]
     starts = [i for i, k in enumerate(ks) if k["name"] == first]
-    steps = args.new  # the prefill and new - 1 decode steps
-    print(f"{len(ks)} kernels; '{first}' launched {len(starts)} times "
-          f"(expected once per step: {steps})")
+    # generate may launch more steps than --new (on the H200: 8 for 3), so
+    # the count is reported, not checked.
+    print(f"{len(ks)} kernels; '{first}', the first kernel of a step, launched "
+          f"{len(starts)} times; the last step is shown")
     if len(starts) < 2:
         return 1
     last = ks[starts[-1]:]
