@@ -285,11 +285,24 @@ private:
   DenseSet<Value> onDevice;
   /// Residual adds folded into the producing device linear (emitted there).
   DenseSet<Operation *> fusedAdds;
+  /// Whether `v`'s memory may be slot `s`: its own slot, or, through
+  /// reshapes and transposes (views at run time), a source's.
+  bool mayUseSlot(Value v, int64_t s) {
+    while (auto res = dyn_cast<OpResult>(v)) {
+      Operation *def = res.getOwner();
+      if (slot(def, res.getResultNumber()) == s)
+        return true;
+      if (!isa<ReshapeOp, UnsqueezeOp, SqueezeOp, FlattenOp, TransposeOp>(def))
+        return false;
+      v = def->getOperand(0);
+    }
+    return false;
+  }
   /// The add that can take `l`'s output as a residual epilogue: `l` is a
   /// device linear over a neuron-major weight with no activation, its only
   /// user is `add(l, r)` of the same type, `r` is a device value computed
-  /// before `l`, and the add's slot is not the one `l` reads its input
-  /// from (the GEMV writes the sum while other blocks still read the input;
+  /// before `l`, and the add's slot is not memory `l` reads its input from
+  /// (the GEMV writes the sum while other blocks still read the input;
   /// sharing r's slot is fine, each element is read before it is written).
   AddOp residualAdd(LinearOp l) {
     if (!cuda() || !l.getTransposeWeight() ||
@@ -309,11 +322,8 @@ private:
       if (def->getBlock() != l->getBlock() || !def->isBeforeInBlock(l))
         return nullptr;
     int64_t out = slot(add);
-    if (out < 0)
+    if (out < 0 || mayUseSlot(l.getInput(), out))
       return nullptr;
-    if (auto res = dyn_cast<OpResult>(l.getInput()))
-      if (slot(res.getOwner(), res.getResultNumber()) == out)
-        return nullptr;
     return add;
   }
   DenseMap<Value, std::string> uploaded, indexOf;
