@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the CUDA kernels, their device test and the decode-kernel benchmark
-# with nvcc (sm_90) in build-gpu/, then runs the test, the benchmark and the
-# PyTorch peers. For a machine with an NVIDIA GPU (Hopper):
+# Builds the CUDA kernels, their device tests and the decode-kernel and PIT
+# benchmarks with nvcc (sm_90) in build-gpu/, then runs the tests, the
+# benchmarks and the PyTorch peers. For a machine with an NVIDIA GPU (Hopper):
 #   scripts/gpu-bench.sh [OUTDIR]
 # Logs go to OUTDIR (default build-gpu/).
 set -euo pipefail
@@ -12,6 +12,11 @@ NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 flags=(-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90
        -gencode=arch=compute_90,code=compute_90 -Iruntime/include)
 "$NVCC" "${flags[@]}" -c runtime/src/cuda/SparseDecode.cu -o build-gpu/SparseDecode.o
+"$NVCC" "${flags[@]}" -c runtime/src/cuda/Pit.cu -o build-gpu/Pit.o
+"$NVCC" "${flags[@]}" test/gpu/PitTest.cu build-gpu/Pit.o build-gpu/SparseDecode.o \
+    -o build-gpu/sparsec-cuda-pit-test
+"$NVCC" "${flags[@]}" bench/gpu/bench_pit.cu build-gpu/Pit.o build-gpu/SparseDecode.o \
+    -lcublas -lcusparse -o build-gpu/sparsec-bench-pit
 "$NVCC" "${flags[@]}" test/gpu/SparseDecodeTest.cu build-gpu/SparseDecode.o \
     -o build-gpu/sparsec-cuda-sparse-test
 "$NVCC" "${flags[@]}" bench/gpu/bench_decode_kernels.cu build-gpu/SparseDecode.o \
@@ -21,6 +26,8 @@ status=0
 build-gpu/sparsec-cuda-sparse-test | tee "$out/test.log" || status=1
 build-gpu/sparsec-bench-decode-kernels | tee "$out/bench.log" || status=1
 build-gpu/sparsec-bench-decode-kernels --tokens 4 | tee "$out/bench_t4.log" || status=1
+build-gpu/sparsec-cuda-pit-test | tee "$out/pit-test.log" || status=1
+build-gpu/sparsec-bench-pit | tee "$out/bench_pit.log" || status=1
 if [ -z "${SKIP_TORCH:-}" ]; then
   python3 bench/gpu/bench_decode_torch.py | tee "$out/torch.log" || status=1
 fi

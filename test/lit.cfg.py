@@ -30,7 +30,8 @@ llvm_config.with_environment("PATH", config.sparsec_tools_dir, append_path=True)
 tool_dirs = [config.sparsec_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["sparsec", "sparsec-opt", "sparsec-translate",
                                     "sparsec-unittests", "sparsec-cuda-sparse-test",
-                                    "sparsec-cuda-dense-test"],
+                                    "sparsec-cuda-dense-test",
+                                    "sparsec-cuda-pit-test"],
                                    tool_dirs)
 
 # Tests that read ../shared/models need it present.

@@ -1,0 +1,327 @@
+//===- bench_pit.cu - PIT micro-tiled matmul vs cuBLAS and cuSPARSE ------===//
+//
+// Part of the sparsec project.
+//
+// y [M, N] = x [M, K] . W [K, N], fp16 in and out, fp32 accumulation, where
+// x has micro-tile sparsity: blocks of `tile` tokens x 1 column are either
+// all zero or dense, a `sparsity` fraction of them zero, placed at random.
+// Peers measured in the same run:
+//   cuBLAS dense     cublasGemmEx (fp16, fp32 compute), the dense build
+//   cuSPARSE CSR     x as CSR (its non-zeros) times W, cusparseSpMM
+//   cuSPARSE BSR     x as BSR with tile x 1 blocks (or, when cuSPARSE
+//                    rejects those, tile x tile blocks covering the
+//                    non-zeros), cusparseSpMM
+// and sparsec's PIT kernels (runtime/src/cuda/Pit.cu):
+//   sread            index construction + gather (the default, unsorted)
+//   matmul 128/256   the micro-tiled tensor-core product given the index,
+//                    128 or 256 output columns per block
+//   total            sread + the faster matmul, what a model pays per call
+// Times are medians over replays of a CUDA graph of repeated calls (the
+// operands stay in L2 as far as they fit, for every peer alike). Results
+// are checked against cuBLAS; exit 1 when one is off.
+//
+//   sparsec-bench-pit [--m 4096] [--k 4096] [--n 4096] [--tile 32]
+//                     [--sparsity 0,50,90,95,99]
+//
+//===----------------------------------------------------------------------===//
+
+#include "GpuBench.h"
+#include "sparsec/rt/cuda/Pit.h"
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cusparse.h>
+
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+
+using namespace sparsec::rt;
+using namespace sparsec::rt::cuda;
+using namespace sparsec::bench;
+
+namespace {
+
+std::string cell(double us) {
+  if (us < 0)
+    return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", us);
+  return buf;
+}
+std::string ratio(double a, double b) {
+  if (a < 0 || b < 0)
+    return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2fx", a / b);
+  return buf;
+}
+
+std::vector<float> toFloats(const std::vector<__half> &h) {
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i)
+    f[i] = __half2float(h[i]);
+  return f;
+}
+
+/// cusparseSpMM over an already created sparse descriptor; -1 when
+/// cuSPARSE rejects the combination.
+double timeSpMM(cusparseHandle_t sp, cusparseSpMatDescr_t a, __half *w,
+                __half *y, int64_t K, int64_t N, int64_t M,
+                cusparseSpMMAlg_t alg, std::vector<float> &out) {
+  cusparseDnMatDescr_t bm, cm;
+  float one = 1.0f, zero = 0.0f;
+  if (cusparseCreateDnMat(&bm, K, N, N, w, CUDA_R_16F, CUSPARSE_ORDER_ROW) !=
+          CUSPARSE_STATUS_SUCCESS ||
+      cusparseCreateDnMat(&cm, M, N, N, y, CUDA_R_16F, CUSPARSE_ORDER_ROW) !=
+          CUSPARSE_STATUS_SUCCESS)
+    return -1;
+  size_t bytes = 0;
+  double us = -1;
+  const auto op = CUSPARSE_OPERATION_NON_TRANSPOSE;
+  if (cusparseSpMM_bufferSize(sp, op, op, &one, a, bm, &zero, cm, CUDA_R_32F,
+                              alg, &bytes) == CUSPARSE_STATUS_SUCCESS) {
+    void *buffer = alloc<char>(bytes);
+    cusparseSpMM_preprocess(sp, op, op, &one, a, bm, &zero, cm, CUDA_R_32F, alg,
+                            buffer);
+    auto call = [&] {
+      return cusparseSpMM(sp, op, op, &one, a, bm, &zero, cm, CUDA_R_32F, alg,
+                          buffer) == CUSPARSE_STATUS_SUCCESS;
+    };
+    if (call()) {
+      // Slow calls (milliseconds) are timed once after the warm-up call;
+      // fast ones like every other peer.
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      cudaEventRecord(e0, stream);
+      call();
+      cudaEventRecord(e1, stream);
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      us = ms * 1000.0;
+      if (us < 1000) {
+        bool g;
+        us = timeUs([&] { call(); }, g, 10);
+      }
+      out = toFloats(download(y, size_t(M * N)));
+    }
+    cudaFree(buffer);
+  }
+  cudaGetLastError();
+  cusparseDestroyDnMat(bm);
+  cusparseDestroyDnMat(cm);
+  return us;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  int64_t M = 4096, K = 4096, N = 4096;
+  int tile = 32;
+  std::vector<double> sparsities = {0, 50, 90, 95, 99};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--m")) M = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--k")) K = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--n")) N = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--tile")) tile = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--sparsity")) {
+      sparsities.clear();
+      std::stringstream ss(argv[i + 1]);
+      for (std::string t; std::getline(ss, t, ',');)
+        sparsities.push_back(std::atof(t.c_str()));
+    } else {
+      std::fprintf(stderr, "error: unknown argument '%s'\n", argv[i]);
+      return 1;
+    }
+  }
+  if (M < 1 || K < 1 || N < 1 || !pitTileSupported(tile) || N % 8) {
+    std::fprintf(stderr, "error: need positive sizes, N a multiple of 8 and "
+                         "--tile 8, 16 or 32\n");
+    return 1;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t blas;
+  cublasCreate(&blas);
+  cublasSetStream(blas, stream);
+  cusparseHandle_t sp;
+  cusparseCreate(&sp);
+  cusparseSetStream(sp, stream);
+
+  std::mt19937 rng(0);
+  std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
+  std::vector<__half> w(size_t(K * N));
+  for (auto &v : w)
+    v = __float2half(val(rng) * 0.05f);
+  __half *dW = upload(w);
+  __half *dY = alloc<__half>(size_t(M * N)), *dYRef = alloc<__half>(size_t(M * N));
+  const int64_t blocks = pitBlocks(M, tile);
+  PitWorkspace ws;
+  ws.idx = alloc<int32_t>(pitIdxBytes(M, K, tile) / 4);
+  ws.count = alloc<int32_t>(size_t(blocks));
+  ws.xg = alloc<__half>(pitGatherBytes(M, K, tile) / 2);
+
+  std::printf("GPU: %s, %d SMs, %.0f MB L2\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize / 1e6);
+  std::printf("y = x . W, M=%lld K=%lld N=%lld, fp16 in/out, fp32 accumulation; "
+              "x sparse in %d x 1 micro-tiles; microseconds per call\n\n",
+              (long long)M, (long long)K, (long long)N, tile);
+  std::printf("| sparsity | cuBLAS dense | cuSPARSE CSR | cuSPARSE BSR | PIT sread | "
+              "PIT matmul 128 | PIT matmul 256 | PIT total | vs cuBLAS | vs best cuSPARSE "
+              "| PIT TFLOP/s | err |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  bool ok = true;
+  std::string bsrNote;
+  bool squareOnly = false; // cuSPARSE rejected tile x 1 blocks once
+  for (double sparsity : sparsities) {
+    std::vector<uint8_t> active(size_t(blocks * K));
+    for (auto &a : active)
+      a = coin(rng) >= sparsity / 100.0;
+    std::vector<__half> x(size_t(M * K), __float2half(0.0f));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k)
+        if (active[size_t((m / tile) * K + k)])
+          x[size_t(m * K + k)] = __float2half(std::fabs(val(rng)) + 0.01f);
+    __half *dX = upload(x);
+    float one = 1.0f, zero = 0.0f;
+
+    // cuBLAS: column-major y^T [N, M] = W^T [N, K] . x^T [K, M].
+    bool g;
+    auto dense = [&] {
+      cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &one,
+                   dW, CUDA_R_16F, int(N), dX, CUDA_R_16F, int(K), &zero, dYRef,
+                   CUDA_R_16F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+    double denseUs = timeUs(dense, g, 10);
+    dense();
+    std::vector<float> ref = toFloats(download(dYRef, size_t(M * N)));
+
+    // cuSPARSE CSR.
+    std::vector<int32_t> rowPtr(size_t(M + 1), 0), cols;
+    std::vector<__half> vals;
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t k = 0; k < K; ++k)
+        if (__half2float(x[size_t(m * K + k)]) != 0.0f) {
+          cols.push_back(int32_t(k));
+          vals.push_back(x[size_t(m * K + k)]);
+        }
+      rowPtr[size_t(m + 1)] = int32_t(cols.size());
+    }
+    int32_t *dRowPtr = upload(rowPtr), *dCols = upload(cols);
+    __half *dVals = upload(vals);
+    double csrUs = -1;
+    std::vector<float> csrOut;
+    {
+      cusparseSpMatDescr_t a;
+      if (cusparseCreateCsr(&a, M, K, int64_t(cols.size()), dRowPtr, dCols, dVals,
+                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
+                            CUSPARSE_INDEX_BASE_ZERO,
+                            CUDA_R_16F) == CUSPARSE_STATUS_SUCCESS) {
+        for (auto alg : {CUSPARSE_SPMM_CSR_ALG2, CUSPARSE_SPMM_CSR_ALG1,
+                         CUSPARSE_SPMM_CSR_ALG3}) {
+          std::vector<float> out;
+          double us = timeSpMM(sp, a, dW, dY, K, N, M, alg, out);
+          if (us >= 0 && (csrUs < 0 || us < csrUs)) {
+            csrUs = us;
+            csrOut = out;
+          }
+        }
+        cusparseDestroySpMat(a);
+      }
+    }
+    cudaFree(dRowPtr);
+    cudaFree(dCols);
+    cudaFree(dVals);
+
+    // cuSPARSE BSR: tile x 1 blocks first, tile x tile if rejected.
+    double bsrUs = -1;
+    std::vector<float> bsrOut;
+    for (int64_t cb : {int64_t(1), int64_t(tile)}) {
+      if (K % cb || M % tile || (cb == 1 && squareOnly))
+        continue;
+      const int64_t brows = M / tile, bcols = K / cb;
+      std::vector<int32_t> bRowPtr(size_t(brows + 1), 0), bCols;
+      std::vector<__half> bVals;
+      for (int64_t br = 0; br < brows; ++br) {
+        for (int64_t bc = 0; bc < bcols; ++bc) {
+          bool any = false;
+          for (int64_t r = 0; r < tile && !any; ++r)
+            for (int64_t c = 0; c < cb && !any; ++c)
+              any = __half2float(x[size_t((br * tile + r) * K + bc * cb + c)]) != 0.0f;
+          if (!any)
+            continue;
+          bCols.push_back(int32_t(bc));
+          for (int64_t r = 0; r < tile; ++r) // row-major blocks
+            for (int64_t c = 0; c < cb; ++c)
+              bVals.push_back(x[size_t((br * tile + r) * K + bc * cb + c)]);
+        }
+        bRowPtr[size_t(br + 1)] = int32_t(bCols.size());
+      }
+      int32_t *dBR = upload(bRowPtr), *dBC = upload(bCols);
+      __half *dBV = upload(bVals);
+      cusparseSpMatDescr_t a;
+      if (cusparseCreateBsr(&a, brows, bcols, int64_t(bCols.size()), tile, cb, dBR,
+                            dBC, dBV, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
+                            CUSPARSE_INDEX_BASE_ZERO, CUDA_R_16F,
+                            CUSPARSE_ORDER_ROW) == CUSPARSE_STATUS_SUCCESS) {
+        bsrUs = timeSpMM(sp, a, dW, dY, K, N, M, CUSPARSE_SPMM_BSR_ALG1, bsrOut);
+        cusparseDestroySpMat(a);
+      } else if (cb == 1) {
+        squareOnly = true;
+      }
+      cudaGetLastError();
+      cudaFree(dBR);
+      cudaFree(dBC);
+      cudaFree(dBV);
+      if (bsrUs >= 0) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%d x %lld", tile, (long long)cb);
+        bsrNote = buf;
+        break;
+      }
+    }
+
+    // sparsec PIT (the default unsorted SRead; both block widths).
+    double sreadUs = timeUs([&] { pitSRead(dX, M, K, tile, false, ws, stream); }, g, 20);
+    CHECK_CUDA(pitSRead(dX, M, K, tile, false, ws, stream));
+    double matmulUs[2];
+    const int widths[2] = {128, 256};
+    for (int i = 0; i < 2; ++i)
+      matmulUs[i] = timeUs([&] {
+        pitMatmul(ws, M, K, dW, N, tile, nullptr, ops::Activation::none, nullptr,
+                  dY, stream, widths[i]);
+      }, g, 20);
+    const int best = matmulUs[1] < matmulUs[0] ? 1 : 0;
+    double totalUs = timeUs([&] {
+      pitSRead(dX, M, K, tile, false, ws, stream);
+      pitMatmul(ws, M, K, dW, N, tile, nullptr, ops::Activation::none, nullptr, dY,
+                stream, widths[best]);
+    }, g, 20);
+    CHECK_CUDA(cudaGetLastError());
+    std::vector<float> pitOut = toFloats(download(dY, size_t(M * N)));
+    double err = relErr(pitOut, ref);
+    double errCsr = csrOut.empty() ? 0 : relErr(csrOut, ref);
+    double errBsr = bsrOut.empty() ? 0 : relErr(bsrOut, ref);
+    ok &= err < 5e-3 && errCsr < 5e-3 && errBsr < 5e-3;
+    double bestSparse = csrUs < 0 ? bsrUs : (bsrUs < 0 ? csrUs : std::min(csrUs, bsrUs));
+    double usefulFlops = 2.0 * double(M) * N * K * (1.0 - sparsity / 100.0);
+    std::printf("| %.0f %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %.1e |\n",
+                sparsity, cell(denseUs).c_str(), cell(csrUs).c_str(),
+                cell(bsrUs).c_str(), cell(sreadUs).c_str(), cell(matmulUs[0]).c_str(),
+                cell(matmulUs[1]).c_str(),
+                cell(totalUs).c_str(), ratio(denseUs, totalUs).c_str(),
+                ratio(bestSparse, totalUs).c_str(), usefulFlops / (totalUs * 1e6),
+                std::max(err, std::max(errCsr, errBsr)));
+    std::fflush(stdout);
+    cudaFree(dX);
+  }
+  std::printf("\nBSR blocks: %s. Ratios are peer time / PIT total (> 1: PIT "
+              "faster).\n", bsrNote.empty() ? "rejected by cuSPARSE" : bsrNote.c_str());
+  return ok ? 0 : 1;
+}

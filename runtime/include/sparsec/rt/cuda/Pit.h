@@ -1,0 +1,105 @@
+//===- Pit.h - PIT micro-tiled sparse matmul kernels ------------*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+// y = act(x . W + bias) (+ residual) for many tokens (prefill, batches)
+// when x [M, K] is activation-sparse, in PIT's permutation-invariant form:
+// the rows of x are cut into blocks of `tile` tokens and, per block, the
+// micro-tiles (tile tokens x 1 neuron) that hold a non-zero are found and
+// gathered into a dense operand; the product is then dense tensor-core
+// work over the gathered reduction axis only. Two kernels:
+//
+//   pitSRead   flags every column with a non-zero in a token block's rows,
+//              compacts the flagged columns into idx and gathers their
+//              values as fp16 into xg [block][j][tile] (k-major, so the
+//              compute kernel stages them with 16-byte copies). Default:
+//              a wide grid (token block x 256 columns) whose warps append
+//              with one atomic each (any order, the same set); `sorted`
+//              (deterministic, for tests): one block of threads per token
+//              block scanning the columns in order.
+//   pitMatmul  one block per (token block, 128 or 256 output columns): a
+//              4-stage cp.async pipeline stages 32 gathered rows of W
+//              (whole row segments of the k-major W [K, N]) and the
+//              matching xg rows in shared memory, zero-filling past the
+//              set; mma.sync m16n8k16 (fp16 in, fp32 accumulation) through
+//              ldmatrix; the epilogue goes through shared memory so every
+//              store is a coalesced 16-byte write.
+//
+// Because the micro-tile spans the reduction axis, the output tile is
+// dense: SWrite is the direct (coalesced) store of each block's rows.
+// Nothing is synchronised with the host (counts stay on the device), so a
+// step with PIT matmuls can be captured into a CUDA graph.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_RT_CUDA_PIT_H
+#define SPARSEC_RT_CUDA_PIT_H
+
+#include "sparsec/rt/Ops.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace sparsec::rt::cuda {
+
+/// Gathered columns are processed in chunks of this.
+constexpr int kPitChunk = 32;
+
+/// Micro-tile heights (tokens x 1 neuron) the kernels are built for.
+inline bool pitTileSupported(int tile) {
+  return tile == 8 || tile == 16 || tile == 32;
+}
+/// Token blocks of M rows.
+inline int64_t pitBlocks(int64_t M, int tile) { return (M + tile - 1) / tile; }
+/// Per-block capacity of idx / xg: K rounded up to kPitChunk.
+inline int64_t pitCapacity(int64_t K) {
+  return (K + kPitChunk - 1) / kPitChunk * kPitChunk;
+}
+/// Device buffers one PIT matmul needs: idx [blocks, capacity] int32,
+/// count [blocks] int32, xg [blocks, capacity, tile] fp16.
+struct PitWorkspace {
+  int32_t *idx = nullptr;
+  int32_t *count = nullptr;
+  __half *xg = nullptr;
+};
+size_t pitIdxBytes(int64_t M, int64_t K, int tile);
+size_t pitCountBytes(int64_t M, int tile);
+size_t pitGatherBytes(int64_t M, int64_t K, int tile);
+
+/// Whether pitMatmul handles this problem: a supported tile, N a multiple
+/// of 8 (16-byte rows), and W 16-byte aligned.
+bool pitSupported(int64_t M, int64_t K, int64_t N, int tile, const void *w);
+
+/// SRead: builds ws.idx / ws.count / ws.xg from x [M, K] (X: float or
+/// __half). Rows past M count as zero.
+template <typename X>
+cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
+                     const PitWorkspace &ws, cudaStream_t stream);
+
+/// y [M, N] = act(xg . W[idx] + bias) + residual, W [K, N] fp16, bias [N]
+/// fp32 or null, residual [M, N] fp32 or null (may alias y only when Y is
+/// float). Y: float or __half. `columns` (128 or 256) is the output columns
+/// per block; 0 picks pitDefaultColumns.
+template <typename Y>
+cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
+                      const __half *w, int64_t N, int tile, const float *bias,
+                      ops::Activation act, const float *residual, Y *y,
+                      cudaStream_t stream, int columns = 0);
+/// 256 when the grid of 256-column blocks still fills the GPU twice, else 128.
+int pitDefaultColumns(int64_t M, int64_t N, int tile);
+
+/// Measures, on the current GPU, what the compiler's PIT cost model needs
+/// (`sparsec tune --target cuda` runs this): for an m x k x n problem with
+/// fp32 activations, the dense path (fp16 conversion + cuBLAS) and, per
+/// tile and micro-tile density, pitSRead and pitMatmul; writes the latency
+/// table (JSON, format in lib/Dialect/Sparsec/Transforms/PitTile.cpp) to
+/// `path`. Progress goes to stderr. False with `error` set on failure.
+bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
+             std::string &error);
+
+} // namespace sparsec::rt::cuda
+
+#endif // SPARSEC_RT_CUDA_PIT_H

@@ -1,0 +1,491 @@
+//===- Pit.cu - PIT micro-tiled sparse matmul kernels --------------------===//
+//
+// Part of the sparsec project.
+//
+// See sparsec/rt/cuda/Pit.h for the contract. Tensor-core code uses the
+// sm_80+ warp-level instructions (ldmatrix, mma.sync m16n8k16, cp.async),
+// which run on the H200 next to cuBLAS's wgmma kernels.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/rt/cuda/Pit.h"
+
+#include "DeviceMath.cuh"
+#include "sparsec/rt/cuda/SparseDecode.h"
+
+#include <cuda_fp16.h>
+
+namespace sparsec::rt::cuda {
+namespace {
+
+constexpr int kSReadThreads = 512;
+constexpr int kBK = kPitChunk; // gathered rows per pipeline stage
+constexpr int kStages = 4;
+constexpr int kThreads = 128;  // 4 warps
+
+//===----------------------------------------------------------------------===//
+// SRead: index construction and gather
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ float loadF(const float *p) { return *p; }
+__device__ __forceinline__ float loadF(const __half *p) {
+  return __half2float(*p);
+}
+
+template <typename X, int T>
+__global__ void __launch_bounds__(kSReadThreads)
+    pitSReadSortedKernel(const X *__restrict__ x, int M, int K, int cap,
+                   int32_t *__restrict__ idx, int32_t *__restrict__ count,
+                   __half *__restrict__ xg) {
+  __shared__ int warpCounts[kSReadThreads / 32];
+  __shared__ int base;
+  const int b = blockIdx.x, row0 = b * T;
+  const int rows = min(T, M - row0);
+  int32_t *bidx = idx + size_t(b) * cap;
+  __half *bxg = xg + size_t(b) * cap * T;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0)
+    base = 0;
+  __syncthreads();
+  for (int k0 = 0; k0 < K; k0 += kSReadThreads) {
+    const int k = k0 + threadIdx.x;
+    unsigned v[T / 2]; // fp16 pairs: tokens 2i, 2i + 1
+    bool any = false;
+#pragma unroll
+    for (int t = 0; t < T; t += 2) {
+      float f0 = (k < K && t < rows) ? loadF(x + size_t(row0 + t) * K + k) : 0.0f;
+      float f1 =
+          (k < K && t + 1 < rows) ? loadF(x + size_t(row0 + t + 1) * K + k) : 0.0f;
+      __half2 h = __floats2half2_rn(f0, f1);
+      v[t / 2] = *reinterpret_cast<unsigned *>(&h);
+      any |= (f0 != 0.0f) | (f1 != 0.0f);
+    }
+    const unsigned ballot = __ballot_sync(0xffffffffu, any);
+    const int rank = __popc(ballot & ((1u << lane) - 1u));
+    if (lane == 0)
+      warpCounts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < kSReadThreads / 32; ++w) {
+      int c = warpCounts[w];
+      before += w < warp ? c : 0;
+      total += c;
+    }
+    const int pos = base + before + rank;
+    __syncthreads();
+    if (threadIdx.x == 0)
+      base += total;
+    __syncthreads();
+    if (any) {
+      bidx[pos] = k;
+      uint4 *dst = reinterpret_cast<uint4 *>(bxg + size_t(pos) * T);
+#pragma unroll
+      for (int q = 0; q < T / 8; ++q)
+        dst[q] = make_uint4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    }
+  }
+  if (threadIdx.x == 0)
+    count[b] = base;
+}
+
+/// The unsorted SRead: a wide grid (token block, 256 columns) whose warps
+/// append to the block's set with one atomic each; count must be zero.
+template <typename X, int T>
+__global__ void __launch_bounds__(256)
+    pitSReadWideKernel(const X *__restrict__ x, int M, int K, int cap,
+                       int32_t *__restrict__ idx, int32_t *__restrict__ count,
+                       __half *__restrict__ xg) {
+  const int b = blockIdx.y, row0 = b * T;
+  const int rows = min(T, M - row0);
+  const int k = blockIdx.x * 256 + threadIdx.x;
+  const int lane = threadIdx.x & 31;
+  unsigned v[T / 2];
+  bool any = false;
+#pragma unroll
+  for (int t = 0; t < T; t += 2) {
+    float f0 = (k < K && t < rows) ? loadF(x + size_t(row0 + t) * K + k) : 0.0f;
+    float f1 =
+        (k < K && t + 1 < rows) ? loadF(x + size_t(row0 + t + 1) * K + k) : 0.0f;
+    __half2 h = __floats2half2_rn(f0, f1);
+    v[t / 2] = *reinterpret_cast<unsigned *>(&h);
+    any |= (f0 != 0.0f) | (f1 != 0.0f);
+  }
+  const unsigned ballot = __ballot_sync(0xffffffffu, any);
+  int first = 0;
+  if (lane == 0 && ballot)
+    first = atomicAdd(count + b, __popc(ballot));
+  first = __shfl_sync(0xffffffffu, first, 0);
+  if (!any)
+    return;
+  const int pos = first + __popc(ballot & ((1u << lane) - 1u));
+  idx[size_t(b) * cap + pos] = k;
+  uint4 *dst = reinterpret_cast<uint4 *>(xg + (size_t(b) * cap + pos) * T);
+#pragma unroll
+  for (int q = 0; q < T / 8; ++q)
+    dst[q] = make_uint4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor-core primitives (sm_80+)
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ unsigned smemAddr(const void *p) {
+  return unsigned(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cpAsync16(void *dst, const void *src,
+                                          int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   smemAddr(dst)),
+               "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldmatrixX4T(unsigned (&r)[4], const void *p) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(smemAddr(p)));
+}
+__device__ __forceinline__ void ldmatrixX2T(unsigned (&r)[2], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smemAddr(p)));
+}
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4],
+                                         const unsigned (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                 "r"(b[1]));
+}
+
+__device__ __forceinline__ void store4(float *p, float4 v) {
+  *reinterpret_cast<float4 *>(p) = v;
+}
+__device__ __forceinline__ void store4(__half *p, float4 v) {
+  __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+  uint2 u;
+  u.x = *reinterpret_cast<unsigned *>(&lo);
+  u.y = *reinterpret_cast<unsigned *>(&hi);
+  *reinterpret_cast<uint2 *>(p) = u;
+}
+
+//===----------------------------------------------------------------------===//
+// The micro-tiled matmul
+//===----------------------------------------------------------------------===//
+
+// Shared-memory row strides (halfs): 16-byte aligned rows whose ldmatrix
+// row addresses fall into distinct bank groups.
+template <int WM> __host__ __device__ constexpr int wStride() {
+  return 4 * WM + 8;
+}
+template <int T> __host__ __device__ constexpr int xStride() {
+  return T == 8 ? 24 : T + 8;
+}
+template <int T, int WM> constexpr size_t pitSmemBytes() {
+  size_t pipe =
+      size_t(kStages) * kBK * (wStride<WM>() + xStride<T>()) * sizeof(__half);
+  size_t epi = size_t(T) * (4 * WM + 4) * sizeof(float);
+  return pipe > epi ? pipe : epi;
+}
+
+/// One block: T tokens (one micro-tile row) x BN = 4 * WM output columns;
+/// warp w owns columns [w * WM, (w + 1) * WM) for all T tokens.
+template <int T, int WM, typename Y>
+__global__ void __launch_bounds__(kThreads)
+    pitMatmulKernel(const __half *__restrict__ xg,
+                    const int32_t *__restrict__ idx,
+                    const int32_t *__restrict__ count, int M, int cap,
+                    const __half *__restrict__ w, int N,
+                    const float *__restrict__ bias, Activation act,
+                    const float *residual, Y *y) {
+  constexpr int BN = 4 * WM;
+  constexpr int WS = wStride<WM>();
+  constexpr int XS = xStride<T>();
+  constexpr int MT = WM / 16; // m16 tiles (output columns) per warp
+  constexpr int NT = T / 8;   // n8 tiles (tokens) per warp
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half *ws = reinterpret_cast<__half *>(smem);
+  __half *xs = ws + kStages * kBK * WS;
+
+  const int b = blockIdx.y, n0 = blockIdx.x * BN;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int total = count[b];
+  const int chunks = (total + kBK - 1) / kBK;
+  const int32_t *bidx = idx + size_t(b) * cap;
+  const __half *bxg = xg + size_t(b) * cap * T;
+
+  // Each thread copies row segments of a fixed column q and rows
+  // r0 + i * RSTEP of every chunk; their W row numbers are fetched one
+  // chunk ahead (into registers) so no copy waits on an index load.
+  constexpr int SEGS = BN / 8;               // 16-byte segments per W row
+  constexpr int RPT = kBK * SEGS / kThreads; // W rows per thread and chunk
+  constexpr int RSTEP = kThreads / SEGS;
+  static_assert(kBK * SEGS % kThreads == 0, "whole rows per thread");
+  const int q = tid % SEGS, r0 = tid / SEGS;
+  auto fetch = [&](int c, int (&rowsOf)[RPT]) {
+#pragma unroll
+    for (int i = 0; i < RPT; ++i) {
+      int j = c * kBK + r0 + i * RSTEP;
+      rowsOf[i] = j < total ? bidx[j] : -1;
+    }
+  };
+  // Rows past the set (and columns past N) are zero-filled by cp.async.
+  auto load = [&](int stage, int c, const int (&rowsOf)[RPT]) {
+    __half *wst = ws + stage * kBK * WS;
+    __half *xst = xs + stage * kBK * XS;
+    const int n = n0 + q * 8;
+#pragma unroll
+    for (int i = 0; i < RPT; ++i) {
+      bool ok = rowsOf[i] >= 0 && n < N;
+      const __half *src = ok ? w + size_t(rowsOf[i]) * N + n : w;
+      cpAsync16(wst + (r0 + i * RSTEP) * WS + q * 8, src, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int p = tid; p < kBK * NT; p += kThreads) {
+      int r = p / NT, qq = p % NT;
+      int j = c * kBK + r;
+      bool ok = j < total;
+      cpAsync16(xst + r * XS + qq * 8, ok ? bxg + size_t(j) * T + qq * 8 : bxg,
+                ok ? 16 : 0);
+    }
+  };
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        acc[i][j][r] = 0.0f;
+
+  int pending[RPT];
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < chunks) {
+      fetch(s, pending);
+      load(s, s, pending);
+    }
+    cpAsyncCommit();
+  }
+  if (kStages - 1 < chunks)
+    fetch(kStages - 1, pending);
+  for (int c = 0; c < chunks; ++c) {
+    cpAsyncWait<kStages - 2>();
+    __syncthreads();
+    const int next = c + kStages - 1;
+    if (next < chunks) {
+      load(next % kStages, next, pending);
+      if (next + 1 < chunks)
+        fetch(next + 1, pending);
+    }
+    cpAsyncCommit();
+    const __half *wst = ws + (c % kStages) * kBK * WS;
+    const __half *xst = xs + (c % kStages) * kBK * XS;
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      unsigned a[MT][4];
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+        ldmatrixX4T(a[mi], wst + (kk + (lane & 7) + ((lane >> 4) << 3)) * WS +
+                               warp * WM + mi * 16 + ((lane >> 3) & 1) * 8);
+      unsigned bf[NT][2];
+      if constexpr (NT == 1) {
+        ldmatrixX2T(bf[0], xst + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * XS);
+      } else {
+#pragma unroll
+        for (int ni = 0; ni < NT / 2; ++ni) {
+          unsigned r[4];
+          ldmatrixX4T(r, xst + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * XS +
+                             ni * 16 + (lane >> 4) * 8);
+          bf[2 * ni][0] = r[0];
+          bf[2 * ni][1] = r[1];
+          bf[2 * ni + 1][0] = r[2];
+          bf[2 * ni + 1][1] = r[3];
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NT; ++ni)
+          mma16816(acc[mi][ni], a[mi], bf[ni]);
+    }
+  }
+  cpAsyncWait<0>();
+  __syncthreads();
+
+  // Accumulators (row = output column, col = token) to ys [T][BN + 4].
+  float *ys = reinterpret_cast<float *>(smem);
+  constexpr int YS = BN + 4;
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        int m = warp * WM + mi * 16 + (lane >> 2) + (r >= 2 ? 8 : 0);
+        int t = ni * 8 + (lane & 3) * 2 + (r & 1);
+        ys[t * YS + m] = acc[mi][ni][r];
+      }
+  __syncthreads();
+  for (int p = tid; p < T * (BN / 4); p += kThreads) {
+    int t = p / (BN / 4), c = (p % (BN / 4)) * 4;
+    int row = b * T + t, n = n0 + c;
+    if (row >= M || n >= N)
+      continue;
+    float4 v = *reinterpret_cast<const float4 *>(ys + t * YS + c);
+    if (bias) {
+      v.x += bias[n];
+      v.y += bias[n + 1];
+      v.z += bias[n + 2];
+      v.w += bias[n + 3];
+    }
+    v.x = activate(act, v.x);
+    v.y = activate(act, v.y);
+    v.z = activate(act, v.z);
+    v.w = activate(act, v.w);
+    if (residual) {
+      float4 r = *reinterpret_cast<const float4 *>(residual + size_t(row) * N + n);
+      v.x += r.x;
+      v.y += r.y;
+      v.z += r.z;
+      v.w += r.w;
+    }
+    store4(y + size_t(row) * N + n, v);
+  }
+}
+
+template <int T, typename X>
+cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
+                        const PitWorkspace &ws, cudaStream_t stream) {
+  const unsigned blocks = unsigned(pitBlocks(M, T));
+  const int cap = int(pitCapacity(K));
+  if (sorted) {
+    pitSReadSortedKernel<X, T><<<blocks, kSReadThreads, 0, stream>>>(
+        x, int(M), int(K), cap, ws.idx, ws.count, ws.xg);
+    return cudaGetLastError();
+  }
+  cudaError_t e =
+      cudaMemsetAsync(ws.count, 0, sizeof(int32_t) * blocks, stream);
+  if (e != cudaSuccess)
+    return e;
+  dim3 grid{unsigned((K + 255) / 256), blocks};
+  pitSReadWideKernel<X, T><<<grid, 256, 0, stream>>>(x, int(M), int(K), cap,
+                                                     ws.idx, ws.count, ws.xg);
+  return cudaGetLastError();
+}
+
+template <int T, int WM, typename Y>
+cudaError_t launchMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
+                         const __half *w, int64_t N, const float *bias,
+                         Activation act, const float *residual, Y *y,
+                         cudaStream_t stream) {
+  constexpr size_t bytes = pitSmemBytes<T, WM>();
+  static bool configured = false; // per instantiation
+  if (!configured) {
+    cudaError_t e = cudaFuncSetAttribute(
+        pitMatmulKernel<T, WM, Y>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        int(bytes));
+    if (e != cudaSuccess)
+      return e;
+    configured = true;
+  }
+  dim3 grid{unsigned((N + 4 * WM - 1) / (4 * WM)), unsigned(pitBlocks(M, T))};
+  pitMatmulKernel<T, WM, Y><<<grid, kThreads, bytes, stream>>>(
+      ws.xg, ws.idx, ws.count, int(M), int(pitCapacity(K)), w, int(N), bias,
+      act, residual, y);
+  return cudaGetLastError();
+}
+
+template <int T, typename Y>
+cudaError_t launchMatmulT(const PitWorkspace &ws, int64_t M, int64_t K,
+                          const __half *w, int64_t N, int columns,
+                          const float *bias, Activation act,
+                          const float *residual, Y *y, cudaStream_t stream) {
+  if (columns == 256)
+    return launchMatmul<T, 64>(ws, M, K, w, N, bias, act, residual, y, stream);
+  return launchMatmul<T, 32>(ws, M, K, w, N, bias, act, residual, y, stream);
+}
+
+} // namespace
+
+size_t pitIdxBytes(int64_t M, int64_t K, int tile) {
+  return sizeof(int32_t) * size_t(pitBlocks(M, tile)) * size_t(pitCapacity(K));
+}
+size_t pitCountBytes(int64_t M, int tile) {
+  return sizeof(int32_t) * size_t(pitBlocks(M, tile));
+}
+size_t pitGatherBytes(int64_t M, int64_t K, int tile) {
+  return sizeof(__half) * size_t(pitBlocks(M, tile)) * size_t(pitCapacity(K)) *
+         size_t(tile);
+}
+
+bool pitSupported(int64_t M, int64_t K, int64_t N, int tile, const void *w) {
+  return pitTileSupported(tile) && M > 0 && K > 0 && N > 0 && N % 8 == 0 &&
+         K <= (int64_t(1) << 30) && N <= (int64_t(1) << 30) &&
+         pitBlocks(M, tile) <= 65535 &&
+         (reinterpret_cast<uintptr_t>(w) & 15) == 0;
+}
+
+template <typename X>
+cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
+                     const PitWorkspace &ws, cudaStream_t stream) {
+  if (M <= 0 || K <= 0)
+    return cudaSuccess;
+  switch (tile) {
+  case 8: return launchSRead<8>(x, M, K, sorted, ws, stream);
+  case 16: return launchSRead<16>(x, M, K, sorted, ws, stream);
+  case 32: return launchSRead<32>(x, M, K, sorted, ws, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+int pitDefaultColumns(int64_t M, int64_t N, int tile) {
+  // 256 columns per block halve the shared-memory fragment loads per mma;
+  // 128 keep more blocks in flight when the grid is small.
+  int64_t wide = ((N + 255) / 256) * pitBlocks(M, tile);
+  return wide >= 2 * int64_t(multiprocessorCount()) ? 256 : 128;
+}
+
+template <typename Y>
+cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
+                      const __half *w, int64_t N, int tile, const float *bias,
+                      Activation act, const float *residual, Y *y,
+                      cudaStream_t stream, int columns) {
+  if (M <= 0 || N <= 0)
+    return cudaSuccess;
+  if (!pitSupported(M, K, N, tile, w) || (columns && columns != 128 && columns != 256))
+    return cudaErrorInvalidValue;
+  if (!columns)
+    columns = pitDefaultColumns(M, N, tile);
+  switch (tile) {
+  case 8:
+    return launchMatmulT<8>(ws, M, K, w, N, columns, bias, act, residual, y, stream);
+  case 16:
+    return launchMatmulT<16>(ws, M, K, w, N, columns, bias, act, residual, y, stream);
+  case 32:
+    return launchMatmulT<32>(ws, M, K, w, N, columns, bias, act, residual, y, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template cudaError_t pitSRead<float>(const float *, int64_t, int64_t, int, bool,
+                                     const PitWorkspace &, cudaStream_t);
+template cudaError_t pitSRead<__half>(const __half *, int64_t, int64_t, int,
+                                      bool, const PitWorkspace &, cudaStream_t);
+template cudaError_t pitMatmul<float>(const PitWorkspace &, int64_t, int64_t,
+                                      const __half *, int64_t, int,
+                                      const float *, Activation, const float *,
+                                      float *, cudaStream_t, int);
+template cudaError_t pitMatmul<__half>(const PitWorkspace &, int64_t, int64_t,
+                                       const __half *, int64_t, int,
+                                       const float *, Activation, const float *,
+                                       __half *, cudaStream_t, int);
+
+} // namespace sparsec::rt::cuda

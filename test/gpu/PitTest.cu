@@ -1,0 +1,198 @@
+//===- PitTest.cu - the PIT kernels against a CPU reference --------------===//
+//
+// Part of the sparsec project.
+//
+// x [M, K] with micro-tile sparsity (tile tokens x 1 neuron blocks zero or
+// random), W [K, N] fp16: pitSRead + pitMatmul against a double-precision
+// product of the same fp16-rounded operands. Also checks the index sets:
+// exactly the columns with a non-zero in each token block (and their
+// values gathered), increasing in sorted mode, the same set in unsorted mode.
+// Prints one line per case and "N passed, M failed"; exit 1 on a failure.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaTest.h"
+
+#include "sparsec/rt/cuda/Pit.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+
+using namespace sparsec::rt;
+using namespace sparsec::rt::cuda;
+using namespace sparsec::test;
+
+namespace {
+
+int passes = 0, failures = 0;
+
+struct Case {
+  int M, K, N, tile;
+  double density;   // fraction of non-zero micro-tiles
+  bool sorted = true;
+  bool halfX = false, halfY = false;
+  bool bias = false, relu = false, residual = false;
+  int columns = 0; // output columns per block (0: the kernel's choice)
+};
+
+void run(const Case &c) {
+  std::mt19937 rng(uint32_t(c.M * 131 + c.K * 7 + c.N + c.tile * 1000 +
+                            int(c.density * 100)));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), p(0.0f, 1.0f);
+  const int blocks = int(pitBlocks(c.M, c.tile));
+  // Micro-tile pattern: active[b][k]; inside an active tile, single
+  // entries may still be zero (as ReLU outputs are).
+  std::vector<uint8_t> active(size_t(blocks) * c.K);
+  for (auto &a : active)
+    a = p(rng) < c.density;
+  std::vector<float> x(size_t(c.M) * c.K, 0.0f);
+  for (int m = 0; m < c.M; ++m)
+    for (int k = 0; k < c.K; ++k)
+      if (active[size_t(m / c.tile) * c.K + k] && p(rng) < 0.7f)
+        x[size_t(m) * c.K + k] = __half2float(__float2half(u(rng)));
+  std::vector<__half> w(size_t(c.K) * c.N);
+  for (auto &v : w)
+    v = __float2half(u(rng) * 0.25f);
+  std::vector<float> bias(c.N), res(size_t(c.M) * c.N);
+  for (auto &v : bias)
+    v = u(rng);
+  for (auto &v : res)
+    v = u(rng);
+
+  // Reference.
+  std::vector<double> ref(size_t(c.M) * c.N);
+  for (int m = 0; m < c.M; ++m)
+    for (int n = 0; n < c.N; ++n) {
+      double s = c.bias ? bias[n] : 0.0;
+      for (int k = 0; k < c.K; ++k)
+        s += double(x[size_t(m) * c.K + k]) * __half2float(w[size_t(k) * c.N + n]);
+      if (c.relu && s < 0)
+        s = 0;
+      if (c.residual)
+        s += res[size_t(m) * c.N + n];
+      ref[size_t(m) * c.N + n] = s;
+    }
+
+  PitWorkspace ws;
+  CHECK_CUDA(cudaMalloc(&ws.idx, pitIdxBytes(c.M, c.K, c.tile)));
+  CHECK_CUDA(cudaMalloc(&ws.count, pitCountBytes(c.M, c.tile)));
+  CHECK_CUDA(cudaMalloc(&ws.xg, pitGatherBytes(c.M, c.K, c.tile)));
+  float *dx = nullptr;
+  __half *dxh = nullptr;
+  if (c.halfX) {
+    std::vector<__half> xh(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      xh[i] = __float2half(x[i]);
+    dxh = upload(xh);
+  } else {
+    dx = upload(x);
+  }
+  __half *dw = upload(w);
+  float *db = upload(bias), *dres = upload(res);
+  float *dy = nullptr;
+  __half *dyh = nullptr;
+  size_t ysize = size_t(c.M) * c.N;
+  CHECK_CUDA(cudaMalloc(&dy, sizeof(float) * ysize));
+  CHECK_CUDA(cudaMalloc(&dyh, sizeof(__half) * ysize));
+  cudaStream_t s = nullptr;
+  CHECK_CUDA(c.halfX ? pitSRead(dxh, c.M, c.K, c.tile, c.sorted, ws, s)
+                     : pitSRead(dx, c.M, c.K, c.tile, c.sorted, ws, s));
+  const float *b = c.bias ? db : nullptr;
+  const float *r = c.residual ? dres : nullptr;
+  ops::Activation act = c.relu ? ops::Activation::relu : ops::Activation::none;
+  CHECK_CUDA(c.halfY ? pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dyh, s, c.columns)
+                     : pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dy, s,
+                                 c.columns));
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  // Index sets.
+  bool idxOk = true;
+  const int64_t cap = pitCapacity(c.K);
+  auto idx = download(ws.idx, size_t(blocks) * cap);
+  auto count = download(ws.count, blocks);
+  auto xg = download(ws.xg, size_t(blocks) * cap * c.tile);
+  for (int bl = 0; bl < blocks && idxOk; ++bl) {
+    std::set<int> want;
+    for (int k = 0; k < c.K; ++k)
+      for (int t = 0; t < c.tile && bl * c.tile + t < c.M; ++t)
+        if (x[size_t(bl * c.tile + t) * c.K + k] != 0.0f) {
+          want.insert(k);
+          break;
+        }
+    int n = count[bl];
+    if (n != int(want.size()))
+      idxOk = false;
+    std::set<int> got;
+    for (int j = 0; j < n && idxOk; ++j) {
+      int k = idx[size_t(bl) * cap + j];
+      for (int t = 0; t < c.tile; ++t) {
+        float g = __half2float(xg[(size_t(bl) * cap + j) * c.tile + t]);
+        int m = bl * c.tile + t;
+        float e = m < c.M && k >= 0 && k < c.K ? x[size_t(m) * c.K + k] : 0.0f;
+        if (g != e)
+          idxOk = false;
+      }
+      got.insert(k);
+      if (c.sorted && j > 0 && idx[size_t(bl) * cap + j - 1] >= k)
+        idxOk = false;
+    }
+    if (got != want)
+      idxOk = false;
+  }
+
+  double maxRef = 0, maxDiff = 0;
+  auto y = download(dy, ysize);
+  auto yh = download(dyh, ysize);
+  for (size_t i = 0; i < ysize; ++i) {
+    double g = c.halfY ? __half2float(yh[i]) : y[i];
+    maxRef = std::max(maxRef, std::fabs(ref[i]));
+    maxDiff = std::max(maxDiff, std::fabs(g - ref[i]));
+  }
+  double err = maxDiff / std::max(maxRef, 1e-12);
+  // fp32 accumulation of fp16 products; fp16 outputs round to 2^-11.
+  double tol = c.halfY ? 2e-3 : 1e-4;
+  bool ok = idxOk && err <= tol;
+  std::printf("%s pit tile=%d M=%d K=%d N=%d density=%.2f sorted=%d x=%s y=%s "
+              "bias=%d relu=%d residual=%d columns=%d index=%s max rel err %.2e\n",
+              ok ? "PASS" : "FAIL", c.tile, c.M, c.K, c.N, c.density, c.sorted,
+              c.halfX ? "f16" : "f32", c.halfY ? "f16" : "f32", c.bias, c.relu,
+              c.residual, c.columns, idxOk ? "ok" : "wrong", err);
+  (ok ? passes : failures)++;
+  cudaFree(ws.idx);
+  cudaFree(ws.count);
+  cudaFree(ws.xg);
+  cudaFree(dx);
+  cudaFree(dxh);
+  cudaFree(dw);
+  cudaFree(db);
+  cudaFree(dres);
+  cudaFree(dy);
+  cudaFree(dyh);
+}
+
+} // namespace
+
+int main() {
+  // Every tile, both orders, ragged M / K / N, the epilogue options.
+  for (int tile : {8, 16, 32}) {
+    run({64, 256, 128, tile, 0.3});
+    run({70, 300, 200, tile, 0.1, /*sorted=*/false});
+    run({33, 1000, 264, tile, 0.05, true, false, false, true, true, true});
+    run({128, 512, 384, tile, 1.0, true, true, true, true, false, false});
+  }
+  // Empty blocks (bias only), a single token, fp16 x in unsorted mode.
+  run({40, 200, 136, 32, 0.0, true, false, false, true, false, false});
+  run({1, 64, 8, 8, 0.5});
+  run({96, 4096, 256, 32, 0.1, false, true, false, false, true, false});
+  // 256-column blocks, ragged N, every tile.
+  for (int tile : {8, 16, 32})
+    run({72, 700, 392, tile, 0.2, tile != 16, false, false, true, true, true, 256});
+  // Larger, with the residual aliasing nothing.
+  run({512, 2048, 1024, 32, 0.1, true, false, false, true, false, true, 128});
+  run({512, 2048, 1024, 16, 0.02, false, true, true, false, false, false, 256});
+  std::printf("%d passed, %d failed\n", passes, failures);
+  return failures ? 1 : 0;
+}
