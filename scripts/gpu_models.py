@@ -54,6 +54,11 @@ CONFIGS = {
     "nc17_kv": ("opt-byte-s/model_nocache_opset17.onnx", ["--kv-cache"], False),
     "kv_pred_f16": ("opt-byte-s/model_kvcache_opset17.onnx",
                     ["--sparsity=predicted", "--weights=f16"], True),
+    # PIT micro-tiles for the batched (prompt) calls of the down projections.
+    "nc17_pit": ("opt-byte-s/model_nocache_opset17.onnx",
+                 ["--sparsity=exact", "--weights=f16", "--pit-tile=32"], True),
+    "kv_pit": ("opt-byte-s/model_kvcache_opset17.onnx",
+               ["--sparsity=exact", "--weights=f16", "--pit-tile=16"], True),
 }
 # Hybrid builds: name -> (model, extra args, share of the FFN weights the GPU
 # budget leaves room for, beyond what must live on the GPU). --sync-us 0 lets
@@ -320,6 +325,8 @@ def run(args):
                    1e-4, 1e-4)
         check_case(args, res, name, "ref_prompt", 1e-4, 1e-4)
     check_case(args, res, "nc17_f16", "ref_prompt", 2e-2, 5e-2, " (fp16 weights)")
+    check_case(args, res, "nc17_pit", "ref_prompt", 2e-2, 5e-2,
+               " (fp16 weights, PIT 32 x 1 tiles)")
     for name in ("kv", "kv_exact"):
         check_case(args, res, name, "ort_kv", 1e-4, 1e-4)
         check_case(args, res, name, "ref_kv_step", 1e-4, 1e-4)
@@ -331,16 +338,22 @@ def run(args):
     # prompt (batched path) and one KV decode step (the neuron-granular
     # kernels: summation order differs, so not bit-equal).
     have = set(present(args))
-    for dense, sparse, what in (("nc17", "nc17_exact", "71-token prompt"),
-                                ("kv", "kv_exact", "decode step")):
+    # PIT against the dense fp16 build: both round the activations and
+    # weights to fp16 and sit about 0.02 from the fp32 reference (their
+    # check above), so they are held to the fp16 builds' 5e-2 there; a
+    # missed micro-tile would be off by whole activations.
+    for dense, sparse, what, tol in (("nc17", "nc17_exact", "71-token prompt", 1e-4),
+                                     ("kv", "kv_exact", "decode step", 1e-4),
+                                     ("nc17_f16", "nc17_pit",
+                                      "71-token prompt, PIT 32 x 1 vs dense fp16", 5e-2)):
         if dense not in have or sparse not in have:
             continue
         a = np.load(os.path.join(args.dir, dense, "results", "logits.npy"))
         b = np.load(os.path.join(args.dir, sparse, "results", "logits.npy"))
         if a.shape == b.shape:
             err = float(np.abs(a - b).max())
-            res.record(err <= 1e-4, f"exact sparse == dense on the GPU, {what}: "
-                       f"max abs diff {err:.3g} (<= 1e-4)")
+            res.record(err <= tol, f"exact sparse == dense on the GPU, {what}: "
+                       f"max abs diff {err:.3g} (<= {tol:g})")
         else:
             res.record(False, f"exact sparse vs dense, {what}: shapes {a.shape} and {b.shape}")
 
@@ -348,7 +361,7 @@ def run(args):
     prompt = os.path.join(refs, "ref_input_ids.npy")
     for name, must_match in (("kv", True), ("kv_exact", True), ("kv_f16", False),
                              ("kv_pred", False), ("kv_pred_f16", False),
-                             ("nc17_kv", True)):
+                             ("nc17_kv", True), ("kv_pit", False)):
         if name not in have:
             continue
         r = run_binary(args, name, "generate", "--prompt-ids", prompt,

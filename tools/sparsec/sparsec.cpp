@@ -54,6 +54,9 @@ cl::SubCommand compileCmd(
     "compile", "Compile an ONNX model into a standalone inference binary");
 cl::SubCommand profileCmd(
     "profile", "Measure which neurons fire on calibration inputs (.sprof)");
+cl::SubCommand tuneCmd(
+    "tune", "Measure the kernels' latency table on this machine's GPU (the "
+            "PIT cost model's input)");
 
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"),
                                cl::sub(importCmd), cl::sub(compileCmd),
@@ -82,7 +85,7 @@ cl::opt<std::string>
                cl::desc("import: output file (default: stdout); compile: "
                         "output directory"),
                cl::value_desc("path"), cl::sub(importCmd), cl::sub(compileCmd),
-               cl::sub(profileCmd), cl::cat(category));
+               cl::sub(profileCmd), cl::sub(tuneCmd), cl::cat(category));
 cl::opt<std::string> compileTo(
     "compile-to",
     cl::desc("Stop after this phase: import, raise, schedule, emit (sources "
@@ -144,8 +147,32 @@ cl::opt<std::string> target(
     "target",
     cl::desc("Code generation target: x86 (C++ with AVX2/AVX-512 kernels), "
              "cuda (CUDA C++ for sm_90, built with nvcc) or hybrid (cuda with "
-             "each FFN's cold neurons on the CPU; needs --gpu-budget)"),
-    cl::init("x86"), cl::sub(compileCmd), cl::cat(category));
+             "each FFN's cold neurons on the CPU; needs --gpu-budget); tune: "
+             "cuda"),
+    cl::init("x86"), cl::sub(compileCmd), cl::sub(tuneCmd), cl::cat(category));
+cl::opt<std::string> pitTable(
+    "pit-table",
+    cl::desc("CUDA/hybrid with --sparsity: the latency table (from sparsec "
+             "tune --target cuda) the PIT micro-tile choice reads (default: "
+             "the built-in H200 table)"),
+    cl::value_desc("file.json"), cl::sub(compileCmd), cl::cat(category));
+cl::opt<int64_t> pitTokens(
+    "pit-tokens",
+    cl::desc("CUDA/hybrid with --sparsity: tokens per batched call (prompt "
+             "length) the PIT choice plans for (default 512)"),
+    cl::init(512), cl::sub(compileCmd), cl::cat(category));
+cl::opt<int64_t> pitTile(
+    "pit-tile",
+    cl::desc("CUDA/hybrid with --sparsity: use this PIT micro-tile (8, 16 or "
+             "32 tokens) for every sparse down projection's batched calls, or "
+             "0 for dense, instead of the cost model's choice"),
+    cl::init(-1), cl::sub(compileCmd), cl::cat(category));
+cl::opt<int64_t> tuneM("m", cl::desc("tune: tokens of the measured problem"),
+                       cl::init(4096), cl::sub(tuneCmd), cl::cat(category));
+cl::opt<int64_t> tuneK("k", cl::desc("tune: input neurons of the measured problem"),
+                       cl::init(4096), cl::sub(tuneCmd), cl::cat(category));
+cl::opt<int64_t> tuneN("n", cl::desc("tune: outputs of the measured problem"),
+                       cl::init(4096), cl::sub(tuneCmd), cl::cat(category));
 cl::opt<std::string> gpuBudget(
     "gpu-budget",
     cl::desc("GPU memory granted to the model (bytes, or with a K/M/G "
@@ -192,7 +219,9 @@ cl::opt<bool> noShapeInference(
     cl::sub(importCmd), cl::sub(compileCmd), cl::sub(profileCmd),
     cl::cat(category));
 
-bool showProgress() { return (compileCmd || profileCmd) ? !quiet : verbose; }
+bool showProgress() {
+  return (compileCmd || profileCmd) ? !quiet : tuneCmd ? true : verbose;
+}
 
 class PhaseTimer {
 public:
@@ -463,6 +492,22 @@ int runCompile(MLIRContext &context) {
             << "' (supported targets: x86, cuda, hybrid)\n";
     return 1;
   }
+  if (pitTile != -1 && pitTile != 0 && pitTile != 8 && pitTile != 16 &&
+      pitTile != 32) {
+    error() << "--pit-tile must be 0 (dense), 8, 16 or 32, got " << pitTile
+            << "\n";
+    return 1;
+  }
+  if (pitTokens <= 0) {
+    error() << "--pit-tokens must be positive, got " << pitTokens << "\n";
+    return 1;
+  }
+  if ((!pitTable.empty() || pitTile != -1) &&
+      (sparsityMode == "off" || target == "x86")) {
+    error() << "--pit-table and --pit-tile apply to --target cuda or hybrid "
+               "with --sparsity exact or predicted\n";
+    return 1;
+  }
   if (target == "hybrid" && gpuBudget.empty()) {
     error() << "--target hybrid needs --gpu-budget <bytes> (and --profile): "
                "the budget decides which neurons live on the GPU\n";
@@ -601,6 +646,14 @@ int runCompile(MLIRContext &context) {
       sparsec::SparsifyFFNPassOptions sparsify;
       sparsify.minZeroFraction = minZeroFraction;
       pm.addPass(sparsec::createSparsifyFFNPass(sparsify));
+    }
+    if (sparsityMode != "off" && (target == "cuda" || target == "hybrid")) {
+      sparsec::PitTilePassOptions pit;
+      pit.profile = profileFile;
+      pit.table = pitTable;
+      pit.tokens = pitTokens;
+      pit.forceTile = pitTile;
+      pm.addPass(sparsec::createPitTilePass(pit));
     }
     if (budgetBytes > 0) {
       sparsec::PartitionHotColdPassOptions partition;
@@ -983,6 +1036,62 @@ int runProfile(MLIRContext &context) {
 }
 } // namespace
 
+/// `sparsec tune --target cuda -o table.json`: builds a small program
+/// against the CUDA runtime (its pitTune) with nvcc, runs it on this
+/// machine's GPU and leaves the table at the output path.
+int runTune() {
+  if (target != "cuda") {
+    error() << "tune measures the CUDA kernels: pass --target cuda\n";
+    return 1;
+  }
+  if (outputFile.empty()) {
+    error() << "tune needs an output file: sparsec tune --target cuda -o "
+               "table.json\n";
+    return 1;
+  }
+  if (tuneM <= 0 || tuneK <= 0 || tuneN <= 0 || tuneN % 8) {
+    error() << "tune: --m, --k and --n must be positive and --n a multiple "
+               "of 8\n";
+    return 1;
+  }
+#ifndef SPARSEC_TUNE_MAIN
+  error() << "this sparsec was built without the CUDA runtime: tune needs it\n";
+  return 1;
+#else
+  llvm::SmallString<128> dir;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueDirectory("sparsec-tune", dir)) {
+    error() << "cannot create a temporary directory: " << ec.message() << "\n";
+    return 1;
+  }
+  std::string source = SPARSEC_TUNE_MAIN, binary = (dir + "/tune").str();
+  int rc;
+  {
+    PhaseTimer timer("build tuner");
+    if (failed(buildCuda(source, binary, timer)))
+      return 1;
+  }
+  {
+    PhaseTimer timer("measure");
+    std::string m = std::to_string(tuneM), k = std::to_string(tuneK),
+                n = std::to_string(tuneN);
+    llvm::SmallVector<llvm::StringRef> args{binary, outputFile, m, k, n};
+    std::string err;
+    rc = llvm::sys::ExecuteAndWait(binary, args, std::nullopt, {}, 0, 0, &err);
+    if (rc != 0)
+      error() << "the tuner failed" << (err.empty() ? "" : ": " + err)
+              << " (exit " << rc << "; it needs a CUDA GPU)\n";
+    timer.detail = outputFile;
+  }
+  llvm::sys::fs::remove_directories(dir);
+  if (rc != 0)
+    return 1;
+  llvm::errs() << "[sparsec] wrote " << outputFile
+               << " (use it with sparsec compile --pit-table)\n";
+  return 0;
+#endif
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   // --mlir-print-debuginfo and friends: keeps ONNX node names (locations)
@@ -992,12 +1101,14 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(category, importCmd);
   cl::HideUnrelatedOptions(category, compileCmd);
   cl::HideUnrelatedOptions(category, profileCmd);
+  cl::HideUnrelatedOptions(category, tuneCmd);
   cl::ParseCommandLineOptions(
       argc, argv,
       "sparsec: ahead-of-time compiler for activation-sparse ONNX models\n\n"
       "  sparsec import  model.onnx [-o model.mlir] [--compile-to=import|raise]\n"
       "  sparsec compile model.onnx --target x86 -o out/ "
-      "[--compile-to=<phase>]\n");
+      "[--compile-to=<phase>]\n"
+      "  sparsec tune --target cuda -o table.json\n");
 
   MLIRContext context;
   context.loadDialect<sparsec::SparsecDialect, func::FuncDialect>();
@@ -1011,7 +1122,9 @@ int main(int argc, char **argv) {
     return runCompile(context);
   if (profileCmd)
     return runProfile(context);
-  error() << "expected a subcommand: import, compile or profile (run "
+  if (tuneCmd)
+    return runTune();
+  error() << "expected a subcommand: import, compile, profile or tune (run "
              "'sparsec --help')\n";
   return 1;
 }

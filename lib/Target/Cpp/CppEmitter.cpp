@@ -929,8 +929,12 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           body << "  if (!cuda::nonzeroIndex(ctx, " << x << ", "
                << indexSites++ << ", " << ix << ")) return false;\n";
         }
+        // Batched calls (above a decode batch): PIT micro-tiles of
+        // pit_tile tokens, or the dense kernel (0).
+        int64_t pitTile = s.getPitTile().value_or(0);
         return call("sparseLinearInput(ctx, " + x + ", " + dv(s.getWeight()) +
-                    ", " + dptr(s.getBias()) + ", " + ix);
+                    ", " + dptr(s.getBias()) + ", " + ix + ", " +
+                    std::to_string(pitTile));
       })
       .Default([&](Operation *other) {
         return other->emitError("the CUDA backend does not support '")

@@ -213,6 +213,8 @@ Device *device(Context &ctx) {
     return nullptr;
   // Exact fp32 GEMMs (no TF32): the fp32 mode is the accuracy reference.
   cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH);
+  if (const char *p = std::getenv("SPARSEC_PIT_SORTED"))
+    d->pitSorted = std::strcmp(p, "1") == 0;
   if (const char *g = std::getenv("SPARSEC_CUDA_GRAPHS"))
     d->graphsEnabled = std::strcmp(g, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_PROFILE"))

@@ -86,6 +86,10 @@ struct Device : Context::Backend {
   std::vector<HostCopy> hostCopies;
   bool hostSync = false; // steps wait for host copies: never captured
   DeviceBuffer gemvPartials, halfInput, attentionScratch;
+  /// PIT workspace (index sets, counts, gathered activations), shared by
+  /// the batched sparse linears of a step, which run one after another.
+  DeviceBuffer pitIdx, pitCount, pitGather;
+  bool pitSorted = false; // SPARSEC_PIT_SORTED=1: deterministic index order
   /// Per column tile: blocks of a split-K GEMV done so far (zero between
   /// launches; the last block resets its tile's counter).
   int *gemvCounters = nullptr;

@@ -13,6 +13,7 @@
 #include "DeviceMath.cuh"
 #include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
+#include "sparsec/rt/cuda/Pit.h"
 #include "sparsec/rt/cuda/SparseDecode.h"
 
 #include "../cpu/Common.h"
@@ -1461,8 +1462,8 @@ bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,
 }
 
 bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
-                       const Tensor *bias, const IndexSet &index, int outSlot,
-                       Tensor &out) {
+                       const Tensor *bias, const IndexSet &index, int pitTile,
+                       int outSlot, Tensor &out) {
   Device &d = dev(ctx);
   LinearShape s;
   Tensor r;
@@ -1472,6 +1473,30 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
   const int64_t K = s.K, N = s.N, M = s.M;
   const float *b = s.bias;
   out = r;
+  if (M > kMaxTokens && w.dtype == DType::f16 &&
+      pitSupported(M, K, N, pitTile, w.data)) {
+    // PIT: gather each block of pitTile tokens' active neurons, then dense
+    // tensor-core tiles over those rows.
+    if (!d.ensure(ctx, d.pitIdx, pitIdxBytes(M, K, pitTile), "PIT index") ||
+        !d.ensure(ctx, d.pitCount, pitCountBytes(M, pitTile), "PIT counts") ||
+        !d.ensure(ctx, d.pitGather, pitGatherBytes(M, K, pitTile),
+                  "PIT gathered activations"))
+      return false;
+    if (!d.launching())
+      return true;
+    PitWorkspace ws;
+    ws.idx = static_cast<int32_t *>(d.pitIdx.ptr);
+    ws.count = static_cast<int32_t *>(d.pitCount.ptr);
+    ws.xg = static_cast<__half *>(d.pitGather.ptr);
+    return check(ctx,
+                 pitSRead(x.as<float>(), M, K, pitTile, d.pitSorted, ws,
+                          d.stream),
+                 "sparse_linear (PIT gather)") &&
+           check(ctx,
+                 pitMatmul(ws, M, K, w.as<__half>(), N, pitTile, b,
+                           Activation::none, nullptr, r.as<float>(), d.stream),
+                 "sparse_linear (PIT matmul)");
+  }
   if (index.site < 0 || index.tokens != M || index.neurons != K || M > kMaxTokens)
     return gemm(ctx, d, x.as<float>(), M, K, w, false, N, b, Activation::none,
                 r.as<float>());

@@ -263,3 +263,19 @@ func.func @sparse_epilogue_sigmoid(%x: tensor<1x8xf32>, %w: tensor<16x8xf32>, %m
   %y = sparsec.sparse_linear %x, %w active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, transpose_weight, activation = #sparsec<activation sigmoid>} : (tensor<1x8xf32>, tensor<16x8xf32>, tensor<1x16xi1>) -> tensor<1x16xf32>
   return %y : tensor<1x16xf32>
 }
+
+// -----
+
+func.func @pit_output_side(%x: tensor<1x8xf32>, %w: tensor<16x8xf32>, %m: tensor<1x16xi1>) -> tensor<1x16xf32> {
+  // expected-error @+1 {{pit_tile needs sparse_dim = input}}
+  %y = sparsec.sparse_linear %x, %w active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, transpose_weight, pit_tile = 32 : i64} : (tensor<1x8xf32>, tensor<16x8xf32>, tensor<1x16xi1>) -> tensor<1x16xf32>
+  return %y : tensor<1x16xf32>
+}
+
+// -----
+
+func.func @pit_bad_tile(%x: tensor<1x16xf32>, %w: tensor<16x8xf32>) -> tensor<1x8xf32> {
+  // expected-error @+1 {{pit_tile must be 0 (dense), 8, 16 or 32, got 12}}
+  %y = sparsec.sparse_linear %x, %w {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>, pit_tile = 12 : i64} : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+  return %y : tensor<1x8xf32>
+}

@@ -324,6 +324,13 @@ LogicalResult SparseLinearOp::verify() {
       return emitOpError("the activation epilogue must map 0 to 0 (the "
                          "neurons not computed stay 0)");
   }
+  if (auto tile = getPitTile()) {
+    if (getSparseDim() != SparseDim::input)
+      return emitOpError("pit_tile needs sparse_dim = input");
+    if (*tile != 0 && *tile != 8 && *tile != 16 && *tile != 32)
+      return emitOpError("pit_tile must be 0 (dense), 8, 16 or 32, got ")
+             << *tile;
+  }
   return success();
 }
 

@@ -297,7 +297,7 @@ struct InsertPredictorsPass
         SparseModeAttr::get(ctx, SparseMode::predicted),
         GranularityAttr::get(ctx, Granularity::neuron),
         up.getTransposeWeightAttr(), /*placement=*/nullptr,
-        /*activation=*/nullptr);
+        /*activation=*/nullptr, /*pit_tile=*/nullptr);
     up.replaceAllUsesWith(sparse.getResult());
     up.erase();
   }

@@ -43,7 +43,7 @@ struct SparsifyFFNPass
           SparseModeAttr::get(ctx, SparseMode::exact),
           GranularityAttr::get(ctx, Granularity::neuron),
           op.getTransposeWeightAttr(), /*placement=*/nullptr,
-          /*activation=*/nullptr);
+          /*activation=*/nullptr, /*pit_tile=*/nullptr);
       op.replaceAllUsesWith(sparse.getResult());
       op.erase();
       ++numSparse;

@@ -116,7 +116,8 @@ struct SplitHotColdPass
       newUp = SparseLinearOp::create(
           b, up->getLoc(), withLast(s.getType(), n), x, upW, bias, mask,
           s.getSparseDimAttr(), s.getModeAttr(), s.getGranularityAttr(),
-          s.getTransposeWeightAttr(), /*placement=*/nullptr, s.getActivationAttr());
+          s.getTransposeWeightAttr(), /*placement=*/nullptr, s.getActivationAttr(),
+          /*pit_tile=*/nullptr);
     }
     tagCpu(newUp);
     IRMapping map;
@@ -137,7 +138,7 @@ struct SplitHotColdPass
           b, down->getLoc(), s.getType(), newAct->getResult(0), downW,
           cpu ? Value() : s.getBias(), s.getActive(), s.getSparseDimAttr(),
           s.getModeAttr(), s.getGranularityAttr(), s.getTransposeWeightAttr(),
-          /*placement=*/nullptr, s.getActivationAttr());
+          /*placement=*/nullptr, s.getActivationAttr(), s.getPitTileAttr());
     }
     tagCpu(newDown);
     return newDown->getResult(0);

@@ -565,6 +565,11 @@ def Sparsec_SparseLinearOp : Sparsec_Op<"sparse_linear",
     input itself drive the skipping (exact input sparsity). On the output
     side, `activation` (set by `sparsec-fuse-epilogue`; one with act(0) = 0)
     is applied to the computed neurons in the kernel's epilogue.
+
+    `pit_tile` (set by `sparsec-pit-tile`, input side only) is the PIT
+    micro-tile height in tokens (8, 16 or 32) the CUDA backend uses when a
+    call has more tokens than a decode batch, or 0 for the dense kernel
+    there; absent, such calls are dense.
   }];
   let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$weight,
                        Optional<Sparsec_FloatTensor>:$bias,
@@ -575,7 +580,8 @@ def Sparsec_SparseLinearOp : Sparsec_Op<"sparse_linear",
                                          "::sparsec::Granularity::neuron">:$granularity,
                        UnitAttr:$transpose_weight,
                        OptionalAttr<Sparsec_PlacementAttr>:$placement,
-                       OptionalAttr<Sparsec_ActivationAttr>:$activation);
+                       OptionalAttr<Sparsec_ActivationAttr>:$activation,
+                       OptionalAttr<I64Attr>:$pit_tile);
   let results = (outs Sparsec_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $weight (`,` $bias^)? (`active` $active^)? attr-dict `:`

@@ -304,6 +304,51 @@ def SparsifyFFNPass : Pass<"sparsec-sparsify-ffn", "mlir::ModuleOp"> {
   ];
 }
 
+def PitTilePass : Pass<"sparsec-pit-tile", "mlir::ModuleOp"> {
+  let summary = "Choose the PIT micro-tile (or dense) for batched sparse linears";
+  let description = [{
+    For the batched regime (prefill, decode batches above 8 tokens) of each
+    input-side `sparse_linear` (an FFN down projection fed by a profiled
+    ReLU-family activation), chooses between the dense GPU kernel and PIT
+    micro-tiles of 8, 16 or 32 tokens x 1 neuron, and records the choice as
+    `pit_tile` (0: dense). The CUDA backend then gathers, per block of
+    `pit_tile` tokens, the neurons any of them activates (SRead) and runs
+    dense tensor-core tiles over those rows only.
+
+    The cost model: the fraction of active micro-tiles for a block of T
+    tokens is estimated from the profile's per-neuron frequencies p as
+    mean(1 - (1 - p)^T) (independent tokens: an upper bound when tokens
+    that share neurons cluster, so the estimate errs towards dense); the
+    time of each choice is read from a latency table measured on the GPU
+    (`sparsec tune --target cuda`; the H200 table ships built in), linear in
+    the density between measured points, and scaled from the table's
+    problem to this op's `tokens` x K x N by the multiply-add count. PIT is
+    chosen only when its estimate beats dense by `margin`. Each decision is
+    printed as a remark with the densities and estimates.
+
+    `force-tile` skips the model (tests, experiments): 0 keeps every such
+    op dense, 8/16/32 uses that tile.
+  }];
+  let options = [
+    Option<"profile", "profile", "std::string", "\"\"",
+           "Activation profile (.sprof) with per-neuron counts">,
+    Option<"table", "table", "std::string", "\"\"",
+           "Latency table from `sparsec tune --target cuda` (default: the "
+           "built-in H200 table)">,
+    Option<"tokens", "tokens", "int64_t", "512",
+           "Tokens per batched call to plan for (the prompt length)">,
+    Option<"margin", "margin", "double", "0.9",
+           "PIT must be estimated at most this fraction of dense">,
+    Option<"forceTile", "force-tile", "int64_t", "-1",
+           "Use this tile (0 = dense, 8, 16, 32) for every op; -1: the cost "
+           "model">,
+  ];
+  let statistics = [
+    Statistic<"numPit", "num-pit", "Sparse linears given a PIT tile">,
+    Statistic<"numDense", "num-dense", "Sparse linears kept dense when batched">,
+  ];
+}
+
 def DeriveKVCachePass : Pass<"sparsec-derive-kv-cache", "mlir::ModuleOp"> {
   let summary = "Incremental decoding for a decoder exported without a KV cache";
   let description = [{

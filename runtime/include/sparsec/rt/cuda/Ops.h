@@ -145,10 +145,13 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
 bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,
                   IndexSet &index);
 /// Input-side sparse linear over the rows of `index` (which must cover
-/// x's non-zero neurons).
+/// x's non-zero neurons). Inputs of more than a decode batch use PIT
+/// micro-tiles of `pitTile` tokens (8, 16 or 32; Pit.h) when the weight is
+/// fp16, else (pitTile 0, fp32 weights) the dense GEMM. SPARSEC_PIT_SORTED=1
+/// makes the PIT index order deterministic (sorted).
 bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
-                       const Tensor *bias, const IndexSet &index, int outSlot,
-                       Tensor &out);
+                       const Tensor *bias, const IndexSet &index, int pitTile,
+                       int outSlot, Tensor &out);
 
 } // namespace sparsec::rt::cuda
 
