@@ -23,7 +23,11 @@
 // Byte-level models (vocabulary 256) stream the continuation as raw bytes,
 // others as token ids; the last line on stderr gives time to first token,
 // decode tokens/s and, for sparse builds, the mean density the sparse
-// kernels used.
+// kernels used. --prompt-ids [B, n] decodes a static batch of B
+// independent prompts of one length together (every step runs all B rows;
+// the sparse kernels then compute the union of the rows' neurons); each
+// row's continuation is printed as one line of ids at the end, and tokens/s
+// counts all rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -131,8 +135,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   const int64_t staticVocab =
       logitsDesc.rank == 3 && logitsDesc.dims[2] > 0 ? logitsDesc.dims[2] : -1;
 
-  // The prompt.
+  // The prompt: row 0 in `tokens`, rows 1.. of a batch in `rows`.
   std::vector<int64_t> tokens;
+  std::vector<std::vector<int64_t>> rows;
+  int64_t batch = 1;
   bool bytes = staticVocab == 256;
   if (!opts.prompt.empty()) {
     if (!bytes)
@@ -150,13 +156,24 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     if (!readNpy(opts.promptIds, storage, ids, error))
       return reportError(error);
     if (ids.dtype != DType::i64 || ids.rank < 1 || ids.rank > 2 ||
-        (ids.rank == 2 && ids.shape[0] != 1))
-      return reportError("--prompt-ids expects int64 [n] or [1, n], got " +
+        (ids.rank == 2 && ids.shape[0] < 1))
+      return reportError("--prompt-ids expects int64 [n] or [batch, n], got " +
                          ids.describe());
-    tokens.assign(ids.as<int64_t>(), ids.as<int64_t>() + ids.numel());
+    if (ids.rank == 2)
+      batch = ids.shape[0];
+    tokens.assign(ids.as<int64_t>(), ids.as<int64_t>() + ids.numel() / batch);
+    for (int64_t b = 1; b < batch; ++b)
+      rows.emplace_back(ids.as<int64_t>() + b * ids.shape[1],
+                        ids.as<int64_t>() + (b + 1) * ids.shape[1]);
   }
   if (tokens.empty())
     return reportError("the prompt is empty");
+  for (const std::vector<int64_t> &r : rows)
+    for (int64_t t : r)
+      if (t < 0 || (staticVocab > 0 && t >= staticVocab))
+        return reportError("token id " + std::to_string(t) +
+                           " is outside the vocabulary of " +
+                           std::to_string(staticVocab));
   for (int64_t t : tokens)
     if (t < 0 || (staticVocab > 0 && t >= staticVocab))
       return reportError("token id " + std::to_string(t) +
@@ -180,7 +197,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     return reportError(error);
   Context &ctx = *session.ctx;
   for (CacheSlot &slot : cache)
-    slot.data.reserve(size_t(slot.heads * maxSeqLen * slot.headDim));
+    slot.data.reserve(size_t(batch * slot.heads * maxSeqLen * slot.headDim));
   // Ask a device backend to leave the present outputs in device memory.
   ctx.residentOutputs.assign(size_t(desc.numOutputs), 0);
   for (CacheSlot &slot : cache)
@@ -194,7 +211,8 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   std::vector<Tensor> inputs(size_t(desc.numInputs));
   std::vector<Tensor> outputs(size_t(desc.numOutputs));
   std::vector<int64_t> stepIds, mask;
-  std::vector<float> lastLogits;
+  std::vector<float> lastLogits; // the last position's logits of each row
+  int64_t vocab = 0;
   const int64_t promptLen = int64_t(tokens.size());
   int64_t generated = 0;
   double ttftMs = 0, decodeMs = 0;
@@ -208,8 +226,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   auto step = [&](int64_t first, bool padded) -> bool {
     const int64_t len = int64_t(tokens.size());
     stepIds.assign(tokens.begin() + first, tokens.end());
-    const int64_t n = int64_t(stepIds.size());
-    inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {1, n}};
+    for (const std::vector<int64_t> &r : rows)
+      stepIds.insert(stepIds.end(), r.begin() + first, r.end());
+    const int64_t n = len - first;
+    inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {batch, n}};
     if (padded) {
       mask.assign(size_t(capacity + 1), 0);
       std::fill(mask.begin(), mask.begin() + cached, 1);
@@ -217,42 +237,50 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     } else {
       mask.assign(size_t(len), 1);
     }
+    const int64_t maskLen = int64_t(mask.size());
+    for (int64_t b = 1; b < batch; ++b)
+      mask.insert(mask.end(), mask.begin(), mask.begin() + maskLen);
     if (maskInput >= 0)
       inputs[size_t(maskInput)] =
-          Tensor{mask.data(), DType::i64, 2, {1, int64_t(mask.size())}};
+          Tensor{mask.data(), DType::i64, 2, {batch, maskLen}};
     for (CacheSlot &slot : cache) {
       void *data = padded ? slot.device.data
                    : slot.data.empty() ? &emptyCache
                                        : slot.data.data();
       inputs[size_t(slot.input)] =
           Tensor{data, DType::f32, 4,
-                 {1, slot.heads, padded ? capacity : first, slot.headDim}};
+                 {batch, slot.heads, padded ? capacity : first, slot.headDim}};
     }
     if (!runOnce(desc, ctx, inputs.data(), outputs, error))
       return false;
     const Tensor &logits = outputs[size_t(logitsOutput)];
-    if (logits.dtype != DType::f32 || logits.rank != 3 || logits.shape[0] != 1 ||
-        logits.shape[1] != n) {
-      error = "generate expects float32 logits [1, " + std::to_string(n) +
-              ", vocab], got " + logits.describe();
+    if (logits.dtype != DType::f32 || logits.rank != 3 ||
+        logits.shape[0] != batch || logits.shape[1] != n) {
+      error = "generate expects float32 logits [" + std::to_string(batch) +
+              ", " + std::to_string(n) + ", vocab], got " + logits.describe();
       return false;
     }
     const int64_t total = padded ? capacity + 1 : len;
     for (CacheSlot &slot : cache) {
       const Tensor &present = outputs[size_t(slot.output)];
       if (present.dtype != DType::f32 || present.rank != 4 ||
-          present.shape[1] != slot.heads || present.shape[2] != total ||
+          present.shape[0] != batch || present.shape[1] != slot.heads ||
+          present.shape[2] != total ||
           present.shape[3] != slot.headDim) {
         error = std::string("output '") + desc.outputs[slot.output].name + "' is " +
-                present.describe() + ", expected [1, " + std::to_string(slot.heads) +
+                present.describe() + ", expected [" + std::to_string(batch) + ", " +
+                std::to_string(slot.heads) +
                 ", " + std::to_string(total) + ", " + std::to_string(slot.headDim) +
                 "]";
         return false;
       }
     }
-    const int64_t vocab = logits.shape[2];
-    const float *row = logits.as<float>() + (n - 1) * vocab;
-    lastLogits.assign(row, row + vocab);
+    vocab = logits.shape[2];
+    lastLogits.clear();
+    for (int64_t b = 0; b < batch; ++b) {
+      const float *row = logits.as<float>() + ((b + 1) * n - 1) * vocab;
+      lastLogits.insert(lastLogits.end(), row, row + vocab);
+    }
     return true;
   };
   auto resident = [&] {
@@ -338,10 +366,15 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           slot.data.assign(p, p + present.numel()); // within the reserved capacity
         }
     }
-    int64_t next = pickToken(lastLogits.data(), int64_t(lastLogits.size()), opts, rng);
+    int64_t next = pickToken(lastLogits.data(), vocab, opts, rng);
     tokens.push_back(next);
+    for (int64_t b = 1; b < batch; ++b)
+      rows[size_t(b - 1)].push_back(
+          pickToken(lastLogits.data() + b * vocab, vocab, opts, rng));
     ++generated;
-    if (bytes) {
+    if (batch > 1) {
+      // Printed per row at the end.
+    } else if (bytes) {
       unsigned char c = static_cast<unsigned char>(next);
       std::fwrite(&c, 1, 1, stdout);
     } else {
@@ -358,17 +391,27 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       decodeMs = ms - ttftMs;
     }
   }
-  if (!bytes)
+  if (batch > 1) {
+    for (int64_t b = 0; b < batch; ++b) {
+      const std::vector<int64_t> &r = b == 0 ? tokens : rows[size_t(b - 1)];
+      for (int64_t i = promptLen; i < int64_t(r.size()); ++i)
+        std::printf("%s%lld", i > promptLen ? " " : "", (long long)r[size_t(i)]);
+      std::printf("\n");
+    }
+  } else if (!bytes) {
     std::printf("\n");
+  }
   std::fflush(stdout);
-  std::string line = "[generate] prompt " + std::to_string(promptLen) +
+  std::string line = "[generate] " +
+                     (batch > 1 ? "batch " + std::to_string(batch) + ", " : std::string()) +
+                     "prompt " + std::to_string(promptLen) +
                      " tokens, " + std::to_string(generated) +
                      " new; time to first token " +
                      std::to_string(int64_t(std::lround(ttftMs * 1000))) + " us";
   char buf[128];
   if (generated > 1) {
     std::snprintf(buf, sizeof(buf), "; decode %.1f tokens/s",
-                  double(generated - 1) / (decodeMs / 1000.0));
+                  double(batch * (generated - 1)) / (decodeMs / 1000.0));
     line += buf;
   }
   int64_t active = ctx.sparseActive - densityActive0,
@@ -379,7 +422,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   }
   if (cache.empty())
     line += "; no KV cache in this export (each step reruns the sequence)";
-  std::fprintf(stderr, "%s%s\n", bytes ? "\n" : "", line.c_str());
+  std::fprintf(stderr, "%s%s\n", bytes && batch == 1 ? "\n" : "", line.c_str());
   return 0;
 }
 
