@@ -17,7 +17,9 @@ biases are set so that each neuron fires with a power-law frequency (mean
         byte-identical to the compiler's, so the binary's checksum holds
   opt_synth.py bench --dir DIR --shape 1.3b            # GPU machine: packs,
         builds, `model generate` per build, PyTorch (transformers' OPT with
-        the same weights) eager and compiled, one table
+        the same weights) eager and compiled, one table; --batches 1,4,16
+        --prompts 128,1024 adds static-batch runs (B random prompts of P
+        tokens decoded together)
 """
 import argparse
 import json
@@ -568,6 +570,22 @@ def cmd_bench(args):
                       f"{sum(a == c for a, c in zip(toks, ref_tokens))}/{len(toks)}")
             if b == "dense" and not label:
                 ref_tokens = toks
+        # Batch and prompt-length sweep: B independent random prompts of P
+        # tokens decoded together (`generate --prompt-ids [B, P]`).
+        for bsz in [int(v) for v in args.batches.split(",")] if args.batches else []:
+            for plen in [int(v) for v in args.prompts.split(",")]:
+                ids = np.random.default_rng(bsz * 7919 + plen).integers(
+                    0, 256, (bsz, plen)).astype(np.int64)
+                path = os.path.join(args.dir, f"prompt_{bsz}x{plen}.npy")
+                np.save(path, ids)
+                r = subprocess.run([os.path.join(d, "model"), "generate", "--prompt-ids",
+                                    path, "--max-new-tokens", str(args.sweep_new),
+                                    "--threads", str(args.threads)],
+                                   capture_output=True, text=True)
+                lines = r.stderr.strip().splitlines()
+                print(f"sweep {b} batch {bsz} prompt {plen}: " +
+                      (lines[-1] if r.returncode == 0 and lines else
+                       "FAILED: " + r.stderr.strip()[-300:]), flush=True)
         if args.keep_weights:
             continue
         os.remove(os.path.join(d, "model.weights"))
@@ -655,6 +673,11 @@ def main():
     b.add_argument("--only", help="build names, comma-separated")
     b.add_argument("--variant", action="append",
                    help="also run each build with LABEL:VAR=VALUE[,VAR=VALUE]")
+    b.add_argument("--batches", help="also decode batches of these sizes, e.g. 1,4,16")
+    b.add_argument("--prompts", default="128",
+                   help="prompt lengths of the batch sweep, e.g. 128,1024")
+    b.add_argument("--sweep-new", type=int, default=32,
+                   help="new tokens per batch-sweep run")
     b.add_argument("--keep-weights", action="store_true",
                    help="leave each build's weight pack (for a profiler run)")
     t = sub.add_parser("selftest")

@@ -45,6 +45,18 @@ Device::~Device() {
                    t.steps, kinds[k], t.wallUs / t.steps, t.hostUs / t.steps,
                    t.gpuUs / t.steps);
     }
+    const HybridTimes &h = hybrid;
+    if (h.steps > 0)
+      std::fprintf(stderr,
+                   "sparsec cuda profile: %d hybrid steps: CPU parts busy "
+                   "%.1f us, host waiting for GPU copies %.1f us, GPU idle "
+                   "waiting for the CPU parts %.1f us per step\n",
+                   h.steps, h.cpuUs / h.steps, h.waitUs / h.steps,
+                   h.gpuIdleUs / h.steps);
+  }
+  for (auto &e : hybrid.idle) {
+    cudaEventDestroy(e.first);
+    cudaEventDestroy(e.second);
   }
   if (stepStart)
     cudaEventDestroy(stepStart);
@@ -322,6 +334,15 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
   std::memcpy(d.staging[size_t(site)].ptr, x.data, bytes);
   if (!d.launching())
     return true;
+  if (d.profile && d.hybrid.pending) {
+    // The CPU part's result: the host's CPU work ends, the GPU's wait too.
+    Device::HybridTimes &h = d.hybrid;
+    h.pending = false;
+    h.cpuUs += std::chrono::duration<double, std::micro>(
+                   std::chrono::steady_clock::now() - h.cpuStart)
+                   .count();
+    cudaEventRecord(h.idle[h.used - 1].second, d.stream);
+  }
   return check(ctx,
                cudaMemcpyAsync(out.data, d.staging[size_t(site)].ptr, bytes,
                                cudaMemcpyHostToDevice, d.stream),
@@ -394,8 +415,29 @@ bool waitHost(Context &ctx, int site) {
   if (site < 0 || size_t(site) >= d.hostCopies.size() ||
       !d.hostCopies[size_t(site)].copied)
     return ctx.fail("internal error: no host copy " + std::to_string(site));
-  return check(ctx, cudaEventSynchronize(d.hostCopies[size_t(site)].copied),
-               "waiting for a host copy");
+  if (!d.profile)
+    return check(ctx, cudaEventSynchronize(d.hostCopies[size_t(site)].copied),
+                 "waiting for a host copy");
+  using Clock = std::chrono::steady_clock;
+  Device::HybridTimes &h = d.hybrid;
+  const Clock::time_point t0 = Clock::now();
+  if (!check(ctx, cudaEventSynchronize(d.hostCopies[size_t(site)].copied),
+             "waiting for a host copy"))
+    return false;
+  h.cpuStart = Clock::now();
+  h.waitUs += std::chrono::duration<double, std::micro>(h.cpuStart - t0).count();
+  if (h.used == h.idle.size()) {
+    std::pair<cudaEvent_t, cudaEvent_t> e{nullptr, nullptr};
+    if (!check(ctx, cudaEventCreate(&e.first), "cudaEventCreate") ||
+        !check(ctx, cudaEventCreate(&e.second), "cudaEventCreate"))
+      return false;
+    h.idle.push_back(e);
+  }
+  // Completes when the GPU has finished what was queued before the CPU
+  // part started (the GPU part of the layer).
+  cudaEventRecord(h.idle[h.used++].first, d.stream);
+  h.pending = true;
+  return true;
 }
 
 namespace {
@@ -605,6 +647,18 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   // The only host synchronisation of a step: its outputs are complete.
   if (!check(ctx, cudaStreamSynchronize(d.stream), "running the step"))
     return false;
+  if (d.profile && d.hybrid.used > 0) {
+    Device::HybridTimes &h = d.hybrid;
+    ++h.steps;
+    for (size_t i = 0; i < h.used; ++i) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, h.idle[i].first, h.idle[i].second) == cudaSuccess)
+        h.gpuIdleUs += 1e3 * ms;
+    }
+    cudaGetLastError();
+    h.used = 0;
+    h.pending = false;
+  }
   if (d.profile) {
     float gpuMs = 0;
     cudaEventElapsedTime(&gpuMs, d.stepStart, d.stepEnd);

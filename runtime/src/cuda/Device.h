@@ -16,6 +16,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -104,6 +105,18 @@ struct Device : Context::Backend {
   };
   bool profile = false;
   StepTimes times[3]; // eager, capture, replay
+  /// Hybrid steps: host time computing the CPU parts (from each waitHost
+  /// to the next upload, which carries the CPU part's result back), host
+  /// time blocked in waitHost, and GPU time the stream sat idle waiting for
+  /// those uploads (events recorded at the wait and before the upload).
+  struct HybridTimes {
+    int steps = 0;
+    double cpuUs = 0, waitUs = 0, gpuIdleUs = 0;
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> idle; // event pool
+    size_t used = 0;      // pairs recorded in the current step
+    bool pending = false; // a waitHost is waiting for its upload
+    std::chrono::steady_clock::time_point cpuStart;
+  } hybrid;
   cudaEvent_t stepStart = nullptr, stepEnd = nullptr;
   Mode mode = Mode::eager;
   GraphEntry *current = nullptr;
