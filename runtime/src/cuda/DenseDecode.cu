@@ -25,35 +25,16 @@ namespace {
 constexpr int kRowsThreads = 256; // 8 warps per block
 constexpr int kRowsPerBlock = 4;
 
-/// V consecutive weights of a row as floats: one 16-byte load (Vec) or V
-/// element loads.
-template <typename W, bool Vec> struct Chunk;
-template <> struct Chunk<__half, true> {
-  static constexpr int V = 8;
-  __device__ static void load(const __half *p, float *o) {
-    uint4 raw = __ldg(reinterpret_cast<const uint4 *>(p));
-    const __half2 *h = reinterpret_cast<const __half2 *>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 f = __half22float2(h[i]);
-      o[2 * i] = f.x;
-      o[2 * i + 1] = f.y;
-    }
+/// V consecutive weights of a row as floats: one 16-byte load (Vec<W>,
+/// DeviceMath.cuh) or, for rows that are not 16-byte aligned, one element.
+template <typename W, bool Vector> struct Chunk {
+  static constexpr int V = Vector ? Vec<W>::N : 1;
+  __device__ static void load(const W *p, float (&o)[V]) {
+    if constexpr (Vector)
+      Vec<W>::load(p, o);
+    else
+      o[0] = Vec<W>::scalar(p);
   }
-};
-template <> struct Chunk<float, true> {
-  static constexpr int V = 4;
-  __device__ static void load(const float *p, float *o) {
-    float4 f = __ldg(reinterpret_cast<const float4 *>(p));
-    o[0] = f.x;
-    o[1] = f.y;
-    o[2] = f.z;
-    o[3] = f.w;
-  }
-};
-template <typename W> struct Chunk<W, false> {
-  static constexpr int V = 1;
-  __device__ static void load(const W *p, float *o) { o[0] = toFloat(p[0]); }
 };
 
 template <int V, bool Vec>

@@ -2,8 +2,8 @@
 //
 // Part of the sparsec project.
 //
-// fp16/fp32 conversion, the fused activations, and warp/block reductions,
-// shared by Ops.cu and DenseDecode.cu (internal).
+// fp16/fp32 conversion, 16-byte weight loads, the fused activations, and
+// warp/block reductions, shared by the CUDA kernels (internal).
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,6 +48,39 @@ __device__ __forceinline__ float warpMax(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+
+/// Elements of W in one 16-byte load, converted to float.
+template <typename W> struct Vec;
+template <> struct Vec<__half> {
+  static constexpr int N = 8;
+  __device__ static void load(const __half *p, float (&out)[8]) {
+    convert(__ldg(reinterpret_cast<const uint4 *>(p)), out);
+  }
+  __device__ static void convert(uint4 raw, float (&out)[8]) {
+    const __half2 *h = reinterpret_cast<const __half2 *>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float2 f = __half22float2(h[k]);
+      out[2 * k] = f.x;
+      out[2 * k + 1] = f.y;
+    }
+  }
+  __device__ static float scalar(const __half *p) { return __half2float(*p); }
+};
+template <> struct Vec<float> {
+  static constexpr int N = 4;
+  __device__ static void load(const float *p, float (&out)[4]) {
+    convert(__ldg(reinterpret_cast<const uint4 *>(p)), out);
+  }
+  __device__ static void convert(uint4 raw, float (&out)[4]) {
+    float4 f = *reinterpret_cast<const float4 *>(&raw);
+    out[0] = f.x;
+    out[1] = f.y;
+    out[2] = f.z;
+    out[3] = f.w;
+  }
+  __device__ static float scalar(const float *p) { return __ldg(p); }
+};
 
 /// Block-wide sum/max (blockDim a multiple of 32, at most 1024); every
 /// thread gets the result.

@@ -1002,8 +1002,28 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   const float *keys = k.as<float>(), *vals = v.as<float>();
   // Decode (a few query rows): the split-key kernel, which reads the past
   // and the new keys where they are and writes the present's new rows.
+  DecodeAttention da;
+  da.q = q.as<float>();
+  da.pastK = P > 0 ? pastK->as<float>() : nullptr;
+  da.pastV = P > 0 ? pastV->as<float>() : nullptr;
+  da.k = k.as<float>();
+  da.v = v.as<float>();
+  da.maskF = mask && mask->dtype == DType::f32 ? mask->as<float>() : nullptr;
+  da.maskB = mask && mask->dtype == DType::b1 ? mask->as<uint8_t>() : nullptr;
+  for (int i = 0; i < 4; ++i)
+    da.mStr[i] = dims.mStr[i];
+  da.B = B;
+  da.Hq = Hq;
+  da.Hk = Hk;
+  da.Sq = Sq;
+  da.P = P;
+  da.Sk = Sk;
+  da.D = D;
+  da.Dv = Dv;
+  da.scale = scale;
+  da.causal = causal;
   const bool decode = Sq <= kGemvRowsTokens && decodeAttentionSupported(D, Dv) &&
-                      B * Hq * Sq <= kGemvCounters;
+                      decodeAttentionRows(da) <= kGemvCounters;
   // A past that is the runtime's device cache already holds rows 0..P-1
   // of the present, and the decode loop reads only the new rows back: the
   // copy of the past into the present is skipped.
@@ -1038,26 +1058,6 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   if (P > 0 && (!presentK || !presentV))
     return ctx.fail("attention: a past needs present outputs");
   if (decode) {
-    DecodeAttention da;
-    da.q = q.as<float>();
-    da.pastK = P > 0 ? pastK->as<float>() : nullptr;
-    da.pastV = P > 0 ? pastV->as<float>() : nullptr;
-    da.k = k.as<float>();
-    da.v = v.as<float>();
-    da.maskF = mask && mask->dtype == DType::f32 ? mask->as<float>() : nullptr;
-    da.maskB = mask && mask->dtype == DType::b1 ? mask->as<uint8_t>() : nullptr;
-    for (int i = 0; i < 4; ++i)
-      da.mStr[i] = dims.mStr[i];
-    da.B = B;
-    da.Hq = Hq;
-    da.Hk = Hk;
-    da.Sq = Sq;
-    da.P = P;
-    da.Sk = Sk;
-    da.D = D;
-    da.Dv = Dv;
-    da.scale = scale;
-    da.causal = causal;
     da.out = r.as<float>();
     // With a copied past the present is complete already.
     da.presentK = pastIsCache && presentK ? presentK->as<float>() : nullptr;

@@ -12,6 +12,8 @@
 
 #include "sparsec/rt/cuda/SparseDecode.h"
 
+#include "DeviceMath.cuh"
+
 #include <cub/device/device_select.cuh>
 #include <cuda_fp16.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -23,39 +25,6 @@ namespace sparsec::rt::cuda {
 namespace {
 constexpr int kWarps = 8; // warps per block
 constexpr int kThreads = 32 * kWarps;
-
-/// Elements of W in one 16-byte load, converted to float.
-template <typename W> struct Vec;
-template <> struct Vec<__half> {
-  static constexpr int N = 8;
-  __device__ static void load(const __half *p, float (&out)[8]) {
-    convert(__ldg(reinterpret_cast<const uint4 *>(p)), out);
-  }
-  __device__ static void convert(uint4 raw, float (&out)[8]) {
-    const __half2 *h = reinterpret_cast<const __half2 *>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      float2 f = __half22float2(h[k]);
-      out[2 * k] = f.x;
-      out[2 * k + 1] = f.y;
-    }
-  }
-  __device__ static float scalar(const __half *p) { return __half2float(*p); }
-};
-template <> struct Vec<float> {
-  static constexpr int N = 4;
-  __device__ static void load(const float *p, float (&out)[4]) {
-    convert(__ldg(reinterpret_cast<const uint4 *>(p)), out);
-  }
-  __device__ static void convert(uint4 raw, float (&out)[4]) {
-    float4 f = *reinterpret_cast<const float4 *>(&raw);
-    out[0] = f.x;
-    out[1] = f.y;
-    out[2] = f.z;
-    out[3] = f.w;
-  }
-  __device__ static float scalar(const float *p) { return __ldg(p); }
-};
 
 /// Loads VEC elements of a row starting at column c (bounds-checked at the
 /// end of the row when the rows are not 16-byte multiples).
