@@ -681,6 +681,56 @@ TEST(WeightPackTest, EveryPrefixFailsCleanly) {
   }
 }
 
+TEST(WeightPackTest, StreamingWriterMatchesWholePack) {
+  // Segment by segment gives the same bytes and checksum as the whole-pack
+  // writer (which the compiler's packer and opt_synth's rebuild rely on).
+  ScratchDir dir;
+  PackFixture fx;
+  fx.write(dir.file("whole.pack"));
+  WeightPackWriter writer;
+  std::string error;
+  uint64_t checksum = 0;
+  ASSERT_TRUE(writer.open(dir.file("stream.pack"), fx.segments.size(), error))
+      << error;
+  for (const auto &seg : fx.segments) {
+    std::string copy(static_cast<const char *>(seg.first), seg.second);
+    ASSERT_TRUE(writer.add(copy.data(), copy.size(), error)) << error;
+  } // each copy is gone before the next segment is added
+  ASSERT_TRUE(writer.finish(checksum, error)) << error;
+  EXPECT_EQ(checksum, fx.checksum);
+  EXPECT_EQ(readBytes(dir.file("stream.pack")), readBytes(dir.file("whole.pack")));
+}
+
+TEST(WeightPackTest, StreamingWriterErrors) {
+  ScratchDir dir;
+  std::string error;
+  uint64_t checksum = 0;
+  char byte = 1;
+  {
+    // Fewer segments than announced: an error, and no pack is left.
+    WeightPackWriter writer;
+    ASSERT_TRUE(writer.open(dir.file("short.pack"), 2, error)) << error;
+    ASSERT_TRUE(writer.add(&byte, 1, error)) << error;
+    EXPECT_FALSE(writer.finish(checksum, error));
+    EXPECT_NE(error.find("1 of 2 segments written"), std::string::npos) << error;
+    EXPECT_FALSE(std::ifstream(dir.file("short.pack")).good());
+  }
+  {
+    WeightPackWriter writer;
+    ASSERT_TRUE(writer.open(dir.file("long.pack"), 1, error)) << error;
+    ASSERT_TRUE(writer.add(&byte, 1, error)) << error;
+    EXPECT_FALSE(writer.add(&byte, 1, error));
+    EXPECT_NE(error.find("more segments than announced"), std::string::npos);
+    EXPECT_FALSE(std::ifstream(dir.file("long.pack")).good());
+  }
+  {
+    // Abandoned before finish: the partial file is removed.
+    WeightPackWriter writer;
+    ASSERT_TRUE(writer.open(dir.file("gone.pack"), 1, error)) << error;
+  }
+  EXPECT_FALSE(std::ifstream(dir.file("gone.pack")).good());
+}
+
 TEST(WeightPackTest, WriteErrors) {
   std::string error;
   uint64_t checksum;

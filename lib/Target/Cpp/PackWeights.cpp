@@ -48,12 +48,19 @@ int onnxTypeOf(Type t) {
 LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
                                    StringRef packPath, StringRef manifestPath,
                                    uint64_t &checksum, uint64_t &totalBytes) {
-  // Transformed weights need storage of their own until the pack is written.
-  std::vector<std::vector<char>> owned;
-  std::vector<std::pair<const void *, size_t>> segments;
+  // Segments are written as they are made, so only one transformed weight
+  // (and its intermediate forms) is in memory at a time.
+  std::string error;
+  rt::WeightPackWriter writer;
+  auto globals = module.getOps<GlobalOp>();
+  if (!writer.open(packPath.str(), size_t(std::distance(globals.begin(), globals.end())),
+                   error))
+    return module.emitError(error);
+  size_t written = 0;
   llvm::json::Array entries;
   uint64_t offset = 0;
-  for (GlobalOp global : module.getOps<GlobalOp>()) {
+  for (GlobalOp global : globals) {
+    std::vector<std::vector<char>> owned; // this weight's transformed forms
     auto type = cast<RankedTensorType>(global.getType());
     const void *data = nullptr;
     size_t bytes = 0, eltBytes = 0;
@@ -91,12 +98,12 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
       dims.assign(valueType.getShape().begin(), valueType.getShape().end());
       source = "<inline>";
     } else {
-      std::string error;
-      const TensorView *view = store.get(source, error);
+      std::string why;
+      const TensorView *view = store.get(source, why);
       if (!view)
         return global.emitError("weight '")
                << source << "': "
-               << (error.empty() ? "not in the model file" : error);
+               << (why.empty() ? "not in the model file" : why);
       data = view->data;
       bytes = view->numBytes;
       eltBytes = WeightStore::elementSize(view->dataType);
@@ -206,10 +213,11 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
              << source << "' has shape ["
              << llvm::make_range(dims.begin(), dims.end())
              << "] after its transforms, but the IR declares " << type;
-    segments.push_back({data, bytes});
+    if (!writer.add(data, bytes, error))
+      return module.emitError(error);
     offset = (offset + 63) & ~uint64_t(63);
     entries.push_back(llvm::json::Object{
-        {"index", static_cast<int64_t>(segments.size() - 1)},
+        {"index", static_cast<int64_t>(written++)},
         {"symbol", global.getSymName().str()},
         {"source", source},
         {"dtype", WeightStore::dataTypeName(dataType)},
@@ -223,9 +231,8 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
     offset += bytes;
   }
   totalBytes = offset;
-  std::string error;
-  if (!rt::writeWeightPack(packPath.str(), segments, checksum, error))
-    return module.emitError("cannot write the weight pack: ") << error;
+  if (!writer.finish(checksum, error))
+    return module.emitError(error);
 
   std::error_code ec;
   llvm::raw_fd_ostream manifest(manifestPath, ec);

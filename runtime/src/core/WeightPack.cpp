@@ -208,85 +208,118 @@ size_t WeightPack::segmentBytes(uint32_t index) const {
   return size_t(table_[2 * index + 1]);
 }
 
-bool writeWeightPack(
-    const std::string &path,
-    const std::vector<std::pair<const void *, size_t>> &segments,
-    uint64_t &checksum, std::string &error) {
-  if (segments.size() > std::numeric_limits<uint32_t>::max()) {
-    error = "cannot write weight pack '" + path + "': too many segments";
-    return false;
+WeightPackWriter::~WeightPackWriter() {
+  if (f_) {
+    std::fclose(f_);
+    std::remove(path_.c_str()); // not finished: no partial pack is left
   }
+}
+
+bool WeightPackWriter::fail(const std::string &what, std::string &error) {
+  error = "cannot write weight pack '" + path_ + "': " + what;
+  if (f_) {
+    std::fclose(f_);
+    f_ = nullptr;
+    std::remove(path_.c_str());
+  }
+  return false;
+}
+
+bool WeightPackWriter::open(const std::string &path, size_t count,
+                            std::string &error) {
+  path_ = path;
+  if (count > std::numeric_limits<uint32_t>::max())
+    return fail("too many segments", error);
+  count_ = uint32_t(count);
+  added_ = 0;
+  offset_ = 0;
+  hash_ = fnv1a64(nullptr, 0);
+  table_.assign(2 * size_t(count), 0);
+  f_ = std::fopen(path.c_str(), "wb");
+  if (!f_)
+    return fail(std::string("cannot open it: ") + std::strerror(errno), error);
+  // Header and table are rewritten by finish(); zeros up to the payload.
+  payloadOffset_ = alignUp(kHeaderBytes + 16 * uint64_t(count_));
+  static const char kZeros[kAlign] = {};
+  for (uint64_t left = payloadOffset_; left > 0;) {
+    size_t n = size_t(std::min<uint64_t>(left, kAlign));
+    if (std::fwrite(kZeros, 1, n, f_) != n)
+      return fail(std::strerror(errno), error);
+    left -= n;
+  }
+  return true;
+}
+
+bool WeightPackWriter::add(const void *data, size_t bytes, std::string &error) {
+  if (!f_)
+    return fail("not open", error);
+  if (added_ >= count_)
+    return fail("more segments than announced", error);
+  if (bytes && !data)
+    return fail("segment " + std::to_string(added_) + " has no data", error);
+  // The payload is hashed as it lies on disk, padding included.
+  static const char kZeros[kAlign] = {};
+  size_t pad = size_t(alignUp(offset_) - offset_);
+  hash_ = fnv1a64(kZeros, pad, hash_);
+  hash_ = fnv1a64(data, bytes, hash_);
+  if ((pad && std::fwrite(kZeros, 1, pad, f_) != pad) ||
+      (bytes && std::fwrite(data, 1, bytes, f_) != bytes))
+    return fail(std::strerror(errno), error);
+  offset_ += pad;
+  table_[2 * size_t(added_)] = offset_;
+  table_[2 * size_t(added_) + 1] = bytes;
+  offset_ += bytes;
+  ++added_;
+  return true;
+}
+
+bool WeightPackWriter::finish(uint64_t &checksum, std::string &error) {
+  if (!f_)
+    return fail("not open", error);
+  if (added_ != count_)
+    return fail(std::to_string(added_) + " of " + std::to_string(count_) +
+                    " segments written",
+                error);
   PackHeader header;
   std::memset(&header, 0, sizeof(header));
   std::memcpy(header.magic, kPackMagic, sizeof(kPackMagic));
   header.version = kPackVersion;
-  header.count = uint32_t(segments.size());
+  header.count = count_;
   header.tableOffset = kHeaderBytes;
-  header.payloadOffset = alignUp(kHeaderBytes + 16 * uint64_t(header.count));
-
-  std::vector<uint64_t> table(2 * segments.size());
-  uint64_t offset = 0;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    if (segments[i].second && !segments[i].first) {
-      error = "cannot write weight pack '" + path + "': segment " +
-              std::to_string(i) + " has no data";
-      return false;
-    }
-    offset = alignUp(offset);
-    table[2 * i] = offset;
-    table[2 * i + 1] = segments[i].second;
-    offset += segments[i].second;
-  }
-  header.payloadBytes = offset;
-
-  // Hash the payload as it will be laid out on disk, padding included.
-  static const char kZeros[kAlign] = {};
-  uint64_t hash = fnv1a64(nullptr, 0);
-  uint64_t pos = 0;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    hash = fnv1a64(kZeros, size_t(table[2 * i] - pos), hash);
-    hash = fnv1a64(segments[i].first, segments[i].second, hash);
-    pos = table[2 * i] + segments[i].second;
-  }
-  header.checksum = hash;
-
-  FILE *f = std::fopen(path.c_str(), "wb");
-  if (!f) {
-    error = "cannot open weight pack '" + path +
-            "' for writing: " + std::strerror(errno);
-    return false;
-  }
-  bool ok = std::fwrite(&header, sizeof(header), 1, f) == 1;
-  if (ok && !table.empty())
-    ok = std::fwrite(table.data(), sizeof(uint64_t), table.size(), f) ==
-         table.size();
-  uint64_t tableEnd = kHeaderBytes + 16 * uint64_t(header.count);
-  if (ok && header.payloadOffset > tableEnd)
-    ok = std::fwrite(kZeros, 1, size_t(header.payloadOffset - tableEnd), f) ==
-         header.payloadOffset - tableEnd;
-  pos = 0;
-  for (size_t i = 0; ok && i < segments.size(); ++i) {
-    size_t pad = size_t(table[2 * i] - pos);
-    if (pad)
-      ok = std::fwrite(kZeros, 1, pad, f) == pad;
-    if (ok && segments[i].second)
-      ok = std::fwrite(segments[i].first, 1, segments[i].second, f) ==
-           segments[i].second;
-    pos = table[2 * i] + segments[i].second;
-  }
+  header.payloadOffset = payloadOffset_;
+  header.payloadBytes = offset_;
+  header.checksum = hash_;
+  bool ok = std::fseek(f_, 0, SEEK_SET) == 0 &&
+            std::fwrite(&header, sizeof(header), 1, f_) == 1 &&
+            (table_.empty() ||
+             std::fwrite(table_.data(), sizeof(uint64_t), table_.size(), f_) ==
+                 table_.size());
   int savedErrno = errno;
-  if (std::fclose(f) != 0 && ok) {
+  if (std::fclose(f_) != 0 && ok) {
     ok = false;
     savedErrno = errno;
   }
+  f_ = nullptr;
   if (!ok) {
-    error =
-        "cannot write weight pack '" + path + "': " + std::strerror(savedErrno);
-    std::remove(path.c_str());
+    error = "cannot write weight pack '" + path_ + "': " + std::strerror(savedErrno);
+    std::remove(path_.c_str());
     return false;
   }
-  checksum = hash;
+  checksum = hash_;
   return true;
+}
+
+bool writeWeightPack(
+    const std::string &path,
+    const std::vector<std::pair<const void *, size_t>> &segments,
+    uint64_t &checksum, std::string &error) {
+  WeightPackWriter writer;
+  if (!writer.open(path, segments.size(), error))
+    return false;
+  for (const auto &segment : segments)
+    if (!writer.add(segment.first, segment.second, error))
+      return false;
+  return writer.finish(checksum, error);
 }
 
 } // namespace sparsec::rt

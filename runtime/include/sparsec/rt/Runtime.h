@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -130,6 +131,30 @@ private:
   uint32_t count_ = 0;
   const uint64_t *table_ = nullptr;
   const char *payload_ = nullptr;
+};
+
+/// Writes a weight pack one segment at a time, so a caller that computes
+/// segments (transposed, converted) holds only one in memory: open with
+/// the segment count, add each in order, finish (header, table and the
+/// payload checksum). Errors name the file and the cause; an unfinished
+/// or failed pack is removed.
+class WeightPackWriter {
+public:
+  WeightPackWriter() = default;
+  WeightPackWriter(const WeightPackWriter &) = delete;
+  WeightPackWriter &operator=(const WeightPackWriter &) = delete;
+  ~WeightPackWriter();
+  bool open(const std::string &path, size_t count, std::string &error);
+  bool add(const void *data, size_t bytes, std::string &error);
+  bool finish(uint64_t &checksum, std::string &error);
+
+private:
+  bool fail(const std::string &what, std::string &error);
+  std::FILE *f_ = nullptr;
+  std::string path_;
+  uint32_t count_ = 0, added_ = 0;
+  uint64_t offset_ = 0, payloadOffset_ = 0, hash_ = 0;
+  std::vector<uint64_t> table_;
 };
 
 /// Writes a weight pack from in-memory segments; returns false with a
