@@ -32,6 +32,37 @@ __device__ __forceinline__ float loadF(const __half *p) {
   return __half2float(*p);
 }
 
+/// Column k of the token block's rows [row0, row0 + rows) as fp16 pairs
+/// (v[i] holds tokens 2i and 2i + 1; rows past the block and columns past
+/// K are zero); whether any value is non-zero.
+template <typename X, int T>
+__device__ __forceinline__ bool loadColumn(const X *__restrict__ x, int K,
+                                           int row0, int rows, int k,
+                                           unsigned (&v)[T / 2]) {
+  bool any = false;
+#pragma unroll
+  for (int t = 0; t < T; t += 2) {
+    float f0 = (k < K && t < rows) ? loadF(x + size_t(row0 + t) * K + k) : 0.0f;
+    float f1 =
+        (k < K && t + 1 < rows) ? loadF(x + size_t(row0 + t + 1) * K + k) : 0.0f;
+    __half2 h = __floats2half2_rn(f0, f1);
+    v[t / 2] = *reinterpret_cast<unsigned *>(&h);
+    any |= (f0 != 0.0f) | (f1 != 0.0f);
+  }
+  return any;
+}
+
+/// Entry `pos` of a token block's set: its column and gathered values.
+template <int T>
+__device__ __forceinline__ void storeColumn(int32_t *bidx, __half *bxg, int pos,
+                                            int k, const unsigned (&v)[T / 2]) {
+  bidx[pos] = k;
+  uint4 *dst = reinterpret_cast<uint4 *>(bxg + size_t(pos) * T);
+#pragma unroll
+  for (int q = 0; q < T / 8; ++q)
+    dst[q] = make_uint4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
+
 template <typename X, int T>
 __global__ void __launch_bounds__(kSReadThreads)
     pitSReadSortedKernel(const X *__restrict__ x, int M, int K, int cap,
@@ -49,17 +80,8 @@ __global__ void __launch_bounds__(kSReadThreads)
   __syncthreads();
   for (int k0 = 0; k0 < K; k0 += kSReadThreads) {
     const int k = k0 + threadIdx.x;
-    unsigned v[T / 2]; // fp16 pairs: tokens 2i, 2i + 1
-    bool any = false;
-#pragma unroll
-    for (int t = 0; t < T; t += 2) {
-      float f0 = (k < K && t < rows) ? loadF(x + size_t(row0 + t) * K + k) : 0.0f;
-      float f1 =
-          (k < K && t + 1 < rows) ? loadF(x + size_t(row0 + t + 1) * K + k) : 0.0f;
-      __half2 h = __floats2half2_rn(f0, f1);
-      v[t / 2] = *reinterpret_cast<unsigned *>(&h);
-      any |= (f0 != 0.0f) | (f1 != 0.0f);
-    }
+    unsigned v[T / 2];
+    const bool any = loadColumn<X, T>(x, K, row0, rows, k, v);
     const unsigned ballot = __ballot_sync(0xffffffffu, any);
     const int rank = __popc(ballot & ((1u << lane) - 1u));
     if (lane == 0)
@@ -76,13 +98,8 @@ __global__ void __launch_bounds__(kSReadThreads)
     if (threadIdx.x == 0)
       base += total;
     __syncthreads();
-    if (any) {
-      bidx[pos] = k;
-      uint4 *dst = reinterpret_cast<uint4 *>(bxg + size_t(pos) * T);
-#pragma unroll
-      for (int q = 0; q < T / 8; ++q)
-        dst[q] = make_uint4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-    }
+    if (any)
+      storeColumn<T>(bidx, bxg, pos, k, v);
   }
   if (threadIdx.x == 0)
     count[b] = base;
@@ -100,16 +117,7 @@ __global__ void __launch_bounds__(256)
   const int k = blockIdx.x * 256 + threadIdx.x;
   const int lane = threadIdx.x & 31;
   unsigned v[T / 2];
-  bool any = false;
-#pragma unroll
-  for (int t = 0; t < T; t += 2) {
-    float f0 = (k < K && t < rows) ? loadF(x + size_t(row0 + t) * K + k) : 0.0f;
-    float f1 =
-        (k < K && t + 1 < rows) ? loadF(x + size_t(row0 + t + 1) * K + k) : 0.0f;
-    __half2 h = __floats2half2_rn(f0, f1);
-    v[t / 2] = *reinterpret_cast<unsigned *>(&h);
-    any |= (f0 != 0.0f) | (f1 != 0.0f);
-  }
+  const bool any = loadColumn<X, T>(x, K, row0, rows, k, v);
   const unsigned ballot = __ballot_sync(0xffffffffu, any);
   int first = 0;
   if (lane == 0 && ballot)
@@ -118,11 +126,7 @@ __global__ void __launch_bounds__(256)
   if (!any)
     return;
   const int pos = first + __popc(ballot & ((1u << lane) - 1u));
-  idx[size_t(b) * cap + pos] = k;
-  uint4 *dst = reinterpret_cast<uint4 *>(xg + (size_t(b) * cap + pos) * T);
-#pragma unroll
-  for (int q = 0; q < T / 8; ++q)
-    dst[q] = make_uint4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+  storeColumn<T>(idx + size_t(b) * cap, xg + size_t(b) * cap * T, pos, k, v);
 }
 
 //===----------------------------------------------------------------------===//
