@@ -508,6 +508,13 @@ int runCompile(MLIRContext &context) {
                "with --sparsity exact or predicted\n";
     return 1;
   }
+  if ((!pitTable.empty() || pitTile > 0) && weightsType != "f16" &&
+      sparseWeights != "f16") {
+    error() << "--pit-table and --pit-tile need fp16 sparse weights (--weights "
+               "f16 or --sparse-weights f16): the PIT kernels are fp16 "
+               "tensor-core code\n";
+    return 1;
+  }
   if (target == "hybrid" && gpuBudget.empty()) {
     error() << "--target hybrid needs --gpu-budget <bytes> (and --profile): "
                "the budget decides which neurons live on the GPU\n";
@@ -647,14 +654,6 @@ int runCompile(MLIRContext &context) {
       sparsify.minZeroFraction = minZeroFraction;
       pm.addPass(sparsec::createSparsifyFFNPass(sparsify));
     }
-    if (sparsityMode != "off" && (target == "cuda" || target == "hybrid")) {
-      sparsec::PitTilePassOptions pit;
-      pit.profile = profileFile;
-      pit.table = pitTable;
-      pit.tokens = pitTokens;
-      pit.forceTile = pitTile;
-      pm.addPass(sparsec::createPitTilePass(pit));
-    }
     if (budgetBytes > 0) {
       sparsec::PartitionHotColdPassOptions partition;
       partition.profile = profileFile;
@@ -664,6 +663,18 @@ int runCompile(MLIRContext &context) {
       partition.syncUs = syncUs;
       partition.cpuBandwidth = cpuBandwidth;
       pm.addPass(sparsec::createPartitionHotColdPass(partition));
+    }
+    // After the placement: a hybrid FFN's GPU part is what PIT would run.
+    // The PIT kernels are fp16 tensor-core code: fp32 sparse weights keep
+    // the dense GEMM for batched calls.
+    if (sparsityMode != "off" && (target == "cuda" || target == "hybrid") &&
+        (weightsType == "f16" || sparseWeights == "f16")) {
+      sparsec::PitTilePassOptions pit;
+      pit.profile = profileFile;
+      pit.table = pitTable;
+      pit.tokens = pitTokens;
+      pit.forceTile = pitTile;
+      pm.addPass(sparsec::createPitTilePass(pit));
     }
     if (failed(pm.run(*module)))
       return 1;
@@ -1068,8 +1079,10 @@ int runTune() {
   int rc;
   {
     PhaseTimer timer("build tuner");
-    if (failed(buildCuda(source, binary, timer)))
+    if (failed(buildCuda(source, binary, timer))) {
+      llvm::sys::fs::remove_directories(dir);
       return 1;
+    }
   }
   {
     PhaseTimer timer("measure");

@@ -196,8 +196,6 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   if (!session.open(desc, argv0, opts.threads, error))
     return reportError(error);
   Context &ctx = *session.ctx;
-  for (CacheSlot &slot : cache)
-    slot.data.reserve(size_t(batch * slot.heads * maxSeqLen * slot.headDim));
   // Ask a device backend to leave the present outputs in device memory.
   ctx.residentOutputs.assign(size_t(desc.numOutputs), 0);
   for (CacheSlot &slot : cache)
@@ -238,8 +236,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       mask.assign(size_t(len), 1);
     }
     const int64_t maskLen = int64_t(mask.size());
+    mask.resize(size_t(batch * maskLen));
     for (int64_t b = 1; b < batch; ++b)
-      mask.insert(mask.end(), mask.begin(), mask.begin() + maskLen);
+      std::copy(mask.begin(), mask.begin() + maskLen, mask.begin() + b * maskLen);
     if (maskInput >= 0)
       inputs[size_t(maskInput)] =
           Tensor{mask.data(), DType::i64, 2, {batch, maskLen}};
@@ -361,9 +360,13 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       }
       if (!deviceCache)
         for (CacheSlot &slot : cache) {
+          // The host cache grows in place up to --max-seq-len (reserved on
+          // first use: a device backend keeps the cache on the device).
+          if (slot.data.capacity() == 0)
+            slot.data.reserve(size_t(batch * slot.heads * maxSeqLen * slot.headDim));
           const Tensor &present = outputs[size_t(slot.output)];
           const float *p = present.as<float>();
-          slot.data.assign(p, p + present.numel()); // within the reserved capacity
+          slot.data.assign(p, p + present.numel());
         }
     }
     int64_t next = pickToken(lastLogits.data(), vocab, opts, rng);

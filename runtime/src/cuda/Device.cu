@@ -88,6 +88,9 @@ Device::~Device() {
     cudaFree(gemvCounters);
   freeDev(halfInput);
   freeDev(attentionScratch);
+  freeDev(pitIdx);
+  freeDev(pitCount);
+  freeDev(pitGather);
   freeDev(blasWorkspace);
   for (auto &b : staging)
     if (b.ptr)
@@ -424,13 +427,20 @@ bool waitHost(Context &ctx, int site) {
   if (!check(ctx, cudaEventSynchronize(d.hostCopies[size_t(site)].copied),
              "waiting for a host copy"))
     return false;
+  // The CPU part starts after the last of its waits; the GPU's idle
+  // interval opens at the first.
   h.cpuStart = Clock::now();
   h.waitUs += std::chrono::duration<double, std::micro>(h.cpuStart - t0).count();
+  if (h.pending)
+    return true;
   if (h.used == h.idle.size()) {
     std::pair<cudaEvent_t, cudaEvent_t> e{nullptr, nullptr};
-    if (!check(ctx, cudaEventCreate(&e.first), "cudaEventCreate") ||
-        !check(ctx, cudaEventCreate(&e.second), "cudaEventCreate"))
+    if (!check(ctx, cudaEventCreate(&e.first), "cudaEventCreate"))
       return false;
+    if (!check(ctx, cudaEventCreate(&e.second), "cudaEventCreate")) {
+      cudaEventDestroy(e.first);
+      return false;
+    }
     h.idle.push_back(e);
   }
   // Completes when the GPU has finished what was queued before the CPU

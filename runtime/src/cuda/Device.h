@@ -105,10 +105,11 @@ struct Device : Context::Backend {
   };
   bool profile = false;
   StepTimes times[3]; // eager, capture, replay
-  /// Hybrid steps: host time computing the CPU parts (from each waitHost
-  /// to the next upload, which carries the CPU part's result back), host
-  /// time blocked in waitHost, and GPU time the stream sat idle waiting for
-  /// those uploads (events recorded at the wait and before the upload).
+  /// Hybrid steps: host time computing the CPU parts (from the last
+  /// waitHost before an upload, which carries the CPU part's result back),
+  /// host time blocked in waitHost, and GPU time the stream sat idle
+  /// waiting for those uploads (events recorded at the first wait and
+  /// before the upload).
   struct HybridTimes {
     int steps = 0;
     double cpuUs = 0, waitUs = 0, gpuIdleUs = 0;

@@ -1474,7 +1474,8 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
   const float *b = s.bias;
   out = r;
   if (M > kMaxTokens && w.dtype == DType::f16 &&
-      pitSupported(M, K, N, pitTile, w.data)) {
+      pitSupported(M, K, N, pitTile, w.data) &&
+      (reinterpret_cast<uintptr_t>(r.data) & 15) == 0) {
     // PIT: gather each block of pitTile tokens' active neurons, then dense
     // tensor-core tiles over those rows.
     if (!d.ensure(ctx, d.pitIdx, pitIdxBytes(M, K, pitTile), "PIT index") ||

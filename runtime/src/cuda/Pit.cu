@@ -464,7 +464,11 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
                       cudaStream_t stream, int columns) {
   if (M <= 0 || N <= 0)
     return cudaSuccess;
-  if (!pitSupported(M, K, N, tile, w) || (columns && columns != 128 && columns != 256))
+  auto aligned = [](const void *p) {
+    return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+  };
+  if (!pitSupported(M, K, N, tile, w) || !aligned(y) || !aligned(residual) ||
+      (columns && columns != 128 && columns != 256))
     return cudaErrorInvalidValue;
   if (!columns)
     columns = pitDefaultColumns(M, N, tile);

@@ -96,6 +96,7 @@ bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
   cudaError_t e = cudaSuccess;
   Buffers buf;
   float *x = buf.get<float>(size_t(m * k), e);
+  float *staging = buf.get<float>(size_t(k * n), e); // the weights, as fp32
   __half *xh = buf.get<__half>(size_t(m * k), e);
   __half *w = buf.get<__half>(size_t(k * n), e);
   float *y = buf.get<float>(size_t(m * n), e);
@@ -121,8 +122,8 @@ bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
   const unsigned threads = 256;
   auto blocksOf = [&](int64_t count) { return unsigned((count + threads - 1) / threads); };
   // Weights: any values (the times do not depend on them).
-  fillTiles<<<blocksOf(k * n), threads, 0, s>>>(y, k, n, 1, 1.0f, 7u);
-  toHalf<<<blocksOf(k * n), threads, 0, s>>>(y, w, k * n);
+  fillTiles<<<blocksOf(k * n), threads, 0, s>>>(staging, k, n, 1, 1.0f, 7u);
+  toHalf<<<blocksOf(k * n), threads, 0, s>>>(staging, w, k * n);
 
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
@@ -148,15 +149,28 @@ bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
   const float densities[] = {0.01f, 0.02f, 0.05f, 0.1f, 0.2f,
                              0.35f, 0.5f,  0.75f, 1.0f};
   bool first = true;
+  if (!pitSupported(m, k, n, 8, w)) {
+    error = "the PIT kernels do not support a " + std::to_string(m) + " x " +
+            std::to_string(k) + " x " + std::to_string(n) + " problem";
+    cublasDestroy(blas);
+    cudaStreamDestroy(s);
+    return false;
+  }
   for (int tile : {8, 16, 32}) {
     for (float d : densities) {
       fillTiles<<<blocksOf(m * k), threads, 0, s>>>(x, m, k, tile, d, 3u);
-      float sreadUs = medianUs(s, [&] { pitSRead(x, m, k, tile, false, ws, s); });
+      cudaError_t launch = cudaSuccess;
+      auto keep = [&](cudaError_t r) {
+        if (launch == cudaSuccess)
+          launch = r;
+      };
+      float sreadUs =
+          medianUs(s, [&] { keep(pitSRead(x, m, k, tile, false, ws, s)); });
       float matmulUs = medianUs(s, [&] {
-        pitMatmul(ws, m, k, w, n, tile, nullptr, ops::Activation::none, nullptr,
-                  y, s);
+        keep(pitMatmul(ws, m, k, w, n, tile, nullptr, ops::Activation::none,
+                       nullptr, y, s));
       });
-      e = cudaGetLastError();
+      e = launch != cudaSuccess ? launch : cudaGetLastError();
       if (e != cudaSuccess)
         break;
       out << (first ? "\n  " : ",\n  ") << "{\"tile\": " << tile
@@ -166,6 +180,8 @@ bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
       std::fprintf(stderr, "[tune] tile %2d x 1, density %.2f: sread %.1f + "
                            "matmul %.1f us\n", tile, d, sreadUs, matmulUs);
     }
+    if (e != cudaSuccess)
+      break;
   }
   cublasDestroy(blas);
   cudaError_t sync = cudaStreamSynchronize(s);
@@ -179,7 +195,8 @@ bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
   out << "\n]}\n";
   std::ofstream file(path);
   file << out.str();
-  if (!file.good()) {
+  file.close();
+  if (!file) {
     error = "cannot write '" + path + "'";
     return false;
   }

@@ -23,7 +23,9 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 namespace sparsec {
@@ -219,6 +221,22 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
         ++numDense;
         return;
       }
+      // A hybrid build's GPU part (after sparsec-partition-hot-cold) holds
+      // the layer's G most frequent neurons: plan for those.
+      std::vector<uint64_t> counts = site->counts;
+      std::string part;
+      if (auto place = act->getAttrOfType<PlacementAttr>("placement")) {
+        int64_t G = place.getGpuNeurons();
+        if (G <= 0) {
+          s.setPitTileAttr(IntegerAttr::get(IntegerType::get(ctx, 64), 0));
+          ++numDense;
+          return; // the whole FFN runs on the CPU
+        }
+        std::sort(counts.begin(), counts.end(), std::greater<uint64_t>());
+        counts.resize(size_t(std::min<int64_t>(G, int64_t(counts.size()))));
+        K = int64_t(counts.size());
+        part = ", GPU part of " + std::to_string(K) + " neurons";
+      }
       double denseUs = lat.dense(double(tokens), double(K), double(N));
       int64_t best = 0;
       double bestUs = denseUs * margin;
@@ -228,7 +246,7 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
         if (!lat.tiles.count(tile))
           continue;
         double density = 0;
-        for (uint64_t c : site->counts) {
+        for (uint64_t c : counts) {
           double p = std::min(1.0, double(c) / double(site->tokens));
           density += 1.0 - std::pow(1.0 - p, double(tile));
         }
@@ -247,9 +265,9 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
       ++(best ? numPit : numDense);
       std::string head;
       llvm::raw_string_ostream(head)
-          << llvm::format("PIT at %lld tokens (%s): dense %.1f us; ",
+          << llvm::format("PIT at %lld tokens (%s%s): dense %.1f us; ",
                           (long long)tokens.getValue(), it->second.c_str(),
-                          denseUs);
+                          part.c_str(), denseUs);
       s.emitRemark() << head << detail << " -> "
                      << (best ? std::to_string(best) + " x 1 tiles"
                               : std::string("dense"));

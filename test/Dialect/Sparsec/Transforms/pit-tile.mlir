@@ -5,14 +5,20 @@
 // f1's neurons fire 1 % of the time (32-token tiles active 1 - 0.99^32 =
 // 27.5 %: 55.0 us; 8-token tiles 7.7 %: 61.8 us): 32 x 1 tiles. f2's fire
 // half the time (tiles ~100 % active): dense. f3 is a hybrid CPU part:
-// untouched.
-// RUN: %pyexe %S/Inputs/make_sprof.py %t.sprof 0x00000000000000ab "f1:100:1,1,1,1,1,1,1,1" "f2:100:50,50,50,50,50,50,50,50" "f3:100:1,1,1,1,1,1,1,1"
+// untouched. f4 is placed (hybrid) with its 2 hottest neurons on the GPU:
+// the whole layer (one neuron at 50 %, seven at 1 %) would take 32 x 1
+// tiles (36.6 % active, 73.1 us), but its GPU part (50 % and 1 %: 63.8 %
+// active) is planned alone, at 2 of 8 neurons' cost: 31.9 us against
+// dense 25.0: dense.
+// RUN: %pyexe %S/Inputs/make_sprof.py %t.sprof 0x00000000000000ab "f1:100:1,1,1,1,1,1,1,1" "f2:100:50,50,50,50,50,50,50,50" "f3:100:1,1,1,1,1,1,1,1" "f4:100:50,1,1,1,1,1,1,1"
 // RUN: sparsec-opt %s "--sparsec-pit-tile=profile=%t.sprof table=%S/Inputs/pit-table.json tokens=64" 2>&1 | FileCheck %s
 // CHECK: remark: PIT at 64 tokens (f1): dense 100.0 us; 32 x 1: density 0.275, 55.0 us; 8 x 1: density 0.077, 61.8 us -> 32 x 1 tiles
 // CHECK: remark: PIT at 64 tokens (f2): dense 100.0 us; 32 x 1: density 1.000, 200.0 us; 8 x 1: density 0.996, 796.9 us -> dense
+// CHECK: remark: PIT at 64 tokens (f4, GPU part of 2 neurons): dense 25.0 us; 32 x 1: density 0.638, 31.9 us; 8 x 1: density 0.537, 107.3 us -> dense
 // CHECK: sparsec.sparse_linear %{{.*}}pit_tile = 32 : i64
 // CHECK: sparsec.sparse_linear %{{.*}}pit_tile = 0 : i64
-// CHECK-NOT: pit_tile
+// CHECK: sparsec.sparse_linear %{{[0-9]+}}, %{{[0-9]+}} {mode = #sparsec<sparse_mode exact>, sparse_dim = #sparsec<sparse_dim input>, sparsec.device = "cpu"}
+// CHECK: sparsec.sparse_linear %{{.*}}pit_tile = 0 : i64
 // CHECK: return
 //
 // Twice the tokens: every time doubles, the choices stay.
@@ -32,6 +38,8 @@
 // RUN: sparsec-opt %s "--sparsec-pit-tile=force-tile=16" 2>&1 | FileCheck %s --check-prefix=FORCE
 // FORCE-NOT: remark
 // FORCE-COUNT-2: pit_tile = 16 : i64
+// FORCE: sparsec.sparse_linear %{{[0-9]+}}, %{{[0-9]+}} {mode = #sparsec<sparse_mode exact>, sparse_dim = #sparsec<sparse_dim input>, sparsec.device = "cpu"}
+// FORCE: pit_tile = 16 : i64
 // FORCE-NOT: pit_tile
 //
 // Errors.
@@ -61,6 +69,9 @@ module attributes {sparsec.model_hash = "0x00000000000000ab"} {
     %h3 = sparsec.linear %y2, %w1 {sparsec.device = "cpu"} : tensor<?x4xf32>, tensor<4x8xf32> -> tensor<?x8xf32>
     %r3 = sparsec.relu %h3 {sparsec.device = "cpu"} : tensor<?x8xf32> loc("f3")
     %y3 = sparsec.sparse_linear %r3, %w2 {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>, sparsec.device = "cpu"} : (tensor<?x8xf32>, tensor<8x4xf32>) -> tensor<?x4xf32>
-    return %y3 : tensor<?x4xf32>
+    %h4 = sparsec.linear %y3, %w1 : tensor<?x4xf32>, tensor<4x8xf32> -> tensor<?x8xf32>
+    %r4 = sparsec.relu %h4 {placement = #sparsec.placement<gpu_neurons = 2, total_neurons = 8, group = 2>} : tensor<?x8xf32> loc("f4")
+    %y4 = sparsec.sparse_linear %r4, %w2 {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x8xf32>, tensor<8x4xf32>) -> tensor<?x4xf32>
+    return %y4 : tensor<?x4xf32>
   }
 }

@@ -324,7 +324,10 @@ def PitTilePass : Pass<"sparsec-pit-tile", "mlir::ModuleOp"> {
     the density between measured points, and scaled from the table's
     problem to this op's `tokens` x K x N by the multiply-add count. PIT is
     chosen only when its estimate beats dense by `margin`. Each decision is
-    printed as a remark with the densities and estimates.
+    printed as a remark with the densities and estimates. After
+    `sparsec-partition-hot-cold` (hybrid builds) the estimate covers the
+    GPU part only: the layer's `gpu_neurons` most frequent neurons (none:
+    dense, the FFN runs on the CPU).
 
     `force-tile` skips the model (tests, experiments): 0 keeps every such
     op dense, 8/16/32 uses that tile.

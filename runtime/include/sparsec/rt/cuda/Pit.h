@@ -70,7 +70,9 @@ size_t pitCountBytes(int64_t M, int tile);
 size_t pitGatherBytes(int64_t M, int64_t K, int tile);
 
 /// Whether pitMatmul handles this problem: a supported tile, N a multiple
-/// of 8 (16-byte rows), and W 16-byte aligned.
+/// of 8 (16-byte rows), W 16-byte aligned, K and N at most 2^30 and at
+/// most 65535 token blocks. (y and residual must be 16-byte aligned too:
+/// pitMatmul checks them.)
 bool pitSupported(int64_t M, int64_t K, int64_t N, int tile, const void *w);
 
 /// SRead: builds ws.idx / ws.count / ws.xg from x [M, K] (X: float or
