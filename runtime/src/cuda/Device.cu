@@ -86,6 +86,10 @@ Device::~Device() {
   freeDev(gemvPartials);
   if (gemvCounters)
     cudaFree(gemvCounters);
+  if (densityCounts)
+    cudaFree(densityCounts);
+  if (densityHost)
+    cudaFreeHost(densityHost);
   freeDev(halfInput);
   freeDev(attentionScratch);
   freeDev(pitIdx);
@@ -226,6 +230,18 @@ Device *device(Context &ctx) {
                              d->stream),
              "cudaMemset (GEMV counters)"))
     return nullptr;
+  if (!check(ctx, cudaMalloc(&d->densityCounts, 2 * sizeof(unsigned long long)),
+             "cudaMalloc (density counters)") ||
+      !check(ctx,
+             cudaMemsetAsync(d->densityCounts, 0, 2 * sizeof(unsigned long long),
+                             d->stream),
+             "cudaMemset (density counters)") ||
+      !check(ctx,
+             cudaHostAlloc(reinterpret_cast<void **>(&d->densityHost),
+                           2 * sizeof(unsigned long long), cudaHostAllocDefault),
+             "cudaHostAlloc (density counters)"))
+    return nullptr;
+  d->densityHost[0] = d->densityHost[1] = 0;
   // Exact fp32 GEMMs (no TF32): the fp32 mode is the accuracy reference.
   cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH);
   if (const char *p = std::getenv("SPARSEC_PIT_SORTED"))
@@ -654,9 +670,25 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
     return false;
   if (d.profile)
     cudaEventRecord(d.stepEnd, d.stream);
+  // The sparse kernels' neuron counts (outside any graph), for the density
+  // `generate` and `bench` report.
+  if (d.countsDensity &&
+      !check(ctx,
+             cudaMemcpyAsync(d.densityHost, d.densityCounts,
+                             2 * sizeof(unsigned long long),
+                             cudaMemcpyDeviceToHost, d.stream),
+             "reading the density counters"))
+    return false;
   // The only host synchronisation of a step: its outputs are complete.
   if (!check(ctx, cudaStreamSynchronize(d.stream), "running the step"))
     return false;
+  if (d.countsDensity) {
+    // Deltas: the CPU parts of a hybrid model count on the host themselves.
+    ctx.sparseActive += int64_t(d.densityHost[0] - d.densitySeen[0]);
+    ctx.sparseTotal += int64_t(d.densityHost[1] - d.densitySeen[1]);
+    d.densitySeen[0] = d.densityHost[0];
+    d.densitySeen[1] = d.densityHost[1];
+  }
   if (d.profile && d.hybrid.used > 0) {
     Device::HybridTimes &h = d.hybrid;
     ++h.steps;

@@ -94,6 +94,12 @@ struct Device : Context::Backend {
   /// Per column tile: blocks of a split-K GEMV done so far (zero between
   /// launches; the last block resets its tile's counter).
   int *gemvCounters = nullptr;
+  /// Neurons the sparse decode kernels computed and could have (two device
+  /// counters the down-projection kernel adds to), read after each step
+  /// into Context::sparseActive / sparseTotal once a sparse kernel ran.
+  unsigned long long *densityCounts = nullptr, *densityHost = nullptr;
+  unsigned long long densitySeen[2] = {0, 0};
+  bool countsDensity = false;
 
   std::map<std::string, GraphEntry> graphs;
   bool graphsEnabled = true;

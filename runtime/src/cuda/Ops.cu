@@ -1504,6 +1504,7 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
   if (M == 0 || N == 0 || !d.launching())
     return true;
   IndexBuffers &ib = indexBuffers(d, index.site);
+  d.countsDensity = true;
   fillRowsKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(r.as<float>(), M * N,
                                                             int(N), b);
   if (!launched(ctx, "sparse_linear (bias)"))
@@ -1513,11 +1514,11 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
           ? sparseDown<__half>(x.as<float>(), int(M), int(K), w.as<__half>(),
                                int(N), static_cast<int32_t *>(ib.idx.ptr),
                                static_cast<int32_t *>(ib.count.ptr), int(K),
-                               r.as<float>(), d.stream)
+                               r.as<float>(), d.stream, 0, d.densityCounts)
           : sparseDown<float>(x.as<float>(), int(M), int(K), w.as<float>(),
                               int(N), static_cast<int32_t *>(ib.idx.ptr),
                               static_cast<int32_t *>(ib.count.ptr), int(K),
-                              r.as<float>(), d.stream);
+                              r.as<float>(), d.stream, 0, d.densityCounts);
   return check(ctx, e, "sparse_linear (down projection)");
 }
 

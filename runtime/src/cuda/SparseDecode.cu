@@ -76,7 +76,8 @@ __global__ void __launch_bounds__(kThreads)
     sparseDownKernel(const float *__restrict__ h, int ldh,
                      const W *__restrict__ w, int d,
                      const int32_t *__restrict__ idx,
-                     const int32_t *__restrict__ count, float *y) {
+                     const int32_t *__restrict__ count, float *y,
+                     int capacity, unsigned long long *density) {
   constexpr int V = Vec<W>::N;
   constexpr int Tile = 32 * V; // columns per block
   constexpr int Unroll = 4; // rows in flight per warp
@@ -84,6 +85,10 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int col = blockIdx.x * Tile + lane * V;
   const int64_t n = *count;
+  if (density && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    atomicAdd(density, (unsigned long long)(n * T));
+    atomicAdd(density + 1, (unsigned long long)(int64_t(capacity) * T));
+  }
   const int r0 = int(n * blockIdx.y / gridDim.y);
   const int r1 = int(n * (blockIdx.y + 1) / gridDim.y);
   float acc[T][V];
@@ -450,7 +455,8 @@ int downSplits(int d, int capacity, int vec, int tokens, int residentBlocks) {
 template <typename W>
 cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
                        const int32_t *idx, const int32_t *count, int capacity,
-                       float *y, cudaStream_t stream, int splits) {
+                       float *y, cudaStream_t stream, int splits,
+                       unsigned long long *density) {
   constexpr int V = Vec<W>::N;
   bool fast = aligned(w, d);
   return withTokens(tokens, [&](auto t) {
@@ -462,7 +468,8 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
               splits > 0 ? splits
                          : downSplits(d, capacity, V, tokens,
                                       std::max(1, perSM) * multiprocessorCount()));
-    kernel<<<grid, kThreads, 0, stream>>>(h, ldh, w, d, idx, count, y);
+    kernel<<<grid, kThreads, 0, stream>>>(h, ldh, w, d, idx, count, y, capacity,
+                                          density);
     return cudaGetLastError();
   });
 }
@@ -504,7 +511,8 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                                    cudaStream_t);                              \
   template cudaError_t sparseDown<W>(const float *, int, int, const W *, int,  \
                                      const int32_t *, const int32_t *, int,    \
-                                     float *, cudaStream_t, int);              \
+                                     float *, cudaStream_t, int,               \
+                                     unsigned long long *);                    \
   template cudaError_t predictIndex<W>(                                        \
       const float *, int, const W *, int, int, const W *, int, const float *,  \
       float, float *, uint8_t *, int32_t *, int32_t *, bool, void *, size_t,   \

@@ -67,11 +67,14 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
 /// y[t, :] += sum over i < *count of h[t, idx[i]] * w[idx[i], :];
 /// h [tokens, ldh], w [F, d], y [tokens, d]. `splits` > 0 overrides how
 /// many blocks share the selected rows of one column tile (0: chosen from
-/// the multiprocessor count).
+/// the multiprocessor count). `density` (or null): two device counters
+/// that get += *count * tokens (the (token, neuron) pairs computed) and
+/// capacity * tokens (what a dense kernel computes).
 template <typename W>
 cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
                        const int32_t *idx, const int32_t *count, int capacity,
-                       float *y, cudaStream_t stream, int splits = 0);
+                       float *y, cudaStream_t stream, int splits = 0,
+                       unsigned long long *density = nullptr);
 
 /// The DejaVu predictor of a decode step with the index construction fused
 /// into its epilogue: flags[j] = (any token t) (x[t] . w1) . w2[:, j] +
