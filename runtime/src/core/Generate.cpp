@@ -168,17 +168,12 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   }
   if (tokens.empty())
     return reportError("the prompt is empty");
-  for (const std::vector<int64_t> &r : rows)
-    for (int64_t t : r)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t : b == 0 ? tokens : rows[size_t(b - 1)])
       if (t < 0 || (staticVocab > 0 && t >= staticVocab))
         return reportError("token id " + std::to_string(t) +
                            " is outside the vocabulary of " +
                            std::to_string(staticVocab));
-  for (int64_t t : tokens)
-    if (t < 0 || (staticVocab > 0 && t >= staticVocab))
-      return reportError("token id " + std::to_string(t) +
-                         " is outside the vocabulary of " +
-                         std::to_string(staticVocab));
   int64_t maxSeqLen = opts.maxSeqLen;
   if (maxSeqLen == 0) {
     maxSeqLen = 4096;

@@ -434,15 +434,14 @@ bool waitHost(Context &ctx, int site) {
   if (site < 0 || size_t(site) >= d.hostCopies.size() ||
       !d.hostCopies[size_t(site)].copied)
     return ctx.fail("internal error: no host copy " + std::to_string(site));
-  if (!d.profile)
-    return check(ctx, cudaEventSynchronize(d.hostCopies[size_t(site)].copied),
-                 "waiting for a host copy");
   using Clock = std::chrono::steady_clock;
-  Device::HybridTimes &h = d.hybrid;
   const Clock::time_point t0 = Clock::now();
   if (!check(ctx, cudaEventSynchronize(d.hostCopies[size_t(site)].copied),
              "waiting for a host copy"))
     return false;
+  if (!d.profile)
+    return true;
+  Device::HybridTimes &h = d.hybrid;
   // The CPU part starts after the last of its waits; the GPU's idle
   // interval opens at the first.
   h.cpuStart = Clock::now();

@@ -162,12 +162,15 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
       return s.getSparseDim() == SparseDim::input &&
              !(dev && dev.getValue() == "cpu");
     };
+    // Records the choice (0: dense) and counts it.
+    auto choose = [&](SparseLinearOp s, int64_t tile) {
+      s.setPitTileAttr(IntegerAttr::get(IntegerType::get(ctx, 64), tile));
+      ++(tile ? numPit : numDense);
+    };
     if (forceTile >= 0) {
       module.walk([&](SparseLinearOp s) {
-        if (!isCandidate(s))
-          return;
-        s.setPitTileAttr(IntegerAttr::get(IntegerType::get(ctx, 64), forceTile));
-        ++(forceTile ? numPit : numDense);
+        if (isCandidate(s))
+          choose(s, forceTile);
       });
       return;
     }
@@ -217,8 +220,7 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
           ShapedType::isDynamic(N)) {
         s.emitRemark("PIT: no profile counts for this input (or a dynamic "
                      "size); batched calls stay dense");
-        s.setPitTileAttr(IntegerAttr::get(IntegerType::get(ctx, 64), 0));
-        ++numDense;
+        choose(s, 0);
         return;
       }
       // A hybrid build's GPU part (after sparsec-partition-hot-cold) holds
@@ -228,8 +230,7 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
       if (auto place = act->getAttrOfType<PlacementAttr>("placement")) {
         int64_t G = place.getGpuNeurons();
         if (G <= 0) {
-          s.setPitTileAttr(IntegerAttr::get(IntegerType::get(ctx, 64), 0));
-          ++numDense;
+          choose(s, 0);
           return; // the whole FFN runs on the CPU
         }
         std::sort(counts.begin(), counts.end(), std::greater<uint64_t>());
@@ -261,8 +262,7 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
           best = tile;
         }
       }
-      s.setPitTileAttr(IntegerAttr::get(IntegerType::get(ctx, 64), best));
-      ++(best ? numPit : numDense);
+      choose(s, best);
       std::string head;
       llvm::raw_string_ostream(head)
           << llvm::format("PIT at %lld tokens (%s%s): dense %.1f us; ",
