@@ -3,15 +3,18 @@
 // Part of the sparsec project.
 //
 // What the kernel benchmarks in bench/gpu share: CUDA error checks (exit
-// status 2), graph-based timing on one non-blocking stream, device memory
-// in and out, and the relative error of a result against a reference.
+// status 2), the stream and library handles, graph-based timing on that
+// stream, device memory in and out, and the relative error of a result
+// against a reference.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef SPARSEC_BENCH_GPU_GPUBENCH_H
 #define SPARSEC_BENCH_GPU_GPUBENCH_H
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cusparse.h>
 
 #include <algorithm>
 #include <cmath>
@@ -33,6 +36,18 @@
 namespace sparsec::bench {
 /// The stream every benchmarked call enqueues its work on.
 inline cudaStream_t stream = nullptr;
+
+/// Creates `stream` (non-blocking) and the cuBLAS and cuSPARSE handles of
+/// the peers, both on it; `prop` describes device 0.
+inline void setUp(cudaDeviceProp &prop, cublasHandle_t &blas,
+                  cusparseHandle_t &sparse) {
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasCreate(&blas);
+  cublasSetStream(blas, stream);
+  cusparseCreate(&sparse);
+  cusparseSetStream(sparse, stream);
+}
 
 /// Median microseconds per call of `fn` (which enqueues work on `stream`),
 /// from a graph of `inner` calls replayed 5 times; falls back to plain

@@ -57,14 +57,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t blas;
-  cublasCreate(&blas);
-  cublasSetStream(blas, stream);
   cusparseHandle_t sparse;
-  cusparseCreate(&sparse);
-  cusparseSetStream(sparse, stream);
+  setUp(prop, blas, sparse);
 
   // Device-to-device copy bandwidth (bytes read + written), 1 GiB.
   size_t copyBytes = size_t(1) << 30;

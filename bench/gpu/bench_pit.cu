@@ -145,14 +145,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t blas;
-  cublasCreate(&blas);
-  cublasSetStream(blas, stream);
   cusparseHandle_t sp;
-  cusparseCreate(&sp);
-  cusparseSetStream(sp, stream);
+  setUp(prop, blas, sp);
 
   std::mt19937 rng(0);
   std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
