@@ -62,6 +62,8 @@ Device::~Device() {
     cudaEventDestroy(stepStart);
   if (stepEnd)
     cudaEventDestroy(stepEnd);
+  if (join)
+    cudaEventDestroy(join);
   dropGraphs();
   for (void *w : weights)
     cudaFree(w);
@@ -118,11 +120,19 @@ Device::~Device() {
     cudaStreamDestroy(stream);
 }
 
+namespace {
+void dropSegments(GraphEntry &g) {
+  for (cudaGraphExec_t e : g.segments)
+    if (e)
+      cudaGraphExecDestroy(e);
+  g.segments.clear();
+  g.captured = false;
+}
+} // namespace
+
 void Device::dropGraphs() {
   for (auto &[key, g] : graphs) {
-    if (g.exec)
-      cudaGraphExecDestroy(g.exec);
-    g.exec = nullptr;
+    dropSegments(g);
     g.allocs.clear();
   }
 }
@@ -351,17 +361,21 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
   // The host value is copied into pinned memory now (replays read the same
   // address); the transfer itself is a stream operation (a graph node).
   std::memcpy(d.staging[size_t(site)].ptr, x.data, bytes);
-  if (!d.launching())
-    return true;
-  if (d.profile && d.hybrid.pending) {
-    // The CPU part's result: the host's CPU work ends, the GPU's wait too.
+  if (d.profile && d.hybrid.cpuBusy) {
+    // The CPU part's result: the host's CPU work ends, and in an eager step
+    // the GPU's wait too (a captured segment closes it at its launch).
     Device::HybridTimes &h = d.hybrid;
-    h.pending = false;
+    h.cpuBusy = false;
     h.cpuUs += std::chrono::duration<double, std::micro>(
                    std::chrono::steady_clock::now() - h.cpuStart)
                    .count();
-    cudaEventRecord(h.idle[h.used - 1].second, d.stream);
+    if (d.mode == Mode::eager && h.pending) {
+      h.pending = false;
+      cudaEventRecord(h.idle[h.used - 1].second, d.stream);
+    }
   }
+  if (!d.launching())
+    return true;
   return check(ctx,
                cudaMemcpyAsync(out.data, d.staging[size_t(site)].ptr, bytes,
                                cudaMemcpyHostToDevice, d.stream),
@@ -392,45 +406,160 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
                "download");
 }
 
+namespace {
+/// Starts capturing the next segment of the step.
+bool beginSegment(Context &ctx, Device &d) {
+  return check(ctx,
+               cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal),
+               "cudaStreamBeginCapture");
+}
+
+/// Ends a capture that will not be used (after an error, or a restart).
+void abandonCapture(Device &d) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(d.stream, &status) == cudaSuccess &&
+      status != cudaStreamCaptureStatusNone) {
+    if (d.forked) {
+      cudaEventRecord(d.join, d.copyStream);
+      cudaStreamWaitEvent(d.stream, d.join, 0);
+    }
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(d.stream, &graph);
+    if (graph)
+      cudaGraphDestroy(graph);
+  }
+  d.forked = false;
+  cudaGetLastError();
+}
+
+/// Closes the current segment of a captured or replayed step and launches
+/// it: a capture ends and is instantiated, a replay takes the graph
+/// captured for this segment. `last`: the step's end (every allocation and
+/// segment must have been seen). Sets `restart` and returns false when the
+/// step must be rerun eagerly.
+bool endSegment(Context &ctx, Device &d, bool last) {
+  GraphEntry &g = *d.current;
+  cudaGraphExec_t exec = nullptr;
+  if (d.mode == Mode::capture) {
+    bool ok = true;
+    if (d.forked) {
+      // The copies rejoin the model's stream: a capture ends joined.
+      ok = check(ctx, cudaEventRecord(d.join, d.copyStream), "cudaEventRecord") &&
+           check(ctx, cudaStreamWaitEvent(d.stream, d.join, 0),
+                 "cudaStreamWaitEvent");
+      d.forked = false;
+    }
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(d.stream, &graph);
+    size_t nodes = 0;
+    if (ok && e == cudaSuccess && graph && !d.mismatch)
+      e = cudaGraphGetNodes(graph, nullptr, &nodes);
+    if (ok && e == cudaSuccess && graph && !d.mismatch && nodes > 0)
+      e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph)
+      cudaGraphDestroy(graph);
+    cudaGetLastError();
+    if (!ok || e != cudaSuccess || !graph || d.mismatch) {
+      if (exec)
+        cudaGraphExecDestroy(exec);
+      d.restart = true;
+      return false;
+    }
+    g.segments.push_back(exec);
+  } else {
+    if (d.mismatch || d.segment >= g.segments.size() ||
+        (last && (d.allocCursor != g.allocs.size() ||
+                  d.segment + 1 != g.segments.size()))) {
+      d.restart = true;
+      return false;
+    }
+    exec = g.segments[d.segment];
+  }
+  ++d.segment;
+  if (!exec)
+    return true;
+  if (d.profile) {
+    if (!d.launched) {
+      d.launched = true;
+      d.launchTime = std::chrono::steady_clock::now();
+      cudaEventRecord(d.stepStart, d.stream);
+    }
+    // The GPU idle interval a CPU part opened ends with this launch.
+    Device::HybridTimes &h = d.hybrid;
+    if (h.pending) {
+      h.pending = false;
+      cudaEventRecord(h.idle[h.used - 1].second, d.stream);
+    }
+  }
+  return check(ctx, cudaGraphLaunch(exec, d.stream), "cudaGraphLaunch");
+}
+} // namespace
+
 bool toHost(Context &ctx, const Tensor &x, int site, Tensor &out) {
   Device &d = *static_cast<Device *>(ctx.backend.get());
-  // The host waits inside such steps: they always run eagerly (the first
-  // step of every signature is eager, and sets this).
-  d.hostSync = true;
-  if (d.mode != Mode::eager)
-    return ctx.fail("internal error: a host copy in a captured step");
-  if (!d.copyStream &&
-      !check(ctx, cudaStreamCreateWithFlags(&d.copyStream, cudaStreamNonBlocking),
-             "cudaStreamCreate (copies)"))
-    return false;
   if (site < 0)
     return ctx.fail("internal error: negative host copy site");
-  if (size_t(site) >= d.hostCopies.size())
+  if (size_t(site) >= d.hostCopies.size()) {
+    if (d.mode != Mode::eager) {
+      d.mismatch = true; // created eagerly, never during a capture
+      return true;
+    }
     d.hostCopies.resize(size_t(site) + 1);
+  }
   Device::HostCopy &c = d.hostCopies[size_t(site)];
-  if ((!c.produced &&
-       !check(ctx, cudaEventCreateWithFlags(&c.produced, cudaEventDisableTiming),
-              "cudaEventCreate")) ||
-      (!c.copied &&
-       !check(ctx, cudaEventCreateWithFlags(&c.copied, cudaEventDisableTiming),
-              "cudaEventCreate")) ||
-      !d.ensurePinned(ctx, c.buffer, x.bytes(), "a host copy"))
+  if (d.mode == Mode::eager &&
+      ((!d.copyStream &&
+        !check(ctx, cudaStreamCreateWithFlags(&d.copyStream, cudaStreamNonBlocking),
+               "cudaStreamCreate (copies)")) ||
+       (!d.join &&
+        !check(ctx, cudaEventCreateWithFlags(&d.join, cudaEventDisableTiming),
+               "cudaEventCreate")) ||
+       (!c.produced &&
+        !check(ctx, cudaEventCreateWithFlags(&c.produced, cudaEventDisableTiming),
+               "cudaEventCreate")) ||
+       (!c.copied &&
+        !check(ctx, cudaEventCreateWithFlags(&c.copied, cudaEventDisableTiming),
+               "cudaEventCreate"))))
+    return false;
+  if (!d.ensurePinned(ctx, c.buffer, x.bytes(), "a host copy"))
     return false;
   out = x;
   out.data = c.buffer.ptr;
-  return check(ctx, cudaEventRecord(c.produced, d.stream), "cudaEventRecord") &&
-         check(ctx, cudaStreamWaitEvent(d.copyStream, c.produced, 0),
-               "cudaStreamWaitEvent") &&
-         (x.bytes() == 0 ||
-          check(ctx,
-                cudaMemcpyAsync(c.buffer.ptr, x.data, x.bytes(),
-                                cudaMemcpyDeviceToHost, d.copyStream),
-                "copying to the host")) &&
-         check(ctx, cudaEventRecord(c.copied, d.copyStream), "cudaEventRecord");
+  if (!d.launching() || d.mismatch)
+    return true;
+  if (!c.copied) {
+    d.mismatch = true;
+    return true;
+  }
+  // The copy stream forks from the model's stream once `x` is produced, so
+  // the GPU part queued next runs beside the copy. In a capture the copy's
+  // completion is an external event node: waitHost can wait for it while
+  // the rest of the segment runs.
+  bool ok = check(ctx, cudaEventRecord(c.produced, d.stream), "cudaEventRecord") &&
+            check(ctx, cudaStreamWaitEvent(d.copyStream, c.produced, 0),
+                  "cudaStreamWaitEvent") &&
+            (x.bytes() == 0 ||
+             check(ctx,
+                   cudaMemcpyAsync(c.buffer.ptr, x.data, x.bytes(),
+                                   cudaMemcpyDeviceToHost, d.copyStream),
+                   "copying to the host")) &&
+            check(ctx,
+                  cudaEventRecordWithFlags(c.copied, d.copyStream,
+                                           d.mode == Mode::capture
+                                               ? cudaEventRecordExternal
+                                               : cudaEventRecordDefault),
+                  "cudaEventRecord");
+  if (d.mode == Mode::capture)
+    d.forked = true;
+  return ok;
 }
 
 bool waitHost(Context &ctx, int site) {
   Device &d = *static_cast<Device *>(ctx.backend.get());
+  // A captured or replayed step launches the GPU work queued so far (its
+  // copies included) as one graph before the host waits.
+  if (d.mode != Mode::eager && !endSegment(ctx, d, false))
+    return false;
   if (site < 0 || size_t(site) >= d.hostCopies.size() ||
       !d.hostCopies[size_t(site)].copied)
     return ctx.fail("internal error: no host copy " + std::to_string(site));
@@ -439,30 +568,33 @@ bool waitHost(Context &ctx, int site) {
   if (!check(ctx, cudaEventSynchronize(d.hostCopies[size_t(site)].copied),
              "waiting for a host copy"))
     return false;
-  if (!d.profile)
-    return true;
-  Device::HybridTimes &h = d.hybrid;
-  // The CPU part starts after the last of its waits; the GPU's idle
-  // interval opens at the first.
-  h.cpuStart = Clock::now();
-  h.waitUs += std::chrono::duration<double, std::micro>(h.cpuStart - t0).count();
-  if (h.pending)
-    return true;
-  if (h.used == h.idle.size()) {
-    std::pair<cudaEvent_t, cudaEvent_t> e{nullptr, nullptr};
-    if (!check(ctx, cudaEventCreate(&e.first), "cudaEventCreate"))
-      return false;
-    if (!check(ctx, cudaEventCreate(&e.second), "cudaEventCreate")) {
-      cudaEventDestroy(e.first);
-      return false;
+  if (d.profile) {
+    Device::HybridTimes &h = d.hybrid;
+    // The CPU part starts after the last of its waits; the GPU's idle
+    // interval opens at the first.
+    h.cpuStart = Clock::now();
+    h.cpuBusy = true;
+    h.waitUs +=
+        std::chrono::duration<double, std::micro>(h.cpuStart - t0).count();
+    if (!h.pending) {
+      if (h.used == h.idle.size()) {
+        std::pair<cudaEvent_t, cudaEvent_t> e{nullptr, nullptr};
+        if (!check(ctx, cudaEventCreate(&e.first), "cudaEventCreate"))
+          return false;
+        if (!check(ctx, cudaEventCreate(&e.second), "cudaEventCreate")) {
+          cudaEventDestroy(e.first);
+          return false;
+        }
+        h.idle.push_back(e);
+      }
+      // Completes when the GPU has finished what was queued before the CPU
+      // part started (the GPU part of the layer).
+      cudaEventRecord(h.idle[h.used++].first, d.stream);
+      h.pending = true;
     }
-    h.idle.push_back(e);
   }
-  // Completes when the GPU has finished what was queued before the CPU
-  // part started (the GPU part of the layer).
-  cudaEventRecord(h.idle[h.used++].first, d.stream);
-  h.pending = true;
-  return true;
+  // The work after the CPU part (its upload first) is the next segment.
+  return d.mode != Mode::capture || beginSegment(ctx, d);
 }
 
 namespace {
@@ -577,7 +709,55 @@ bool runEager(Context &ctx, Device &d, const Tensor *in, Tensor *out,
   d.mode = Mode::eager;
   d.current = nullptr;
   d.mismatch = false;
+  d.restart = false;
+  if (d.profile) {
+    d.launched = true;
+    d.launchTime = std::chrono::steady_clock::now();
+    cudaEventRecord(d.stepStart, d.stream);
+  }
   return body(ctx, in, out);
+}
+
+/// Captures the step, segment by segment, launching each as it closes.
+bool runCapture(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
+                Tensor *out, StepFn body) {
+  d.mode = Mode::capture;
+  d.current = &g;
+  d.mismatch = false;
+  d.restart = false;
+  d.segment = 0;
+  dropSegments(g);
+  g.allocs.clear();
+  bool ok = beginSegment(ctx, d) && body(ctx, in, out) && endSegment(ctx, d, true);
+  if (ok) {
+    g.captured = true;
+    return true;
+  }
+  abandonCapture(d);
+  dropSegments(g);
+  g.allocs.clear();
+  if (!d.restart)
+    return false;
+  // Not capturable (or it allocated): this signature stays eager.
+  g.broken = true;
+  return runEager(ctx, d, in, out, body);
+}
+
+/// Replays a captured step: host ops run, device ops only recompute their
+/// views, and each segment's graph is launched as it closes.
+bool runReplay(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
+               Tensor *out, StepFn body) {
+  d.mode = Mode::replay;
+  d.current = &g;
+  d.allocCursor = 0;
+  d.mismatch = false;
+  d.restart = false;
+  d.segment = 0;
+  if (body(ctx, in, out) && endSegment(ctx, d, true))
+    return true;
+  // An allocation differs: segments launched so far are ordered before
+  // the eager rerun on the same stream.
+  return d.restart && runEager(ctx, d, in, out, body);
 }
 } // namespace
 
@@ -588,80 +768,34 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   Device &d = *dp;
   bool ok = true;
   // SPARSEC_CUDA_PROFILE: the GPU time runs from `stepStart` (before the
-  // first launch, or before the graph launch) to the end of the step.
+  // first launch: of the step's kernels, or of its first graph) to the end
+  // of the step.
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();
-  Clock::time_point tLaunch = t0;
+  d.launched = false;
   int kind = 0;
-  auto markLaunch = [&](int k) {
-    kind = k;
-    tLaunch = Clock::now();
-    if (d.profile)
-      cudaEventRecord(d.stepStart, d.stream);
-  };
-  if (!d.graphsEnabled || d.hostSync) {
-    markLaunch(0);
+  if (!d.graphsEnabled) {
     ok = runEager(ctx, d, in, out, body);
   } else {
     if (d.graphs.size() > 256) {
       // Decoding with a growing cache sees a new signature per step: keep
       // only the captured graphs.
       for (auto it = d.graphs.begin(); it != d.graphs.end();)
-        it = it->second.exec ? std::next(it) : d.graphs.erase(it);
+        it = it->second.captured ? std::next(it) : d.graphs.erase(it);
     }
     GraphEntry &g = d.graphs[signature(ctx, in)];
     ++g.seen;
-    if (g.broken || (!g.exec && g.seen < 2)) {
-      markLaunch(0);
+    if (g.broken || (!g.captured && g.seen < 2)) {
       ok = runEager(ctx, d, in, out, body);
-    } else if (!g.exec) {
-      // Capture: the work is recorded, not run, then launched as a graph.
-      d.mode = Mode::capture;
-      d.current = &g;
-      d.mismatch = false;
-      g.allocs.clear();
-      if (!check(ctx,
-                 cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal),
-                 "cudaStreamBeginCapture"))
-        return false;
-      ok = body(ctx, in, out);
-      cudaGraph_t graph = nullptr;
-      cudaError_t e = cudaStreamEndCapture(d.stream, &graph);
-      if (ok && e == cudaSuccess && !d.mismatch && graph) {
-        e = cudaGraphInstantiate(&g.exec, graph, 0);
-        if (e != cudaSuccess)
-          g.exec = nullptr;
-      }
-      if (graph)
-        cudaGraphDestroy(graph);
-      cudaGetLastError();
-      if (!ok)
-        return false;
-      markLaunch(1);
-      if (!g.exec) {
-        g.broken = true;
-        g.allocs.clear();
-        ok = runEager(ctx, d, in, out, body);
-      } else if (!check(ctx, cudaGraphLaunch(g.exec, d.stream), "cudaGraphLaunch")) {
-        return false;
-      }
+    } else if (!g.captured) {
+      kind = 1;
+      ok = runCapture(ctx, d, g, in, out, body);
     } else {
-      d.mode = Mode::replay;
-      d.current = &g;
-      d.allocCursor = 0;
-      d.mismatch = false;
-      ok = body(ctx, in, out);
-      if (!ok)
-        return false;
-      if (d.mismatch || d.allocCursor != g.allocs.size()) {
-        markLaunch(0);
-        ok = runEager(ctx, d, in, out, body);
-      } else {
-        markLaunch(2);
-        if (!check(ctx, cudaGraphLaunch(g.exec, d.stream), "cudaGraphLaunch"))
-          return false;
-      }
+      kind = 2;
+      ok = runReplay(ctx, d, g, in, out, body);
     }
+    if (d.mode == Mode::eager)
+      kind = 0; // rerun eagerly
   }
   d.mode = Mode::eager;
   d.current = nullptr;
@@ -698,15 +832,19 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
     }
     cudaGetLastError();
     h.used = 0;
-    h.pending = false;
   }
+  d.hybrid.pending = d.hybrid.cpuBusy = false;
   if (d.profile) {
     float gpuMs = 0;
-    cudaEventElapsedTime(&gpuMs, d.stepStart, d.stepEnd);
+    if (d.launched)
+      cudaEventElapsedTime(&gpuMs, d.stepStart, d.stepEnd);
+    cudaGetLastError();
     Device::StepTimes &t = d.times[kind];
     ++t.steps;
     t.gpuUs += 1e3 * gpuMs;
-    t.hostUs += std::chrono::duration<double, std::micro>(tLaunch - t0).count();
+    t.hostUs += std::chrono::duration<double, std::micro>(
+                    (d.launched ? d.launchTime : Clock::now()) - t0)
+                    .count();
     t.wallUs +=
         std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }

@@ -45,7 +45,11 @@ struct IndexBuffers {
 };
 
 struct GraphEntry {
-  cudaGraphExec_t exec = nullptr;
+  /// The captured step as graphs, one per stretch of GPU work between the
+  /// host's waits for a copy (a step without host copies has one); null
+  /// where a stretch queued nothing.
+  std::vector<cudaGraphExec_t> segments;
+  bool captured = false; // `segments` hold the whole step
   /// Byte sizes of every allocation the captured step made, in order.
   std::vector<size_t> allocs;
   int seen = 0;
@@ -85,7 +89,10 @@ struct Device : Context::Backend {
     cudaEvent_t produced = nullptr, copied = nullptr;
   };
   std::vector<HostCopy> hostCopies;
-  bool hostSync = false; // steps wait for host copies: never captured
+  /// Capture: the copy stream joined the capture (a fork to rejoin before
+  /// the segment ends), through `join`.
+  bool forked = false;
+  cudaEvent_t join = nullptr;
   DeviceBuffer gemvPartials, halfInput, attentionScratch;
   /// PIT workspace (index sets, counts, gathered activations), shared by
   /// the batched sparse linears of a step, which run one after another.
@@ -114,20 +121,30 @@ struct Device : Context::Backend {
   /// Hybrid steps: host time computing the CPU parts (from the last
   /// waitHost before an upload, which carries the CPU part's result back),
   /// host time blocked in waitHost, and GPU time the stream sat idle
-  /// waiting for those uploads (events recorded at the first wait and
-  /// before the upload).
+  /// waiting for those uploads (events recorded after the GPU work queued
+  /// at the first wait, and before the upload: eagerly, or before the
+  /// launch of the graph segment that holds it).
   struct HybridTimes {
     int steps = 0;
     double cpuUs = 0, waitUs = 0, gpuIdleUs = 0;
     std::vector<std::pair<cudaEvent_t, cudaEvent_t>> idle; // event pool
     size_t used = 0;      // pairs recorded in the current step
-    bool pending = false; // a waitHost is waiting for its upload
+    bool pending = false; // the GPU idle interval is open
+    bool cpuBusy = false; // a CPU part runs (from its last wait to its upload)
     std::chrono::steady_clock::time_point cpuStart;
   } hybrid;
   cudaEvent_t stepStart = nullptr, stepEnd = nullptr;
   Mode mode = Mode::eager;
   GraphEntry *current = nullptr;
   size_t allocCursor = 0;
+  size_t segment = 0; // the next segment of the captured or replayed step
+  /// A capture or replay was abandoned mid-step (an allocation differs, or
+  /// a segment failed to capture): the step body returns false without an
+  /// error and runStep reruns it eagerly.
+  bool restart = false;
+  /// SPARSEC_CUDA_PROFILE: the step's first launch (stepStart recorded).
+  bool launched = false;
+  std::chrono::steady_clock::time_point launchTime;
   /// A replayed or captured step allocated differently from the captured
   /// one (or would have had to grow a buffer): it is rerun eagerly.
   bool mismatch = false;

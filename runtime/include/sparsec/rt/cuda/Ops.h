@@ -19,7 +19,11 @@
 // CUDA graph; later ones replay it: host ops and uploads still run (they
 // write the same pinned buffers), device ops only recompute their output
 // views, and the graph is launched once. If a replayed step would allocate
-// differently from the captured one, it is rerun eagerly.
+// differently from the captured one, it is rerun eagerly. A hybrid step,
+// whose host waits for copies of device values (`waitHost`) to compute its
+// CPU parts, is captured as one graph per stretch of GPU work between
+// those waits: each is launched when the host reaches the next wait (or
+// the end), so the GPU part of an FFN still runs beside its CPU part.
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,8 +57,8 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out);
 /// Hybrid models: starts copying device tensor `x` (as soon as the work
 /// queued so far has produced it) into the pinned host buffer of copy site
 /// `site`, on a copy stream, so the model's stream goes on with the GPU
-/// part; `out` views the host buffer, valid after waitHost(site). A step
-/// with host copies is not captured into a graph.
+/// part; `out` views the host buffer, valid after waitHost(site), which
+/// ends the current graph segment of a captured or replayed step.
 bool toHost(Context &ctx, const Tensor &x, int site, Tensor &out);
 bool waitHost(Context &ctx, int site);
 
