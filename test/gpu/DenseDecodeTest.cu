@@ -39,11 +39,24 @@ void report(bool ok, const char *line, double err) {
 }
 
 
+/// The producer of an early-launch case: lets the next kernel launch at
+/// once, then writes x only after about 50 us, over NaNs.
+__global__ void slowProducer(const float *src, float *x, int64_t n) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const long long t0 = clock64();
+  while (clock64() - t0 < 100000)
+    __nanosleep(1000);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    x[i] = src[i];
+}
+
 /// `offset` elements in front of x and w make them (and, with odd K, their
-/// rows) miss 16-byte alignment: the element-load kernel.
+/// rows) miss 16-byte alignment: the element-load kernel. `early`: x is
+/// written by a slow kernel just before a programmatic dependent launch of
+/// the GEMV, which must wait for it.
 template <typename W>
 void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
-              std::mt19937 &rng) {
+              std::mt19937 &rng, bool early = false) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> x(size_t(M) * K), bias(N), res(size_t(M) * N);
   std::vector<W> w(size_t(N) * K);
@@ -60,10 +73,23 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
   float *db = upload(bias), *dres = upload(res);
   float *dy = nullptr;
   CHECK_CUDA(cudaMalloc(&dy, sizeof(float) * size_t(M) * N));
+  cudaStream_t stream = nullptr;
+  float *src = nullptr;
+  if (early) {
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    src = upload(x);
+    CHECK_CUDA(cudaMemset(dx + offset, 0xff, sizeof(float) * x.size()));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    slowProducer<<<1, 256, 0, stream>>>(src, dx + offset, int64_t(x.size()));
+  }
   CHECK_CUDA(gemvRows(dx + offset, M, dw + offset, K, N, db,
                       relu ? ops::Activation::relu : ops::Activation::none,
-                      withResidual ? dres : nullptr, dy, nullptr));
+                      withResidual ? dres : nullptr, dy, stream, early));
   CHECK_CUDA(cudaDeviceSynchronize());
+  if (early) {
+    cudaFree(src);
+    cudaStreamDestroy(stream);
+  }
   std::vector<float> y = download(dy, size_t(M) * N);
   double err = 0, scale = 1;
   for (int m = 0; m < M; ++m)
@@ -75,14 +101,15 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
         s = std::max(s, 0.0);
       if (withResidual)
         s += res[size_t(m) * N + n];
-      err = std::max(err, std::fabs(s - y[size_t(m) * N + n]));
+      const double got = y[size_t(m) * N + n];
+      err = std::max(err, std::isfinite(got) ? std::fabs(s - got) : INFINITY);
       scale = std::max(scale, std::fabs(s));
     }
   char line[200];
   std::snprintf(line, sizeof line,
-                "gemvRows %s M=%d K=%d N=%d relu=%d residual=%d offset=%d",
+                "gemvRows %s M=%d K=%d N=%d relu=%d residual=%d offset=%d%s",
                 sizeof(W) == 2 ? "fp16" : "fp32", M, K, N, relu, withResidual,
-                offset);
+                offset, early ? " early launch" : "");
   report(err <= 1e-4 * scale * std::sqrt(double(K)) / 8 + 1e-5, line, err);
   cudaFree(dx);
   cudaFree(dw);
@@ -94,7 +121,8 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
 enum class Mask { none, additive, boolean };
 
 void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
-                   Mask maskKind, bool causal, std::mt19937 &rng) {
+                   Mask maskKind, bool causal, std::mt19937 &rng,
+                   bool early = false) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   const int Sk = Sq, T = P + Sk;
   std::vector<float> q(size_t(B) * Hq * Sq * D), pk(size_t(B) * Hk * P * D),
@@ -154,10 +182,26 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   a.out = out;
   a.presentK = presK;
   a.presentV = presV;
+  // Early: q is written over NaNs by a slow kernel the attention is
+  // launched right behind.
+  cudaStream_t stream = nullptr;
+  float *qSrc = nullptr;
+  if (early) {
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    qSrc = upload(q);
+    CHECK_CUDA(cudaMemset(const_cast<float *>(a.q), 0xff, sizeof(float) * q.size()));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    slowProducer<<<1, 256, 0, stream>>>(qSrc, const_cast<float *>(a.q),
+                                        int64_t(q.size()));
+  }
   // Twice: the counters must be back at zero after the first launch.
   for (int rep = 0; rep < 2; ++rep)
-    CHECK_CUDA(decodeAttention(a, scratch, counters, nullptr));
+    CHECK_CUDA(decodeAttention(a, scratch, counters, stream, early));
   CHECK_CUDA(cudaDeviceSynchronize());
+  if (early) {
+    cudaFree(qSrc);
+    cudaStreamDestroy(stream);
+  }
   std::vector<float> got = download(out, rows * size_t(Dv));
   std::vector<float> gotK = download(presK, size_t(B) * Hk * T * D);
   std::vector<float> gotV = download(presV, size_t(B) * Hk * T * Dv);
@@ -200,7 +244,8 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
               num += p * val(j, d);
             }
           double ref = m == -INFINITY ? 0.0 : num / den;
-          err = std::max(err, std::fabs(ref - got[((size_t(b) * Hq + h) * Sq + i) * Dv + d]));
+          const double g = got[((size_t(b) * Hq + h) * Sq + i) * Dv + d];
+          err = std::max(err, std::isfinite(g) ? std::fabs(ref - g) : INFINITY);
         }
       }
   double presentErr = 0;
@@ -216,10 +261,10 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   bool countersZero = std::all_of(cnt.begin(), cnt.end(), [](int c) { return c == 0; });
   char line[200];
   std::snprintf(line, sizeof line,
-                "decodeAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d",
+                "decodeAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d%s",
                 B, Hq, Hk, Sq, P, D, Dv,
                 maskKind == Mask::none ? "none" : maskKind == Mask::additive ? "additive" : "bool",
-                causal);
+                causal, early ? " early launch" : "");
   report(err < 2e-5 && presentErr == 0 && countersZero, line, std::max(err, presentErr));
   for (const void *p : {static_cast<const void *>(a.q), static_cast<const void *>(a.pastK),
                         static_cast<const void *>(a.pastV), static_cast<const void *>(a.k),
@@ -247,6 +292,11 @@ int main() {
   gemvCase<__half>(3, 256, 64, false, false, 1, rng);   // offset: element loads
   gemvCase<float>(6, 99, 50, true, true, 0, rng);
   gemvCase<float>(1, 1024, 64, false, false, 3, rng);
+  // Programmatic dependent launches after a slow producer of x.
+  gemvCase<__half>(1, 2048, 2048, false, true, 0, rng, true);
+  gemvCase<__half>(4, 8192, 2048, true, false, 0, rng, true);
+  gemvCase<__half>(2, 130, 37, true, true, 0, rng, true);
+  gemvCase<float>(3, 512, 384, true, true, 0, rng, true);
 
   // B, Hq, Hk, Sq, P, D, Dv, mask, causal
   attentionCase(1, 4, 4, 1, 0, 64, 64, Mask::none, false, rng);     // one key
@@ -256,6 +306,8 @@ int main() {
   attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::additive, true, rng);  // scalar staging
   attentionCase(1, 2, 2, 8, 0, 128, 128, Mask::none, true, rng);     // prefill-like
   attentionCase(1, 32, 32, 1, 1024, 64, 64, Mask::none, false, rng); // long past
+  attentionCase(1, 32, 32, 1, 130, 64, 64, Mask::additive, false, rng, true);
+  attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::boolean, true, rng, true);
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

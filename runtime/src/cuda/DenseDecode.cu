@@ -37,12 +37,16 @@ template <typename W, bool Vector> struct Chunk {
   }
 };
 
-template <int V, bool Vec>
+/// x comes from the kernel before. After an early launch it is read with
+/// coherent loads (ld.global.cg), which stay behind pdlWait; read-only-path
+/// loads (__ldg), which a normal launch uses, may be scheduled ahead of it.
+template <int V, bool Vec, bool Coherent>
 __device__ __forceinline__ void loadX(const float *p, float *o) {
   if constexpr (Vec && V % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < V; i += 4) {
-      float4 f = __ldg(reinterpret_cast<const float4 *>(p + i));
+      const float4 *q = reinterpret_cast<const float4 *>(p + i);
+      float4 f = Coherent ? __ldcg(q) : __ldg(q);
       o[i] = f.x;
       o[i + 1] = f.y;
       o[i + 2] = f.z;
@@ -51,18 +55,22 @@ __device__ __forceinline__ void loadX(const float *p, float *o) {
   } else {
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      o[i] = __ldg(p + i);
+      o[i] = Coherent ? __ldcg(p + i) : __ldg(p + i);
   }
 }
 
 /// Block b computes neurons [4b, 4b + 4) for all M tokens: thread t takes
 /// chunks t, t + 256, ... of the four rows (4 loads in flight per chunk
 /// step, two steps unrolled), then warp shuffles and one shared-memory pass
-/// reduce the M x 4 sums.
-template <typename W, int M, bool Vec>
+/// reduce the M x 4 sums. `Early` (a programmatic dependent launch): the
+/// weights depend on no earlier kernel, so the first step's loads are
+/// issued before pdlWait and overlap the kernel before (at K <= 2048 fp16
+/// that is all of them); x is read after it.
+template <typename W, int M, bool Vec, bool Early>
 __global__ void __launch_bounds__(kRowsThreads)
 gemvRowsKernel(const float *x, const W *wt, int K, int N, const float *bias,
                Activation act, const float *residual, float *y) {
+  pdlTrigger();
   using C = Chunk<W, Vec>;
   constexpr int V = C::V, R = kRowsPerBlock;
   const int n0 = blockIdx.x * R;
@@ -77,22 +85,37 @@ gemvRowsKernel(const float *x, const W *wt, int K, int N, const float *bias,
 #pragma unroll
     for (int r = 0; r < R; ++r)
       acc[m][r] = 0.0f;
-#pragma unroll 2
-  for (int c = threadIdx.x; c < chunks; c += kRowsThreads) {
-    float w[R][V];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      C::load(rows[r] + c * V, w[r]);
+  auto step = [&](int c, const float (&w)[R][V]) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xv[V];
-      loadX<V, Vec>(x + int64_t(m) * K + c * V, xv);
+      loadX<V, Vec, Early>(x + int64_t(m) * K + c * V, xv);
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int v = 0; v < V; ++v)
           acc[m][r] += xv[v] * w[r][v];
     }
+  };
+  int c = threadIdx.x;
+  if constexpr (Early) {
+    float w0[R][V];
+    if (c < chunks)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        C::load(rows[r] + c * V, w0[r]);
+    pdlWait();
+    if (c < chunks)
+      step(c, w0);
+    c += kRowsThreads;
+  }
+#pragma unroll 2
+  for (; c < chunks; c += kRowsThreads) {
+    float w[R][V];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      C::load(rows[r] + c * V, w[r]);
+    step(c, w);
   }
   __shared__ float red[kRowsThreads / 32][M * R];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -123,15 +146,18 @@ gemvRowsKernel(const float *x, const W *wt, int K, int N, const float *bias,
 }
 
 template <typename W, bool Vec>
-void launchRows(int M, const float *x, const W *wt, int K, int N,
-                const float *bias, Activation act, const float *res, float *y,
-                cudaStream_t s) {
+cudaError_t launchRows(int M, const float *x, const W *wt, int K, int N,
+                       const float *bias, Activation act, const float *res,
+                       float *y, cudaStream_t s, bool early) {
   const dim3 grid{static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock)};
 #define SPARSEC_ROWS_CASE(m)                                                   \
   case m:                                                                      \
-    gemvRowsKernel<W, m, Vec><<<grid, kRowsThreads, 0, s>>>(x, wt, K, N, bias, \
-                                                            act, res, y);      \
-    break;
+    return early ? launchKernel(gemvRowsKernel<W, m, Vec, true>, grid,          \
+                                dim3{kRowsThreads}, 0, s, true, x, wt, K, N,    \
+                                bias, act, res, y)                              \
+                 : launchKernel(gemvRowsKernel<W, m, Vec, false>, grid,         \
+                                dim3{kRowsThreads}, 0, s, false, x, wt, K, N,   \
+                                bias, act, res, y);
   switch (M) {
     SPARSEC_ROWS_CASE(1)
     SPARSEC_ROWS_CASE(2)
@@ -199,6 +225,7 @@ __device__ __forceinline__ void stageRows(float *dst, int stride,
 template <bool Vec>
 __global__ void __launch_bounds__(kAttnThreads)
 decodeAttentionKernel(DecodeAttention a, float *scratch, int *counters) {
+  pdlTrigger();
   extern __shared__ float sm[];
   const int D = int(a.D), Dv = int(a.Dv);
   float *qs = sm;                          // D
@@ -209,6 +236,7 @@ decodeAttentionKernel(DecodeAttention a, float *scratch, int *counters) {
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
   const int64_t group = a.Hq / a.Hk, bh = b * a.Hk + h / group;
   const int64_t T = a.P + a.Sk;
+  pdlWait(); // early launches: q, k, v come from the kernels before
   // The new rows of the present outputs: once per (b, kv head).
   if (chunk == 0 && i == 0 && h % group == 0) {
     if (a.presentK)
@@ -312,7 +340,8 @@ int64_t attentionChunks(const DecodeAttention &a) {
 template <typename W>
 cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
                      const float *bias, ops::Activation act,
-                     const float *residual, float *y, cudaStream_t stream) {
+                     const float *residual, float *y, cudaStream_t stream,
+                     bool early) {
   if (tokens <= 0 || N <= 0)
     return cudaSuccess;
   if (tokens > kGemvRowsTokens)
@@ -320,19 +349,21 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
   constexpr int V = 16 / int(sizeof(W));
   const bool vec = aligned16(wt) && aligned16(x) &&
                    (int64_t(K) * int64_t(sizeof(W))) % 16 == 0 && K % V == 0;
-  if (vec)
-    launchRows<W, true>(tokens, x, wt, K, N, bias, act, residual, y, stream);
-  else
-    launchRows<W, false>(tokens, x, wt, K, N, bias, act, residual, y, stream);
-  return cudaGetLastError();
+  cudaError_t e =
+      vec ? launchRows<W, true>(tokens, x, wt, K, N, bias, act, residual, y,
+                                stream, early)
+          : launchRows<W, false>(tokens, x, wt, K, N, bias, act, residual, y,
+                                 stream, early);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 template cudaError_t gemvRows<__half>(const float *, int, const __half *, int,
                                       int, const float *, ops::Activation,
-                                      const float *, float *, cudaStream_t);
+                                      const float *, float *, cudaStream_t,
+                                      bool);
 template cudaError_t gemvRows<float>(const float *, int, const float *, int,
                                      int, const float *, ops::Activation,
-                                     const float *, float *, cudaStream_t);
+                                     const float *, float *, cudaStream_t, bool);
 
 bool decodeAttentionSupported(int64_t D, int64_t Dv) {
   return D > 0 && Dv > 0 && D <= kAttnMaxHead && Dv <= kAttnMaxHead;
@@ -348,7 +379,7 @@ size_t decodeAttentionScratchBytes(const DecodeAttention &a) {
 }
 
 cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
-                            int *counters, cudaStream_t stream) {
+                            int *counters, cudaStream_t stream, bool early) {
   const int64_t rows = decodeAttentionRows(a);
   if (rows == 0 || a.Dv == 0)
     return cudaSuccess;
@@ -365,13 +396,12 @@ cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
                    aligned16(a.v) && (a.P == 0 || (aligned16(a.pastK) &&
                                                    aligned16(a.pastV)));
   const dim3 grid{static_cast<unsigned>(rows), static_cast<unsigned>(chunks)};
-  if (vec)
-    decodeAttentionKernel<true><<<grid, kAttnThreads, smem, stream>>>(a, scratch,
-                                                                      counters);
-  else
-    decodeAttentionKernel<false><<<grid, kAttnThreads, smem, stream>>>(
-        a, scratch, counters);
-  return cudaGetLastError();
+  cudaError_t e =
+      vec ? launchKernel(decodeAttentionKernel<true>, grid, dim3{kAttnThreads},
+                         smem, stream, early, a, scratch, counters)
+          : launchKernel(decodeAttentionKernel<false>, grid, dim3{kAttnThreads},
+                         smem, stream, early, a, scratch, counters);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 } // namespace sparsec::rt::cuda

@@ -258,6 +258,8 @@ Device *device(Context &ctx) {
     d->pitSorted = std::strcmp(p, "1") == 0;
   if (const char *g = std::getenv("SPARSEC_CUDA_GRAPHS"))
     d->graphsEnabled = std::strcmp(g, "0") != 0;
+  if (const char *p = std::getenv("SPARSEC_CUDA_PDL"))
+    d->earlyLaunch = std::strcmp(p, "1") == 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_PROFILE"))
     d->profile = std::strcmp(p, "0") != 0 &&
                  cudaEventCreate(&d->stepStart) == cudaSuccess &&

@@ -110,6 +110,11 @@ struct Device : Context::Backend {
 
   std::map<std::string, GraphEntry> graphs;
   bool graphsEnabled = true;
+  /// SPARSEC_CUDA_PDL=1: the decode GEMVs, norms and decode attention are
+  /// programmatic dependent launches (the GEMVs start streaming weights
+  /// while the kernel before them finishes). Off by default until the
+  /// coherent-load fix of the early GEMV has run on a GPU (docs/GPU.md).
+  bool earlyLaunch = false;
   /// SPARSEC_CUDA_PROFILE=1: per-step host / GPU / wall time by step kind,
   /// printed to stderr when the model is destroyed.
   struct StepTimes {

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <utility>
 
 namespace sparsec::rt::cuda {
 namespace {
@@ -81,6 +82,42 @@ template <> struct Vec<float> {
   }
   __device__ static float scalar(const float *p) { return __ldg(p); }
 };
+
+/// Programmatic dependent launch (Hopper). A kernel launched with
+/// earlyLaunch() may start while the kernel before it on the stream still
+/// runs, once every block of that kernel has called pdlTrigger(): it may
+/// read only what no earlier kernel writes (weights) until pdlWait()
+/// returns, which is when the earlier kernels have completed and their
+/// writes are visible. Both are no-ops for a kernel launched normally.
+__device__ __forceinline__ void pdlTrigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdlWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/// Launches `kernel` on `stream`, as a programmatic dependent launch when
+/// `early` (see pdlTrigger / pdlWait).
+template <typename... Params, typename... Args>
+cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
+                         size_t smem, cudaStream_t stream, bool early,
+                         Args &&...args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = early ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 /// Block-wide sum/max (blockDim a multiple of 32, at most 1024); every
 /// thread gets the result.

@@ -99,6 +99,7 @@ __device__ __forceinline__ void offsets(const Broadcast &b, int64_t i, int n,
 }
 
 __global__ void unaryKernel(ops::Unary op, const float *x, float *y, int64_t n) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     float v = x[i], r = v;
@@ -137,6 +138,7 @@ __device__ __forceinline__ float binaryOp(ops::Binary op, float a, float b) {
 
 __global__ void binaryKernel(ops::Binary op, Broadcast b, const float *x,
                              const float *y, float *out, int64_t n) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[2];
@@ -147,6 +149,7 @@ __global__ void binaryKernel(ops::Binary op, Broadcast b, const float *x,
 
 __global__ void binarySameKernel(ops::Binary op, const float *x, const float *y,
                                  float *out, int64_t n) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = binaryOp(op, x[i], y[i]);
@@ -154,6 +157,7 @@ __global__ void binarySameKernel(ops::Binary op, const float *x, const float *y,
 
 __global__ void whereKernel(Broadcast b, const uint8_t *c, const float *x,
                             const float *y, float *out, int64_t n) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[3];
@@ -199,6 +203,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 gemvKernel(const float *x, const W *w, int K, int N, const float *bias,
            Activation act, float *y, float *partial, int *counters,
            int kChunk) {
+  pdlTrigger();
   __shared__ float red[kGemvWarps][M][kGemvCols];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * kGemvCols + lane;
@@ -270,6 +275,7 @@ gemvKernel(const float *x, const W *w, int K, int N, const float *bias,
 /// y = act(y + bias) over [M, N].
 __global__ void epilogueKernel(float *y, int64_t MN, int N, const float *bias,
                                Activation act) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
        i += int64_t(gridDim.x) * blockDim.x) {
     float v = y[i];
@@ -280,6 +286,7 @@ __global__ void epilogueKernel(float *y, int64_t MN, int N, const float *bias,
 }
 
 __global__ void toHalfKernel(const float *x, __half *y, int64_t n) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __float2half(x[i]);
@@ -324,9 +331,9 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
       return true;
     cudaError_t e =
         half ? gemvRows(x, int(M), w.as<__half>(), int(K), int(N), bias, act,
-                        residual, y, d.stream)
+                        residual, y, d.stream, d.earlyLaunch)
              : gemvRows(x, int(M), w.as<float>(), int(K), int(N), bias, act,
-                        residual, y, d.stream);
+                        residual, y, d.stream, d.earlyLaunch);
     return check(ctx, e, "gemv");
   }
   if (residual && act != Activation::none)
@@ -412,6 +419,8 @@ template <bool Rms>
 __global__ void normKernel(const float *x, const float *scale,
                            const float *bias, int64_t width, float eps,
                            float *y) {
+  pdlTrigger();
+  pdlWait(); // early launches: x comes from the kernel before
   const float *row = x + blockIdx.x * width;
   float *out = y + blockIdx.x * width;
   float mean = 0.0f;
@@ -440,6 +449,8 @@ template <bool Rms, int PER>
 __global__ void __launch_bounds__(kNormThreads)
 normRegKernel(const float *x, const float *scale, const float *bias, int width,
               float eps, float *y) {
+  pdlTrigger();
+  pdlWait(); // early launches: x comes from the kernel before
   const float *row = x + int64_t(blockIdx.x) * width;
   float *out = y + int64_t(blockIdx.x) * width;
   float v[PER];
@@ -475,6 +486,7 @@ normRegKernel(const float *x, const float *scale, const float *bias, int width,
 }
 
 __global__ void softmaxKernel(const float *x, int64_t width, float *y) {
+  pdlTrigger();
   const float *row = x + blockIdx.x * width;
   float *out = y + blockIdx.x * width;
   float m = -INFINITY;
@@ -493,6 +505,7 @@ __global__ void softmaxKernel(const float *x, int64_t width, float *y) {
 __global__ void presentKernel(const float *past, const float *cur, int64_t BH,
                               int64_t P, int64_t S, int64_t width,
                               float *present) {
+  pdlTrigger();
   const int64_t T = P + S, n = BH * T * width;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -515,6 +528,7 @@ struct AttentionArgs {
 
 /// One block per query row: scores in shared memory, softmax, P.V.
 __global__ void attentionKernel(AttentionArgs a) {
+  pdlTrigger();
   extern __shared__ float smem[];
   float *qs = smem, *sc = smem + a.D;
   const int64_t row = blockIdx.x;
@@ -585,6 +599,7 @@ struct Strided {
 
 template <typename T>
 __global__ void stridedKernel(Strided s, const T *in, T *out, int64_t n) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = i, off = s.base;
@@ -614,6 +629,7 @@ bool stridedCopy(Context &ctx, Device &d, const Strided &s, const Tensor &in,
 template <typename T>
 __global__ void embeddingKernel(const T *table, const int64_t *ids,
                                 int64_t n, int64_t D, float *out) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * D;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = toFloat(table[ids[i / D] * D + i % D]);
@@ -627,6 +643,7 @@ __global__ void embeddingKernel(const T *table, const int64_t *ids,
 __global__ void thresholdKernel(const float *logits, int64_t MN, int N,
                                 const float *bias, float threshold,
                                 uint8_t *mask) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
        i += int64_t(gridDim.x) * blockDim.x)
     mask[i] = logits[i] + (bias ? bias[i % N] : 0.0f) > threshold;
@@ -635,6 +652,7 @@ __global__ void thresholdKernel(const float *logits, int64_t MN, int N,
 /// Every row of mask [M, N] = flags [N].
 __global__ void rowsKernel(const uint8_t *flags, int64_t MN, int N,
                            uint8_t *mask) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
        i += int64_t(gridDim.x) * blockDim.x)
     mask[i] = flags[i % N];
@@ -643,6 +661,7 @@ __global__ void rowsKernel(const uint8_t *flags, int64_t MN, int N,
 /// y[m, n] = 0 where the mask (rows of N, or one shared row) is off.
 __global__ void applyMaskKernel(float *y, int64_t MN, int N,
                                 const uint8_t *mask, bool perRow) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
        i += int64_t(gridDim.x) * blockDim.x)
     if (!mask[perRow ? i : i % N])
@@ -651,6 +670,7 @@ __global__ void applyMaskKernel(float *y, int64_t MN, int N,
 
 /// y[m, :] = bias (or 0), the base the sparse down projection adds to.
 __global__ void fillRowsKernel(float *y, int64_t MN, int N, const float *bias) {
+  pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = bias ? bias[i % N] : 0.0f;
@@ -921,18 +941,25 @@ bool norm(Context &ctx, const char *op, const Tensor &x, const Tensor &scale,
   const float *b = bias ? bias->as<float>() : nullptr;
   const unsigned grid = unsigned(rows);
   const int w = int(std::min<int64_t>(width, INT32_MAX));
+  // A short kernel between GEMVs: launched early, it waits for x at once
+  // but its launch overlaps the kernel before.
+  const float *xs = x.as<float>(), *sc = scale.as<float>();
+  float *ys = r.as<float>();
+  cudaError_t e;
   if (width <= 4 * kNormThreads)
-    normRegKernel<Rms, 4><<<grid, kNormThreads, 0, d.stream>>>(
-        x.as<float>(), scale.as<float>(), b, w, epsilon, r.as<float>());
+    e = launchKernel(normRegKernel<Rms, 4>, dim3{grid}, dim3{kNormThreads}, 0,
+                     d.stream, d.earlyLaunch, xs, sc, b, w, epsilon, ys);
   else if (width <= 8 * kNormThreads)
-    normRegKernel<Rms, 8><<<grid, kNormThreads, 0, d.stream>>>(
-        x.as<float>(), scale.as<float>(), b, w, epsilon, r.as<float>());
+    e = launchKernel(normRegKernel<Rms, 8>, dim3{grid}, dim3{kNormThreads}, 0,
+                     d.stream, d.earlyLaunch, xs, sc, b, w, epsilon, ys);
   else if (width <= 16 * kNormThreads)
-    normRegKernel<Rms, 16><<<grid, kNormThreads, 0, d.stream>>>(
-        x.as<float>(), scale.as<float>(), b, w, epsilon, r.as<float>());
+    e = launchKernel(normRegKernel<Rms, 16>, dim3{grid}, dim3{kNormThreads}, 0,
+                     d.stream, d.earlyLaunch, xs, sc, b, w, epsilon, ys);
   else
-    normKernel<Rms><<<grid, kBlock, 0, d.stream>>>(
-        x.as<float>(), scale.as<float>(), b, width, epsilon, r.as<float>());
+    e = launchKernel(normKernel<Rms>, dim3{grid}, dim3{kBlock}, 0, d.stream,
+                     d.earlyLaunch, xs, sc, b, width, epsilon, ys);
+  if (!check(ctx, e, op))
+    return false;
   return launched(ctx, op);
 }
 } // namespace
@@ -1069,7 +1096,7 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
       return true;
     return check(ctx,
                  decodeAttention(da, static_cast<float *>(d.attentionScratch.ptr),
-                                 d.gemvCounters, d.stream),
+                                 d.gemvCounters, d.stream, d.earlyLaunch),
                  "attention");
   }
   if (r.numel() == 0 || !d.launching())

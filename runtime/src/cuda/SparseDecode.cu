@@ -78,6 +78,7 @@ __global__ void __launch_bounds__(kThreads)
                      const int32_t *__restrict__ idx,
                      const int32_t *__restrict__ count, float *y,
                      int capacity, unsigned long long *density) {
+  pdlTrigger();
   constexpr int V = Vec<W>::N;
   constexpr int Tile = 32 * V; // columns per block
   constexpr int Unroll = 4; // rows in flight per warp
@@ -145,6 +146,7 @@ __global__ void __launch_bounds__(kThreads)
                    const int32_t *__restrict__ idx,
                    const int32_t *__restrict__ count, bool relu, float *h,
                    int ldh) {
+  pdlTrigger();
   constexpr int V = Vec<W>::N;
   constexpr int Unroll = 16; // 16-byte loads in flight per lane (4 KB/warp)
   extern __shared__ float xs[]; // [T][d]
@@ -234,6 +236,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void nonzeroFlagsKernel(const float *h, int tokens, int n,
                                    uint8_t *flags) {
+  pdlTrigger();
   for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n;
        j += gridDim.x * blockDim.x) {
     bool any = false;
@@ -250,6 +253,7 @@ template <typename W, int T>
 __global__ void __launch_bounds__(kThreads)
     predictHiddenKernel(const float *__restrict__ x, const W *__restrict__ w1,
                         int d, int r, float *hidden) {
+  pdlTrigger();
   constexpr int V = Vec<W>::N;
   constexpr int Tile = 32 * V;
   __shared__ float partial[kWarps][Tile];
@@ -296,6 +300,7 @@ __global__ void __launch_bounds__(kThreads)
     predictLogitsKernel(const float *__restrict__ hidden,
                         const W *__restrict__ w2, int r, int f,
                         float *logits) {
+  pdlTrigger();
   constexpr int V = Vec<W>::N;
   const int j = (blockIdx.x * kThreads + threadIdx.x) * V;
   const int e0 = blockIdx.y * 32;
@@ -336,6 +341,7 @@ __global__ void __launch_bounds__(256)
                        const float *__restrict__ bias, float threshold,
                        uint8_t *flags, int32_t *idx, int32_t *count,
                        bool append) {
+  pdlTrigger();
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   bool on = false;
   if (j < f) {

@@ -43,11 +43,14 @@ constexpr int kGemvRowsTokens = 8;
 /// t < tokens <= kGemvRowsTokens. x [tokens, K] fp32, wt [N, K] (W: __half
 /// or float), bias [N] or null, residual [tokens, N] or null (may be y).
 /// 16-byte loads when wt, x and their rows are 16-byte aligned; element
-/// loads otherwise.
+/// loads otherwise. `early`: a programmatic dependent launch (Hopper) that
+/// starts streaming the weights while the previous kernel on the stream
+/// finishes, reading x only once that kernel has completed.
 template <typename W>
 cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
                      const float *bias, ops::Activation act,
-                     const float *residual, float *y, cudaStream_t stream);
+                     const float *residual, float *y, cudaStream_t stream,
+                     bool early = false);
 
 /// One attention call of a decode step. Keys 0..P-1 come from the past,
 /// P..P+Sk-1 from the new keys (row-major [B, Hk, rows, D]; values with Dv).
@@ -73,8 +76,11 @@ int64_t decodeAttentionRows(const DecodeAttention &a);
 /// fp32 scratch bytes for the per-chunk partial results.
 size_t decodeAttentionScratchBytes(const DecodeAttention &a);
 /// `counters`: decodeAttentionRows(a) ints, zero (and left zero).
+/// `early`: a programmatic dependent launch (its launch overlaps the
+/// kernel before, whose results it waits for).
 cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
-                            int *counters, cudaStream_t stream);
+                            int *counters, cudaStream_t stream,
+                            bool early = false);
 
 } // namespace sparsec::rt::cuda
 
