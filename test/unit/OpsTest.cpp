@@ -23,6 +23,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -2081,6 +2082,53 @@ TEST_P(OpsTest, InvalidTensorsFailCleanly) {
   nodata.shape[0] = 4;
   expectFail(softmax(ctx, nodata, 0, 0, out), "softmax");
   expectFail(transpose(ctx, bad, nullptr, 0, out), "transpose");
+}
+
+//===----------------------------------------------------------------------===//
+// Profiling
+//===----------------------------------------------------------------------===//
+
+// Tile counts over blocks of 8 / 16 / 32 consecutive rows of each call,
+// against a direct count. Neuron n of a 40-row call fires on the rows in
+// `on[n]`; a second call of 5 rows adds one (short) block of each size.
+TEST(Profiling, TileCountsMatchConsecutiveBlocks) {
+  static const char *const sites[] = {"relu"};
+  ModelDesc desc = kDesc;
+  desc.numProfileSites = 1;
+  desc.profileSites = sites;
+  Context ctx(desc, nullptr, 1);
+  const std::vector<std::vector<int>> on = {
+      {}, {0}, {7, 8}, {15, 16}, {31}, {0, 9, 17, 33, 39}};
+  const int64_t N = int64_t(on.size());
+  auto call = [&](int64_t rows, const std::vector<std::vector<int>> &fire) {
+    std::vector<float> x(size_t(rows * N), 0.0f);
+    for (int64_t n = 0; n < N; ++n)
+      for (int r : fire[size_t(n)])
+        if (r < rows)
+          x[size_t(r * N + n)] = 1.0f;
+    Tensor t{x.data(), DType::f32, 2, {rows, N}};
+    ASSERT_TRUE(ops::profileCount(ctx, t, 0)) << ctx.error;
+  };
+  call(40, on);
+  call(5, {{}, {}, {}, {}, {}, {4}});
+  const Context::Tiles &t = ctx.profileTiles[0];
+  // 40 rows: 5 blocks of 8, 3 of 16, 2 of 32; 5 rows: one more of each.
+  EXPECT_EQ(t.blocks[0], 6);
+  EXPECT_EQ(t.blocks[1], 4);
+  EXPECT_EQ(t.blocks[2], 3);
+  ASSERT_EQ(t.counts.size(), size_t(3 * N));
+  for (int i = 0; i < 3; ++i) {
+    const int size = int(Context::kProfileTileRows[i]);
+    for (int64_t n = 0; n < N; ++n) {
+      std::set<int> blocks;
+      for (int r : on[size_t(n)])
+        blocks.insert(r / size);
+      uint64_t want = blocks.size() + (n == 5 ? 1 : 0);
+      EXPECT_EQ(t.counts[size_t(i * N + n)], want)
+          << "tile rows " << size << ", neuron " << n;
+    }
+  }
+  EXPECT_EQ(ctx.profileTokens[0], 45);
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, OpsTest, ::testing::Values(1, 2),

@@ -32,6 +32,11 @@ Profile sample() {
   s.inputDim = 2;
   s.sampleInputs = {1.0f, -2.0f, 0.5f, 0.25f, 3.0f, 4.0f};
   s.sampleMasks = {0x9, 0x0, 0xf};
+  // Tile counts on the second site: 3 blocks of 8 rows, 1 of 32.
+  ProfileSite &t = p.sites[1];
+  t.tileRows = {8, 32};
+  t.tileBlocks = {3, 1};
+  t.tileCounts = {1, 2, 1, 1};
   return p;
 }
 } // namespace
@@ -58,7 +63,34 @@ TEST(Profile, RoundTrip) {
   EXPECT_FALSE(s.sampleActive(1, 2));
   EXPECT_TRUE(s.sampleActive(2, 2));
   EXPECT_EQ(p.find("/layers.1/Relu")->samples, 0);
+  const ProfileSite &t = *p.find("/layers.1/Relu");
+  EXPECT_EQ(t.tileRows, (std::vector<int64_t>{8, 32}));
+  EXPECT_EQ(t.tileBlocks, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(t.tileCounts, (std::vector<uint64_t>{1, 2, 1, 1}));
+  EXPECT_EQ(t.tileIndex(32), 1);
+  EXPECT_EQ(t.tileIndex(16), -1);
+  EXPECT_TRUE(s.tileRows.empty());
+  EXPECT_EQ(s.tileIndex(8), -1);
   std::remove(path.c_str());
+}
+
+TEST(Profile, RejectsTileCountsAboveBlocks) {
+  Profile p = sample();
+  p.sites[1].tileCounts[3] = 2; // active in 2 of 1 blocks
+  std::string path = tempPath("tiles.sprof"), error;
+  ASSERT_TRUE(writeProfile(path, p, error)) << error;
+  Profile q;
+  EXPECT_FALSE(readProfile(path, q, error));
+  EXPECT_NE(error.find("more tiles than it saw"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(Profile, WriterRejectsInconsistentTiles) {
+  Profile p = sample();
+  p.sites[1].tileCounts.pop_back();
+  std::string error;
+  EXPECT_FALSE(writeProfile(tempPath("badtiles.sprof"), p, error));
+  EXPECT_NE(error.find("inconsistent tile counts"), std::string::npos);
 }
 
 TEST(Profile, WriterRejectsInconsistentSites) {

@@ -28,6 +28,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -39,6 +40,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <thread>
 
@@ -1018,9 +1020,13 @@ int runProfile(MLIRContext &context) {
   }
   std::string plot = outputFile + ".svg";
   writePlot(profile, plot);
-  llvm::outs() << llvm::format("%-28s %8s %9s %8s %9s %6s %8s\n", "site",
-                               "neurons", "tokens", "zero %", "top20 %", "dead",
-                               "samples");
+  // tile32: the share of 32-token x 1-neuron PIT tiles with a non-zero,
+  // measured on consecutive tokens; est32: the same if tokens were
+  // independent (what the per-neuron counts alone would suggest).
+  llvm::outs() << llvm::format("%-28s %8s %9s %8s %9s %6s %8s %9s %8s\n",
+                               "site", "neurons", "tokens", "zero %",
+                               "top20 %", "dead", "samples", "tile32 %",
+                               "est32 %");
   for (const sparsec::rt::ProfileSite &site : profile.sites) {
     double active = 0;
     int64_t dead = 0;
@@ -1035,12 +1041,28 @@ int runProfile(MLIRContext &context) {
     for (size_t k = 0; k < top && k < c.size(); ++k)
       topActive += double(c[k]);
     double total = double(site.tokens) * double(site.neurons);
+    double tile32 = -1, est32 = 0;
+    if (int t = site.tileIndex(32); t >= 0) {
+      double sum = 0;
+      for (int64_t n = 0; n < site.neurons; ++n)
+        sum += double(site.tileCounts[size_t(t) * site.neurons + n]);
+      tile32 = sum / double(site.tileBlocks[size_t(t)]) / double(site.neurons);
+    }
+    for (uint64_t v : site.counts)
+      est32 += 1.0 - std::pow(1.0 - std::min(1.0, double(v) /
+                                                  double(std::max<int64_t>(
+                                                      1, site.tokens))),
+                              32.0);
+    est32 /= double(std::max<int64_t>(1, site.neurons));
+    std::string measured =
+        tile32 < 0 ? std::string("-")
+                   : llvm::formatv("{0:F1}%", 100.0 * tile32).str();
     llvm::outs() << llvm::format(
-        "%-28s %8lld %9lld %7.1f%% %8.1f%% %6lld %8lld\n", site.name.c_str(),
-        (long long)site.neurons, (long long)site.tokens,
+        "%-28s %8lld %9lld %7.1f%% %8.1f%% %6lld %8lld %9s %7.1f%%\n",
+        site.name.c_str(), (long long)site.neurons, (long long)site.tokens,
         total > 0 ? 100.0 * (1.0 - active / total) : 0.0,
         active > 0 ? 100.0 * topActive / active : 0.0, (long long)dead,
-        (long long)site.samples);
+        (long long)site.samples, measured.c_str(), 100.0 * est32);
   }
   llvm::outs() << "wrote " << outputFile << " and " << plot << "\n";
   return 0;

@@ -907,6 +907,15 @@ int commandProfile(const Options &opts, const ModelDesc &desc,
       site.sampleInputs = std::move(samples.inputs);
       site.sampleMasks = std::move(samples.masks);
     }
+    if (size_t(s) < ctx.profileTiles.size() &&
+        ctx.profileTiles[size_t(s)].counts.size() == 3 * size_t(site.neurons)) {
+      Context::Tiles &t = ctx.profileTiles[size_t(s)];
+      for (int i = 0; i < 3; ++i) {
+        site.tileRows.push_back(Context::kProfileTileRows[i]);
+        site.tileBlocks.push_back(t.blocks[i]);
+      }
+      site.tileCounts = std::move(t.counts);
+    }
     profile.sites.push_back(std::move(site));
   }
   if (!writeProfile(opts.profileOut, profile, error))

@@ -18,7 +18,7 @@ namespace sparsec::rt {
 
 namespace {
 constexpr char kMagic[8] = {'S', 'P', 'A', 'R', 'S', 'E', 'C', 'P'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr uint32_t kMaxMetadata = 64u << 20;
 
 std::string escape(const std::string &s) {
@@ -72,6 +72,10 @@ public:
               return integer(site.samples);
             if (k == "input_dim")
               return integer(site.inputDim);
+            if (k == "tile_rows")
+              return integers(site.tileRows);
+            if (k == "tile_blocks")
+              return integers(site.tileBlocks);
             return skipValue();
           });
           p.sites.push_back(std::move(site));
@@ -133,6 +137,16 @@ private:
       return false;
     out = std::stoll(s.substr(start, pos - start));
     return true;
+  }
+  bool integers(std::vector<int64_t> &out) {
+    out.clear();
+    return array([&] {
+      int64_t v;
+      if (!integer(v))
+        return false;
+      out.push_back(v);
+      return true;
+    });
   }
   template <typename F> bool object(F &&member) {
     if (!eat('{'))
@@ -214,11 +228,28 @@ bool writeProfile(const std::string &path, const Profile &profile,
       error = "profile site '" + s.name + "' has inconsistent samples";
       return false;
     }
+    if (s.tileBlocks.size() != s.tileRows.size() ||
+        s.tileCounts.size() != s.tileRows.size() * size_t(s.neurons)) {
+      error = "profile site '" + s.name + "' has inconsistent tile counts";
+      return false;
+    }
     meta << (i ? ", " : "") << "{\"name\": \"" << escape(s.name)
          << "\", \"neurons\": " << s.neurons << ", \"tokens\": " << s.tokens;
     if (s.samples > 0)
       meta << ", \"samples\": " << s.samples << ", \"input_dim\": "
            << s.inputDim;
+    if (!s.tileRows.empty()) {
+      auto list = [&](const std::vector<int64_t> &v) {
+        meta << "[";
+        for (size_t k = 0; k < v.size(); ++k)
+          meta << (k ? ", " : "") << v[k];
+        meta << "]";
+      };
+      meta << ", \"tile_rows\": ";
+      list(s.tileRows);
+      meta << ", \"tile_blocks\": ";
+      list(s.tileBlocks);
+    }
     meta << "}";
   }
   meta << "]}";
@@ -247,6 +278,9 @@ bool writeProfile(const std::string &path, const Profile &profile,
             s.sampleMasks.size());
     f.write(zeros, (8 - s.sampleMasks.size() % 8) % 8);
   }
+  for (const ProfileSite &s : profile.sites)
+    f.write(reinterpret_cast<const char *>(s.tileCounts.data()),
+            s.tileCounts.size() * sizeof(uint64_t));
   if (!f) {
     error = "cannot write '" + path + "'";
     return false;
@@ -271,7 +305,7 @@ bool readProfile(const std::string &path, Profile &out, std::string &error) {
   uint32_t version, bytes;
   std::memcpy(&version, data.data() + 8, 4);
   std::memcpy(&bytes, data.data() + 12, 4);
-  if (version != 1 && version != kVersion)
+  if (version < 1 || version > kVersion)
     return bad("unsupported version " + std::to_string(version));
   if (bytes > kMaxMetadata || 16 + static_cast<size_t>(bytes) > data.size())
     return bad("truncated metadata");
@@ -312,6 +346,28 @@ bool readProfile(const std::string &path, Profile &out, std::string &error) {
     s.sampleMasks.assign(data.begin() + long(offset + inBytes),
                          data.begin() + long(offset + inBytes + maskBytes));
     offset += inBytes + padded;
+  }
+  for (ProfileSite &s : p.sites) {
+    if (s.tileRows.empty() && s.tileBlocks.empty())
+      continue;
+    if (version < 3 || s.tileRows.size() != s.tileBlocks.size() ||
+        s.tileRows.size() > 16)
+      return bad("site '" + s.name + "' has an invalid tile description");
+    for (size_t i = 0; i < s.tileRows.size(); ++i)
+      if (s.tileRows[i] <= 0 || s.tileRows[i] > (int64_t(1) << 20))
+        return bad("site '" + s.name + "' has an invalid tile size");
+    size_t need = s.tileRows.size() * size_t(s.neurons) * sizeof(uint64_t);
+    if (offset > data.size() || data.size() - offset < need)
+      return bad("truncated tile counts for site '" + s.name + "'");
+    s.tileCounts.resize(s.tileRows.size() * size_t(s.neurons));
+    std::memcpy(s.tileCounts.data(), data.data() + offset, need);
+    offset += need;
+    for (size_t i = 0; i < s.tileRows.size(); ++i)
+      for (int64_t n = 0; n < s.neurons; ++n)
+        if (s.tileCounts[i * size_t(s.neurons) + size_t(n)] >
+            uint64_t(s.tileBlocks[i]))
+          return bad("site '" + s.name + "' counts a neuron active in more "
+                     "tiles than it saw");
   }
   if (offset != data.size())
     return bad("trailing bytes after the last site");

@@ -11,6 +11,53 @@
 
 namespace sparsec::rt::ops {
 
+namespace {
+/// Adds one call's tile counts: blocks of 8, 16 and 32 consecutive rows of
+/// x [rows, neurons] from row 0 (the last of each may be shorter), as the
+/// PIT kernels tile a batched input. A 16-row block is active where one of
+/// its two 8-row blocks is, a 32-row block where one of its 16-row blocks
+/// is.
+void countTiles(Context::Tiles &t, const float *x, int64_t rows,
+                int64_t neurons) {
+  static_assert(Context::kProfileTileRows[0] == 8 &&
+                    Context::kProfileTileRows[1] == 16 &&
+                    Context::kProfileTileRows[2] == 32,
+                "countTiles nests 8-, 16- and 32-row blocks");
+  if (t.counts.empty())
+    t.counts.assign(3 * size_t(neurons), 0);
+  const size_t width = size_t(neurons);
+  std::vector<uint8_t> f8(width), f16(width), f32(width);
+  uint64_t *c8 = t.counts.data(), *c16 = c8 + neurons, *c32 = c16 + neurons;
+  auto flush = [&](std::vector<uint8_t> &f, uint64_t *c,
+                   std::vector<uint8_t> *up) {
+    for (int64_t n = 0; n < neurons; ++n) {
+      c[n] += f[size_t(n)];
+      if (up)
+        (*up)[size_t(n)] |= f[size_t(n)];
+      f[size_t(n)] = 0;
+    }
+  };
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+    const int64_t r1 = std::min(rows, r0 + 8);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float *row = x + r * neurons;
+      for (int64_t n = 0; n < neurons; ++n)
+        f8[size_t(n)] |= row[n] != 0.0f;
+    }
+    flush(f8, c8, &f16);
+    ++t.blocks[0];
+    if (r1 % 16 == 0 || r1 == rows) {
+      flush(f16, c16, &f32);
+      ++t.blocks[1];
+    }
+    if (r1 % 32 == 0 || r1 == rows) {
+      flush(f32, c32, nullptr);
+      ++t.blocks[2];
+    }
+  }
+}
+} // namespace
+
 bool profileCount(Context &ctx, const Tensor &x, int site,
                   const Tensor *layerInput) {
   if (site < 0 || site >= ctx.desc.numProfileSites)
@@ -24,6 +71,7 @@ bool profileCount(Context &ctx, const Tensor &x, int site,
     ctx.profileCounts.resize(ctx.desc.numProfileSites);
     ctx.profileTokens.resize(ctx.desc.numProfileSites, 0);
     ctx.profileSamples.resize(ctx.desc.numProfileSites);
+    ctx.profileTiles.resize(ctx.desc.numProfileSites);
   }
   std::vector<uint64_t> &counts = ctx.profileCounts[size_t(site)];
   if (counts.empty())
@@ -68,6 +116,7 @@ bool profileCount(Context &ctx, const Tensor &x, int site,
     for (int64_t n = 0; n < neurons; ++n)
       c[n] += p[n] != 0.0f;
   ctx.profileTokens[size_t(site)] += rows;
+  countTiles(ctx.profileTiles[size_t(site)], x.as<float>(), rows, neurons);
   return true;
 }
 

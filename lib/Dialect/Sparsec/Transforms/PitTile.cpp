@@ -24,6 +24,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -223,9 +224,11 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
         choose(s, 0);
         return;
       }
-      // A hybrid build's GPU part (after sparsec-partition-hot-cold) holds
-      // the layer's G most frequent neurons: plan for those.
-      std::vector<uint64_t> counts = site->counts;
+      // The neurons the batched call computes: all, or for a hybrid build's
+      // GPU part (after sparsec-partition-hot-cold) the layer's G most
+      // frequent ones.
+      std::vector<int64_t> neurons(static_cast<size_t>(K));
+      std::iota(neurons.begin(), neurons.end(), int64_t(0));
       std::string part;
       if (auto place = act->getAttrOfType<PlacementAttr>("placement")) {
         int64_t G = place.getGpuNeurons();
@@ -233,9 +236,13 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
           choose(s, 0);
           return; // the whole FFN runs on the CPU
         }
-        std::sort(counts.begin(), counts.end(), std::greater<uint64_t>());
-        counts.resize(size_t(std::min<int64_t>(G, int64_t(counts.size()))));
-        K = int64_t(counts.size());
+        std::stable_sort(neurons.begin(), neurons.end(),
+                         [&](int64_t a, int64_t b) {
+                           return site->counts[size_t(a)] >
+                                  site->counts[size_t(b)];
+                         });
+        neurons.resize(size_t(std::min<int64_t>(G, K)));
+        K = int64_t(neurons.size());
         part = ", GPU part of " + std::to_string(K) + " neurons";
       }
       double denseUs = lat.dense(double(tokens), double(K), double(N));
@@ -246,17 +253,29 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
       for (int64_t tile : {32, 16, 8}) {
         if (!lat.tiles.count(tile))
           continue;
+        // Measured on consecutive tokens when the profile has tile counts;
+        // otherwise estimated from each neuron's frequency as if tokens were
+        // independent (co-activation makes real tiles sparser).
         double density = 0;
-        for (uint64_t c : counts) {
-          double p = std::min(1.0, double(c) / double(site->tokens));
-          density += 1.0 - std::pow(1.0 - p, double(tile));
+        const int t = site->tileIndex(tile);
+        if (t >= 0) {
+          const uint64_t *c = site->tileCounts.data() + size_t(t) * site->neurons;
+          for (int64_t n : neurons)
+            density += double(c[n]);
+          density /= double(site->tileBlocks[size_t(t)]);
+        } else {
+          for (int64_t n : neurons) {
+            double p = std::min(1.0, double(site->counts[size_t(n)]) /
+                                         double(site->tokens));
+            density += 1.0 - std::pow(1.0 - p, double(tile));
+          }
         }
         density /= double(K);
         double us = lat.pit(tile, density, double(tokens), double(K),
                               double(N));
-        os << llvm::format("%s%lld x 1: density %.3f, %.1f us",
+        os << llvm::format("%s%lld x 1: density %.3f %s, %.1f us",
                            detail.empty() ? "" : "; ", (long long)tile,
-                           density, us);
+                           density, t >= 0 ? "measured" : "estimated", us);
         if (us < bestUs) {
           bestUs = us;
           best = tile;

@@ -6,8 +6,9 @@
 // many tokens were seen and how often each neuron was non-zero:
 //
 //   char     magic[8] = "SPARSECP"
-//   uint32   version = 2                (version 1 files, without samples,
-//                                        are still read)
+//   uint32   version = 3                (versions 1, without samples, and
+//                                        2, without tile counts, are
+//                                        still read)
 //   uint32   metadataBytes
 //   char     metadata[metadataBytes]   JSON, see below
 //   (zero padding to a multiple of 8)
@@ -16,12 +17,24 @@
 //   float32  inputs[S * D]             the layer inputs of S sampled tokens
 //   uint8    masks[S * ceil(N / 8)]    their active masks, bit n of neuron n
 //                                      (LSB first), zero padded to 8 bytes
+//   then per site with tile rows R = [r0, r1, ...] (version 3):
+//   uint64   tiles[len(R) * N]         for each r, per neuron: the blocks of
+//                                      r consecutive rows of a call (the
+//                                      last one may be shorter) in which
+//                                      the neuron was non-zero
 //
 // metadata: {"model_hash": "<16 hex digits>", "model": "<path>",
 //            "sites": [{"name": "<site>", "neurons": N, "tokens": T,
-//                       "samples": S, "input_dim": D}, ...]}
-// ("samples" and "input_dim" are omitted when S == 0). The counts of site i
-// follow those of site i - 1, as do the samples. The writer and reader live
+//                       "samples": S, "input_dim": D,
+//                       "tile_rows": [8, 16, 32],
+//                       "tile_blocks": [B8, B16, B32]}, ...]}
+// ("samples" and "input_dim" are omitted when S == 0, the tile lists when
+// there are no tile counts; tile_blocks[i] counts the blocks of
+// tile_rows[i] rows seen). Tile counts give the density of PIT micro-tiles
+// (r tokens x 1 neuron) as measured on consecutive tokens, where the
+// per-neuron counts only allow an estimate that assumes independent tokens.
+// The counts of site i follow those of site i - 1, as do the samples and
+// the tile counts. The writer and reader live
 // in the runtime (which produces profiles) and are shared with the compiler
 // (which reads them).
 //
@@ -47,7 +60,19 @@ struct ProfileSite {
   std::vector<float> sampleInputs;  // samples * inputDim
   std::vector<uint8_t> sampleMasks; // samples * maskBytes()
 
+  /// Per tile_rows[i]: blocks seen, and per neuron the active blocks
+  /// (tileCounts[i * neurons + n]).
+  std::vector<int64_t> tileRows, tileBlocks;
+  std::vector<uint64_t> tileCounts;
+
   int64_t maskBytes() const { return (neurons + 7) / 8; }
+  /// Index of `rows` in tileRows, or -1 (also when no block was seen).
+  int tileIndex(int64_t rows) const {
+    for (size_t i = 0; i < tileRows.size(); ++i)
+      if (tileRows[i] == rows && tileBlocks[i] > 0)
+        return int(i);
+    return -1;
+  }
   bool sampleActive(int64_t sample, int64_t neuron) const {
     return (sampleMasks[size_t(sample * maskBytes() + neuron / 8)] >>
             (neuron % 8)) & 1;

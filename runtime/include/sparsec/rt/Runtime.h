@@ -246,6 +246,15 @@ struct Context {
     std::vector<uint8_t> masks; // count * ceil(neurons / 8), LSB first
   };
   std::vector<Samples> profileSamples;
+  /// Profiling builds: per site, the blocks of kProfileTileRows[i]
+  /// consecutive rows seen and per neuron the blocks where it was non-zero
+  /// (counts[i * neurons + n]): the PIT tile densities.
+  static constexpr int64_t kProfileTileRows[3] = {8, 16, 32};
+  struct Tiles {
+    int64_t blocks[3] = {0, 0, 0};
+    std::vector<uint64_t> counts;
+  };
+  std::vector<Tiles> profileTiles;
   /// Sparse kernels: neurons (rows or output columns) computed and the
   /// neurons a dense kernel would have computed, summed over all calls
   /// (`generate` reports the ratio as the mean density).

@@ -12,18 +12,32 @@
 // dense 25.0: dense.
 // RUN: %pyexe %S/Inputs/make_sprof.py %t.sprof 0x00000000000000ab "f1:100:1,1,1,1,1,1,1,1" "f2:100:50,50,50,50,50,50,50,50" "f3:100:1,1,1,1,1,1,1,1" "f4:100:50,1,1,1,1,1,1,1"
 // RUN: sparsec-opt %s "--sparsec-pit-tile=profile=%t.sprof table=%S/Inputs/pit-table.json tokens=64" 2>&1 | FileCheck %s
-// CHECK: remark: PIT at 64 tokens (f1): dense 100.0 us; 32 x 1: density 0.275, 55.0 us; 8 x 1: density 0.077, 61.8 us -> 32 x 1 tiles
-// CHECK: remark: PIT at 64 tokens (f2): dense 100.0 us; 32 x 1: density 1.000, 200.0 us; 8 x 1: density 0.996, 796.9 us -> dense
-// CHECK: remark: PIT at 64 tokens (f4, GPU part of 2 neurons): dense 25.0 us; 32 x 1: density 0.638, 31.9 us; 8 x 1: density 0.537, 107.3 us -> dense
+// CHECK: remark: PIT at 64 tokens (f1): dense 100.0 us; 32 x 1: density 0.275 estimated, 55.0 us; 8 x 1: density 0.077 estimated, 61.8 us -> 32 x 1 tiles
+// CHECK: remark: PIT at 64 tokens (f2): dense 100.0 us; 32 x 1: density 1.000 estimated, 200.0 us; 8 x 1: density 0.996 estimated, 796.9 us -> dense
+// CHECK: remark: PIT at 64 tokens (f4, GPU part of 2 neurons): dense 25.0 us; 32 x 1: density 0.638 estimated, 31.9 us; 8 x 1: density 0.537 estimated, 107.3 us -> dense
 // CHECK: sparsec.sparse_linear %{{.*}}pit_tile = 32 : i64
 // CHECK: sparsec.sparse_linear %{{.*}}pit_tile = 0 : i64
 // CHECK: sparsec.sparse_linear %{{[0-9]+}}, %{{[0-9]+}} {mode = #sparsec<sparse_mode exact>, sparse_dim = #sparsec<sparse_dim input>, sparsec.device = "cpu"}
 // CHECK: sparsec.sparse_linear %{{.*}}pit_tile = 0 : i64
 // CHECK: return
 //
+// A profile with tile counts measured on consecutive tokens (version 3):
+// f2's neurons fire half the time but in bursts, so only 10 % of its
+// 32-row blocks (12.5 % of the 8-row ones) are active: measured densities
+// replace the independent-token estimate and f2 takes 32 x 1 tiles. f4's
+// GPU part (neurons 0 and 1) is active in 4 and 0 of 4 blocks: 0.5, at 2
+// of 8 neurons' cost 25.0 us, still not below dense (25.0 x 0.9); its 8-row
+// tiles have no counts and stay estimated.
+// RUN: %pyexe %S/Inputs/make_sprof.py %t.v3.sprof 0x00000000000000ab "f1:100:1,1,1,1,1,1,1,1" "f2:100:50,50,50,50,50,50,50,50" "f3:100:1,1,1,1,1,1,1,1" "f4:100:50,1,1,1,1,1,1,1" "tiles:f2:32:10:1,1,1,1,1,1,1,1" "tiles:f2:8:40:5,5,5,5,5,5,5,5" "tiles:f4:32:4:4,0,1,1,1,1,1,1"
+// RUN: sparsec-opt %s "--sparsec-pit-tile=profile=%t.v3.sprof table=%S/Inputs/pit-table.json tokens=64" 2>&1 | FileCheck %s --check-prefix=TILES
+// TILES: remark: PIT at 64 tokens (f1): dense 100.0 us; 32 x 1: density 0.275 estimated, 55.0 us; 8 x 1: density 0.077 estimated, 61.8 us -> 32 x 1 tiles
+// TILES: remark: PIT at 64 tokens (f2): dense 100.0 us; 32 x 1: density 0.100 measured, 20.0 us; 8 x 1: density 0.125 measured, 100.0 us -> 32 x 1 tiles
+// TILES: remark: PIT at 64 tokens (f4, GPU part of 2 neurons): dense 25.0 us; 32 x 1: density 0.500 measured, 25.0 us; 8 x 1: density 0.537 estimated, 107.3 us -> dense
+// TILES-COUNT-2: pit_tile = 32 : i64
+//
 // Twice the tokens: every time doubles, the choices stay.
 // RUN: sparsec-opt %s "--sparsec-pit-tile=profile=%t.sprof table=%S/Inputs/pit-table.json tokens=128" 2>&1 | FileCheck %s --check-prefix=T128
-// T128: remark: PIT at 128 tokens (f1): dense 200.0 us; 32 x 1: density 0.275, 110.0 us; 8 x 1: density 0.077, 123.6 us -> 32 x 1 tiles
+// T128: remark: PIT at 128 tokens (f1): dense 200.0 us; 32 x 1: density 0.275 estimated, 110.0 us; 8 x 1: density 0.077 estimated, 123.6 us -> 32 x 1 tiles
 //
 // A margin of 0.5 needs PIT under 50 us: f1 stays dense too.
 // RUN: sparsec-opt %s "--sparsec-pit-tile=profile=%t.sprof table=%S/Inputs/pit-table.json tokens=64 margin=0.5" 2>&1 | FileCheck %s --check-prefix=MARGIN
