@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -50,6 +51,13 @@ template <> inline __half fromFloat<__half>(float f) { return __float2half(f); }
 template <> inline float fromFloat<float>(float f) { return f; }
 inline float toFloat(__half h) { return __half2float(h); }
 inline float toFloat(float f) { return f; }
+
+/// The larger of an error so far and a new one, where a non-finite new
+/// one (a NaN or an infinity from the kernel) is infinite: std::max alone
+/// would drop a NaN.
+inline double worse(double err, double e) {
+  return std::isfinite(e) ? std::max(err, e) : INFINITY;
+}
 
 } // namespace sparsec::test
 

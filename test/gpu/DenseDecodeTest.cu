@@ -101,8 +101,7 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
         s = std::max(s, 0.0);
       if (withResidual)
         s += res[size_t(m) * N + n];
-      const double got = y[size_t(m) * N + n];
-      err = std::max(err, std::isfinite(got) ? std::fabs(s - got) : INFINITY);
+      err = worse(err, std::fabs(s - y[size_t(m) * N + n]));
       scale = std::max(scale, std::fabs(s));
     }
   char line[200];
@@ -244,18 +243,17 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
               num += p * val(j, d);
             }
           double ref = m == -INFINITY ? 0.0 : num / den;
-          const double g = got[((size_t(b) * Hq + h) * Sq + i) * Dv + d];
-          err = std::max(err, std::isfinite(g) ? std::fabs(ref - g) : INFINITY);
+          err = worse(err, std::fabs(ref - got[((size_t(b) * Hq + h) * Sq + i) * Dv + d]));
         }
       }
   double presentErr = 0;
   for (int bh = 0; bh < B * Hk; ++bh)
     for (int j = P; j < T; ++j) {
       for (int d = 0; d < D; ++d)
-        presentErr = std::max<double>(presentErr,
+        presentErr = worse(presentErr,
             std::fabs(gotK[(size_t(bh) * T + j) * D + d] - k[(size_t(bh) * Sk + j - P) * D + d]));
       for (int d = 0; d < Dv; ++d)
-        presentErr = std::max<double>(presentErr,
+        presentErr = worse(presentErr,
             std::fabs(gotV[(size_t(bh) * T + j) * Dv + d] - v[(size_t(bh) * Sk + j - P) * Dv + d]));
     }
   bool countersZero = std::all_of(cnt.begin(), cnt.end(), [](int c) { return c == 0; });

@@ -149,7 +149,7 @@ void run(const Case &c) {
   for (size_t i = 0; i < ysize; ++i) {
     double g = c.halfY ? __half2float(yh[i]) : y[i];
     maxRef = std::max(maxRef, std::fabs(ref[i]));
-    maxDiff = std::max(maxDiff, std::fabs(g - ref[i]));
+    maxDiff = worse(maxDiff, std::fabs(g - ref[i]));
   }
   double err = maxDiff / std::max(maxRef, 1e-12);
   // fp32 accumulation of fp16 products; fp16 outputs round to 2^-11.

@@ -95,7 +95,7 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
       for (int k = 0; k < d; ++k)
         ref += double(x[size_t(t) * d + k]) * toFloat(wt[size_t(j) * d + k]);
       ref = std::max(ref, 0.0);
-      errUp = std::max(errUp, std::fabs(ref - got) / (1.0 + std::fabs(ref)));
+      errUp = worse(errUp, std::fabs(ref - got) / (1.0 + std::fabs(ref)));
     }
   report(errUp < 1e-4 && untouched, "sparseUp (+relu)", f, d, tokens, sparsity,
          wtype, errUp);
@@ -117,7 +117,7 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
   double errDown = 0;
   for (int t = 0; t < tokens; ++t)
     for (int k = 0; k < d; ++k)
-      errDown = std::max(errDown, std::fabs(denseRef(t, k) - y[size_t(t) * d + k]) /
+      errDown = worse(errDown, std::fabs(denseRef(t, k) - y[size_t(t) * d + k]) /
                                       (1.0 + std::fabs(denseRef(t, k))));
   report(errDown < 1e-4, "sparseDown", f, d, tokens, sparsity, wtype, errDown);
 
@@ -131,7 +131,7 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
   double errExact = 0;
   for (int t = 0; t < tokens; ++t)
     for (int k = 0; k < d; ++k)
-      errExact = std::max(errExact, std::fabs(denseRef(t, k) - y[size_t(t) * d + k]) /
+      errExact = worse(errExact, std::fabs(denseRef(t, k) - y[size_t(t) * d + k]) /
                                         (1.0 + std::fabs(denseRef(t, k))));
   report(errExact < 1e-4, "exact chain", f, d, tokens, sparsity, wtype, errExact);
 
