@@ -12,47 +12,28 @@
 namespace sparsec::rt::ops {
 
 namespace {
-/// Adds one call's tile counts: blocks of 8, 16 and 32 consecutive rows of
-/// x [rows, neurons] from row 0 (the last of each may be shorter), as the
-/// PIT kernels tile a batched input. A 16-row block is active where one of
-/// its two 8-row blocks is, a 32-row block where one of its 16-row blocks
-/// is.
+/// Adds one call's tile counts: the full blocks of 8, 16 and 32 consecutive
+/// rows of x [rows, neurons] from row 0, as the PIT kernels tile a batched
+/// input. A shorter tail is left out: calls shorter than a tile would
+/// otherwise make its density look lower than a full tile's.
 void countTiles(Context::Tiles &t, const float *x, int64_t rows,
                 int64_t neurons) {
-  static_assert(Context::kProfileTileRows[0] == 8 &&
-                    Context::kProfileTileRows[1] == 16 &&
-                    Context::kProfileTileRows[2] == 32,
-                "countTiles nests 8-, 16- and 32-row blocks");
   if (t.counts.empty())
     t.counts.assign(3 * size_t(neurons), 0);
-  const size_t width = size_t(neurons);
-  std::vector<uint8_t> f8(width), f16(width), f32(width);
-  uint64_t *c8 = t.counts.data(), *c16 = c8 + neurons, *c32 = c16 + neurons;
-  auto flush = [&](std::vector<uint8_t> &f, uint64_t *c,
-                   std::vector<uint8_t> *up) {
-    for (int64_t n = 0; n < neurons; ++n) {
-      c[n] += f[size_t(n)];
-      if (up)
-        (*up)[size_t(n)] |= f[size_t(n)];
-      f[size_t(n)] = 0;
-    }
-  };
-  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
-    const int64_t r1 = std::min(rows, r0 + 8);
-    for (int64_t r = r0; r < r1; ++r) {
-      const float *row = x + r * neurons;
+  std::vector<uint8_t> active(static_cast<size_t>(neurons));
+  for (int i = 0; i < 3; ++i) {
+    const int64_t size = Context::kProfileTileRows[i];
+    uint64_t *c = t.counts.data() + size_t(i) * size_t(neurons);
+    for (int64_t r0 = 0; r0 + size <= rows; r0 += size) {
+      std::fill(active.begin(), active.end(), uint8_t(0));
+      for (int64_t r = r0; r < r0 + size; ++r) {
+        const float *row = x + r * neurons;
+        for (int64_t n = 0; n < neurons; ++n)
+          active[size_t(n)] |= row[n] != 0.0f;
+      }
       for (int64_t n = 0; n < neurons; ++n)
-        f8[size_t(n)] |= row[n] != 0.0f;
-    }
-    flush(f8, c8, &f16);
-    ++t.blocks[0];
-    if (r1 % 16 == 0 || r1 == rows) {
-      flush(f16, c16, &f32);
-      ++t.blocks[1];
-    }
-    if (r1 % 32 == 0 || r1 == rows) {
-      flush(f32, c32, nullptr);
-      ++t.blocks[2];
+        c[n] += active[size_t(n)];
+      ++t.blocks[i];
     }
   }
 }

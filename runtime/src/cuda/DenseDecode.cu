@@ -365,6 +365,18 @@ template cudaError_t gemvRows<float>(const float *, int, const float *, int,
                                      int, const float *, ops::Activation,
                                      const float *, float *, cudaStream_t, bool);
 
+bool earlyLaunchSupported() {
+  // The kernels' griddepcontrol instructions exist only when they were
+  // compiled for sm_90 or later (PTX JIT from an older target drops them).
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, gemvRowsKernel<__half, 1, true, true>) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.ptxVersion >= 90 && a.binaryVersion >= 90;
+}
+
 bool decodeAttentionSupported(int64_t D, int64_t Dv) {
   return D > 0 && Dv > 0 && D <= kAttnMaxHead && Dv <= kAttnMaxHead;
 }

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Device.h"
+#include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
 
 #include <chrono>
@@ -258,8 +259,10 @@ Device *device(Context &ctx) {
     d->pitSorted = std::strcmp(p, "1") == 0;
   if (const char *g = std::getenv("SPARSEC_CUDA_GRAPHS"))
     d->graphsEnabled = std::strcmp(g, "0") != 0;
-  if (const char *p = std::getenv("SPARSEC_CUDA_PDL"))
-    d->earlyLaunch = std::strcmp(p, "1") == 0;
+  if (const char *p = std::getenv("SPARSEC_CUDA_PDL")) {
+    // Programmatic dependent launches need Hopper and kernels built for it.
+    d->earlyLaunch = std::strcmp(p, "1") == 0 && earlyLaunchSupported();
+  }
   if (const char *p = std::getenv("SPARSEC_CUDA_PROFILE"))
     d->profile = std::strcmp(p, "0") != 0 &&
                  cudaEventCreate(&d->stepStart) == cudaSuccess &&
@@ -358,11 +361,6 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
     return false;
   out = x;
   out.data = d.uploads[size_t(site)].ptr;
-  if (bytes == 0 || d.mismatch)
-    return true;
-  // The host value is copied into pinned memory now (replays read the same
-  // address); the transfer itself is a stream operation (a graph node).
-  std::memcpy(d.staging[size_t(site)].ptr, x.data, bytes);
   if (d.profile && d.hybrid.cpuBusy) {
     // The CPU part's result: the host's CPU work ends, and in an eager step
     // the GPU's wait too (a captured segment closes it at its launch).
@@ -376,6 +374,11 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
       cudaEventRecord(h.idle[h.used - 1].second, d.stream);
     }
   }
+  if (bytes == 0 || d.mismatch)
+    return true;
+  // The host value is copied into pinned memory now (replays read the same
+  // address); the transfer itself is a stream operation (a graph node).
+  std::memcpy(d.staging[size_t(site)].ptr, x.data, bytes);
   if (!d.launching())
     return true;
   return check(ctx,
@@ -706,6 +709,33 @@ std::string signature(const Context &ctx, const Tensor *inputs) {
   return key;
 }
 
+/// What a step has counted so far (density) and where the hybrid profile
+/// stands, to undo an abandoned capture or replay before its eager rerun.
+struct StepMarks {
+  int64_t sparseActive = 0, sparseTotal = 0;
+  explicit StepMarks(const Context &ctx)
+      : sparseActive(ctx.sparseActive), sparseTotal(ctx.sparseTotal) {}
+};
+
+/// Before rerunning an abandoned step eagerly: the CPU parts it ran count
+/// again, and so do the device counters of the segments it launched (they
+/// are taken as seen), and its open profile intervals are dropped.
+bool undoPartialStep(Context &ctx, Device &d, const StepMarks &marks) {
+  ctx.sparseActive = marks.sparseActive;
+  ctx.sparseTotal = marks.sparseTotal;
+  Device::HybridTimes &h = d.hybrid;
+  h.used = 0;
+  h.pending = h.cpuBusy = false;
+  if (!d.countsDensity)
+    return true;
+  return check(ctx,
+               cudaMemcpyAsync(d.densitySeen, d.densityCounts,
+                               2 * sizeof(unsigned long long),
+                               cudaMemcpyDeviceToHost, d.stream),
+               "reading the density counters") &&
+         check(ctx, cudaStreamSynchronize(d.stream), "an abandoned step");
+}
+
 bool runEager(Context &ctx, Device &d, const Tensor *in, Tensor *out,
               StepFn body) {
   d.mode = Mode::eager;
@@ -730,6 +760,7 @@ bool runCapture(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
   d.segment = 0;
   dropSegments(g);
   g.allocs.clear();
+  const StepMarks marks(ctx);
   bool ok = beginSegment(ctx, d) && body(ctx, in, out) && endSegment(ctx, d, true);
   if (ok) {
     g.captured = true;
@@ -742,7 +773,7 @@ bool runCapture(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
     return false;
   // Not capturable (or it allocated): this signature stays eager.
   g.broken = true;
-  return runEager(ctx, d, in, out, body);
+  return undoPartialStep(ctx, d, marks) && runEager(ctx, d, in, out, body);
 }
 
 /// Replays a captured step: host ops run, device ops only recompute their
@@ -755,11 +786,13 @@ bool runReplay(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
   d.mismatch = false;
   d.restart = false;
   d.segment = 0;
+  const StepMarks marks(ctx);
   if (body(ctx, in, out) && endSegment(ctx, d, true))
     return true;
   // An allocation differs: segments launched so far are ordered before
   // the eager rerun on the same stream.
-  return d.restart && runEager(ctx, d, in, out, body);
+  return d.restart && undoPartialStep(ctx, d, marks) &&
+         runEager(ctx, d, in, out, body);
 }
 } // namespace
 
@@ -803,8 +836,15 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   d.current = nullptr;
   if (!ok)
     return false;
-  if (d.profile)
+  if (d.profile) {
+    // A CPU part whose result was never uploaded: its idle interval ends
+    // with the step.
+    Device::HybridTimes &h = d.hybrid;
+    if (h.pending && h.used > 0)
+      cudaEventRecord(h.idle[h.used - 1].second, d.stream);
+    h.pending = false;
     cudaEventRecord(d.stepEnd, d.stream);
+  }
   // The sparse kernels' neuron counts (outside any graph), for the density
   // `generate` and `bench` report.
   if (d.countsDensity &&

@@ -18,10 +18,10 @@
 //   uint8    masks[S * ceil(N / 8)]    their active masks, bit n of neuron n
 //                                      (LSB first), zero padded to 8 bytes
 //   then per site with tile rows R = [r0, r1, ...] (version 3):
-//   uint64   tiles[len(R) * N]         for each r, per neuron: the blocks of
-//                                      r consecutive rows of a call (the
-//                                      last one may be shorter) in which
-//                                      the neuron was non-zero
+//   uint64   tiles[len(R) * N]         for each r, per neuron: the full
+//                                      blocks of r consecutive rows of a
+//                                      call in which the neuron was
+//                                      non-zero
 //
 // metadata: {"model_hash": "<16 hex digits>", "model": "<path>",
 //            "sites": [{"name": "<site>", "neurons": N, "tokens": T,

@@ -246,9 +246,9 @@ struct Context {
     std::vector<uint8_t> masks; // count * ceil(neurons / 8), LSB first
   };
   std::vector<Samples> profileSamples;
-  /// Profiling builds: per site, the blocks of kProfileTileRows[i]
-  /// consecutive rows seen and per neuron the blocks where it was non-zero
-  /// (counts[i * neurons + n]): the PIT tile densities.
+  /// Profiling builds: per site, the full blocks of kProfileTileRows[i]
+  /// consecutive rows of a call seen, and per neuron the blocks where it
+  /// was non-zero (counts[i * neurons + n]): the PIT tile densities.
   static constexpr int64_t kProfileTileRows[3] = {8, 16, 32};
   struct Tiles {
     int64_t blocks[3] = {0, 0, 0};

@@ -52,6 +52,10 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
                      const float *residual, float *y, cudaStream_t stream,
                      bool early = false);
 
+/// Whether this device and build can use the `early` launches (Hopper or
+/// later, kernels compiled for sm_90 or later).
+bool earlyLaunchSupported();
+
 /// One attention call of a decode step. Keys 0..P-1 come from the past,
 /// P..P+Sk-1 from the new keys (row-major [B, Hk, rows, D]; values with Dv).
 struct DecodeAttention {
