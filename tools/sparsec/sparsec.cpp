@@ -40,7 +40,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cmath>
 #include <functional>
 #include <thread>
 
@@ -1041,19 +1040,8 @@ int runProfile(MLIRContext &context) {
     for (size_t k = 0; k < top && k < c.size(); ++k)
       topActive += double(c[k]);
     double total = double(site.tokens) * double(site.neurons);
-    double tile32 = -1, est32 = 0;
-    if (int t = site.tileIndex(32); t >= 0) {
-      double sum = 0;
-      for (int64_t n = 0; n < site.neurons; ++n)
-        sum += double(site.tileCounts[size_t(t) * site.neurons + n]);
-      tile32 = sum / double(site.tileBlocks[size_t(t)]) / double(site.neurons);
-    }
-    for (uint64_t v : site.counts)
-      est32 += 1.0 - std::pow(1.0 - std::min(1.0, double(v) /
-                                                  double(std::max<int64_t>(
-                                                      1, site.tokens))),
-                              32.0);
-    est32 /= double(std::max<int64_t>(1, site.neurons));
+    const double tile32 = site.measuredTileDensity(32);
+    const double est32 = site.estimatedTileDensity(32);
     std::string measured =
         tile32 < 0 ? std::string("-")
                    : llvm::formatv("{0:F1}%", 100.0 * tile32).str();

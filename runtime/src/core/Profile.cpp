@@ -6,7 +6,9 @@
 
 #include "sparsec/rt/Profile.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -205,6 +207,42 @@ const ProfileSite *Profile::find(const std::string &name) const {
     if (site.name == name)
       return &site;
   return nullptr;
+}
+
+namespace {
+/// Mean of `f(n)` over `among`, or over all `neurons` when it is empty.
+template <typename F>
+double meanOver(int64_t neurons, const std::vector<int64_t> &among, F f) {
+  double sum = 0;
+  if (among.empty())
+    for (int64_t n = 0; n < neurons; ++n)
+      sum += f(n);
+  else
+    for (int64_t n : among)
+      sum += f(n);
+  const size_t count = among.empty() ? size_t(neurons) : among.size();
+  return count ? sum / double(count) : 0.0;
+}
+} // namespace
+
+double ProfileSite::measuredTileDensity(
+    int64_t rows, const std::vector<int64_t> &among) const {
+  const int t = tileIndex(rows);
+  if (t < 0)
+    return -1.0;
+  const uint64_t *c = tileCounts.data() + size_t(t) * size_t(neurons);
+  const double blocks = double(tileBlocks[size_t(t)]);
+  return meanOver(neurons, among,
+                  [&](int64_t n) { return double(c[n]) / blocks; });
+}
+
+double ProfileSite::estimatedTileDensity(
+    int64_t rows, const std::vector<int64_t> &among) const {
+  const double seen = double(tokens > 0 ? tokens : 1);
+  return meanOver(neurons, among, [&](int64_t n) {
+    const double p = std::min(1.0, double(counts[size_t(n)]) / seen);
+    return 1.0 - std::pow(1.0 - p, double(rows));
+  });
 }
 
 bool writeProfile(const std::string &path, const Profile &profile,

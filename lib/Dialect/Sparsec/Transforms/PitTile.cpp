@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <cmath>
 #include <functional>
 #include <map>
 
@@ -254,28 +253,16 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
         if (!lat.tiles.count(tile))
           continue;
         // Measured on consecutive tokens when the profile has tile counts;
-        // otherwise estimated from each neuron's frequency as if tokens were
-        // independent (co-activation makes real tiles sparser).
-        double density = 0;
-        const int t = site->tileIndex(tile);
-        if (t >= 0) {
-          const uint64_t *c = site->tileCounts.data() + size_t(t) * site->neurons;
-          for (int64_t n : neurons)
-            density += double(c[n]);
-          density /= double(site->tileBlocks[size_t(t)]);
-        } else {
-          for (int64_t n : neurons) {
-            double p = std::min(1.0, double(site->counts[size_t(n)]) /
-                                         double(site->tokens));
-            density += 1.0 - std::pow(1.0 - p, double(tile));
-          }
-        }
-        density /= double(K);
+        // otherwise estimated as if tokens were independent.
+        double density = site->measuredTileDensity(tile, neurons);
+        const bool measured = density >= 0;
+        if (!measured)
+          density = site->estimatedTileDensity(tile, neurons);
         double us = lat.pit(tile, density, double(tokens), double(K),
                               double(N));
         os << llvm::format("%s%lld x 1: density %.3f %s, %.1f us",
                            detail.empty() ? "" : "; ", (long long)tile,
-                           density, t >= 0 ? "measured" : "estimated", us);
+                           density, measured ? "measured" : "estimated", us);
         if (us < bestUs) {
           bestUs = us;
           best = tile;

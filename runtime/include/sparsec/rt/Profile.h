@@ -73,6 +73,16 @@ struct ProfileSite {
         return int(i);
     return -1;
   }
+  /// The share of active `rows` x 1 tiles over `among` (neuron indices;
+  /// all neurons when empty), measured from the tile counts, or -1 when
+  /// the profile has none for `rows`.
+  double measuredTileDensity(int64_t rows,
+                             const std::vector<int64_t> &among = {}) const;
+  /// The same estimated from the per-neuron frequencies as if tokens were
+  /// independent: mean(1 - (1 - p)^rows). Co-activation of neighbouring
+  /// tokens makes real tiles sparser.
+  double estimatedTileDensity(int64_t rows,
+                              const std::vector<int64_t> &among = {}) const;
   bool sampleActive(int64_t sample, int64_t neuron) const {
     return (sampleMasks[size_t(sample * maskBytes() + neuron / 8)] >>
             (neuron % 8)) & 1;
