@@ -145,6 +145,18 @@ gemvRowsKernel(const float *x, const W *wt, int K, int N, const float *bias,
   }
 }
 
+template <typename W, int M, bool Vec>
+cudaError_t launchRowsM(dim3 grid, const float *x, const W *wt, int K, int N,
+                        const float *bias, Activation act, const float *res,
+                        float *y, cudaStream_t s, bool early) {
+  return early ? launchKernel(gemvRowsKernel<W, M, Vec, true>, grid,
+                              dim3{kRowsThreads}, 0, s, true, x, wt, K, N, bias,
+                              act, res, y)
+               : launchKernel(gemvRowsKernel<W, M, Vec, false>, grid,
+                              dim3{kRowsThreads}, 0, s, false, x, wt, K, N,
+                              bias, act, res, y);
+}
+
 template <typename W, bool Vec>
 cudaError_t launchRows(int M, const float *x, const W *wt, int K, int N,
                        const float *bias, Activation act, const float *res,
@@ -152,12 +164,8 @@ cudaError_t launchRows(int M, const float *x, const W *wt, int K, int N,
   const dim3 grid{static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock)};
 #define SPARSEC_ROWS_CASE(m)                                                   \
   case m:                                                                      \
-    return early ? launchKernel(gemvRowsKernel<W, m, Vec, true>, grid,          \
-                                dim3{kRowsThreads}, 0, s, true, x, wt, K, N,    \
-                                bias, act, res, y)                              \
-                 : launchKernel(gemvRowsKernel<W, m, Vec, false>, grid,         \
-                                dim3{kRowsThreads}, 0, s, false, x, wt, K, N,   \
-                                bias, act, res, y);
+    return launchRowsM<W, m, Vec>(grid, x, wt, K, N, bias, act, res, y, s,     \
+                                  early);
   switch (M) {
     SPARSEC_ROWS_CASE(1)
     SPARSEC_ROWS_CASE(2)

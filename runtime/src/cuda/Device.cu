@@ -131,6 +131,32 @@ void dropSegments(GraphEntry &g) {
 }
 } // namespace
 
+namespace {
+/// SPARSEC_CUDA_PROFILE: the step's GPU time starts at its first launch.
+void markLaunch(Device &d) {
+  d.launched = true;
+  d.launchTime = std::chrono::steady_clock::now();
+  cudaEventRecord(d.stepStart, d.stream);
+}
+
+/// Ends the open GPU idle interval of a hybrid step (a CPU part's result
+/// is about to reach the stream, or the step ends).
+void closeIdle(Device &d) {
+  Device::HybridTimes &h = d.hybrid;
+  if (h.pending && h.used > 0)
+    cudaEventRecord(h.idle[h.used - 1].second, d.stream);
+  h.pending = false;
+}
+
+/// Capture: the copy stream rejoins the model's stream (a capture must end
+/// joined).
+cudaError_t joinCopies(Device &d) {
+  d.forked = false;
+  cudaError_t e = cudaEventRecord(d.join, d.copyStream);
+  return e != cudaSuccess ? e : cudaStreamWaitEvent(d.stream, d.join, 0);
+}
+} // namespace
+
 void Device::dropGraphs() {
   for (auto &[key, g] : graphs) {
     dropSegments(g);
@@ -369,10 +395,8 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
     h.cpuUs += std::chrono::duration<double, std::micro>(
                    std::chrono::steady_clock::now() - h.cpuStart)
                    .count();
-    if (d.mode == Mode::eager && h.pending) {
-      h.pending = false;
-      cudaEventRecord(h.idle[h.used - 1].second, d.stream);
-    }
+    if (d.mode == Mode::eager)
+      closeIdle(d);
   }
   if (bytes == 0 || d.mismatch)
     return true;
@@ -424,10 +448,8 @@ void abandonCapture(Device &d) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(d.stream, &status) == cudaSuccess &&
       status != cudaStreamCaptureStatusNone) {
-    if (d.forked) {
-      cudaEventRecord(d.join, d.copyStream);
-      cudaStreamWaitEvent(d.stream, d.join, 0);
-    }
+    if (d.forked)
+      joinCopies(d);
     cudaGraph_t graph = nullptr;
     cudaStreamEndCapture(d.stream, &graph);
     if (graph)
@@ -446,14 +468,8 @@ bool endSegment(Context &ctx, Device &d, bool last) {
   GraphEntry &g = *d.current;
   cudaGraphExec_t exec = nullptr;
   if (d.mode == Mode::capture) {
-    bool ok = true;
-    if (d.forked) {
-      // The copies rejoin the model's stream: a capture ends joined.
-      ok = check(ctx, cudaEventRecord(d.join, d.copyStream), "cudaEventRecord") &&
-           check(ctx, cudaStreamWaitEvent(d.stream, d.join, 0),
-                 "cudaStreamWaitEvent");
-      d.forked = false;
-    }
+    const bool ok =
+        !d.forked || check(ctx, joinCopies(d), "joining the copy stream");
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamEndCapture(d.stream, &graph);
     size_t nodes = 0;
@@ -484,17 +500,9 @@ bool endSegment(Context &ctx, Device &d, bool last) {
   if (!exec)
     return true;
   if (d.profile) {
-    if (!d.launched) {
-      d.launched = true;
-      d.launchTime = std::chrono::steady_clock::now();
-      cudaEventRecord(d.stepStart, d.stream);
-    }
-    // The GPU idle interval a CPU part opened ends with this launch.
-    Device::HybridTimes &h = d.hybrid;
-    if (h.pending) {
-      h.pending = false;
-      cudaEventRecord(h.idle[h.used - 1].second, d.stream);
-    }
+    if (!d.launched)
+      markLaunch(d);
+    closeIdle(d); // a CPU part's idle interval ends with this launch
   }
   return check(ctx, cudaGraphLaunch(exec, d.stream), "cudaGraphLaunch");
 }
@@ -709,8 +717,8 @@ std::string signature(const Context &ctx, const Tensor *inputs) {
   return key;
 }
 
-/// What a step has counted so far (density) and where the hybrid profile
-/// stands, to undo an abandoned capture or replay before its eager rerun.
+/// The density a step's CPU parts have counted so far, to undo an
+/// abandoned capture or replay before its eager rerun.
 struct StepMarks {
   int64_t sparseActive = 0, sparseTotal = 0;
   explicit StepMarks(const Context &ctx)
@@ -742,11 +750,8 @@ bool runEager(Context &ctx, Device &d, const Tensor *in, Tensor *out,
   d.current = nullptr;
   d.mismatch = false;
   d.restart = false;
-  if (d.profile) {
-    d.launched = true;
-    d.launchTime = std::chrono::steady_clock::now();
-    cudaEventRecord(d.stepStart, d.stream);
-  }
+  if (d.profile)
+    markLaunch(d);
   return body(ctx, in, out);
 }
 
@@ -837,12 +842,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   if (!ok)
     return false;
   if (d.profile) {
-    // A CPU part whose result was never uploaded: its idle interval ends
-    // with the step.
-    Device::HybridTimes &h = d.hybrid;
-    if (h.pending && h.used > 0)
-      cudaEventRecord(h.idle[h.used - 1].second, d.stream);
-    h.pending = false;
+    closeIdle(d); // a CPU part whose result was never uploaded
     cudaEventRecord(d.stepEnd, d.stream);
   }
   // The sparse kernels' neuron counts (outside any graph), for the density

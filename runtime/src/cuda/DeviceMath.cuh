@@ -83,12 +83,13 @@ template <> struct Vec<float> {
   __device__ static float scalar(const float *p) { return __ldg(p); }
 };
 
-/// Programmatic dependent launch (Hopper). A kernel launched with
-/// earlyLaunch() may start while the kernel before it on the stream still
-/// runs, once every block of that kernel has called pdlTrigger(): it may
-/// read only what no earlier kernel writes (weights) until pdlWait()
-/// returns, which is when the earlier kernels have completed and their
-/// writes are visible. Both are no-ops for a kernel launched normally.
+/// Programmatic dependent launch (Hopper). A kernel launched early
+/// (launchKernel with `early`) may start while the kernel before it on the
+/// stream still runs, once every block of that kernel has called
+/// pdlTrigger(): it may read only what no earlier kernel writes (weights)
+/// until pdlWait() returns, which is when the earlier kernels have
+/// completed and their writes are visible. Both are no-ops for a kernel
+/// launched normally.
 __device__ __forceinline__ void pdlTrigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
