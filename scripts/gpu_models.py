@@ -179,6 +179,8 @@ def prepare(args):
         with open(os.path.join(args.out, name, "weights.ref"), "w") as f:
             f.write(digest)
     shutil.rmtree(tmp)
+    if args.compact:
+        compact(args)
 
     # References: shipped ones, and ONNX Runtime at other shapes (run here,
     # so the GPU machine needs neither the ONNX files nor ONNX Runtime).
@@ -218,6 +220,101 @@ def prepare(args):
         "--seq-len", "128", "--max-chunks", str(EVAL_CHUNKS), "--save-top1",
         os.path.join(refs, "x86_top1.bin")], check=True, stdout=subprocess.DEVNULL)
     shutil.rmtree(x86)
+
+
+def build_model(name):
+    """The ONNX file build `name` was compiled from (relative to --models)."""
+    return CONFIGS[name][0] if name in CONFIGS else HYBRID[name][0]
+
+
+def compact(args):
+    """Replaces weight packs by what rebuilds them: the source models'
+    initializers, stored once per distinct array (sources/arrays.npz plus a
+    name -> array map per model), and each build's compiler-made segments
+    (predictors, model.inline.bin.gz). A pack is dropped only when the rebuild
+    here is byte-identical to it; `run` rebuilds it the same way."""
+    import hashlib
+    import json
+    import types
+    import onnx
+    from onnx import numpy_helper
+    sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+    import opt_synth
+    src = os.path.join(args.out, "sources")
+    os.makedirs(src, exist_ok=True)
+    arrays, maps = {}, {}
+    keep, dropped = set(), 0
+    for name in present(types.SimpleNamespace(dir=args.out)):
+        d = os.path.join(args.out, name)
+        ref = os.path.join(d, "weights.ref")
+        if not os.path.exists(ref):
+            continue
+        digest = open(ref).read().strip()
+        pack = os.path.join(args.out, "packs", digest)
+        model = build_model(name)
+        if model not in maps:
+            m = onnx.load(os.path.join(args.models, model))
+            maps[model] = {}
+            for init in m.graph.initializer:
+                a = numpy_helper.to_array(init)
+                h = hashlib.sha256(a.dtype.str.encode() + str(a.shape).encode() +
+                                   a.tobytes()).hexdigest()[:16]
+                arrays[h] = a
+                maps[model][init.name] = h
+        names = maps[model]
+        manifest = os.path.join(d, "model.manifest.json")
+        opt_synth.cmd_extract_inline(types.SimpleNamespace(manifest=manifest, weights=pack))
+        rebuilt = os.path.join(d, "model.weights.rebuilt")
+        try:
+            opt_synth.write_pack(manifest, rebuilt, lambda n: arrays[names[n]])
+            same = open(rebuilt, "rb").read() == open(pack, "rb").read()
+        except (KeyError, SystemExit) as e:
+            print(f"{name}: pack kept ({e})", file=sys.stderr)
+            same = False
+        if os.path.exists(rebuilt):
+            os.remove(rebuilt)
+        if same:
+            with open(os.path.join(d, "weights.src"), "w") as f:
+                f.write(os.path.basename(model) + ".json")
+            os.remove(ref)
+            dropped += 1
+        else:
+            keep.add(digest)
+    used = set()
+    for model, names in maps.items():
+        used |= set(names.values())
+        with open(os.path.join(src, os.path.basename(model) + ".json"), "w") as f:
+            json.dump(names, f)
+    np.savez(os.path.join(src, "arrays.npz"), **{h: arrays[h] for h in used})
+    for digest in os.listdir(os.path.join(args.out, "packs")):
+        if digest not in keep:
+            os.remove(os.path.join(args.out, "packs", digest))
+    print(f"compact: {dropped} packs rebuilt from {len(used)} source arrays, "
+          f"{len(keep)} kept", file=sys.stderr)
+
+
+def restore_packs(args):
+    """Gives every build its model.weights: a stored pack or one rebuilt by
+    the compact form of `prepare`."""
+    import json
+    sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+    arrays = None
+    for name in present(args):
+        d = os.path.join(args.dir, name)
+        w = os.path.join(d, "model.weights")
+        if os.path.exists(w):
+            continue
+        if os.path.exists(os.path.join(d, "weights.src")):
+            import opt_synth
+            if arrays is None:
+                arrays = np.load(os.path.join(args.dir, "sources", "arrays.npz"))
+            names = json.load(open(os.path.join(
+                args.dir, "sources", open(os.path.join(d, "weights.src")).read().strip())))
+            opt_synth.write_pack(os.path.join(d, "model.manifest.json"), w,
+                                 lambda n: arrays[names[n]])
+        else:
+            digest = open(os.path.join(d, "weights.ref")).read().strip()
+            shutil.copy(os.path.join(args.dir, "packs", digest), w)
 
 
 def build_runtime(lib, nvcc):
@@ -314,11 +411,7 @@ def run(args):
         build(args)
     res = Results()
     refs = os.path.join(args.dir, "refs")
-    for name in present(args):
-        w = os.path.join(args.dir, name, "model.weights")
-        if not os.path.exists(w):
-            digest = open(os.path.join(args.dir, name, "weights.ref")).read().strip()
-            shutil.copy(os.path.join(args.dir, "packs", digest), w)
+    restore_packs(args)
 
     check_case(args, res, "alexa", "alexa_v0.1", 1e-4, 1e-5)
     check_case(args, res, "alexa_f16", "alexa_v0.1", 1e-4, 2e-3, " (fp16 weights)")
@@ -462,6 +555,9 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--only", help="base, hybrid or build names, comma-separated "
                    "(a GPU machine may take less than everything at once)")
+    p.add_argument("--compact", action="store_true",
+                   help="store the source models' arrays once instead of one weight pack "
+                   "per build; `run` rebuilds the packs (byte-identical)")
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
     r.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
