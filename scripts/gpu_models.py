@@ -76,6 +76,12 @@ HYBRID = {
                      ["--sparsity=off", "--placement=layers"], 0.3),
     "nc17_hy30": ("opt-byte-s/model_nocache_opset17.onnx",
                   ["--sparsity=exact", "--sync-us=0"], 0.3),
+    # fp16 weights on both devices (the CPU parts' x86 kernels convert them
+    # as they load), split and layer offload.
+    "kv_hy30_f16": ("opt-byte-s/model_kvcache_opset17.onnx",
+                    ["--sparsity=exact", "--sync-us=0", "--weights=f16"], 0.3),
+    "kv_offload30_f16": ("opt-byte-s/model_kvcache_opset17.onnx",
+                         ["--sparsity=off", "--placement=layers", "--weights=f16"], 0.3),
 }
 FFN_BYTES = 8404992  # opt-byte-s: 4 x 1024 neurons x (2 x 256 x 4 + 4) bytes
 
@@ -532,6 +538,19 @@ def run(args):
         res.record(all(r.returncode == 0 for r in runs) and runs[0].stdout == runs[1].stdout,
                    f"{name} greedy 64 bytes, graph segments vs eager: "
                    f"{sum(x == y for x, y in zip(runs[0].stdout, runs[1].stdout))}/64 equal")
+    for name in ("kv_hy30_f16", "kv_offload30_f16"):
+        if name not in have:
+            continue
+        place = open(os.path.join(args.dir, name, "placement.txt")).read().strip()
+        print(f"     {name}: {place}")
+        check_case(args, res, name, "ref_kv_step", 2e-2, 5e-2, " (hybrid, fp16 weights)")
+        r = run_binary(args, name, "generate", "--prompt-ids", prompt,
+                       "--max-new-tokens", "64")
+        stats = r.stderr.decode(errors="replace").strip().splitlines()
+        res.record(r.returncode == 0 and r.stdout == expect,
+                   f"{name} greedy 64 bytes (hybrid, fp16 weights): "
+                   f"{sum(x == y for x, y in zip(r.stdout, expect))}/64 equal; "
+                   + (stats[-1] if stats else ""))
     check_case(args, res, "nc17_hy30", "ref_prompt", 1e-4, 1e-4, " (hybrid)")
     check_case(args, res, "nc17_hy30", "ort_nc17", 1e-4, 1e-4, " (hybrid)")
     if "kv_hy30_pred" in have:

@@ -263,7 +263,7 @@ def cmd_materialize(args):
     offset = 0
     with open(os.path.join(args.out, "weights.bin"), "wb") as f:
         for v in params:
-            a = make(v.name, cfg, args.density)
+            a = _make(v.name, cfg, args.density)  # not memoised: one at a time
             dims = tuple(d.dim_value for d in v.type.tensor_type.shape.dim)
             if dims != a.shape:
                 sys.exit(f"error: {v.name}: graph {dims}, synthetic {a.shape}")
@@ -456,9 +456,12 @@ def hf_model(cfg, density, device="cuda"):
 
 
 def torch_decode(model, prompt, new):
-    """Greedy decode with the HF KV cache; (tokens/s, ttft s, tokens)."""
+    """Greedy decode with the HF KV cache; (steps/s, ttft s, tokens of the
+    first row). `prompt` is one list of ids or a batch of equal-length lists."""
     import torch
-    ids = torch.tensor(prompt, device="cuda")[None]
+    ids = torch.tensor(prompt, device="cuda")
+    if ids.dim() == 1:
+        ids = ids[None]
     with torch.no_grad():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -467,15 +470,16 @@ def torch_decode(model, prompt, new):
         nxt = out.logits[:, -1].argmax(-1, keepdim=True)
         torch.cuda.synchronize()
         ttft = time.perf_counter() - t0
-        toks = [int(nxt)]
-        mask = torch.ones(1, ids.shape[1] + 1, dtype=torch.long, device="cuda")
+        toks = [int(nxt[0])]
+        B = ids.shape[0]
+        mask = torch.ones(B, ids.shape[1] + 1, dtype=torch.long, device="cuda")
         t1 = time.perf_counter()
         for _ in range(new - 1):
             out = model(nxt, past_key_values=past, attention_mask=mask, use_cache=True)
             past = out.past_key_values
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-            toks.append(int(nxt))
-            mask = torch.ones(1, mask.shape[1] + 1, dtype=torch.long, device="cuda")
+            toks.append(int(nxt[0]))
+            mask = torch.ones(B, mask.shape[1] + 1, dtype=torch.long, device="cuda")
         torch.cuda.synchronize()
         return (new - 1) / (time.perf_counter() - t1), ttft, toks
 
@@ -511,8 +515,10 @@ def cmd_bench(args):
     rng = np.random.default_rng(1)
     prompt = rng.integers(0, 256, args.prompt).astype(np.int64)
     np.save(os.path.join(args.dir, "prompt.npy"), prompt[None])
+    # CUDA and hybrid builds (model.cu) and all-CPU builds (model.cpp).
     builds = sorted(d for d in os.listdir(args.dir)
-                    if os.path.exists(os.path.join(args.dir, d, "model.cu")) and
+                    if any(os.path.exists(os.path.join(args.dir, d, f))
+                           for f in ("model.cu", "model.cpp")) and
                     (not args.only or d in args.only.split(",")))
     # Extra runs of a build with environment settings: LABEL:VAR=VALUE,...
     variants = [("", {})]
@@ -530,6 +536,12 @@ def cmd_bench(args):
     procs = []
     for b in builds:
         d = os.path.join(args.dir, b)
+        if os.path.exists(os.path.join(d, "model.cpp")):  # as `sparsec compile` builds it
+            procs.append(subprocess.Popen(
+                ["g++", "-std=c++17", "-O2", "-I", inc, os.path.join(d, "model.cpp"),
+                 os.path.join(lib, "libsparsec_runtime.a"), "-lpthread", "-o",
+                 os.path.join(d, "model")]))
+            continue
         procs.append(subprocess.Popen(
             [args.nvcc, "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90", "-I", inc,
              os.path.join(d, "model.cu"), os.path.join(lib, "libsparsec_runtime_cuda.a"),
@@ -598,6 +610,15 @@ def cmd_bench(args):
         print(f"pytorch eager (transformers OPTForCausalLM, fp16): decode {tps:.1f} "
               f"tokens/s, time to first token {ttft * 1e3:.1f} ms; greedy tokens equal to "
               f"sparsec dense: {same}/{len(toks)}", flush=True)
+        # The batch / prompt sweep with the same random prompts as sparsec's.
+        for bsz in [int(v) for v in args.batches.split(",")] if args.batches else []:
+            for plen in [int(v) for v in args.prompts.split(",")]:
+                ids = np.random.default_rng(bsz * 7919 + plen).integers(
+                    0, 256, (bsz, plen)).astype(np.int64)
+                tps, ttft, _ = torch_decode(model, ids.tolist(), args.sweep_new)
+                print(f"sweep pytorch eager batch {bsz} prompt {plen}: decode "
+                      f"{tps * bsz:.1f} tokens/s ({tps:.1f} steps/s), time to first token "
+                      f"{ttft * 1e3:.1f} ms", flush=True)
         if not args.no_compile:
             tps, toks = torch_generate_static(model, prompt.tolist(), args.new)
             same = sum(a == b for a, b in zip(toks, ref_tokens or []))

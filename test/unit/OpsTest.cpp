@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "sparsec/rt/Half.h"
 #include "sparsec/rt/Ops.h"
 
 #include "gtest/gtest.h"
@@ -850,6 +851,47 @@ TEST_P(OpsTest, LinearShapesAndPaths) {
   }
 }
 
+// Float16 weights: the kernels convert each weight as they load it and
+// accumulate in float32 exactly as for float32 weights, so the result is
+// bit-identical to linear() on the weights rounded to float16, on every
+// path (streaming for M <= 32, blocked above, scalar, AVX2, AVX-512).
+TEST_P(OpsTest, LinearHalfWeightsMatchRoundedFloat) {
+  struct Case {
+    Shape x;
+    int64_t N;
+  };
+  const std::vector<Case> cases = {
+      {{1, 13}, 5},      {{1, 1000}, 1001}, {{3, 515}, 530}, {{7, 97}, 211},
+      {{6, 1000}, 1003}, {{33, 70}, 150},   {{128, 300}, 331},
+      {{1, 256}, 2048},  {{2, 3, 5, 24}, 16}, {{40, 20}, 2100},
+  };
+  uint32_t seed = 900;
+  for (int isa : availableIsas()) {
+    ops::detail::setKernelIsa(isa);
+    SCOPED_TRACE("kernel ISA " + std::to_string(isa));
+    for (const Case &c : cases) {
+      const int64_t K = c.x.back();
+      Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
+      Owned w = randomTensor(DType::f32, {K, c.N}, seed++, -1, 1);
+      Owned b = randomTensor(DType::f32, {c.N}, seed++, -1, 1);
+      Owned wh(DType::f16, {K, c.N});
+      for (int64_t i = 0; i < K * c.N; ++i) {
+        wh.p<uint16_t>()[i] = floatToHalf(w.p<float>()[i]);
+        w.p<float>()[i] = halfToFloat(wh.p<uint16_t>()[i]);
+      }
+      Tensor yh, yf;
+      ASSERT_TRUE(linear(ctx, x, wh, &b.t, Activation::relu, 8, yh)) << ctx.error;
+      ASSERT_TRUE(linear(ctx, x, w, &b.t, Activation::relu, 9, yf)) << ctx.error;
+      checkLinear(x, w, &b, Activation::relu, yh);
+      ASSERT_EQ(yh.numel(), yf.numel());
+      for (int64_t i = 0; i < yh.numel(); ++i)
+        ASSERT_EQ(yh.as<float>()[i], yf.as<float>()[i])
+            << "element " << i << " M*N " << yh.numel() << " K " << K;
+    }
+  }
+  ops::detail::setKernelIsa(0);
+}
+
 TEST_P(OpsTest, LinearErrors) {
   Owned x = randomTensor(DType::f32, {2, 5}, 1);
   Owned w = randomTensor(DType::f32, {4, 3}, 1);
@@ -862,6 +904,11 @@ TEST_P(OpsTest, LinearErrors) {
   expectFail(linear(ctx, x, w3, nullptr, Activation::none, 8, y), "linear");
   expectFail(linear(ctx, x, w53, &b.t, Activation::none, 8, y), "linear");
   expectFail(linear(ctx, xd, w53, nullptr, Activation::none, 8, y), "linear");
+  // Float16 weights need a float32 x and bias.
+  Owned wh(DType::f16, {5, 3});
+  Owned bh(DType::f16, {3});
+  expectFail(linear(ctx, x, wh, &bh.t, Activation::none, 8, y), "linear");
+  expectFail(linear(ctx, xd, wh, nullptr, Activation::none, 8, y), "linear");
 }
 
 /// numpy matmul reference.

@@ -202,10 +202,16 @@ cl::opt<double> cpuBandwidth(
     cl::desc("Machine description for --gpu-budget: GB/s the CPU reads "
              "cold weight rows at"),
     cl::init(20.0), cl::sub(compileCmd), cl::cat(category));
+cl::opt<double> gpuBandwidth(
+    "gpu-bandwidth",
+    cl::desc("Machine description for --gpu-budget: GB/s the GPU reads "
+             "weight rows at (with --cpu-bandwidth, how much more a row read "
+             "on the CPU costs when deciding where a predictor pays)"),
+    cl::init(3000.0), cl::sub(compileCmd), cl::cat(category));
 cl::opt<std::string> weightsType(
     "weights",
-    cl::desc("CUDA target: storage of every linear, sparse and predictor "
-             "weight, f32 or f16 (fp32 accumulation)"),
+    cl::desc("Storage of every linear, sparse and predictor weight, f32 or "
+             "f16 (fp32 accumulation; on x86 converted as loaded, F16C)"),
     cl::init("f32"), cl::sub(compileCmd), cl::cat(category));
 cl::opt<bool> listOps("list-ops",
                       cl::desc("Print the supported ONNX op types and exit"),
@@ -531,12 +537,6 @@ int runCompile(MLIRContext &context) {
             << "' (expected f32 or f16)\n";
     return 1;
   }
-  if (weightsType == "f16" && target == "x86") {
-    error() << "--weights=f16 needs --target cuda (the x86 dense kernels "
-               "read float32; --sparse-weights=f16 stores the sparse "
-               "kernels' weights as float16 on x86)\n";
-    return 1;
-  }
   if (outputFile.empty()) {
     error() << "compile needs an output directory: -o <dir>\n";
     return 1;
@@ -628,6 +628,10 @@ int runCompile(MLIRContext &context) {
       return 1;
     }
     budgetBytes = int64_t(value) * scale;
+    if (!(gpuBandwidth > 0) || !(cpuBandwidth > 0)) {
+      error() << "--gpu-bandwidth and --cpu-bandwidth must be positive GB/s\n";
+      return 1;
+    }
     if (profileFile.empty()) {
       error() << "--gpu-budget needs --profile <model.sprof>: neurons are "
                  "placed by their measured activation frequency\n";
@@ -648,6 +652,11 @@ int runCompile(MLIRContext &context) {
       predictors.profile = profileFile;
       predictors.targetRecall = targetRecall;
       predictors.ranks.assign(predictorRanks.begin(), predictorRanks.end());
+      if (budgetBytes > 0) { // hybrid: rows left on the CPU cost more
+        predictors.gpuBudget = budgetBytes;
+        predictors.weightBytes = weightsType == "f16" ? 2 : 4;
+        predictors.cpuCost = std::max(1.0, gpuBandwidth / cpuBandwidth);
+      }
       pm.addPass(sparsec::createInsertPredictorsPass(predictors));
     }
     if (sparsityMode != "off") {

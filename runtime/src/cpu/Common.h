@@ -611,6 +611,8 @@ struct GemmArgs {
   const float *A = nullptr;
   int64_t lda = 0;
   const float *B = nullptr;
+  /// Instead of B: the weights as float16 bits (converted as they are read).
+  const uint16_t *Bh = nullptr;
   int64_t ldb = 0;
   float *C = nullptr;
   int64_t ldc = 0;

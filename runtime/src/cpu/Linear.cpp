@@ -2,7 +2,8 @@
 //
 // Part of the sparsec project.
 //
-// y = act(x . W + b) and numpy matmul on top of one f32 GEMM:
+// y = act(x . W + b) and numpy matmul on top of one f32 GEMM (W may also be
+// float16: converted to float32 as it is loaded, F16C on x86):
 //
 //  * M <= 32 (decode, small batches): W is streamed once, unpacked. Each
 //    thread owns a contiguous block of columns. K is walked in blocks of 8
@@ -35,7 +36,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define SPARSEC_RT_X86 1
-#define SPARSEC_RT_AVX2 __attribute__((target("avx2,fma")))
+#define SPARSEC_RT_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define SPARSEC_RT_AVX512                                                      \
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
 #else
@@ -63,8 +64,9 @@ int bestIsa() {
   static const int best = [] {
 #if SPARSEC_RT_X86
     __builtin_cpu_init();
-    const bool avx2 =
-        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx2 = __builtin_cpu_supports("avx2") &&
+                      __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
     if (avx2 && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512bw") &&
@@ -137,6 +139,61 @@ private:
 
 thread_local Scratch packAScratch, packBScratch;
 
+// Weights are float32 or float16 (W = uint16_t, the bits; converted to
+// float32 as they are loaded, fp32 accumulation).
+inline float wload(const float *p) { return *p; }
+inline float wload(const uint16_t *p) { return halfToFloat(*p); }
+template <typename W> const W *weightsOf(const GemmArgs &g);
+template <> const float *weightsOf<float>(const GemmArgs &g) { return g.B; }
+template <> const uint16_t *weightsOf<uint16_t>(const GemmArgs &g) {
+  return g.Bh;
+}
+
+#if SPARSEC_RT_X86
+SPARSEC_RT_AVX2 inline __m256 load8(const float *p) {
+  return _mm256_loadu_ps(p);
+}
+SPARSEC_RT_AVX2 inline __m256 load8(const uint16_t *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+SPARSEC_RT_AVX512 inline __m512 load16(const float *p) {
+  return _mm512_loadu_ps(p);
+}
+SPARSEC_RT_AVX512 inline __m512 load16(const uint16_t *p) {
+  // (maskz with all lanes: the unmasked intrinsic trips GCC 12's
+  // uninitialised-variable warning)
+  return _mm512_maskz_cvtph_ps(
+      0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+}
+SPARSEC_RT_AVX512 inline __m512 load16(const float *p, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+SPARSEC_RT_AVX512 inline __m512 load16(const uint16_t *p, __mmask16 m) {
+  return _mm512_maskz_cvtph_ps(0xffff, _mm256_maskz_loadu_epi16(m, p));
+}
+/// dst[0:n] = float(src[0:n]) with F16C.
+SPARSEC_RT_AVX2 void halfRowAvx2(const uint16_t *src, float *dst, int64_t n) {
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t j = 0; j < n8; j += 8)
+    _mm256_storeu_ps(dst + j, load8(src + j));
+  for (int64_t j = n8; j < n; ++j)
+    dst[j] = halfToFloat(src[j]);
+}
+#endif
+
+/// dst[0:n] = float(src[0:n]).
+void widenRow(const float *src, float *dst, int64_t n) {
+  std::memcpy(dst, src, size_t(n) * sizeof(float));
+}
+void widenRow(const uint16_t *src, float *dst, int64_t n) {
+#if SPARSEC_RT_X86
+  if (kernelIsa() >= kIsaAvx2)
+    return halfRowAvx2(src, dst, n);
+#endif
+  for (int64_t j = 0; j < n; ++j)
+    dst[j] = halfToFloat(src[j]);
+}
+
 //===----------------------------------------------------------------------===//
 // Portable kernels
 //===----------------------------------------------------------------------===//
@@ -168,8 +225,9 @@ struct ScalarKernel {
 ///   y[0:rows, n0:n1] = (k0 > 0 ? y : 0) + x[0:rows, k0:k0+kb] . B[k0:k0+kb,
 ///   n0:n1]
 /// where x and B point at column/row 0.
+template <typename W>
 void streamBlockScalar(int64_t rows, int64_t k0, int64_t kb, const float *x,
-                       int64_t ldx, const float *B, int64_t ldb, float *y,
+                       int64_t ldx, const W *B, int64_t ldb, float *y,
                        int64_t ldy, int64_t n0, int64_t n1) {
   for (int64_t r = 0; r < rows; ++r) {
     float *yr = y + r * ldy;
@@ -177,9 +235,10 @@ void streamBlockScalar(int64_t rows, int64_t k0, int64_t kb, const float *x,
       for (int64_t j = n0; j < n1; ++j)
         yr[j] = 0.0f;
     for (int64_t k = k0; k < k0 + kb; ++k) {
-      const float a = x[r * ldx + k], *br = B + k * ldb;
+      const float a = x[r * ldx + k];
+      const W *br = B + k * ldb;
       for (int64_t j = n0; j < n1; ++j)
-        yr[j] += a * br[j];
+        yr[j] += a * wload(br + j);
     }
   }
 }
@@ -264,9 +323,9 @@ struct Avx2Kernel {
 
 /// streamBlockScalar for ROWS rows and (n1 - n0) % CH == 0: each CH-wide
 /// chunk of y is accumulated in registers over the kb rows of W.
-template <int ROWS, int CH>
+template <int ROWS, int CH, typename W>
 SPARSEC_RT_AVX2 void streamChunks(int64_t k0, int64_t kb, const float *xp,
-                                  const float *B, int64_t ldb, float *y,
+                                  const W *B, int64_t ldb, float *y,
                                   int64_t ldy, int64_t n0, int64_t n1) {
   constexpr int V = CH / 8;
   for (int64_t n = n0; n < n1; n += CH) {
@@ -275,11 +334,11 @@ SPARSEC_RT_AVX2 void streamChunks(int64_t k0, int64_t kb, const float *xp,
       for (int j = 0; j < V; ++j)
         acc[r][j] =
             k0 ? _mm256_loadu_ps(y + r * ldy + n + 8 * j) : _mm256_setzero_ps();
-    const float *b = B + k0 * ldb + n;
+    const W *b = B + k0 * ldb + n;
     for (int64_t k = k0; k < k0 + kb; ++k, b += ldb) {
       __m256 w[V];
       for (int j = 0; j < V; ++j)
-        w[j] = _mm256_loadu_ps(b + 8 * j);
+        w[j] = load8(b + 8 * j);
       for (int r = 0; r < ROWS; ++r) {
         __m256 xv = _mm256_broadcast_ss(xp + k * ROWS + r);
         for (int j = 0; j < V; ++j)
@@ -292,38 +351,39 @@ SPARSEC_RT_AVX2 void streamChunks(int64_t k0, int64_t kb, const float *xp,
   }
 }
 
-template <int ROWS, int CH>
+template <int ROWS, int CH, typename W>
 void streamBlockAvx2(int64_t k0, int64_t kb, const float *x, int64_t ldx,
-                     const float *xp, const float *B, int64_t ldb, float *y,
+                     const float *xp, const W *B, int64_t ldb, float *y,
                      int64_t ldy, int64_t n0, int64_t n1) {
   const int64_t nMain = n0 + (n1 - n0) / CH * CH;
   const int64_t n8 = nMain + (n1 - nMain) / 8 * 8;
   if (nMain > n0)
-    streamChunks<ROWS, CH>(k0, kb, xp, B, ldb, y, ldy, n0, nMain);
+    streamChunks<ROWS, CH, W>(k0, kb, xp, B, ldb, y, ldy, n0, nMain);
   if (n8 > nMain)
-    streamChunks<ROWS, 8>(k0, kb, xp, B, ldb, y, ldy, nMain, n8);
+    streamChunks<ROWS, 8, W>(k0, kb, xp, B, ldb, y, ldy, nMain, n8);
   if (n1 > n8)
     streamBlockScalar(ROWS, k0, kb, x, ldx, B, ldb, y, ldy, n8, n1);
 }
 
 /// Register budget: ROWS * CH / 8 accumulators + CH / 8 W vectors <= 15.
+template <typename W>
 void streamBlockAvx2Rows(int64_t rows, int64_t k0, int64_t kb, const float *x,
-                         int64_t ldx, const float *xp, const float *B,
+                         int64_t ldx, const float *xp, const W *B,
                          int64_t ldb, float *y, int64_t ldy, int64_t n0,
                          int64_t n1) {
   switch (rows) {
   case 1:
-    return streamBlockAvx2<1, 64>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx2<1, 64, W>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
   case 2:
-    return streamBlockAvx2<2, 32>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx2<2, 32, W>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
   case 3:
-    return streamBlockAvx2<3, 24>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx2<3, 24, W>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
   case 4:
-    return streamBlockAvx2<4, 24>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx2<4, 24, W>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
   case 5:
-    return streamBlockAvx2<5, 16>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx2<5, 16, W>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
   default:
-    return streamBlockAvx2<6, 16>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx2<6, 16, W>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
   }
 }
 
@@ -414,9 +474,9 @@ struct Avx512Kernel {
 /// streamChunks with zmm registers: CH-wide chunks (a multiple of 16) over
 /// [n0, n1), (n1 - n0) % CH == 0; with MASKED, one 16-wide chunk at n0 of
 /// which the lanes in `mask` are used.
-template <int ROWS, int CH, bool MASKED>
+template <int ROWS, int CH, bool MASKED, typename W>
 SPARSEC_RT_AVX512 void streamChunks512(int64_t k0, int64_t kb, const float *xp,
-                                       const float *B, int64_t ldb, float *y,
+                                       const W *B, int64_t ldb, float *y,
                                        int64_t ldy, int64_t n0, int64_t n1,
                                        __mmask16 mask) {
   constexpr int V = CH / 16;
@@ -429,12 +489,11 @@ SPARSEC_RT_AVX512 void streamChunks512(int64_t k0, int64_t kb, const float *xp,
                     : MASKED ? _mm512_maskz_loadu_ps(mask, yr)
                              : _mm512_loadu_ps(yr);
       }
-    const float *b = B + k0 * ldb + n;
+    const W *b = B + k0 * ldb + n;
     for (int64_t k = k0; k < k0 + kb; ++k, b += ldb) {
       __m512 w[V];
       for (int j = 0; j < V; ++j)
-        w[j] = MASKED ? _mm512_maskz_loadu_ps(mask, b + 16 * j)
-                      : _mm512_loadu_ps(b + 16 * j);
+        w[j] = MASKED ? load16(b + 16 * j, mask) : load16(b + 16 * j);
       for (int r = 0; r < ROWS; ++r) {
         const __m512 xv = _mm512_set1_ps(xp[k * ROWS + r]);
         for (int j = 0; j < V; ++j)
@@ -452,41 +511,42 @@ SPARSEC_RT_AVX512 void streamChunks512(int64_t k0, int64_t kb, const float *xp,
   }
 }
 
-template <int ROWS, int CH>
-void streamBlockAvx512(int64_t k0, int64_t kb, const float *xp,
-                       const float *B, int64_t ldb, float *y, int64_t ldy,
-                       int64_t n0, int64_t n1) {
+template <int ROWS, int CH, typename W>
+void streamBlockAvx512(int64_t k0, int64_t kb, const float *xp, const W *B,
+                       int64_t ldb, float *y, int64_t ldy, int64_t n0,
+                       int64_t n1) {
   const int64_t nMain = n0 + (n1 - n0) / CH * CH;
   const int64_t n16 = nMain + (n1 - nMain) / 16 * 16;
   if (nMain > n0)
-    streamChunks512<ROWS, CH, false>(k0, kb, xp, B, ldb, y, ldy, n0, nMain,
+    streamChunks512<ROWS, CH, false, W>(k0, kb, xp, B, ldb, y, ldy, n0, nMain,
                                      0xffff);
   if (n16 > nMain)
-    streamChunks512<ROWS, 16, false>(k0, kb, xp, B, ldb, y, ldy, nMain, n16,
+    streamChunks512<ROWS, 16, false, W>(k0, kb, xp, B, ldb, y, ldy, nMain, n16,
                                      0xffff);
   if (n1 > n16)
-    streamChunks512<ROWS, 16, true>(k0, kb, xp, B, ldb, y, ldy, n16, n16 + 16,
+    streamChunks512<ROWS, 16, true, W>(k0, kb, xp, B, ldb, y, ldy, n16, n16 + 16,
                                     __mmask16((1u << (n1 - n16)) - 1));
 }
 
 /// Register budget (32 zmm): ROWS * CH / 16 accumulators + CH / 16 W
 /// vectors + 1 broadcast.
+template <typename W>
 void streamBlockAvx512Rows(int64_t rows, int64_t k0, int64_t kb,
-                           const float *xp, const float *B, int64_t ldb,
+                           const float *xp, const W *B, int64_t ldb,
                            float *y, int64_t ldy, int64_t n0, int64_t n1) {
   switch (rows) {
   case 1:
-    return streamBlockAvx512<1, 64>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx512<1, 64, W>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
   case 2:
-    return streamBlockAvx512<2, 64>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx512<2, 64, W>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
   case 3:
-    return streamBlockAvx512<3, 64>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx512<3, 64, W>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
   case 4:
-    return streamBlockAvx512<4, 64>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx512<4, 64, W>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
   case 5:
-    return streamBlockAvx512<5, 64>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx512<5, 64, W>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
   default:
-    return streamBlockAvx512<6, 64>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
+    return streamBlockAvx512<6, 64, W>(k0, kb, xp, B, ldb, y, ldy, n0, n1);
   }
 }
 #endif // SPARSEC_RT_X86
@@ -511,8 +571,8 @@ void epilogue(const GemmArgs &g, float *c, int64_t rows, int64_t n,
 
 /// Packs B[0:kc, 0:nc] (row stride ldb) into strips of NR columns:
 /// bp[s][k][NR], zero padded.
-template <int NR>
-void packB(const float *b, int64_t ldb, int64_t kc, int64_t nc, float *bp) {
+template <int NR, typename W>
+void packB(const W *b, int64_t ldb, int64_t kc, int64_t nc, float *bp) {
   const int64_t strips = (nc + NR - 1) / NR;
   // Rows in small groups so that both the rows read and the strips written
   // stay within the TLB and the prefetchers' reach.
@@ -524,11 +584,11 @@ void packB(const float *b, int64_t ldb, int64_t kc, int64_t nc, float *bp) {
       float *dst = bp + s * kc * NR;
       if (w == NR) {
         for (int64_t k = k0; k < k1; ++k)
-          std::memcpy(dst + k * NR, b + k * ldb + n, NR * sizeof(float));
+          widenRow(b + k * ldb + n, dst + k * NR, NR);
       } else {
         for (int64_t k = k0; k < k1; ++k) {
           for (int64_t j = 0; j < w; ++j)
-            dst[k * NR + j] = b[k * ldb + n + j];
+            dst[k * NR + j] = wload(b + k * ldb + n + j);
           for (int64_t j = w; j < NR; ++j)
             dst[k * NR + j] = 0.0f;
         }
@@ -561,9 +621,10 @@ void packA(const float *a, int64_t lda, int64_t mc, int64_t kc, float *ap) {
 }
 
 /// C[m0:m1, n0:n1] of the product, over all of K.
-template <typename Kern>
+template <typename Kern, typename W>
 void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
               int64_t n1) {
+  const W *B = weightsOf<W>(g);
   constexpr int MR = Kern::MR, NR = Kern::NR;
   const int64_t KC = Kern::KC, MC = Kern::MC, NC = Kern::NC;
   const int64_t kcMax = std::min(KC, g.K);
@@ -577,9 +638,10 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
       for (int64_t j = n0; j < n1; ++j)
         c[j] = 0.0f;
       for (int64_t k = 0; k < g.K; ++k) {
-        const float a = g.A[i * g.lda + k], *b = g.B + k * g.ldb;
+        const float a = g.A[i * g.lda + k];
+        const W *b = B + k * g.ldb;
         for (int64_t j = n0; j < n1; ++j)
-          c[j] += a * b[j];
+          c[j] += a * wload(b + j);
       }
       epilogue(g, c + n0, 1, n0, n1 - n0);
     }
@@ -591,7 +653,7 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
     for (int64_t pc = 0; pc < g.K; pc += KC) {
       const int64_t kc = std::min(KC, g.K - pc);
       const bool first = pc == 0, last = pc + kc >= g.K;
-      packB<NR>(g.B + pc * g.ldb + jc, g.ldb, kc, nc, bp);
+      packB<NR, W>(B + pc * g.ldb + jc, g.ldb, kc, nc, bp);
       for (int64_t ic = m0; ic < m1; ic += MC) {
         const int64_t mc = std::min(MC, m1 - ic);
         packA<MR>(g.A + ic * g.lda + pc, g.lda, mc, kc, ap);
@@ -621,7 +683,8 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
   }
 }
 
-template <typename Kern> void gemmBlocked(ThreadPool *pool, const GemmArgs &g) {
+template <typename Kern, typename W>
+void gemmBlocked(ThreadPool *pool, const GemmArgs &g) {
   constexpr int MR = Kern::MR, NR = Kern::NR;
   const int threads = pool ? pool->size() : 1;
   const int64_t mStrips = (g.M + MR - 1) / MR, nStrips = (g.N + NR - 1) / NR;
@@ -639,7 +702,7 @@ template <typename Kern> void gemmBlocked(ThreadPool *pool, const GemmArgs &g) {
       int64_t n0 = std::min(g.N, nStrips * in / tn * NR);
       int64_t n1 = std::min(g.N, nStrips * (in + 1) / tn * NR);
       if (m0 < m1 && n0 < n1)
-        gemmTile<Kern>(g, m0, m1, n0, n1);
+        gemmTile<Kern, W>(g, m0, m1, n0, n1);
     }
   };
   if (tasks <= 1 || !pool)
@@ -650,7 +713,9 @@ template <typename Kern> void gemmBlocked(ThreadPool *pool, const GemmArgs &g) {
 
 /// C[:, n0:n1] for small M without packing: W is read once, in blocks of
 /// KB rows (KB sequential streams); rows of x go in groups of up to 6.
+template <typename W>
 void streamRange(const GemmArgs &g, int64_t n0, int64_t n1, int isa) {
+  const W *B = weightsOf<W>(g);
   bool avx2 = isa >= kIsaAvx2;
   const int64_t KB = avx2 ? 8 : 32, NB = 512;
   const int64_t groups = (g.M + 5) / 6;
@@ -667,7 +732,7 @@ void streamRange(const GemmArgs &g, int64_t n0, int64_t n1, int isa) {
   float *yb = avx2 ? packBScratch.get(size_t(g.M * ldy) + kPage / 4) : nullptr;
   float *yp = nullptr;
   if (xp && yb) {
-    const uintptr_t w = reinterpret_cast<uintptr_t>(g.B + n0);
+    const uintptr_t w = reinterpret_cast<uintptr_t>(B + n0);
     const uintptr_t base = reinterpret_cast<uintptr_t>(yb);
     yp = yb + ((w + kShift - base) % kPage) / sizeof(float);
   } else {
@@ -689,18 +754,18 @@ void streamRange(const GemmArgs &g, int64_t n0, int64_t n1, int isa) {
         const float *x = g.A + r0 * g.lda;
 #if SPARSEC_RT_X86
         if (avx2 && isa >= kIsaAvx512) {
-          streamBlockAvx512Rows(r1 - r0, k0, kb, xp + r0 * g.K, g.B + n0,
-                                g.ldb, yp + r0 * ldy, ldy, nb, ne);
+          streamBlockAvx512Rows<W>(r1 - r0, k0, kb, xp + r0 * g.K, B + n0,
+                                   g.ldb, yp + r0 * ldy, ldy, nb, ne);
           continue;
         }
         if (avx2) {
-          streamBlockAvx2Rows(r1 - r0, k0, kb, x, g.lda, xp + r0 * g.K,
-                              g.B + n0, g.ldb, yp + r0 * ldy, ldy, nb, ne);
+          streamBlockAvx2Rows<W>(r1 - r0, k0, kb, x, g.lda, xp + r0 * g.K,
+                                 B + n0, g.ldb, yp + r0 * ldy, ldy, nb, ne);
           continue;
         }
 #endif
-        streamBlockScalar(r1 - r0, k0, kb, x, g.lda, g.B + n0, g.ldb,
-                          g.C + r0 * g.ldc + n0, g.ldc, nb, ne);
+        streamBlockScalar<W>(r1 - r0, k0, kb, x, g.lda, B + n0, g.ldb,
+                             g.C + r0 * g.ldc + n0, g.ldc, nb, ne);
       }
     }
   }
@@ -711,6 +776,7 @@ void streamRange(const GemmArgs &g, int64_t n0, int64_t n1, int isa) {
   epilogue(g, g.C + n0, g.M, n0, width);
 }
 
+template <typename W>
 void gemmStream(ThreadPool *pool, const GemmArgs &g, int isa) {
   const int threads = pool ? pool->size() : 1;
   // Contiguous column blocks, multiples of 16 floats, at least 256 wide.
@@ -724,7 +790,7 @@ void gemmStream(ThreadPool *pool, const GemmArgs &g, int isa) {
       int64_t n0 = std::min(g.N, blocks16 * p / parts * 16);
       int64_t n1 = std::min(g.N, blocks16 * (p + 1) / parts * 16);
       if (n0 < n1)
-        streamRange(g, n0, n1, isa);
+        streamRange<W>(g, n0, n1, isa);
     }
   };
   if (parts <= 1 || !pool)
@@ -737,6 +803,23 @@ void gemmStream(ThreadPool *pool, const GemmArgs &g, int isa) {
 
 constexpr int64_t kStreamMaxRows = 32;
 
+namespace {
+template <typename W>
+void gemmTyped(ThreadPool *pool, const GemmArgs &g, int isa) {
+  // Streaming W beats packing it up to a few dozen rows (decode, small
+  // batches); measured crossover on Zen 4 is around M = 32-48.
+  if (g.M <= kStreamMaxRows)
+    return gemmStream<W>(pool, g, isa);
+#if SPARSEC_RT_X86
+  if (isa >= kIsaAvx512)
+    return gemmBlocked<Avx512Kernel, W>(pool, g);
+  if (isa >= kIsaAvx2)
+    return gemmBlocked<Avx2Kernel, W>(pool, g);
+#endif
+  gemmBlocked<ScalarKernel, W>(pool, g);
+}
+} // namespace
+
 void gemm(ThreadPool *pool, const GemmArgs &g) {
   if (g.M <= 0 || g.N <= 0)
     return;
@@ -747,17 +830,9 @@ void gemm(ThreadPool *pool, const GemmArgs &g) {
     return;
   }
   const int isa = kernelIsa();
-  // Streaming W beats packing it up to a few dozen rows (decode, small
-  // batches); measured crossover on Zen 4 is around M = 32-48.
-  if (g.M <= kStreamMaxRows)
-    return gemmStream(pool, g, isa);
-#if SPARSEC_RT_X86
-  if (isa >= kIsaAvx512)
-    return gemmBlocked<Avx512Kernel>(pool, g);
-  if (isa >= kIsaAvx2)
-    return gemmBlocked<Avx2Kernel>(pool, g);
-#endif
-  gemmBlocked<ScalarKernel>(pool, g);
+  if (g.Bh)
+    return gemmTyped<uint16_t>(pool, g, isa);
+  gemmTyped<float>(pool, g, isa);
 }
 
 float dot(const float *a, const float *b, int64_t n) {
@@ -799,9 +874,10 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
       !checkTensor(ctx, "linear", "weight", w) ||
       (bias && !checkTensor(ctx, "linear", "bias", *bias)))
     return false;
-  if (x.dtype != DType::f32 || w.dtype != DType::f32 ||
+  if (x.dtype != DType::f32 || (w.dtype != DType::f32 && w.dtype != DType::f16) ||
       (bias && bias->dtype != DType::f32))
-    return ctx.fail("linear: only float32 is supported, got x " + x.describe() +
+    return ctx.fail("linear: x and bias must be float32 and the weight float32 "
+                    "or float16, got x " + x.describe() +
                     ", weight " + w.describe() +
                     (bias ? ", bias " + bias->describe() : std::string()));
   if (x.rank < 1 || w.rank != 2 || x.shape[x.rank - 1] != w.shape[0])
@@ -826,7 +902,10 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   g.K = K;
   g.A = x.as<float>();
   g.lda = K;
-  g.B = w.as<float>();
+  if (w.dtype == DType::f16)
+    g.Bh = w.as<uint16_t>();
+  else
+    g.B = w.as<float>();
   g.ldb = N;
   g.C = r.as<float>();
   g.ldc = N;

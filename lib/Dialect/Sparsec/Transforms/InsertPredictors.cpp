@@ -30,6 +30,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -135,6 +136,9 @@ struct InsertPredictorsPass
       if (isSparsitySite(op))
         sites.push_back({op, siteName(op, index++)});
     });
+    double weight = rowWeight(module, sites);
+    if (weight < 0)
+      return signalPassFailure();
     for (auto &[act, name] : sites) {
       auto up = act->getOperand(0).getDefiningOp<LinearOp>();
       auto remarkSkip = [&](const Twine &why) {
@@ -199,9 +203,15 @@ struct InsertPredictorsPass
             << name << "': " << error;
         return signalPassFailure();
       }
+      // Row reads weighted by where they run (1 on the GPU); the predictor
+      // itself always runs on the GPU.
+      auto cost = [&](const Predictor &p) {
+        double own = double(p.rank) * double(d + n);
+        return own + weight * (p.cost - own);
+      };
       const Predictor *best = &candidates.front();
       for (const Predictor &p : candidates)
-        if (p.cost < best->cost)
+        if (cost(p) < cost(*best))
           best = &p;
       // Exact mode: dense up projection, down projection over the actual
       // active neurons.
@@ -210,13 +220,14 @@ struct InsertPredictorsPass
         active += double(c);
       double actualDensity =
           site->tokens > 0 ? active / (double(site->tokens) * double(n)) : 1.0;
-      double exactCost = double(d) * double(n) * (1.0 + actualDensity);
-      if (best->cost >= exactCost) {
+      double exactCost =
+          weight * double(d) * double(n) * (1.0 + actualDensity);
+      if (cost(*best) >= exactCost) {
         remarkSkip(llvm::formatv("the best predictor (rank {0}, density "
                                  "{1:f3}) costs {2:f0} multiply-adds per "
-                                 "token, exact mode {3:f0}",
+                                 "token, exact mode {3:f0}{4}",
                                  best->rank, best->calibrationDensity,
-                                 best->cost, exactCost)
+                                 cost(*best), exactCost, weightNote)
                        .str());
         continue;
       }
@@ -229,7 +240,7 @@ struct InsertPredictorsPass
           << " %, predicted density "
           << llvm::formatv("{0:f1}", 100.0 * best->density) << " % (actual "
           << llvm::formatv("{0:f1}", 100.0 * best->actualDensity)
-          << " %), trained in "
+          << " %)" << weightNote << ", trained in "
           << llvm::formatv("{0:f1}", std::chrono::duration<double>(
                                          std::chrono::steady_clock::now() -
                                          trainStart)
@@ -237,6 +248,50 @@ struct InsertPredictorsPass
           << " s";
     }
   }
+
+  /// The weight of a row read: 1 when everything is on the GPU; for the
+  /// hybrid target, (1 - s) + s * cpu-cost, where s is the share of the FFN
+  /// weights that does not fit the budget (the rest of the model must live
+  /// on the GPU, so what is over the budget comes out of the FFNs). -1 on
+  /// bad options.
+  double rowWeight(ModuleOp module,
+                   ArrayRef<std::pair<Operation *, std::string>> sites) {
+    weightNote.clear();
+    if (gpuBudget <= 0)
+      return 1.0;
+    if ((weightBytes != 2 && weightBytes != 4) || !(cpuCost >= 1.0) ||
+        maxSeqLen <= 0 || workspaceBytes < 0) {
+      module.emitError("sparsec-insert-predictors: weight-bytes must be 2 or "
+                       "4, cpu-cost at least 1, max-seq-len positive and "
+                       "workspace-bytes non-negative");
+      return -1.0;
+    }
+    double total = 0, ffn = 0;
+    module.walk([&](GlobalOp g) {
+      total += double(cast<ShapedType>(g.getType()).getNumElements());
+    });
+    for (auto &site : sites)
+      if (auto up = site.first->getOperand(0).getDefiningOp<LinearOp>()) {
+        auto w = cast<ShapedType>(up.getWeight().getType());
+        if (w.hasStaticShape())
+          ffn += 2.0 * double(w.getNumElements()); // up and down projections
+      }
+    // What must live on the GPU besides the weights (as the placement
+    // counts it): the KV caches and the workspace.
+    total = total * double(weightBytes) +
+            double(kvCacheBytes(module, maxSeqLen)) + double(workspaceBytes);
+    ffn *= double(weightBytes);
+    double share =
+        ffn > 0 ? std::clamp((total - double(gpuBudget)) / ffn, 0.0, 1.0) : 0;
+    double weight = (1.0 - share) + share * cpuCost;
+    weightNote = llvm::formatv(" (hybrid: {0:f0} % of the FFN rows on the "
+                               "CPU, each read weighted {1:f1})",
+                               100.0 * share, double(cpuCost))
+                     .str();
+    return weight;
+  }
+
+  std::string weightNote;
 
   void insert(LinearOp up, const Predictor &p, const std::string &site,
               SymbolTable &symbols) {

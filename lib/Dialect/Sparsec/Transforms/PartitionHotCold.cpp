@@ -242,15 +242,7 @@ struct PartitionHotColdPass
       if (global && global.getValueAttr())
         predictorBytes += b;
     });
-    int64_t kvBytes = 0;
-    module.walk([&](AttentionOp a) {
-      auto k = cast<RankedTensorType>(a.getKey().getType());
-      auto v = cast<RankedTensorType>(a.getValue().getType());
-      if (k.getRank() == 4 && !k.isDynamicDim(1) && !k.isDynamicDim(3) &&
-          !v.isDynamicDim(3))
-        kvBytes += (k.getDimSize(1) * k.getDimSize(3) + v.getDimSize(1) * v.getDimSize(3)) *
-                   maxSeqLen * 4;
-    });
+    const int64_t kvBytes = kvCacheBytes(module, maxSeqLen);
     const int64_t always = weightsAlways + kvBytes + workspaceBytes;
     if (gpuBudget < always) {
       module.emitError("GPU budget of ")

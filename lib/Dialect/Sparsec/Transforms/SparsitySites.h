@@ -30,6 +30,22 @@ inline bool isSparsitySite(mlir::Operation *op) {
   return false;
 }
 
+/// Device bytes of the KV caches of every attention for `maxSeqLen`
+/// tokens (float32 keys and values), as the hybrid placement counts them.
+inline int64_t kvCacheBytes(mlir::ModuleOp module, int64_t maxSeqLen) {
+  int64_t bytes = 0;
+  module.walk([&](AttentionOp a) {
+    auto k = mlir::cast<mlir::RankedTensorType>(a.getKey().getType());
+    auto v = mlir::cast<mlir::RankedTensorType>(a.getValue().getType());
+    if (k.getRank() == 4 && !k.isDynamicDim(1) && !k.isDynamicDim(3) &&
+        !v.isDynamicDim(3))
+      bytes += (k.getDimSize(1) * k.getDimSize(3) +
+                v.getDimSize(1) * v.getDimSize(3)) *
+               maxSeqLen * 4;
+  });
+  return bytes;
+}
+
 /// The site's name: the ONNX node name of the activation, else a
 /// positional name.
 inline std::string siteName(mlir::Operation *op, int64_t index) {

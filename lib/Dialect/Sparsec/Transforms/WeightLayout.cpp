@@ -123,10 +123,9 @@ struct WeightLayoutPass
           toF16(p->getOpOperand(2));
         }
       }
-      // The hybrid target's CPU parts use the x86 kernels: float32 dense
-      // weights.
-      if (denseWeights == "f16" && isa<LinearOp>(op) &&
-          !op->hasAttr("sparsec.device"))
+      // Dense linears on either device (the x86 kernels convert float16
+      // weights as they load them).
+      if (denseWeights == "f16" && isa<LinearOp>(op))
         toF16(op->getOpOperand(1));
     });
     // Weights and globals nothing uses any more.

@@ -243,7 +243,13 @@ def InsertPredictorsPass : Pass<"sparsec-insert-predictors", "mlir::ModuleOp"> {
     (default d/16, d/8, d/4, d/2), and keeps the one with the fewest
     multiply-adds per token (predictor + up and down projections over the
     predicted neurons). When even that is not cheaper than exact mode, the
-    FFN is left alone (with a remark). Otherwise the up projection becomes a
+    FFN is left alone (with a remark). For the hybrid target (`gpu-budget`
+    > 0), the share of the FFN weights that cannot fit the budget (after
+    every other weight, the KV caches and the workspace, counted as the
+    placement counts them) will be read by the CPU, `cpu-cost` times slower per row: the up and down row
+    reads of both modes are weighted by `(1 - share) + share * cpu-cost`
+    (the predictor itself runs on the GPU), so that a predictor which only
+    halves the rows read pays for itself once those rows are on the CPU. Otherwise the up projection becomes a
     `sparse_linear {sparse_dim = output, mode = predicted}` driven by a
     `sparsec.predict` whose weights are new globals holding the trained
     data. Weights come from the model's weight store (`sparsec.source`) or
@@ -268,6 +274,19 @@ def InsertPredictorsPass : Pass<"sparsec-insert-predictors", "mlir::ModuleOp"> {
            "Share of active neurons the predictor must find (calibration split)">,
     ListOption<"ranks", "ranks", "int64_t",
                "Predictor ranks to try (default: d/16, d/8, d/4, d/2)">,
+    Option<"gpuBudget", "gpu-budget", "int64_t", "0",
+           "Hybrid target: GPU bytes granted (0: everything on the GPU). The "
+           "weights that do not fit are taken out of the FFNs, and that share "
+           "of each FFN's row reads is weighted by cpu-cost">,
+    Option<"weightBytes", "weight-bytes", "int64_t", "2",
+           "Hybrid target: bytes per weight element on the GPU">,
+    Option<"cpuCost", "cpu-cost", "double", "1.0",
+           "Hybrid target: cost of a weight row read on the CPU relative to "
+           "the GPU (GPU over CPU bandwidth)">,
+    Option<"maxSeqLen", "max-seq-len", "int64_t", "2048",
+           "Hybrid target: tokens the KV cache must hold (as the placement)">,
+    Option<"workspaceBytes", "workspace-bytes", "int64_t", "67108864",
+           "Hybrid target: GPU bytes reserved for activations and workspace">,
   ];
   let statistics = [
     Statistic<"numInserted", "num-inserted", "Number of predictors inserted">,
