@@ -323,8 +323,17 @@ def load_manifest(manifest_path):
 
 
 def inline_path(manifest_path):
-    """Where the compiler-made segments of a build travel (next to its manifest)."""
-    return os.path.join(os.path.dirname(manifest_path), "model.inline.bin.gz")
+    """Where the compiler-made segments of a build travel (next to its
+    manifest): model.inline.bin.gz, or .xz where it was recompressed."""
+    gz = os.path.join(os.path.dirname(manifest_path), "model.inline.bin.gz")
+    xz = gz[:-3] + ".xz"
+    return xz if os.path.exists(xz) and not os.path.exists(gz) else gz
+
+
+def open_inline(path):
+    import gzip
+    import lzma
+    return lzma.open(path, "rb") if path.endswith(".xz") else gzip.open(path, "rb")
 
 
 def cmd_extract_inline(args):
@@ -374,7 +383,7 @@ def write_pack(manifest_path, out, source):
                     if not os.path.exists(inline_path(manifest_path)):
                         raise SystemExit("error: compiler-made segments (predictors) need "
                                          f"{inline_path(manifest_path)} (extract-inline)")
-                    inline = gzip.open(inline_path(manifest_path), "rb")
+                    inline = open_inline(inline_path(manifest_path))
                 f.write(b"\0" * (s["offset"] - pos))
                 data = inline.read(s["bytes"])
                 if len(data) != s["bytes"]:
@@ -453,6 +462,23 @@ def hf_model(cfg, density, device="cuda"):
         sd[p + "fc2.bias"] = t(f"l{i}.b2")
     model.load_state_dict(sd, assign=True, strict=True)
     return model.to(device=device, dtype=torch.float16).eval()
+
+
+def read_bandwidth():
+    """Bytes per second a plain reduction streams from device memory: the
+    measured ceiling for the decode steps' weight reads."""
+    import torch
+    x = torch.ones(2 << 30, dtype=torch.float16, device="cuda")
+    best = float("inf")
+    for _ in range(6):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        x.sum(dtype=torch.float32)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    del x
+    torch.cuda.empty_cache()
+    return (4 << 30) / best
 
 
 def torch_decode(model, prompt, new):
@@ -604,6 +630,8 @@ def cmd_bench(args):
     if args.no_torch:
         return
     try:
+        print(f"device read bandwidth: {read_bandwidth() / 1e12:.2f} TB/s (torch.sum over "
+              "4 GiB of fp16, best of 5)", flush=True)
         model = hf_model(cfg, args.density)
         tps, ttft, toks = torch_decode(model, prompt.tolist(), args.new)
         same = sum(a == b for a, b in zip(toks, ref_tokens or []))

@@ -273,9 +273,10 @@ struct PartitionHotColdPass
         layer.bytes.push_back(hi * perNeuron);
       }
       // A split layer must save the CPU at least sync-us of row reads
-      // (float32 rows at cpu-bandwidth GB/s).
-      const double threshold =
-          syncUs * 1e-6 * cpuBandwidth * 1e9 / double(4 * (f.inputDim + f.outputDim));
+      // (rows of weight-bytes elements, as the CPU reads them since fp16
+      // weights are fp16 on both devices, at cpu-bandwidth GB/s).
+      const double threshold = syncUs * 1e-6 * cpuBandwidth * 1e9 /
+                               double(weightBytes * (f.inputDim + f.outputDim));
       double prefix = 0;
       layer.minGroups = groups; // no worthwhile split
       for (int64_t g = 0; g < groups; ++g) {
