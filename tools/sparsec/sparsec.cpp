@@ -652,7 +652,7 @@ int runCompile(MLIRContext &context) {
       predictors.profile = profileFile;
       predictors.targetRecall = targetRecall;
       predictors.ranks.assign(predictorRanks.begin(), predictorRanks.end());
-      if (budgetBytes > 0) { // hybrid: rows left on the CPU cost more
+      if (budgetBytes > 0 && target == "hybrid") { // CPU rows cost more
         predictors.gpuBudget = budgetBytes;
         predictors.weightBytes = weightsType == "f16" ? 2 : 4;
         predictors.cpuCost = std::max(1.0, gpuBandwidth / cpuBandwidth);
