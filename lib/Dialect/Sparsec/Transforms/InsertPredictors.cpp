@@ -268,7 +268,9 @@ struct InsertPredictorsPass
     }
     double total = 0, ffn = 0;
     module.walk([&](GlobalOp g) {
-      total += double(cast<ShapedType>(g.getType()).getNumElements());
+      auto type = dyn_cast<ShapedType>(g.getType());
+      if (type && type.hasStaticShape())
+        total += double(type.getNumElements());
     });
     for (auto &site : sites)
       if (auto up = site.first->getOperand(0).getDefiningOp<LinearOp>()) {
