@@ -808,47 +808,73 @@ TEST_P(OpsTest, KernelIsaSelection) {
   EXPECT_EQ(ops::detail::kernelIsa(), dflt);
 }
 
-TEST_P(OpsTest, LinearShapesAndPaths) {
-  struct Case {
-    Shape x;
-    int64_t N;
-  };
-  const std::vector<Case> cases = {
-      {{1, 1}, 1},      {{1, 13}, 5},      {{3, 13}, 17},
-      {{7, 64}, 33},    {{1, 5, 31}, 301}, {{2, 2, 257}, 64},
-      {{33, 19}, 45},   {{128, 100}, 77},  {{40, 20}, 2100},
-      {{200, 800}, 70}, {{6, 1000}, 1003}, {{2, 3, 5, 24}, 16},
-      {{0, 8}, 4},      {{4, 0}, 6},
-      // M = 1, 3, 7, 33, 128 with K and N not multiples of 16 or 32.
-      {{1, 1000}, 1001}, {{3, 515}, 530},  {{7, 97}, 211},
-      {{33, 70}, 150},   {{128, 45}, 39},  {{128, 300}, 331},
-      {{1, 4, 23}, 83},  {{13, 77}, 95},
-  };
-  uint32_t seed = 600;
+/// A linear test case: the shape of x ([..., K]) and N.
+struct LinearCase {
+  Shape x;
+  int64_t N;
+};
+
+/// Runs body(case, seed) for every case under every kernel ISA this machine
+/// can run (the body draws its random seeds from `seed`, one counter for
+/// the whole run), then restores the default ISA.
+template <typename F>
+void forEachIsaAndCase(const std::vector<LinearCase> &cases, uint32_t seed,
+                       F &&body) {
   for (int isa : availableIsas()) {
     ops::detail::setKernelIsa(isa);
     SCOPED_TRACE("kernel ISA " + std::to_string(isa));
-    for (const Case &c : cases) {
-      const int64_t K = c.x.back();
-      Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
-      Owned w = randomTensor(DType::f32, {K, c.N}, seed++, -1, 1);
-      Owned b = randomTensor(DType::f32, {c.N}, seed++, -1, 1);
-      for (Activation act :
-           {Activation::none, Activation::relu, Activation::gelu,
-            Activation::gelu_tanh, Activation::silu, Activation::sigmoid}) {
-        const bool withBias = act != Activation::relu;
-        Tensor y;
-        ASSERT_TRUE(linear(ctx, x, w, withBias ? &b.t : nullptr, act, 8, y))
-            << ctx.error;
-        Shape ys = c.x;
-        ys.back() = c.N;
-        expectShape(y, ys);
-        checkLinear(x, w, withBias ? &b : nullptr, act, y);
-        if (act != Activation::none && c.x[0] * c.N > 5000)
-          break; // the activations are covered by the smaller cases
-      }
-    }
+    for (const LinearCase &c : cases)
+      body(c, seed);
   }
+  ops::detail::setKernelIsa(0);
+}
+
+TEST_P(OpsTest, LinearShapesAndPaths) {
+  const std::vector<LinearCase> cases = {
+      {{1, 1}, 1},
+      {{1, 13}, 5},
+      {{3, 13}, 17},
+      {{7, 64}, 33},
+      {{1, 5, 31}, 301},
+      {{2, 2, 257}, 64},
+      {{33, 19}, 45},
+      {{128, 100}, 77},
+      {{40, 20}, 2100},
+      {{200, 800}, 70},
+      {{6, 1000}, 1003},
+      {{2, 3, 5, 24}, 16},
+      {{0, 8}, 4},
+      {{4, 0}, 6},
+      // M = 1, 3, 7, 33, 128 with K and N not multiples of 16 or 32.
+      {{1, 1000}, 1001},
+      {{3, 515}, 530},
+      {{7, 97}, 211},
+      {{33, 70}, 150},
+      {{128, 45}, 39},
+      {{128, 300}, 331},
+      {{1, 4, 23}, 83},
+      {{13, 77}, 95},
+  };
+  forEachIsaAndCase(cases, 600, [&](const LinearCase &c, uint32_t &seed) {
+    const int64_t K = c.x.back();
+    Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
+    Owned w = randomTensor(DType::f32, {K, c.N}, seed++, -1, 1);
+    Owned b = randomTensor(DType::f32, {c.N}, seed++, -1, 1);
+    for (Activation act :
+         {Activation::none, Activation::relu, Activation::gelu,
+          Activation::gelu_tanh, Activation::silu, Activation::sigmoid}) {
+      const bool withBias = act != Activation::relu;
+      Tensor y;
+      ASSERT_TRUE(linear(ctx, x, w, withBias ? &b.t : nullptr, act, 8, y))
+          << ctx.error;
+      Shape ys = c.x;
+      ys.back() = c.N;
+      expectShape(y, ys);
+      checkLinear(x, w, withBias ? &b : nullptr, act, y);
+      if (act != Activation::none && c.x[0] * c.N > 5000)
+        break; // the activations are covered by the smaller cases
+    }
+  });
 }
 
 // Float16 weights: the kernels convert each weight as they load it and
@@ -856,40 +882,31 @@ TEST_P(OpsTest, LinearShapesAndPaths) {
 // bit-identical to linear() on the weights rounded to float16, on every
 // path (streaming for M <= 32, blocked above, scalar, AVX2, AVX-512).
 TEST_P(OpsTest, LinearHalfWeightsMatchRoundedFloat) {
-  struct Case {
-    Shape x;
-    int64_t N;
+  const std::vector<LinearCase> cases = {
+      {{1, 13}, 5},      {{1, 1000}, 1001}, {{3, 515}, 530},
+      {{7, 97}, 211},    {{6, 1000}, 1003}, {{33, 70}, 150},
+      {{128, 300}, 331}, {{1, 256}, 2048},  {{2, 3, 5, 24}, 16},
+      {{40, 20}, 2100},
   };
-  const std::vector<Case> cases = {
-      {{1, 13}, 5},      {{1, 1000}, 1001}, {{3, 515}, 530}, {{7, 97}, 211},
-      {{6, 1000}, 1003}, {{33, 70}, 150},   {{128, 300}, 331},
-      {{1, 256}, 2048},  {{2, 3, 5, 24}, 16}, {{40, 20}, 2100},
-  };
-  uint32_t seed = 900;
-  for (int isa : availableIsas()) {
-    ops::detail::setKernelIsa(isa);
-    SCOPED_TRACE("kernel ISA " + std::to_string(isa));
-    for (const Case &c : cases) {
-      const int64_t K = c.x.back();
-      Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
-      Owned w = randomTensor(DType::f32, {K, c.N}, seed++, -1, 1);
-      Owned b = randomTensor(DType::f32, {c.N}, seed++, -1, 1);
-      Owned wh(DType::f16, {K, c.N});
-      for (int64_t i = 0; i < K * c.N; ++i) {
-        wh.p<uint16_t>()[i] = floatToHalf(w.p<float>()[i]);
-        w.p<float>()[i] = halfToFloat(wh.p<uint16_t>()[i]);
-      }
-      Tensor yh, yf;
-      ASSERT_TRUE(linear(ctx, x, wh, &b.t, Activation::relu, 8, yh)) << ctx.error;
-      ASSERT_TRUE(linear(ctx, x, w, &b.t, Activation::relu, 9, yf)) << ctx.error;
-      checkLinear(x, w, &b, Activation::relu, yh);
-      ASSERT_EQ(yh.numel(), yf.numel());
-      for (int64_t i = 0; i < yh.numel(); ++i)
-        ASSERT_EQ(yh.as<float>()[i], yf.as<float>()[i])
-            << "element " << i << " M*N " << yh.numel() << " K " << K;
+  forEachIsaAndCase(cases, 900, [&](const LinearCase &c, uint32_t &seed) {
+    const int64_t K = c.x.back();
+    Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
+    Owned w = randomTensor(DType::f32, {K, c.N}, seed++, -1, 1);
+    Owned b = randomTensor(DType::f32, {c.N}, seed++, -1, 1);
+    Owned wh(DType::f16, {K, c.N});
+    for (int64_t i = 0; i < K * c.N; ++i) {
+      wh.p<uint16_t>()[i] = floatToHalf(w.p<float>()[i]);
+      w.p<float>()[i] = halfToFloat(wh.p<uint16_t>()[i]);
     }
-  }
-  ops::detail::setKernelIsa(0);
+    Tensor yh, yf;
+    ASSERT_TRUE(linear(ctx, x, wh, &b.t, Activation::relu, 8, yh)) << ctx.error;
+    ASSERT_TRUE(linear(ctx, x, w, &b.t, Activation::relu, 9, yf)) << ctx.error;
+    checkLinear(x, w, &b, Activation::relu, yh);
+    ASSERT_EQ(yh.numel(), yf.numel());
+    for (int64_t i = 0; i < yh.numel(); ++i)
+      ASSERT_EQ(yh.as<float>()[i], yf.as<float>()[i])
+          << "element " << i << " M*N " << yh.numel() << " K " << K;
+  });
 }
 
 TEST_P(OpsTest, LinearErrors) {
