@@ -22,6 +22,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace sparsec::rt::ops::detail {
 
 //===----------------------------------------------------------------------===//
@@ -35,6 +39,20 @@ struct Half {
 
 using rt::floatToHalf;
 using rt::halfToFloat;
+
+/// A weight element as float32 (float16 weights are converted as loaded).
+inline float toFloat(float f) { return f; }
+inline float toFloat(Half h) { return halfToFloat(h.bits); }
+
+#if defined(__x86_64__)
+/// Eight weight elements as float32 (F16C for float16).
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float *p) {
+  return _mm256_loadu_ps(p);
+}
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const Half *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+#endif
 
 /// The storage type of b1 (one byte, 0 or 1).
 using Bool8 = uint8_t;
@@ -611,8 +629,8 @@ struct GemmArgs {
   const float *A = nullptr;
   int64_t lda = 0;
   const float *B = nullptr;
-  /// Instead of B: the weights as float16 bits (converted as they are read).
-  const uint16_t *Bh = nullptr;
+  /// Instead of B: the weights as float16 (converted as they are read).
+  const Half *Bh = nullptr;
   int64_t ldb = 0;
   float *C = nullptr;
   int64_t ldc = 0;

@@ -139,27 +139,17 @@ private:
 
 thread_local Scratch packAScratch, packBScratch;
 
-// Weights are float32 or float16 (W = uint16_t, the bits; converted to
-// float32 as they are loaded, fp32 accumulation).
-inline float wload(const float *p) { return *p; }
-inline float wload(const uint16_t *p) { return halfToFloat(*p); }
+// Weights are float32 or float16 (W = Half; converted to float32 as they
+// are loaded by toFloat / load8 of Common.h, fp32 accumulation).
 template <typename W> const W *weightsOf(const GemmArgs &g);
 template <> const float *weightsOf<float>(const GemmArgs &g) { return g.B; }
-template <> const uint16_t *weightsOf<uint16_t>(const GemmArgs &g) {
-  return g.Bh;
-}
+template <> const Half *weightsOf<Half>(const GemmArgs &g) { return g.Bh; }
 
 #if SPARSEC_RT_X86
-SPARSEC_RT_AVX2 inline __m256 load8(const float *p) {
-  return _mm256_loadu_ps(p);
-}
-SPARSEC_RT_AVX2 inline __m256 load8(const uint16_t *p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-}
 SPARSEC_RT_AVX512 inline __m512 load16(const float *p) {
   return _mm512_loadu_ps(p);
 }
-SPARSEC_RT_AVX512 inline __m512 load16(const uint16_t *p) {
+SPARSEC_RT_AVX512 inline __m512 load16(const Half *p) {
   // (maskz with all lanes: the unmasked intrinsic trips GCC 12's
   // uninitialised-variable warning)
   return _mm512_maskz_cvtph_ps(
@@ -168,16 +158,16 @@ SPARSEC_RT_AVX512 inline __m512 load16(const uint16_t *p) {
 SPARSEC_RT_AVX512 inline __m512 load16(const float *p, __mmask16 m) {
   return _mm512_maskz_loadu_ps(m, p);
 }
-SPARSEC_RT_AVX512 inline __m512 load16(const uint16_t *p, __mmask16 m) {
+SPARSEC_RT_AVX512 inline __m512 load16(const Half *p, __mmask16 m) {
   return _mm512_maskz_cvtph_ps(0xffff, _mm256_maskz_loadu_epi16(m, p));
 }
 /// dst[0:n] = float(src[0:n]) with F16C.
-SPARSEC_RT_AVX2 void halfRowAvx2(const uint16_t *src, float *dst, int64_t n) {
+SPARSEC_RT_AVX2 void halfRowAvx2(const Half *src, float *dst, int64_t n) {
   const int64_t n8 = n / 8 * 8;
   for (int64_t j = 0; j < n8; j += 8)
     _mm256_storeu_ps(dst + j, load8(src + j));
   for (int64_t j = n8; j < n; ++j)
-    dst[j] = halfToFloat(src[j]);
+    dst[j] = toFloat(src[j]);
 }
 #endif
 
@@ -185,13 +175,13 @@ SPARSEC_RT_AVX2 void halfRowAvx2(const uint16_t *src, float *dst, int64_t n) {
 void widenRow(const float *src, float *dst, int64_t n) {
   std::memcpy(dst, src, size_t(n) * sizeof(float));
 }
-void widenRow(const uint16_t *src, float *dst, int64_t n) {
+void widenRow(const Half *src, float *dst, int64_t n) {
 #if SPARSEC_RT_X86
   if (kernelIsa() >= kIsaAvx2)
     return halfRowAvx2(src, dst, n);
 #endif
   for (int64_t j = 0; j < n; ++j)
-    dst[j] = halfToFloat(src[j]);
+    dst[j] = toFloat(src[j]);
 }
 
 //===----------------------------------------------------------------------===//
@@ -238,7 +228,7 @@ void streamBlockScalar(int64_t rows, int64_t k0, int64_t kb, const float *x,
       const float a = x[r * ldx + k];
       const W *br = B + k * ldb;
       for (int64_t j = n0; j < n1; ++j)
-        yr[j] += a * wload(br + j);
+        yr[j] += a * toFloat(br[j]);
     }
   }
 }
@@ -588,7 +578,7 @@ void packB(const W *b, int64_t ldb, int64_t kc, int64_t nc, float *bp) {
       } else {
         for (int64_t k = k0; k < k1; ++k) {
           for (int64_t j = 0; j < w; ++j)
-            dst[k * NR + j] = wload(b + k * ldb + n + j);
+            dst[k * NR + j] = toFloat(b[k * ldb + n + j]);
           for (int64_t j = w; j < NR; ++j)
             dst[k * NR + j] = 0.0f;
         }
@@ -641,7 +631,7 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
         const float a = g.A[i * g.lda + k];
         const W *b = B + k * g.ldb;
         for (int64_t j = n0; j < n1; ++j)
-          c[j] += a * wload(b + j);
+          c[j] += a * toFloat(b[j]);
       }
       epilogue(g, c + n0, 1, n0, n1 - n0);
     }
@@ -831,7 +821,7 @@ void gemm(ThreadPool *pool, const GemmArgs &g) {
   }
   const int isa = kernelIsa();
   if (g.Bh)
-    return gemmTyped<uint16_t>(pool, g, isa);
+    return gemmTyped<Half>(pool, g, isa);
   gemmTyped<float>(pool, g, isa);
 }
 
@@ -903,7 +893,7 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   g.A = x.as<float>();
   g.lda = K;
   if (w.dtype == DType::f16)
-    g.Bh = w.as<uint16_t>();
+    g.Bh = w.as<Half>();
   else
     g.B = w.as<float>();
   g.ldb = N;

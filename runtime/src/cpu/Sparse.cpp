@@ -30,8 +30,10 @@
 namespace sparsec::rt::ops {
 
 namespace {
-inline float toFloat(float f) { return f; }
-inline float toFloat(detail::Half h) { return detail::halfToFloat(h.bits); }
+using detail::toFloat;
+#if defined(__x86_64__)
+using detail::load8;
+#endif
 
 //===----------------------------------------------------------------------===//
 // Vector primitives: portable and AVX2/FMA(/F16C) versions, picked once.
@@ -52,10 +54,6 @@ template <typename W> float dotScalar(const float *x, const W *w, int64_t n) {
 
 #if defined(__x86_64__)
 #define SPARSEC_AVX2 __attribute__((target("avx2,fma,f16c")))
-SPARSEC_AVX2 inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
-SPARSEC_AVX2 inline __m256 load8(const detail::Half *p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-}
 
 template <typename W>
 SPARSEC_AVX2 void axpyAvx2(float *y, const W *w, float a, int64_t n) {
