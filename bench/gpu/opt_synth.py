@@ -469,8 +469,9 @@ def read_bandwidth():
     measured ceiling for the decode steps' weight reads."""
     import torch
     x = torch.ones(2 << 30, dtype=torch.float16, device="cuda")
+    x.sum(dtype=torch.float32)  # warm-up
     best = float("inf")
-    for _ in range(6):
+    for _ in range(5):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         x.sum(dtype=torch.float32)
@@ -534,6 +535,15 @@ def torch_generate_static(model, prompt, new):
     t_all, toks = timed(new)
     t_one, _ = timed(1)
     return (new - 1) / (t_all - t_one), toks
+
+
+def sweep_prompts(args):
+    """(batch, prompt length, ids [batch, length]) of the batch sweep: random
+    prompts, the same for sparsec and PyTorch."""
+    for bsz in [int(v) for v in args.batches.split(",")] if args.batches else []:
+        for plen in [int(v) for v in args.prompts.split(",")]:
+            yield bsz, plen, np.random.default_rng(bsz * 7919 + plen).integers(
+                0, 256, (bsz, plen)).astype(np.int64)
 
 
 def cmd_bench(args):
@@ -610,20 +620,17 @@ def cmd_bench(args):
                 ref_tokens = toks
         # Batch and prompt-length sweep: B independent random prompts of P
         # tokens decoded together (`generate --prompt-ids [B, P]`).
-        for bsz in [int(v) for v in args.batches.split(",")] if args.batches else []:
-            for plen in [int(v) for v in args.prompts.split(",")]:
-                ids = np.random.default_rng(bsz * 7919 + plen).integers(
-                    0, 256, (bsz, plen)).astype(np.int64)
-                path = os.path.join(args.dir, f"prompt_{bsz}x{plen}.npy")
-                np.save(path, ids)
-                r = subprocess.run([os.path.join(d, "model"), "generate", "--prompt-ids",
-                                    path, "--max-new-tokens", str(args.sweep_new),
-                                    "--threads", str(args.threads)],
-                                   capture_output=True, text=True)
-                lines = r.stderr.strip().splitlines()
-                print(f"sweep {b} batch {bsz} prompt {plen}: " +
-                      (lines[-1] if r.returncode == 0 and lines else
-                       "FAILED: " + r.stderr.strip()[-300:]), flush=True)
+        for bsz, plen, ids in sweep_prompts(args):
+            path = os.path.join(args.dir, f"prompt_{bsz}x{plen}.npy")
+            np.save(path, ids)
+            r = subprocess.run([os.path.join(d, "model"), "generate", "--prompt-ids",
+                                path, "--max-new-tokens", str(args.sweep_new),
+                                "--threads", str(args.threads)],
+                               capture_output=True, text=True)
+            lines = r.stderr.strip().splitlines()
+            print(f"sweep {b} batch {bsz} prompt {plen}: " +
+                  (lines[-1] if r.returncode == 0 and lines else
+                   "FAILED: " + r.stderr.strip()[-300:]), flush=True)
         if args.keep_weights:
             continue
         os.remove(os.path.join(d, "model.weights"))
@@ -639,14 +646,11 @@ def cmd_bench(args):
               f"tokens/s, time to first token {ttft * 1e3:.1f} ms; greedy tokens equal to "
               f"sparsec dense: {same}/{len(toks)}", flush=True)
         # The batch / prompt sweep with the same random prompts as sparsec's.
-        for bsz in [int(v) for v in args.batches.split(",")] if args.batches else []:
-            for plen in [int(v) for v in args.prompts.split(",")]:
-                ids = np.random.default_rng(bsz * 7919 + plen).integers(
-                    0, 256, (bsz, plen)).astype(np.int64)
-                tps, ttft, _ = torch_decode(model, ids.tolist(), args.sweep_new)
-                print(f"sweep pytorch eager batch {bsz} prompt {plen}: decode "
-                      f"{tps * bsz:.1f} tokens/s ({tps:.1f} steps/s), time to first token "
-                      f"{ttft * 1e3:.1f} ms", flush=True)
+        for bsz, plen, ids in sweep_prompts(args):
+            tps, ttft, _ = torch_decode(model, ids.tolist(), args.sweep_new)
+            print(f"sweep pytorch eager batch {bsz} prompt {plen}: decode "
+                  f"{tps * bsz:.1f} tokens/s ({tps:.1f} steps/s), time to first token "
+                  f"{ttft * 1e3:.1f} ms", flush=True)
         if not args.no_compile:
             tps, toks = torch_generate_static(model, prompt.tolist(), args.new)
             same = sum(a == b for a, b in zip(toks, ref_tokens or []))
