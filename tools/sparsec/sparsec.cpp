@@ -642,6 +642,7 @@ int runCompile(MLIRContext &context) {
       (!profileFile.empty() || sparsityMode != "off")) {
     PhaseTimer timer("sparsify");
     PassManager pm(&context);
+    const int64_t weightBytes = weightsType == "f16" ? 2 : 4; // on the GPU
     if (!profileFile.empty()) {
       sparsec::AnnotateSparsityPassOptions annotate;
       annotate.profile = profileFile;
@@ -654,7 +655,7 @@ int runCompile(MLIRContext &context) {
       predictors.ranks.assign(predictorRanks.begin(), predictorRanks.end());
       if (budgetBytes > 0 && target == "hybrid") { // CPU rows cost more
         predictors.gpuBudget = budgetBytes;
-        predictors.weightBytes = weightsType == "f16" ? 2 : 4;
+        predictors.weightBytes = weightBytes;
         predictors.cpuCost = std::max(1.0, gpuBandwidth / cpuBandwidth);
       }
       pm.addPass(sparsec::createInsertPredictorsPass(predictors));
@@ -668,7 +669,7 @@ int runCompile(MLIRContext &context) {
       sparsec::PartitionHotColdPassOptions partition;
       partition.profile = profileFile;
       partition.gpuBudget = budgetBytes;
-      partition.weightBytes = weightsType == "f16" ? 2 : 4;
+      partition.weightBytes = weightBytes;
       partition.mode = placementMode.getValue();
       partition.syncUs = syncUs;
       partition.cpuBandwidth = cpuBandwidth;

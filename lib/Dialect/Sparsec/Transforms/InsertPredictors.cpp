@@ -136,7 +136,8 @@ struct InsertPredictorsPass
       if (isSparsitySite(op))
         sites.push_back({op, siteName(op, index++)});
     });
-    double weight = rowWeight(module, sites);
+    std::string weightNote;
+    double weight = rowWeight(module, sites, weightNote);
     if (weight < 0)
       return signalPassFailure();
     for (auto &[act, name] : sites) {
@@ -253,10 +254,10 @@ struct InsertPredictorsPass
   /// hybrid target, (1 - s) + s * cpu-cost, where s is the share of the FFN
   /// weights that does not fit the budget (the rest of the model must live
   /// on the GPU, so what is over the budget comes out of the FFNs). -1 on
-  /// bad options.
+  /// bad options. `note` says so in the remarks (empty when the weight is 1).
   double rowWeight(ModuleOp module,
-                   ArrayRef<std::pair<Operation *, std::string>> sites) {
-    weightNote.clear();
+                   ArrayRef<std::pair<Operation *, std::string>> sites,
+                   std::string &note) {
     if (gpuBudget <= 0)
       return 1.0;
     if ((weightBytes != 2 && weightBytes != 4) || !(cpuCost >= 1.0) ||
@@ -286,14 +287,12 @@ struct InsertPredictorsPass
     double share =
         ffn > 0 ? std::clamp((total - double(gpuBudget)) / ffn, 0.0, 1.0) : 0;
     double weight = (1.0 - share) + share * cpuCost;
-    weightNote = llvm::formatv(" (hybrid: {0:f0} % of the FFN rows on the "
-                               "CPU, each read weighted {1:f1})",
-                               100.0 * share, double(cpuCost))
-                     .str();
+    note = llvm::formatv(" (hybrid: {0:f0} % of the FFN rows on the CPU, "
+                         "each read weighted {1:f1})",
+                         100.0 * share, double(cpuCost))
+               .str();
     return weight;
   }
-
-  std::string weightNote;
 
   void insert(LinearOp up, const Predictor &p, const std::string &site,
               SymbolTable &symbols) {
