@@ -5,7 +5,8 @@
 // Runs on a CUDA device (test/gpu/dense-decode.test, REQUIRES: cuda-device).
 // gemvRows: fp16 and fp32 neuron-major weights, 1..8 tokens, 16-byte and
 // element loads (odd K, offset pointers), bias, activation and residual,
-// against a double-precision product over the same (rounded) weights.
+// against a double-precision product over the same (rounded) weights;
+// gemvRowsGroup (several weights over one x in one launch) likewise.
 // decodeAttention: past + new keys, GQA, additive / boolean / no mask,
 // causal, several chunk counts (one chunk and merged chunks), vector and
 // scalar staging, the present's new rows, against a CPU softmax attention.
@@ -115,6 +116,71 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
   cudaFree(db);
   cudaFree(dres);
   cudaFree(dy);
+}
+
+/// gemvRowsGroup: `Ns.size()` weights [N_g, K] over one x in one launch,
+/// each member against the double-precision product; `bias`: every member
+/// has one (else none); `offset` as in gemvCase (element loads).
+template <typename W>
+void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
+               int offset, std::mt19937 &rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int count = int(Ns.size());
+  std::vector<float> x(size_t(M) * K);
+  for (float &v : x)
+    v = g(rng);
+  float *dx = upload(x, size_t(offset));
+  std::vector<std::vector<W>> w(count);
+  std::vector<std::vector<float>> b(count);
+  std::vector<W *> dw(count);
+  std::vector<const W *> cdw(count);
+  std::vector<float *> db(count), dy(count);
+  std::vector<const float *> cdb(count);
+  for (int q = 0; q < count; ++q) {
+    w[q].resize(size_t(Ns[q]) * K);
+    for (W &v : w[q])
+      v = fromFloat<W>(g(rng) / std::sqrt(float(K)));
+    b[q].resize(size_t(Ns[q]));
+    for (float &v : b[q])
+      v = g(rng);
+    dw[q] = upload(w[q], size_t(offset));
+    cdw[q] = dw[q] + offset;
+    db[q] = upload(b[q]);
+    cdb[q] = db[q];
+    CHECK_CUDA(cudaMalloc(&dy[q], sizeof(float) * size_t(M) * Ns[q] + 4));
+  }
+  CHECK_CUDA(gemvRowsGroup<W>(dx + offset, M, K, count, cdw.data(), Ns.data(),
+                              bias ? cdb.data() : nullptr,
+                              relu ? ops::Activation::relu : ops::Activation::none,
+                              nullptr, dy.data(), nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  double err = 0, scale = 1;
+  for (int q = 0; q < count; ++q) {
+    std::vector<float> y = download(dy[q], size_t(M) * Ns[q]);
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < Ns[q]; ++n) {
+        double s = bias ? b[q][size_t(n)] : 0.0;
+        for (int k = 0; k < K; ++k)
+          s += double(x[size_t(m) * K + k]) * toFloat(w[q][size_t(n) * K + k]);
+        if (relu)
+          s = std::max(s, 0.0);
+        err = worse(err, std::fabs(s - y[size_t(m) * Ns[q] + n]));
+        scale = std::max(scale, std::fabs(s));
+      }
+    cudaFree(dw[q]);
+    cudaFree(db[q]);
+    cudaFree(dy[q]);
+  }
+  cudaFree(dx);
+  std::string ns;
+  for (int n : Ns)
+    ns += (ns.empty() ? "" : ",") + std::to_string(n);
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "gemvRowsGroup %s M=%d K=%d N=%s bias=%d relu=%d offset=%d",
+                sizeof(W) == 2 ? "fp16" : "fp32", M, K, ns.c_str(), bias, relu,
+                offset);
+  report(err <= 1e-4 * scale * std::sqrt(double(K)) / 8 + 1e-5, line, err);
 }
 
 enum class Mask { none, additive, boolean };
@@ -296,6 +362,13 @@ int main() {
   gemvCase<__half>(2, 130, 37, true, true, 0, rng, true);
   gemvCase<float>(3, 512, 384, true, true, 0, rng, true);
 
+  // Groups: q, k, v shapes; uneven members (a partial block of 4 rows at
+  // each member's end); fp32; element loads.
+  groupCase<__half>(1, 2048, {2048, 2048, 2048}, true, false, 0, rng);
+  groupCase<__half>(3, 512, {70, 4, 129, 33}, true, true, 0, rng);
+  groupCase<float>(8, 256, {64, 64}, false, false, 0, rng);
+  groupCase<__half>(2, 130, {37, 5}, true, false, 1, rng);
+
   // B, Hq, Hk, Sq, P, D, Dv, mask, causal
   attentionCase(1, 4, 4, 1, 0, 64, 64, Mask::none, false, rng);     // one key
   attentionCase(1, 4, 4, 1, 31, 64, 64, Mask::none, false, rng);    // one chunk
@@ -304,6 +377,8 @@ int main() {
   attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::additive, true, rng);  // scalar staging
   attentionCase(1, 2, 2, 8, 0, 128, 128, Mask::none, true, rng);     // prefill-like
   attentionCase(1, 32, 32, 1, 1024, 64, 64, Mask::none, false, rng); // long past
+  attentionCase(1, 32, 32, 1, 2046, 128, 128, Mask::none, false, rng); // 4 passes a block
+  attentionCase(2, 8, 4, 1, 600, 80, 80, Mask::boolean, false, rng); // 3 elements a lane
   attentionCase(1, 32, 32, 1, 130, 64, 64, Mask::additive, false, rng, true);
   attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::boolean, true, rng, true);
   std::printf("%d passed, %d failed\n", passes, failures);

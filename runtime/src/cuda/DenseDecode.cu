@@ -66,14 +66,41 @@ __device__ __forceinline__ void loadX(const float *p, float *o) {
 /// weights depend on no earlier kernel, so the first step's loads are
 /// issued before pdlWait and overlap the kernel before (at K <= 2048 fp16
 /// that is all of them); x is read after it.
+/// The weights a launch computes: up to kGemvGroupMax of them over one x
+/// (blocks [firstBlock[g], firstBlock[g + 1]) take weight g).
+template <typename W> struct RowsTargets {
+  const W *wt[kGemvGroupMax];
+  const float *bias[kGemvGroupMax];
+  const float *residual[kGemvGroupMax];
+  float *y[kGemvGroupMax];
+  int N[kGemvGroupMax];
+  int firstBlock[kGemvGroupMax];
+  int count;
+};
+
 template <typename W, int M, bool Vec, bool Early>
 __global__ void __launch_bounds__(kRowsThreads)
-gemvRowsKernel(const float *x, const W *wt, int K, int N, const float *bias,
-               Activation act, const float *residual, float *y) {
+gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
   pdlTrigger();
   using C = Chunk<W, Vec>;
   constexpr int V = C::V, R = kRowsPerBlock;
-  const int n0 = blockIdx.x * R;
+  // This block's weight (compile-time indices: the targets stay in the
+  // parameter space).
+  const W *wt = t.wt[0];
+  const float *bias = t.bias[0], *residual = t.residual[0];
+  float *y = t.y[0];
+  int N = t.N[0], first = 0;
+#pragma unroll
+  for (int g = 1; g < kGemvGroupMax; ++g)
+    if (g < t.count && int(blockIdx.x) >= t.firstBlock[g]) {
+      wt = t.wt[g];
+      bias = t.bias[g];
+      residual = t.residual[g];
+      y = t.y[g];
+      N = t.N[g];
+      first = t.firstBlock[g];
+    }
+  const int n0 = (int(blockIdx.x) - first) * R;
   const int chunks = K / V;
   const W *rows[R];
 #pragma unroll
@@ -146,26 +173,22 @@ gemvRowsKernel(const float *x, const W *wt, int K, int N, const float *bias,
 }
 
 template <typename W, int M, bool Vec>
-cudaError_t launchRowsM(dim3 grid, const float *x, const W *wt, int K, int N,
-                        const float *bias, Activation act, const float *res,
-                        float *y, cudaStream_t s, bool early) {
+cudaError_t launchRowsM(dim3 grid, const float *x, int K, Activation act,
+                        const RowsTargets<W> &t, cudaStream_t s, bool early) {
   return early ? launchKernel(gemvRowsKernel<W, M, Vec, true>, grid,
-                              dim3{kRowsThreads}, 0, s, true, x, wt, K, N, bias,
-                              act, res, y)
+                              dim3{kRowsThreads}, 0, s, true, x, K, act, t)
                : launchKernel(gemvRowsKernel<W, M, Vec, false>, grid,
-                              dim3{kRowsThreads}, 0, s, false, x, wt, K, N,
-                              bias, act, res, y);
+                              dim3{kRowsThreads}, 0, s, false, x, K, act, t);
 }
 
 template <typename W, bool Vec>
-cudaError_t launchRows(int M, const float *x, const W *wt, int K, int N,
-                       const float *bias, Activation act, const float *res,
-                       float *y, cudaStream_t s, bool early) {
-  const dim3 grid{static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock)};
+cudaError_t launchRows(int M, const float *x, int K, Activation act,
+                       const RowsTargets<W> &t, int blocks, cudaStream_t s,
+                       bool early) {
+  const dim3 grid{static_cast<unsigned>(blocks)};
 #define SPARSEC_ROWS_CASE(m)                                                   \
   case m:                                                                      \
-    return launchRowsM<W, m, Vec>(grid, x, wt, K, N, bias, act, res, y, s,     \
-                                  early);
+    return launchRowsM<W, m, Vec>(grid, x, K, act, t, s, early);
   switch (M) {
     SPARSEC_ROWS_CASE(1)
     SPARSEC_ROWS_CASE(2)
@@ -189,7 +212,10 @@ bool aligned16(const void *p) {
 //===----------------------------------------------------------------------===//
 
 constexpr int kAttnThreads = 128;
-constexpr int kAttnKeys = 32; // keys per block (one chunk)
+constexpr int kAttnWarps = kAttnThreads / 32;
+constexpr int kAttnGroup = 4;                  // keys per warp and pass
+constexpr int kAttnKeys = kAttnWarps * kAttnGroup; // keys per block and pass
+constexpr int kAttnMaxChunks = 32;             // blocks per query row
 constexpr int kAttnMaxHead = 128;
 
 __device__ __forceinline__ const float *keyRow(const float *past,
@@ -200,46 +226,23 @@ __device__ __forceinline__ const float *keyRow(const float *past,
                : cur + (bh * Sk + (j - P)) * width;
 }
 
-/// Stages `n` rows (j0..) of width `width` into shared memory with row
-/// stride `stride`, every load of the block issued before any is used.
-template <bool Vec>
-__device__ __forceinline__ void stageRows(float *dst, int stride,
-                                          const float *past, const float *cur,
-                                          int64_t bh, int64_t P, int64_t Sk,
-                                          int64_t j0, int n, int width) {
-  if constexpr (Vec) {
-    const int per = width / 4;
-    for (int e = threadIdx.x; e < n * per; e += kAttnThreads) {
-      const int jj = e / per, c = (e % per) * 4;
-      float4 f = *reinterpret_cast<const float4 *>(
-          keyRow(past, cur, bh, P, Sk, j0 + jj, width) + c);
-      float *o = dst + jj * stride + c;
-      o[0] = f.x;
-      o[1] = f.y;
-      o[2] = f.z;
-      o[3] = f.w;
-    }
-  } else {
-    for (int e = threadIdx.x; e < n * width; e += kAttnThreads) {
-      const int jj = e / width, c = e % width;
-      dst[jj * stride + c] = keyRow(past, cur, bh, P, Sk, j0 + jj, width)[c];
-    }
-  }
-}
-
-/// Grid (rows, chunks): block (row, c) handles keys [32c, 32c + 32) of
-/// query row `row`; partial results (max, sum, sum of p * v) go to
-/// scratch[row, c]; the last block of the row to finish merges them.
-template <bool Vec>
+/// Grid (rows, chunks): block (row, c) handles keys [c * keys, (c + 1) *
+/// keys) of query row `row`, `keys` = 16 * passes. In each pass each warp
+/// takes 4 keys: lane l holds elements l, l + 32, ... of q and of the 4
+/// key and value rows (every load of the pass in flight at once, 128-byte
+/// coalesced per warp), the dots reduce by shuffles, and the warp keeps a
+/// running (max, sum, sum of p * v) over its passes (online softmax). The
+/// warps combine in shared memory; the block's partial result goes to
+/// scratch[row, c], and the last block of the row to finish merges them.
+/// NI = ceil(max(D, Dv) / 32) elements per lane.
+template <int NI>
 __global__ void __launch_bounds__(kAttnThreads)
-decodeAttentionKernel(DecodeAttention a, float *scratch, int *counters) {
+decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
+                      int *counters) {
   pdlTrigger();
-  extern __shared__ float sm[];
+  __shared__ float wm[kAttnWarps], wl[kAttnWarps];
+  __shared__ float wacc[kAttnWarps][kAttnMaxHead];
   const int D = int(a.D), Dv = int(a.Dv);
-  float *qs = sm;                          // D
-  float *ks = qs + D;                      // kAttnKeys x (D + 1)
-  float *vs = ks + kAttnKeys * (D + 1);    // kAttnKeys x Dv
-  float *ps = vs + kAttnKeys * Dv;         // kAttnKeys
   const int64_t row = blockIdx.x, chunk = blockIdx.y, chunks = gridDim.y;
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
   const int64_t group = a.Hq / a.Hk, bh = b * a.Hk + h / group;
@@ -259,48 +262,116 @@ decodeAttentionKernel(DecodeAttention a, float *scratch, int *counters) {
     const int64_t lim = i + (T - a.Sq) + 1;
     jEnd = lim < 0 ? 0 : lim < T ? lim : T;
   }
-  const int64_t j0 = chunk * kAttnKeys;
-  const int n = int(max(int64_t(0), min(int64_t(kAttnKeys), jEnd - j0)));
-  for (int d = threadIdx.x; d < D; d += kAttnThreads)
-    qs[d] = a.q[row * D + d];
-  stageRows<Vec>(ks, D + 1, a.pastK, a.k, bh, a.P, a.Sk, j0, n, D);
-  stageRows<Vec>(vs, Dv, a.pastV, a.v, bh, a.P, a.Sk, j0, n, Dv);
-  __syncthreads();
-  float s = -INFINITY;
-  if (threadIdx.x < n) {
-    const float *kr = ks + threadIdx.x * (D + 1);
-    float dot = 0.0f;
-    for (int d = 0; d < D; ++d)
-      dot += qs[d] * kr[d];
-    s = dot * a.scale;
-    const int64_t j = j0 + threadIdx.x;
-    const int64_t mRow = b * a.mStr[0] + h * a.mStr[1] + i * a.mStr[2];
-    if (a.maskF)
-      s += a.maskF[mRow + j * a.mStr[3]];
-    else if (a.maskB && !a.maskB[mRow + j * a.mStr[3]])
-      s = -INFINITY;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t mRow = b * a.mStr[0] + h * a.mStr[1] + i * a.mStr[2];
+  float q[NI];
+#pragma unroll
+  for (int e = 0; e < NI; ++e) {
+    const int d = lane + 32 * e;
+    q[e] = d < D ? a.q[row * D + d] : 0.0f;
   }
-  const float m = blockReduce<true>(s);
-  const float p = (threadIdx.x < n && m != -INFINITY) ? expf(s - m) : 0.0f;
-  if (threadIdx.x < kAttnKeys)
-    ps[threadIdx.x] = p;
-  const float l = blockReduce<false>(p); // synchronises: ps is complete
+  // The warp's running softmax state.
+  float m = -INFINITY, l = 0.0f, acc[NI];
+#pragma unroll
+  for (int e = 0; e < NI; ++e)
+    acc[e] = 0.0f;
+  for (int pass = 0; pass < passes; ++pass) {
+    const int64_t j0 = (chunk * passes + pass) * kAttnKeys + warp * kAttnGroup;
+    if (j0 >= jEnd)
+      break;
+    float kv[kAttnGroup][NI], vv[kAttnGroup][NI];
+#pragma unroll
+    for (int t = 0; t < kAttnGroup; ++t) {
+      const int64_t j = min(j0 + t, jEnd - 1); // past jEnd: masked below
+      const float *kr = keyRow(a.pastK, a.k, bh, a.P, a.Sk, j, D);
+      const float *vr = keyRow(a.pastV, a.v, bh, a.P, a.Sk, j, Dv);
+#pragma unroll
+      for (int e = 0; e < NI; ++e) {
+        const int d = lane + 32 * e;
+        kv[t][e] = d < D ? kr[d] : 0.0f;
+        vv[t][e] = d < Dv ? vr[d] : 0.0f;
+      }
+    }
+    float s[kAttnGroup];
+    float mNew = m;
+#pragma unroll
+    for (int t = 0; t < kAttnGroup; ++t) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < NI; ++e)
+        dot += q[e] * kv[t][e];
+      s[t] = warpSum(dot) * a.scale;
+      const int64_t j = j0 + t;
+      if (j >= jEnd)
+        s[t] = -INFINITY;
+      else if (a.maskF)
+        s[t] += a.maskF[mRow + j * a.mStr[3]];
+      else if (a.maskB && !a.maskB[mRow + j * a.mStr[3]])
+        s[t] = -INFINITY;
+      mNew = s[t] != s[t] ? s[t] : fmaxf(mNew, s[t]); // a NaN stays
+    }
+    if (mNew == -INFINITY)
+      continue; // every key so far masked out
+    const float r = m == -INFINITY ? 0.0f : expf(m - mNew);
+    l *= r;
+#pragma unroll
+    for (int e = 0; e < NI; ++e)
+      acc[e] *= r;
+#pragma unroll
+    for (int t = 0; t < kAttnGroup; ++t) {
+      const float p = s[t] == -INFINITY ? 0.0f : expf(s[t] - mNew);
+      l += p;
+#pragma unroll
+      for (int e = 0; e < NI; ++e)
+        acc[e] += p * vv[t][e];
+    }
+    m = mNew;
+  }
+  if (lane == 0) {
+    wm[warp] = m;
+    wl[warp] = l;
+  }
+#pragma unroll
+  for (int e = 0; e < NI; ++e) {
+    const int d = lane + 32 * e;
+    if (d < Dv)
+      wacc[warp][d] = acc[e];
+  }
+  __syncthreads();
+  // The block's (max, sum, sum of p * v): thread d takes element d.
+  float M = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kAttnWarps; ++w)
+    M = fmaxf(M, wm[w]);
+  bool nanM = false;
+#pragma unroll
+  for (int w = 0; w < kAttnWarps; ++w)
+    nanM |= wm[w] != wm[w];
+  if (nanM)
+    M = NAN;
+  float L = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kAttnWarps; ++w)
+    if (wm[w] != -INFINITY)
+      L += expf(wm[w] - M) * wl[w];
   float *part = scratch + (row * chunks + chunk) * (Dv + 2);
   const bool single = chunks == 1;
   for (int d = threadIdx.x; d < Dv; d += kAttnThreads) {
-    float acc = 0.0f;
-    for (int t = 0; t < n; ++t)
-      acc += ps[t] * vs[t * Dv + d];
+    float num = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w)
+      if (wm[w] != -INFINITY)
+        num += expf(wm[w] - M) * wacc[w][d];
     if (single)
-      a.out[row * Dv + d] = m != m ? m : (m == -INFINITY ? 0.0f : acc / l);
+      a.out[row * Dv + d] = M != M ? M : (M == -INFINITY ? 0.0f : num / L);
     else
-      part[2 + d] = acc;
+      part[2 + d] = num;
   }
   if (single)
     return;
   if (threadIdx.x == 0) {
-    part[0] = m;
-    part[1] = l;
+    part[0] = M;
+    part[1] = L;
   }
   __shared__ bool last;
   __threadfence();
@@ -316,62 +387,101 @@ decodeAttentionKernel(DecodeAttention a, float *scratch, int *counters) {
     return;
   __threadfence();
   const float *parts = scratch + row * chunks * (Dv + 2);
-  float M = -INFINITY;
+  float MM = -INFINITY;
   bool nan = false;
   for (int64_t c = 0; c < chunks; ++c) {
     const float mc = __ldcg(parts + c * (Dv + 2));
     nan |= mc != mc;
-    M = fmaxf(M, mc);
+    MM = fmaxf(MM, mc);
   }
   for (int d = threadIdx.x; d < Dv; d += kAttnThreads) {
     float num = 0.0f, den = 0.0f;
-    if (!nan && M != -INFINITY)
+    if (!nan && MM != -INFINITY)
       for (int64_t c = 0; c < chunks; ++c) {
         const float *pc = parts + c * (Dv + 2);
         const float mc = __ldcg(pc);
         if (mc == -INFINITY)
           continue;
-        const float w = expf(mc - M);
+        const float w = expf(mc - MM);
         den += w * __ldcg(pc + 1);
         num += w * __ldcg(pc + 2 + d);
       }
-    a.out[row * Dv + d] = nan ? NAN : (M == -INFINITY ? 0.0f : num / den);
+    a.out[row * Dv + d] = nan ? NAN : (MM == -INFINITY ? 0.0f : num / den);
   }
 }
 
+/// Passes of 16 keys per block: the fewest that keep a row at no more
+/// than kAttnMaxChunks blocks (short contexts: one pass, many blocks).
+int attentionPasses(const DecodeAttention &a) {
+  const int64_t T = a.P + a.Sk;
+  const int64_t perChunk = kAttnKeys * int64_t(kAttnMaxChunks);
+  return int(std::max<int64_t>(1, (T + perChunk - 1) / perChunk));
+}
+
 int64_t attentionChunks(const DecodeAttention &a) {
-  return std::max<int64_t>(1, (a.P + a.Sk + kAttnKeys - 1) / kAttnKeys);
+  const int64_t keys = int64_t(kAttnKeys) * attentionPasses(a);
+  return std::max<int64_t>(1, (a.P + a.Sk + keys - 1) / keys);
 }
 
 } // namespace
+
+template <typename W>
+cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
+                          const W *const *wt, const int *N,
+                          const float *const *bias, ops::Activation act,
+                          const float *const *residual, float *const *y,
+                          cudaStream_t stream, bool early) {
+  if (tokens <= 0)
+    return cudaSuccess;
+  if (tokens > kGemvRowsTokens || count < 1 || count > kGemvGroupMax)
+    return cudaErrorInvalidValue;
+  constexpr int V = 16 / int(sizeof(W));
+  RowsTargets<W> t{};
+  t.count = count;
+  bool vec = aligned16(x) && (int64_t(K) * int64_t(sizeof(W))) % 16 == 0 &&
+             K % V == 0;
+  int blocks = 0;
+  for (int g = 0; g < count; ++g) {
+    if (N[g] < 0)
+      return cudaErrorInvalidValue;
+    t.wt[g] = wt[g];
+    t.bias[g] = bias ? bias[g] : nullptr;
+    t.residual[g] = residual ? residual[g] : nullptr;
+    t.y[g] = y[g];
+    t.N[g] = N[g];
+    t.firstBlock[g] = blocks;
+    blocks += (N[g] + kRowsPerBlock - 1) / kRowsPerBlock;
+    vec = vec && aligned16(wt[g]);
+  }
+  if (blocks == 0)
+    return cudaSuccess;
+  cudaError_t e =
+      vec ? launchRows<W, true>(tokens, x, K, act, t, blocks, stream, early)
+          : launchRows<W, false>(tokens, x, K, act, t, blocks, stream, early);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
 
 template <typename W>
 cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
                      const float *bias, ops::Activation act,
                      const float *residual, float *y, cudaStream_t stream,
                      bool early) {
-  if (tokens <= 0 || N <= 0)
-    return cudaSuccess;
-  if (tokens > kGemvRowsTokens)
-    return cudaErrorInvalidValue;
-  constexpr int V = 16 / int(sizeof(W));
-  const bool vec = aligned16(wt) && aligned16(x) &&
-                   (int64_t(K) * int64_t(sizeof(W))) % 16 == 0 && K % V == 0;
-  cudaError_t e =
-      vec ? launchRows<W, true>(tokens, x, wt, K, N, bias, act, residual, y,
-                                stream, early)
-          : launchRows<W, false>(tokens, x, wt, K, N, bias, act, residual, y,
-                                 stream, early);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return gemvRowsGroup<W>(x, tokens, K, 1, &wt, &N, &bias, act, &residual, &y,
+                          stream, early);
 }
 
-template cudaError_t gemvRows<__half>(const float *, int, const __half *, int,
-                                      int, const float *, ops::Activation,
-                                      const float *, float *, cudaStream_t,
-                                      bool);
-template cudaError_t gemvRows<float>(const float *, int, const float *, int,
-                                     int, const float *, ops::Activation,
-                                     const float *, float *, cudaStream_t, bool);
+#define SPARSEC_GEMV_ROWS(W)                                                   \
+  template cudaError_t gemvRows<W>(const float *, int, const W *, int, int,    \
+                                   const float *, ops::Activation,             \
+                                   const float *, float *, cudaStream_t,       \
+                                   bool);                                      \
+  template cudaError_t gemvRowsGroup<W>(                                       \
+      const float *, int, int, int, const W *const *, const int *,             \
+      const float *const *, ops::Activation, const float *const *,             \
+      float *const *, cudaStream_t, bool);
+SPARSEC_GEMV_ROWS(__half)
+SPARSEC_GEMV_ROWS(float)
+#undef SPARSEC_GEMV_ROWS
 
 bool earlyLaunchSupported() {
   // The kernels' griddepcontrol instructions exist only when they were
@@ -407,20 +517,28 @@ cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
       (a.P > 0 && (!a.pastK || !a.pastV)))
     return cudaErrorInvalidValue;
   const int64_t chunks = attentionChunks(a);
-  if (chunks > 65535)
-    return cudaErrorInvalidValue;
-  const size_t smem =
-      sizeof(float) * size_t(a.D + kAttnKeys * (a.D + 1) + kAttnKeys * a.Dv +
-                             kAttnKeys);
-  const bool vec = a.D % 4 == 0 && a.Dv % 4 == 0 && aligned16(a.k) &&
-                   aligned16(a.v) && (a.P == 0 || (aligned16(a.pastK) &&
-                                                   aligned16(a.pastV)));
+  const int passes = attentionPasses(a);
   const dim3 grid{static_cast<unsigned>(rows), static_cast<unsigned>(chunks)};
-  cudaError_t e =
-      vec ? launchKernel(decodeAttentionKernel<true>, grid, dim3{kAttnThreads},
-                         smem, stream, early, a, scratch, counters)
-          : launchKernel(decodeAttentionKernel<false>, grid, dim3{kAttnThreads},
-                         smem, stream, early, a, scratch, counters);
+  const int ni = int((std::max(a.D, a.Dv) + 31) / 32);
+  cudaError_t e;
+  switch (ni) {
+  case 1:
+    e = launchKernel(decodeAttentionKernel<1>, grid, dim3{kAttnThreads}, 0,
+                     stream, early, a, passes, scratch, counters);
+    break;
+  case 2:
+    e = launchKernel(decodeAttentionKernel<2>, grid, dim3{kAttnThreads}, 0,
+                     stream, early, a, passes, scratch, counters);
+    break;
+  case 3:
+    e = launchKernel(decodeAttentionKernel<3>, grid, dim3{kAttnThreads}, 0,
+                     stream, early, a, passes, scratch, counters);
+    break;
+  default:
+    e = launchKernel(decodeAttentionKernel<4>, grid, dim3{kAttnThreads}, 0,
+                     stream, early, a, passes, scratch, counters);
+    break;
+  }
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

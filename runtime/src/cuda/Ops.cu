@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace sparsec::rt::cuda {
 namespace {
@@ -857,6 +858,60 @@ bool linearNK(Context &ctx, const Tensor &x, const Tensor &w,
   out = r;
   return gemm(ctx, d, x.as<float>(), s.M, s.K, w, true, s.N, s.bias, act,
               r.as<float>(), residual ? residual->as<float>() : nullptr);
+}
+
+bool linearGroupNK(Context &ctx, const Tensor &x, int count,
+                   const Tensor *const *w, const Tensor *const *bias,
+                   Activation act, const int *outSlots, Tensor *const *out) {
+  Device &d = dev(ctx);
+  if (count < 1 || count > kGemvGroupMax)
+    return ctx.fail("linear group: " + std::to_string(count) +
+                    " weights (1 to " + std::to_string(kGemvGroupMax) +
+                    " supported)");
+  LinearShape s[kGemvGroupMax];
+  bool oneLaunch = true;
+  for (int g = 0; g < count; ++g) {
+    if (!linearOperands(ctx, "linear group", x, *w[g], bias ? bias[g] : nullptr,
+                        true, s[g]) ||
+        !allocateLastDim(ctx, d, outSlots[g], x, s[g].N, DType::f32, *out[g]))
+      return false;
+    oneLaunch = oneLaunch && w[g]->dtype == w[0]->dtype &&
+                s[g].N <= std::numeric_limits<int>::max();
+  }
+  const int64_t M = s[0].M, K = s[0].K;
+  if (!oneLaunch || M > kGemvRowsTokens) {
+    // Prefill (cuBLAS) or mixed storage: one linear after the other.
+    for (int g = 0; g < count; ++g)
+      if (!gemm(ctx, d, x.as<float>(), M, K, *w[g], true, s[g].N, s[g].bias,
+                act, out[g]->as<float>()))
+        return false;
+    return true;
+  }
+  if (M == 0 || !d.launching())
+    return true;
+  int N[kGemvGroupMax];
+  const float *b[kGemvGroupMax];
+  float *y[kGemvGroupMax];
+  for (int g = 0; g < count; ++g) {
+    N[g] = int(s[g].N);
+    b[g] = s[g].bias;
+    y[g] = out[g]->as<float>();
+  }
+  cudaError_t e;
+  if (w[0]->dtype == DType::f16) {
+    const __half *wt[kGemvGroupMax];
+    for (int g = 0; g < count; ++g)
+      wt[g] = w[g]->as<__half>();
+    e = gemvRowsGroup(x.as<float>(), int(M), int(K), count, wt, N, b, act,
+                      nullptr, y, d.stream, d.earlyLaunch);
+  } else {
+    const float *wt[kGemvGroupMax];
+    for (int g = 0; g < count; ++g)
+      wt[g] = w[g]->as<float>();
+    e = gemvRowsGroup(x.as<float>(), int(M), int(K), count, wt, N, b, act,
+                      nullptr, y, d.stream, d.earlyLaunch);
+  }
+  return check(ctx, e, "grouped gemv");
 }
 
 bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,

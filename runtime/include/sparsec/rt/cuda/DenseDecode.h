@@ -14,11 +14,15 @@
 //                    epilogue. No split-K, no atomics, one launch.
 //   decodeAttention  softmax(q k^T * scale + mask) v for a few query rows
 //                    over a past (the cache) and the new keys, split over
-//                    the key axis (flash-decoding): each block stages 32 keys
-//                    and values in shared memory with all loads in flight,
-//                    keeps (max, sum, weighted values) for its chunk, and the
-//                    last block of a row merges the chunks. The new rows of
-//                    the present outputs are written by the same launch.
+//                    the key axis (flash-decoding): each warp reads 4 keys
+//                    and their values a pass straight into registers (lane
+//                    l holds elements l, l + 32, ...; every load of the
+//                    pass in flight), keeps an online softmax over its
+//                    passes, the block's 4 warps combine in shared memory,
+//                    and the last block of a row merges the row's blocks
+//                    (at most 32: longer contexts take more passes). The
+//                    new rows of the present outputs are written by the
+//                    same launch.
 //
 // Activations, accumulation and the cache are fp32; weights fp16 or fp32.
 // Both are graph-capturable (the merge counters reset themselves).
@@ -51,6 +55,20 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
                      const float *bias, ops::Activation act,
                      const float *residual, float *y, cudaStream_t stream,
                      bool early = false);
+
+/// Most weights one gemvRowsGroup launch computes.
+constexpr int kGemvGroupMax = 4;
+
+/// gemvRows for `count` <= kGemvGroupMax weights over the same x in one
+/// launch (sibling projections, such as q, k and v): weight g is wt[g]
+/// [N[g], K] with bias[g] (bias null, or entries null: none), residual[g]
+/// (likewise) and output y[g] [tokens, N[g]]; one activation for all.
+template <typename W>
+cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
+                          const W *const *wt, const int *N,
+                          const float *const *bias, ops::Activation act,
+                          const float *const *residual, float *const *y,
+                          cudaStream_t stream, bool early = false);
 
 /// Whether this device and build can use the `early` launches (Hopper or
 /// later, kernels compiled for sm_90 or later).

@@ -92,6 +92,16 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
 bool linearNK(Context &ctx, const Tensor &x, const Tensor &w,
               const Tensor *bias, ops::Activation act, const Tensor *residual,
               int outSlot, Tensor &out);
+/// `count` (at most 4) linears over the same x with neuron-major weights
+/// w[g] [N_g, K], biases bias[g] (bias or an entry null: none) and one
+/// activation; result g takes slot outSlots[g] and goes to *out[g]. At most
+/// 8 rows of x with weights of one dtype: one gemvRowsGroup launch (the
+/// compiler groups sibling projections such as q, k and v,
+/// `sparsec-group-linears`); otherwise one linearNK after the other.
+bool linearGroupNK(Context &ctx, const Tensor &x, int count,
+                   const Tensor *const *w, const Tensor *const *bias,
+                   ops::Activation act, const int *outSlots,
+                   Tensor *const *out);
 bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
             Tensor &out);
 bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
