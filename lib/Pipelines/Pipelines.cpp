@@ -65,6 +65,8 @@ void sparsec::buildSchedulePipeline(OpPassManager &pm,
   layout.denseLayout = options.denseLayout;
   pm.addPass(createWeightLayoutPass(layout));
   pm.addPass(createFuseEpiloguePass());
+  if (options.groupLinears)
+    pm.addPass(createGroupLinearsPass());
   pm.addPass(createCSEPass());
   pm.addPass(createPlanMemoryPass());
 }

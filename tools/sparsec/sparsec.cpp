@@ -719,6 +719,7 @@ int runCompile(MLIRContext &context) {
     scheduleOptions.hybrid = target == "hybrid";
     scheduleOptions.denseLayout =
         target == "cuda" || target == "hybrid" ? "nk" : "kn";
+    scheduleOptions.groupLinears = target == "cuda" || target == "hybrid";
     sparsec::buildSchedulePipeline(pm, scheduleOptions);
     if (failed(pm.run(*module)))
       return 1;

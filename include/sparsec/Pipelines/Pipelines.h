@@ -53,6 +53,11 @@ struct SchedulePipelineOptions
       *this, "dense-layout",
       llvm::cl::desc("Layout of device linear weights: kn or nk (CUDA target)"),
       llvm::cl::init("kn")};
+  Option<bool> groupLinears{
+      *this, "group-linears",
+      llvm::cl::desc("Group sibling linears (q, k, v) into one linear_group "
+                     "(CUDA and hybrid targets)"),
+      llvm::cl::init(false)};
 };
 
 void buildSchedulePipeline(mlir::OpPassManager &pm,

@@ -821,6 +821,38 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
              << ", " << slot(add) << ", " << v << ")) return false;\n";
         return success();
       })
+      .Case([&](LinearGroupOp g) -> LogicalResult {
+        // Operands first (an upload is a statement of its own), then the
+        // results, their slots and one call.
+        std::string x = dv(g.getInput());
+        SmallVector<std::string> ws, bs, outs, slots;
+        for (Value w : g.getWeights())
+          ws.push_back("&" + dv(w));
+        for (Value b : g.getBiases())
+          bs.push_back("&" + dv(b));
+        for (auto [i, r] : llvm::enumerate(g.getResults())) {
+          outs.push_back(define(r));
+          slots.push_back(std::to_string(slot(g, unsigned(i))));
+        }
+        auto list = [](ArrayRef<std::string> items, StringRef prefix = "") {
+          std::string s;
+          for (auto [i, e] : llvm::enumerate(items))
+            s += (i ? ", " : "") + prefix.str() + e;
+          return s;
+        };
+        std::string id = std::to_string(counter++);
+        body << "  Tensor " << list(outs) << ";\n";
+        body << "  const Tensor *gw" << id << "[] = {" << list(ws) << "};\n";
+        if (!bs.empty())
+          body << "  const Tensor *gb" << id << "[] = {" << list(bs) << "};\n";
+        body << "  const int gs" << id << "[] = {" << list(slots) << "};\n";
+        body << "  Tensor *go" << id << "[] = {" << list(outs, "&") << "};\n";
+        body << "  if (!cuda::linearGroupNK(ctx, " << x << ", " << ws.size()
+             << ", gw" << id << ", " << (bs.empty() ? "nullptr" : "gb" + id)
+             << ", " << activationArg(g.getActivation()) << ", gs" << id
+             << ", go" << id << ")) return false;\n";
+        return success();
+      })
       .Case([&](MatMulOp m) {
         return call("matmul(ctx, " + dv(m.getLhs()) + ", " + dv(m.getRhs()));
       })

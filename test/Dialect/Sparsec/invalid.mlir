@@ -34,6 +34,38 @@ func.func @linear_transposed(%x: tensor<2x8xf32>, %w: tensor<8x16xf32>) -> tenso
 
 // -----
 
+func.func @group_one(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{needs at least 2 weights, got 1}}
+  %y = sparsec.linear_group %x weights(%w) : tensor<2x8xf32>, (tensor<16x8xf32>) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+func.func @group_biases(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>, %b: tensor<16xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{has 1 biases for 2 weights (one per weight, or none)}}
+  %y:2 = sparsec.linear_group %x weights(%w, %w) biases(%b) : tensor<2x8xf32>, (tensor<16x8xf32>, tensor<16x8xf32>), (tensor<16xf32>) -> tensor<2x16xf32>, tensor<2x16xf32>
+  return %y#0 : tensor<2x16xf32>
+}
+
+// -----
+
+func.func @group_k(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>, %v: tensor<16x4xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{input feature dimension 8 does not match weight input dimension 4}}
+  %y:2 = sparsec.linear_group %x weights(%w, %v) : tensor<2x8xf32>, (tensor<16x8xf32>, tensor<16x4xf32>) -> tensor<2x16xf32>, tensor<2x16xf32>
+  return %y#0 : tensor<2x16xf32>
+}
+
+// -----
+
+func.func @group_results(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{has 3 results for 2 weights}}
+  %y:3 = sparsec.linear_group %x weights(%w, %w) : tensor<2x8xf32>, (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x16xf32>, tensor<2x16xf32>, tensor<2x16xf32>
+  return %y#0 : tensor<2x16xf32>
+}
+
+// -----
+
 func.func @linear_bias(%x: tensor<2x8xf32>, %w: tensor<8x16xf32>, %b: tensor<8xf32>) -> tensor<2x16xf32> {
   // expected-error @+1 {{bias must be [N] (or [1, N]) with N = 16}}
   %y = sparsec.linear %x, %w, %b : tensor<2x8xf32>, tensor<8x16xf32>, tensor<8xf32> -> tensor<2x16xf32>

@@ -286,6 +286,30 @@ LogicalResult LinearOp::verify() {
                           getBias(), getTransposeWeight(), getType(), k, n);
 }
 
+LogicalResult LinearGroupOp::verify() {
+  size_t n = getWeights().size();
+  if (n < 2)
+    return emitOpError("needs at least 2 weights, got ") << n;
+  if (!getBiases().empty() && getBiases().size() != n)
+    return emitOpError("has ")
+           << getBiases().size() << " biases for " << n
+           << " weights (one per weight, or none)";
+  if (getResults().size() != n)
+    return emitOpError("has ")
+           << getResults().size() << " results for " << n << " weights";
+  for (size_t i = 0; i < n; ++i) {
+    int64_t k, m;
+    if (failed(verifyLinearLike(
+            *this, getInput().getType(),
+            cast<RankedTensorType>(getWeights()[i].getType()),
+            getBiases().empty() ? Value() : getBiases()[i],
+            /*transposed=*/true,
+            cast<RankedTensorType>(getResults()[i].getType()), k, m)))
+      return failure();
+  }
+  return success();
+}
+
 LogicalResult LinearOp::inferReturnTypeComponents(
     MLIRContext *, std::optional<Location>, LinearOp::Adaptor adaptor,
     SmallVectorImpl<ShapedTypeComponents> &inferred) {

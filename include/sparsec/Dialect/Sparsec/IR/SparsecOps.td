@@ -211,6 +211,36 @@ def Sparsec_LinearOp : Sparsec_Op<"linear", [Pure, InferShape]> {
   let hasVerifier = 1;
 }
 
+def Sparsec_LinearGroupOp : Sparsec_Op<"linear_group",
+    [Pure, AttrSizedOperandSegments]> {
+  let summary = "several linears over one input, computed by one kernel";
+  let description = [{
+    Result `i` is `input . weights[i]^T (+ biases[i])`: every weight is
+    neuron-major `[N_i, K]` (the layout `transpose_weight` names on
+    `sparsec.linear`), `biases` is empty or has one bias per weight, and
+    `activation` applies to all. `sparsec-group-linears` builds it from
+    sibling linears (q, k and v of an attention block); the CUDA target
+    computes the group in one decode-GEMV launch, so the weights are
+    streamed back to back instead of by separate kernels.
+    ```mlir
+    %q, %k = sparsec.linear_group %x weights(%wq, %wk) biases(%bq, %bk)
+        : tensor<1x1x64xf32>, (tensor<64x64xf16>, tensor<64x64xf16>),
+          (tensor<64xf32>, tensor<64xf32>) -> tensor<1x1x64xf32>, tensor<1x1x64xf32>
+    ```
+  }];
+  let arguments = (ins Sparsec_FloatTensor:$input,
+                       Variadic<Sparsec_FloatTensor>:$weights,
+                       Variadic<Sparsec_FloatTensor>:$biases,
+                       OptionalAttr<Sparsec_ActivationAttr>:$activation);
+  let results = (outs Variadic<Sparsec_FloatTensor>:$results);
+  let assemblyFormat = [{
+    $input `weights` `(` $weights `)` (`biases` `(` $biases^ `)`)? attr-dict
+    `:` type($input) `,` `(` type($weights) `)`
+    (`,` `(` type($biases)^ `)`)? `->` type($results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Sparsec_LayerNormOp : Sparsec_Op<"layer_norm",
     [Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "layer normalisation over the trailing dimensions from axis";

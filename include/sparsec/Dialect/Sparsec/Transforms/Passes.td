@@ -544,6 +544,35 @@ def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
   ];
 }
 
+def GroupLinearsPass : Pass<"sparsec-group-linears", "mlir::ModuleOp"> {
+  let summary = "Group linears that read the same input into one linear_group";
+  let description = [{
+    Runs after `sparsec-weight-layout` for the CUDA target. Linears with
+    neuron-major weights (`transpose_weight`) that read the same value,
+    with weights of one element type, all with or all without a bias and
+    with the same activation, become one `sparsec.linear_group` (at most 4
+    weights a group) at the first one's position; the weights move there.
+    Before:
+    ```mlir
+    %q = sparsec.linear %x, %wq, %bq {transpose_weight} : ...
+    %k = sparsec.linear %x, %wk, %bk {transpose_weight} : ...
+    ```
+    After:
+    ```mlir
+    %q, %k = sparsec.linear_group %x weights(%wq, %wk) biases(%bq, %bk) : ...
+    ```
+    Not grouped: a linear whose only user is an add (the CUDA emitter makes
+    that add the linear's residual epilogue), a hybrid FFN's CPU part
+    (`sparsec.device`), annotated (`sparsity`) linears, and weights that are
+    computed rather than `sparsec.weight` ops. The CUDA target computes a
+    group of at most 8 rows in one decode-GEMV launch.
+  }];
+  let statistics = [
+    Statistic<"numGroups", "num-groups", "Number of linear groups built">,
+    Statistic<"numLinears", "num-linears", "Number of linears grouped">,
+  ];
+}
+
 def PlanMemoryPass : Pass<"sparsec-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assign every intermediate tensor a memory slot by liveness";
   let description = [{
