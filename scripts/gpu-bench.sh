@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the CUDA kernels, their device tests and the decode-kernel and PIT
-# benchmarks with nvcc (sm_90) in build-gpu/, then runs the tests, the
+# Builds the CUDA kernels, their device tests and the decode-kernel (sparse
+# and dense) and PIT benchmarks with nvcc (sm_90) in build-gpu/, then runs the tests, the
 # benchmarks and the PyTorch peers. For a machine with an NVIDIA GPU (Hopper):
 #   scripts/gpu-bench.sh [OUTDIR]
 # Logs go to OUTDIR (default build-gpu/).
@@ -13,6 +13,9 @@ flags=(-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90
        -gencode=arch=compute_90,code=compute_90 -Iruntime/include)
 "$NVCC" "${flags[@]}" -c runtime/src/cuda/SparseDecode.cu -o build-gpu/SparseDecode.o
 "$NVCC" "${flags[@]}" -c runtime/src/cuda/Pit.cu -o build-gpu/Pit.o
+"$NVCC" "${flags[@]}" -c runtime/src/cuda/DenseDecode.cu -o build-gpu/DenseDecode.o
+"$NVCC" "${flags[@]}" bench/gpu/bench_dense_decode.cu build-gpu/DenseDecode.o \
+    -lcublas -lcusparse -o build-gpu/sparsec-bench-dense-decode
 "$NVCC" "${flags[@]}" test/gpu/PitTest.cu build-gpu/Pit.o build-gpu/SparseDecode.o \
     -o build-gpu/sparsec-cuda-pit-test
 "$NVCC" "${flags[@]}" bench/gpu/bench_pit.cu build-gpu/Pit.o build-gpu/SparseDecode.o \
@@ -26,6 +29,8 @@ status=0
 build-gpu/sparsec-cuda-sparse-test | tee "$out/test.log" || status=1
 build-gpu/sparsec-bench-decode-kernels | tee "$out/bench.log" || status=1
 build-gpu/sparsec-bench-decode-kernels --tokens 4 | tee "$out/bench_t4.log" || status=1
+build-gpu/sparsec-bench-dense-decode --shape 6.7b | tee "$out/bench_dense_67.log" || status=1
+build-gpu/sparsec-bench-dense-decode --shape 1.3b | tee "$out/bench_dense_13.log" || status=1
 build-gpu/sparsec-cuda-pit-test | tee "$out/pit-test.log" || status=1
 build-gpu/sparsec-bench-pit | tee "$out/bench_pit.log" || status=1
 if [ -z "${SKIP_TORCH:-}" ]; then

@@ -1,0 +1,280 @@
+//===- bench_dense_decode.cu - dense decode kernels vs cuBLAS ------------===//
+//
+// Part of the sparsec project.
+//
+// Where a dense decode step of an OPT-shaped model loses bandwidth, kernel
+// by kernel, at one shape (--shape 6.7b: d 4096, FFN 16384, 32 heads of
+// 128; --shape 1.3b: d 2048, FFN 8192, 32 heads of 64; vocabulary 50272):
+//
+//   GEMVs      gemvRows (fp16 weights, neuron-major) at every projection
+//              of a layer (q, k, v and out are d x d; "qkv" the three as
+//              one 3d x d matrix), the FFN up and down and the LM head,
+//              against cuBLAS (cublasGemmEx, fp16 W and x, fp32
+//              accumulation) on the same weights; microseconds per call,
+//              the weights' bytes over that time, and that rate as a share
+//              of the read bandwidth measured in the same run.
+//   chains     the GEMVs of one layer launched back to back (as in a
+//              step), normally and as programmatic dependent launches, with
+//              q, k and v as three launches or as one gemvRowsGroup launch
+//              (a sparsec.linear_group).
+//   attention  decodeAttention for one query row per head over a cache of
+//              T positions (fp32 keys and values).
+//   tiny       a kernel that touches d floats: what one more graph node
+//              costs.
+//
+// The read bandwidth is a reduction kernel over 4 GiB (each byte read once,
+// nothing written but the result). Consecutive GEMV calls read different
+// copies of their weight from a 512 MB pool, so none finds it in the L2. Every time is the median of 5 replays
+// of a CUDA graph of `inner` calls divided by `inner`. gemvRows results are
+// checked against cuBLAS (exit 1 when a relative error passes 2e-3).
+//
+//   sparsec-bench-dense-decode [--shape 6.7b|1.3b]
+//
+//===----------------------------------------------------------------------===//
+
+#include "GpuBench.h"
+#include "sparsec/rt/cuda/DenseDecode.h"
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace sparsec::rt::cuda;
+using namespace sparsec::bench;
+
+namespace {
+
+__global__ void readKernel(const float4 *p, size_t n, float *out) {
+  float s = 0.0f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float4 v = __ldcs(p + i);
+    s += v.x + v.y + v.z + v.w;
+  }
+  if (s == 1234.5f) // keeps the loads; never true for the zero buffer
+    out[0] = s;
+}
+
+__global__ void tinyKernel(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+    x[i] = x[i] * 0.5f + 1.0f;
+}
+
+constexpr auto kNone = sparsec::rt::ops::Activation::none;
+constexpr auto kRelu = sparsec::rt::ops::Activation::relu;
+
+struct Proj {
+  const char *name;
+  int N, K;
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string shape = "6.7b";
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (!std::strcmp(argv[i], "--shape"))
+      shape = argv[i + 1];
+  int d, f, heads;
+  if (shape == "6.7b") {
+    d = 4096, f = 16384, heads = 32;
+  } else if (shape == "1.3b") {
+    d = 2048, f = 8192, heads = 32;
+  } else {
+    std::fprintf(stderr, "error: --shape takes 6.7b or 1.3b, not '%s'\n",
+                 shape.c_str());
+    return 1;
+  }
+  const int vocab = 50272, head = d / heads;
+  cudaDeviceProp prop;
+  cublasHandle_t blas;
+  cusparseHandle_t sparse;
+  setUp(prop, blas, sparse);
+  bool g;
+
+  size_t readBytes = size_t(4) << 30;
+  float4 *rb = alloc<float4>(readBytes / 16);
+  float *sink = alloc<float>(1);
+  CHECK_CUDA(cudaMemset(rb, 0, readBytes));
+  double readUs = timeUs(
+      [&] {
+        readKernel<<<prop.multiProcessorCount * 8, 512, 0, stream>>>(
+            rb, readBytes / 16, sink);
+      },
+      g, 5);
+  const double readBw = readBytes / (readUs * 1e3); // GB/s
+  cudaFree(rb);
+  std::printf("GPU: %s, %d SMs; read bandwidth %.0f GB/s (4 GiB reduction)\n",
+              prop.name, prop.multiProcessorCount, readBw);
+  std::printf("OPT-%s shapes: d %d, FFN %d, %d heads of %d, vocabulary %d; "
+              "fp16 weights, batch 1; microseconds per call (graph of 100, "
+              "median of 5)\n\n",
+              shape.c_str(), d, f, heads, head, vocab);
+
+  const Proj projs[] = {{"q / k / v / out", d, d}, {"qkv (merged)", 3 * d, d},
+                        {"FFN up", f, d},         {"FFN down", d, f},
+                        {"LM head", vocab, d}};
+  std::mt19937 rng(0);
+  std::uniform_real_distribution<float> val(-1, 1);
+  // A pool of weights larger than the L2 cache: consecutive calls read
+  // different copies, so that no call finds its weights cached.
+  size_t maxW = size_t(256) << 20; // halves: 512 MB
+  for (const Proj &p : projs)
+    maxW = std::max(maxW, size_t(p.N) * p.K);
+  std::vector<__half> w(maxW);
+  for (auto &v : w)
+    v = __float2half(val(rng) * 0.05f);
+  __half *dW = upload(w);
+  std::vector<float> x(f);
+  for (float &v : x)
+    v = val(rng);
+  std::vector<__half> xh(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    xh[i] = __float2half(x[i]);
+    x[i] = __half2float(xh[i]); // the same values on both paths
+  }
+  float *dX = upload(x);
+  __half *dXh = upload(xh);
+  float *dY = alloc<float>(vocab), *dYRef = alloc<float>(vocab);
+  float one = 1.0f, zero = 0.0f;
+
+  std::printf("| projection | N x K | MB | sparsec gemvRows | TB/s | %% of read "
+              "bw | cuBLAS | TB/s | rel. err |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  bool ok = true;
+  for (const Proj &p : projs) {
+    const double bytes = 2.0 * p.N * p.K;
+    const size_t size = size_t(p.N) * p.K, copies = std::max<size_t>(1, maxW / size);
+    size_t call = 0;
+    auto next = [&] { return dW + (call++ % copies) * size; };
+    double ours = timeUs(
+        [&] {
+          gemvRows<__half>(dX, 1, next(), p.K, p.N, nullptr, kNone, nullptr,
+                           dY, stream);
+        },
+        g);
+    // Y^T [N, 1] = Wt[N, K] . x[K]: W stored [N, K] row-major is column-major
+    // [K, N], so op T.
+    auto cub = [&] {
+      cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, p.N, 1, p.K, &one, next(),
+                   CUDA_R_16F, p.K, dXh, CUDA_R_16F, p.K, &zero, dYRef,
+                   CUDA_R_32F, p.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+    double theirs = timeUs(cub, g);
+    call = 0;
+    cub();
+    call = 0;
+    gemvRows<__half>(dX, 1, next(), p.K, p.N, nullptr, kNone, nullptr, dY,
+                     stream);
+    double err = relErr(download(dY, p.N), download(dYRef, p.N));
+    ok &= err < 2e-3;
+    std::printf("| %s | %d x %d | %.1f | %.1f | %.2f | %.0f %% | %.1f | %.2f | %.1e |\n",
+                p.name, p.N, p.K, bytes / 1e6, ours, bytes / (ours * 1e6),
+                100.0 * bytes / (ours * 1e3) / readBw, theirs,
+                bytes / (theirs * 1e6), err);
+  }
+
+  // One layer's GEMVs back to back (separate weights, as in a step), with
+  // normal and with early (programmatic dependent) launches.
+  {
+    const size_t layerW = size_t(4) * d * d + size_t(2) * f * d;
+    std::vector<__half> lw(layerW);
+    for (auto &v : lw)
+      v = __float2half(val(rng) * 0.05f);
+    __half *dL = upload(lw);
+    float *y1 = alloc<float>(f), *y2 = alloc<float>(f);
+    const double bytes = 2.0 * layerW;
+    auto chain = [&](bool early, bool merged) {
+      const __half *q = dL, *o = dL + size_t(3) * d * d,
+                   *up = dL + size_t(4) * d * d, *down = up + size_t(f) * d;
+      if (merged) {
+        // One launch over the three weights (what linear_group runs).
+        const __half *w3[] = {q, q + size_t(d) * d, q + size_t(2) * d * d};
+        const int n3[] = {d, d, d};
+        float *y3[] = {y1, y1 + d, y1 + 2 * d};
+        gemvRowsGroup<__half>(dX, 1, d, 3, w3, n3, nullptr, kNone, nullptr,
+                              y3, stream, early);
+      } else {
+        for (int i = 0; i < 3; ++i)
+          gemvRows<__half>(dX, 1, q + size_t(i) * d * d, d, d, nullptr,
+                           kNone, nullptr, y1 + i * d, stream,
+                           early);
+      }
+      gemvRows<__half>(y1, 1, o, d, d, nullptr, kNone,
+                       nullptr, y2, stream, early);
+      gemvRows<__half>(y2, 1, up, d, f, nullptr, kRelu,
+                       nullptr, y1, stream, early);
+      gemvRows<__half>(y1, 1, down, f, d, nullptr, kNone,
+                       nullptr, y2, stream, early);
+    };
+    std::printf("\nOne layer's GEMVs back to back (%.1f MB of weights):\n\n"
+                "| launches | q, k, v separate | TB/s | q, k, v grouped | TB/s |\n"
+                "|---|---:|---:|---:|---:|\n",
+                bytes / 1e6);
+    for (bool early : {false, true}) {
+      double sep = timeUs([&] { chain(early, false); }, g, 20);
+      double mer = timeUs([&] { chain(early, true); }, g, 20);
+      std::printf("| %s | %.1f | %.2f | %.1f | %.2f |\n",
+                  early ? "early (PDL)" : "normal", sep, bytes / (sep * 1e6),
+                  mer, bytes / (mer * 1e6));
+    }
+    cudaFree(dL);
+    cudaFree(y1);
+    cudaFree(y2);
+  }
+
+  // Decode attention: one query row per head over T cached positions.
+  {
+    std::printf("\nDecode attention, %d heads of %d, fp32 cache:\n\n"
+                "| positions | us | cache MB | TB/s |\n|---:|---:|---:|---:|\n",
+                heads, head);
+    const int maxT = 2048;
+    std::vector<float> kv(size_t(heads) * maxT * head);
+    for (float &v : kv)
+      v = val(rng);
+    float *dK = upload(kv), *dV = upload(kv);
+    std::vector<float> qh(size_t(heads) * head);
+    for (float &v : qh)
+      v = val(rng);
+    float *dQ = upload(qh), *dNew = upload(qh), *dOut = alloc<float>(qh.size());
+    int *counters = alloc<int>(heads);
+    CHECK_CUDA(cudaMemset(counters, 0, sizeof(int) * heads));
+    for (int T : {128, 256, 512, 1024, 2047}) {
+      DecodeAttention a;
+      a.q = dQ;
+      a.pastK = dK;
+      a.pastV = dV;
+      a.k = dNew;
+      a.v = dNew;
+      a.B = 1;
+      a.Hq = a.Hk = heads;
+      a.Sq = a.Sk = 1;
+      a.P = T - 1;
+      a.D = a.Dv = head;
+      a.scale = 1.0f / std::sqrt(float(head));
+      a.out = dOut;
+      float *scratch = alloc<float>(decodeAttentionScratchBytes(a) / 4 + 1);
+      double us = timeUs(
+          [&] { decodeAttention(a, scratch, counters, stream); }, g);
+      const double mb = 2.0 * 4 * heads * double(T) * head / 1e6;
+      std::printf("| %d | %.1f | %.1f | %.2f |\n", T, us, mb, mb / us);
+      cudaFree(scratch);
+    }
+  }
+
+  {
+    float *t = alloc<float>(d);
+    double us = timeUs(
+        [&] { tinyKernel<<<(d + 255) / 256, 256, 0, stream>>>(t, d); }, g);
+    std::printf("\nA kernel that touches %d floats: %.2f us per graph node\n", d,
+                us);
+  }
+  if (!ok)
+    std::fprintf(stderr, "error: a gemvRows result differs from cuBLAS\n");
+  return ok ? 0 : 1;
+}
