@@ -16,7 +16,9 @@
 //   chains     the GEMVs of one layer launched back to back (as in a
 //              step), normally and as programmatic dependent launches, with
 //              q, k and v as three launches or as one gemvRowsGroup launch
-//              (a sparsec.linear_group).
+//              (a sparsec.linear_group), and grouped with the two layer
+//              norms folded into the q/k/v group and the up projection (the
+//              norm kernels themselves are not in the other columns).
 //   attention  decodeAttention for one query row per head over a cache of
 //              T positions (fp32 keys and values).
 //   tiny       a kernel that touches d floats: what one more graph node
@@ -189,7 +191,13 @@ int main(int argc, char **argv) {
     __half *dL = upload(lw);
     float *y1 = alloc<float>(f), *y2 = alloc<float>(f);
     const double bytes = 2.0 * layerW;
-    auto chain = [&](bool early, bool merged) {
+    // A layer norm's parameters, for the folded-norm chain.
+    std::vector<float> ones(size_t(f), 1.0f), zeros(size_t(f), 0.0f);
+    float *dOnes = upload(ones), *dZeros = upload(zeros);
+    GemvNorm ln;
+    ln.scale = dOnes;
+    ln.bias = dZeros;
+    auto chain = [&](bool early, bool merged, bool norms = false) {
       const __half *q = dL, *o = dL + size_t(3) * d * d,
                    *up = dL + size_t(4) * d * d, *down = up + size_t(f) * d;
       if (merged) {
@@ -198,7 +206,7 @@ int main(int argc, char **argv) {
         const int n3[] = {d, d, d};
         float *y3[] = {y1, y1 + d, y1 + 2 * d};
         gemvRowsGroup<__half>(dX, 1, d, 3, w3, n3, nullptr, kNone, nullptr,
-                              y3, stream, early);
+                              y3, stream, early, norms ? &ln : nullptr);
       } else {
         for (int i = 0; i < 3; ++i)
           gemvRows<__half>(dX, 1, q + size_t(i) * d * d, d, d, nullptr,
@@ -207,22 +215,32 @@ int main(int argc, char **argv) {
       }
       gemvRows<__half>(y1, 1, o, d, d, nullptr, kNone,
                        nullptr, y2, stream, early);
-      gemvRows<__half>(y2, 1, up, d, f, nullptr, kRelu,
-                       nullptr, y1, stream, early);
+      if (norms) {
+        const int nf = f;
+        gemvRowsGroup<__half>(y2, 1, d, 1, &up, &nf, nullptr, kRelu, nullptr,
+                              &y1, stream, early, &ln);
+      } else {
+        gemvRows<__half>(y2, 1, up, d, f, nullptr, kRelu, nullptr, y1, stream,
+                         early);
+      }
       gemvRows<__half>(y1, 1, down, f, d, nullptr, kNone,
                        nullptr, y2, stream, early);
     };
     std::printf("\nOne layer's GEMVs back to back (%.1f MB of weights):\n\n"
-                "| launches | q, k, v separate | TB/s | q, k, v grouped | TB/s |\n"
-                "|---|---:|---:|---:|---:|\n",
+                "| launches | q, k, v separate | TB/s | q, k, v grouped | TB/s | "
+                "grouped, norms folded | TB/s |\n"
+                "|---|---:|---:|---:|---:|---:|---:|\n",
                 bytes / 1e6);
     for (bool early : {false, true}) {
       double sep = timeUs([&] { chain(early, false); }, g, 20);
       double mer = timeUs([&] { chain(early, true); }, g, 20);
-      std::printf("| %s | %.1f | %.2f | %.1f | %.2f |\n",
+      double nrm = timeUs([&] { chain(early, true, true); }, g, 20);
+      std::printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
                   early ? "early (PDL)" : "normal", sep, bytes / (sep * 1e6),
-                  mer, bytes / (mer * 1e6));
+                  mer, bytes / (mer * 1e6), nrm, bytes / (nrm * 1e6));
     }
+    cudaFree(dOnes);
+    cudaFree(dZeros);
     cudaFree(dL);
     cudaFree(y1);
     cudaFree(y2);

@@ -24,6 +24,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -121,15 +123,50 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
 /// gemvRowsGroup: `Ns.size()` weights [N_g, K] over one x in one launch,
 /// each member against the double-precision product; `bias`: every member
 /// has one (else none); `offset` as in gemvCase (element loads).
+enum class NormKind { none, layer, rms };
+
 template <typename W>
 void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
-               int offset, std::mt19937 &rng) {
+               int offset, std::mt19937 &rng, NormKind normKind = NormKind::none,
+               bool early = false) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   const int count = int(Ns.size());
   std::vector<float> x(size_t(M) * K);
   for (float &v : x)
-    v = g(rng);
+    v = 3.0f + 2.0f * g(rng); // a mean the layer norm removes
   float *dx = upload(x, size_t(offset));
+  // The folded norm: scale, bias, and the rows the reference reads.
+  std::vector<float> nScale(static_cast<size_t>(K)),
+      nBias(static_cast<size_t>(K)), xn = x;
+  for (float &v : nScale)
+    v = 1.0f + 0.3f * g(rng);
+  for (float &v : nBias)
+    v = 0.5f * g(rng);
+  const float eps = 1e-5f;
+  if (normKind != NormKind::none)
+    for (int m = 0; m < M; ++m) {
+      double mean = 0, var = 0;
+      if (normKind == NormKind::layer) {
+        for (int k = 0; k < K; ++k)
+          mean += x[size_t(m) * K + k];
+        mean /= K;
+      }
+      for (int k = 0; k < K; ++k) {
+        const double c = x[size_t(m) * K + k] - mean;
+        var += c * c;
+      }
+      const double inv = 1.0 / std::sqrt(var / K + eps);
+      for (int k = 0; k < K; ++k)
+        xn[size_t(m) * K + k] = float(
+            (x[size_t(m) * K + k] - mean) * inv * nScale[size_t(k)] +
+            (normKind == NormKind::layer ? nBias[size_t(k)] : 0.0f));
+    }
+  float *dScale = upload(nScale), *dBias = upload(nBias);
+  GemvNorm norm;
+  norm.scale = dScale;
+  norm.bias = normKind == NormKind::layer ? dBias : nullptr;
+  norm.epsilon = eps;
+  norm.rms = normKind == NormKind::rms;
   std::vector<std::vector<W>> w(count);
   std::vector<std::vector<float>> b(count);
   std::vector<W *> dw(count);
@@ -149,10 +186,56 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
     cdb[q] = db[q];
     CHECK_CUDA(cudaMalloc(&dy[q], sizeof(float) * size_t(M) * Ns[q] + 4));
   }
-  CHECK_CUDA(gemvRowsGroup<W>(dx + offset, M, K, count, cdw.data(), Ns.data(),
-                              bias ? cdb.data() : nullptr,
-                              relu ? ops::Activation::relu : ops::Activation::none,
-                              nullptr, dy.data(), nullptr));
+  // Early: x is written by a slow kernel just before a programmatic
+  // dependent launch of the group, which must wait for it.
+  cudaStream_t stream = nullptr;
+  float *src = nullptr;
+  if (early) {
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    src = upload(x);
+    CHECK_CUDA(cudaMemset(dx + offset, 0xff, sizeof(float) * x.size()));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    slowProducer<<<1, 256, 0, stream>>>(src, dx + offset, int64_t(x.size()));
+  }
+  cudaError_t status = gemvRowsGroup<W>(
+      dx + offset, M, K, count, cdw.data(), Ns.data(),
+      bias ? cdb.data() : nullptr,
+      relu ? ops::Activation::relu : ops::Activation::none, nullptr, dy.data(),
+      stream, early, normKind == NormKind::none ? nullptr : &norm);
+  if (early) {
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    cudaFree(src);
+    cudaStreamDestroy(stream);
+  }
+  const char *kindName[] = {"", " norm=layer", " norm=rms"};
+  std::string ns;
+  for (int n : Ns)
+    ns += (ns.empty() ? "" : ",") + std::to_string(n);
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "gemvRowsGroup %s M=%d K=%d N=%s bias=%d relu=%d offset=%d%s%s",
+                sizeof(W) == 2 ? "fp16" : "fp32", M, K, ns.c_str(), bias, relu,
+                offset, kindName[int(normKind)], early ? " early launch" : "");
+  const bool expectFold =
+      normKind == NormKind::none || (gemvNormSupported(M, K) && offset == 0);
+  if (!expectFold) {
+    // Too many elements for shared memory, or unaligned rows: refused,
+    // nothing launched, no sticky error.
+    std::snprintf(line + std::strlen(line), sizeof line - std::strlen(line),
+                  " (not folded: %s)", cudaGetErrorName(status));
+    report(status == cudaErrorNotSupported && cudaGetLastError() == cudaSuccess,
+           line, 0.0);
+    for (int q = 0; q < count; ++q) {
+      cudaFree(dw[q]);
+      cudaFree(db[q]);
+      cudaFree(dy[q]);
+    }
+    cudaFree(dx);
+    cudaFree(dScale);
+    cudaFree(dBias);
+    return;
+  }
+  CHECK_CUDA(status);
   CHECK_CUDA(cudaDeviceSynchronize());
   double err = 0, scale = 1;
   for (int q = 0; q < count; ++q) {
@@ -161,7 +244,7 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
       for (int n = 0; n < Ns[q]; ++n) {
         double s = bias ? b[q][size_t(n)] : 0.0;
         for (int k = 0; k < K; ++k)
-          s += double(x[size_t(m) * K + k]) * toFloat(w[q][size_t(n) * K + k]);
+          s += double(xn[size_t(m) * K + k]) * toFloat(w[q][size_t(n) * K + k]);
         if (relu)
           s = std::max(s, 0.0);
         err = worse(err, std::fabs(s - y[size_t(m) * Ns[q] + n]));
@@ -172,14 +255,8 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
     cudaFree(dy[q]);
   }
   cudaFree(dx);
-  std::string ns;
-  for (int n : Ns)
-    ns += (ns.empty() ? "" : ",") + std::to_string(n);
-  char line[200];
-  std::snprintf(line, sizeof line,
-                "gemvRowsGroup %s M=%d K=%d N=%s bias=%d relu=%d offset=%d",
-                sizeof(W) == 2 ? "fp16" : "fp32", M, K, ns.c_str(), bias, relu,
-                offset);
+  cudaFree(dScale);
+  cudaFree(dBias);
   report(err <= 1e-4 * scale * std::sqrt(double(K)) / 8 + 1e-5, line, err);
 }
 
@@ -368,6 +445,14 @@ int main() {
   groupCase<__half>(3, 512, {70, 4, 129, 33}, true, true, 0, rng);
   groupCase<float>(8, 256, {64, 64}, false, false, 0, rng);
   groupCase<__half>(2, 130, {37, 5}, true, false, 1, rng);
+  // Folded norms: layer and RMS, 1-3 rows of 2048 / 4096 (x staged in
+  // shared memory); refused where x does not fit or rows are unaligned.
+  groupCase<__half>(1, 4096, {4096, 4096, 4096}, true, false, 0, rng, NormKind::layer);
+  groupCase<__half>(3, 2048, {256, 100}, true, true, 0, rng, NormKind::layer);
+  groupCase<float>(2, 512, {64}, false, false, 0, rng, NormKind::rms);
+  groupCase<__half>(1, 2048, {512}, true, true, 0, rng, NormKind::layer, true);
+  groupCase<__half>(4, 4096, {64}, true, false, 0, rng, NormKind::layer);
+  groupCase<__half>(1, 130, {16}, true, false, 1, rng, NormKind::rms);
 
   // B, Hq, Hk, Sq, P, D, Dv, mask, causal
   attentionCase(1, 4, 4, 1, 0, 64, 64, Mask::none, false, rng);     // one key

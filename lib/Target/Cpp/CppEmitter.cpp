@@ -823,8 +823,14 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
       })
       .Case([&](LinearGroupOp g) -> LogicalResult {
         // Operands first (an upload is a statement of its own), then the
-        // results, their slots and one call.
+        // results, their slots and one call; a folded norm's scale and bias
+        // (or nullptr) and epsilon come after the input.
         std::string x = dv(g.getInput());
+        std::string normScale = dptr(g.getNormScale()),
+                    normBias = dptr(g.getNormBias());
+        std::string eps = floatLiteral(
+            g.getNormEpsilon() ? g.getNormEpsilon()->convertToFloat() : 0.0f,
+            true);
         SmallVector<std::string> ws, bs, outs, slots;
         for (Value w : g.getWeights())
           ws.push_back("&" + dv(w));
@@ -847,7 +853,9 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           body << "  const Tensor *gb" << id << "[] = {" << list(bs) << "};\n";
         body << "  const int gs" << id << "[] = {" << list(slots) << "};\n";
         body << "  Tensor *go" << id << "[] = {" << list(outs, "&") << "};\n";
-        body << "  if (!cuda::linearGroupNK(ctx, " << x << ", " << ws.size()
+        body << "  if (!cuda::linearGroupNK(ctx, " << x << ", " << normScale
+             << ", " << normBias << ", " << eps << ", "
+             << (g.getNormRms() ? "true" : "false") << ", " << ws.size()
              << ", gw" << id << ", " << (bs.empty() ? "nullptr" : "gb" + id)
              << ", " << activationArg(g.getActivation()) << ", gs" << id
              << ", go" << id << ")) return false;\n";

@@ -59,13 +59,6 @@ __device__ __forceinline__ void loadX(const float *p, float *o) {
   }
 }
 
-/// Block b computes neurons [4b, 4b + 4) for all M tokens: thread t takes
-/// chunks t, t + 256, ... of the four rows (4 loads in flight per chunk
-/// step, two steps unrolled), then warp shuffles and one shared-memory pass
-/// reduce the M x 4 sums. `Early` (a programmatic dependent launch): the
-/// weights depend on no earlier kernel, so the first step's loads are
-/// issued before pdlWait and overlap the kernel before (at K <= 2048 fp16
-/// that is all of them); x is read after it.
 /// The weights a launch computes: up to kGemvGroupMax of them over one x
 /// (blocks [firstBlock[g], firstBlock[g + 1]) take weight g).
 template <typename W> struct RowsTargets {
@@ -76,14 +69,94 @@ template <typename W> struct RowsTargets {
   int N[kGemvGroupMax];
   int firstBlock[kGemvGroupMax];
   int count;
+  GemvNorm norm; // used by the Norm kernels
 };
 
-template <typename W, int M, bool Vec, bool Early>
+/// Sums of M values over the block; every thread gets them.
+template <int M> __device__ __forceinline__ void blockSums(float (&v)[M]) {
+  __shared__ float part[kRowsThreads / 32][M];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const float w = warpSum(v[m]);
+    if (lane == 0)
+      part[warp][m] = w;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float t = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kRowsThreads / 32; ++q)
+      t += part[q][m];
+    v[m] = t;
+  }
+  __syncthreads(); // part is reused by the next call
+}
+
+/// Norm kernels: x [M, K] is staged in shared memory (dynamic, M * K
+/// floats, 16-byte loads), each block computes the M rows' mean and
+/// variance (two passes over shared memory; RMS: the mean square) and
+/// normalises the rows in place with the norm's scale and bias, which the
+/// GEMV then reads instead of x.
+template <int M>
+__device__ __forceinline__ void normaliseX(const float *x, int K,
+                                           const GemvNorm &n, float *xs) {
+  const int n4 = M * K / 4;
+  for (int i = threadIdx.x; i < n4; i += kRowsThreads)
+    reinterpret_cast<float4 *>(xs)[i] =
+        __ldcg(reinterpret_cast<const float4 *>(x) + i);
+  __syncthreads();
+  float mean[M], q[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    mean[m] = 0.0f;
+    if (!n.rms)
+      for (int k = threadIdx.x; k < K; k += kRowsThreads)
+        mean[m] += xs[m * K + k];
+  }
+  if (!n.rms) {
+    blockSums<M>(mean);
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      mean[m] /= float(K);
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    q[m] = 0.0f;
+    for (int k = threadIdx.x; k < K; k += kRowsThreads) {
+      const float c = xs[m * K + k] - mean[m];
+      q[m] += c * c;
+    }
+  }
+  blockSums<M>(q);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const float inv = rsqrtf(q[m] / float(K) + n.epsilon);
+    for (int k = threadIdx.x; k < K; k += kRowsThreads) {
+      const float v = (xs[m * K + k] - mean[m]) * inv * n.scale[k];
+      xs[m * K + k] = n.bias ? v + n.bias[k] : v;
+    }
+  }
+  __syncthreads();
+}
+
+/// Block b computes neurons [4b, 4b + 4) for all M tokens: thread t takes
+/// chunks t, t + 256, ... of the four rows (4 loads in flight per chunk
+/// step, two steps unrolled), then warp shuffles and one shared-memory pass
+/// reduce the M x 4 sums. `Early` (a programmatic dependent launch): the
+/// weights depend on no earlier kernel, so the first step's loads are
+/// issued before pdlWait and overlap the kernel before (at K <= 2048 fp16
+/// that is all of them); x is read after it.
+/// `Norm`: x is normalised first (normaliseX), and read from shared
+/// memory.
+template <typename W, int M, bool Vec, bool Early, bool Norm = false>
 __global__ void __launch_bounds__(kRowsThreads)
 gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
   pdlTrigger();
   using C = Chunk<W, Vec>;
   constexpr int V = C::V, R = kRowsPerBlock;
+  static_assert(!Norm || (Vec && V % 4 == 0), "norm kernels read float4s");
   // This block's weight (compile-time indices: the targets stay in the
   // parameter space).
   const W *wt = t.wt[0];
@@ -112,11 +185,27 @@ gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
       acc[m][r] = 0.0f;
+  extern __shared__ float4 normalised[]; // Norm: M x K floats
+  float *xs = reinterpret_cast<float *>(normalised);
   auto step = [&](int c, const float (&w)[R][V]) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xv[V];
-      loadX<V, Vec, Early>(x + int64_t(m) * K + c * V, xv);
+      if constexpr (Norm) {
+        // 16-byte shared-memory reads (V is 4 or 8 in the Vec kernels):
+        // 2-way bank conflicts instead of 8-way for scalar reads.
+#pragma unroll
+        for (int v = 0; v < V; v += 4) {
+          const float4 f =
+              *reinterpret_cast<const float4 *>(xs + m * K + c * V + v);
+          xv[v] = f.x;
+          xv[v + 1] = f.y;
+          xv[v + 2] = f.z;
+          xv[v + 3] = f.w;
+        }
+      } else {
+        loadX<V, Vec, Early>(x + int64_t(m) * K + c * V, xv);
+      }
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -125,13 +214,17 @@ gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
     }
   };
   int c = threadIdx.x;
-  if constexpr (Early) {
+  if constexpr (Early || Norm) {
+    // The first step's weights are requested before x is waited for (and
+    // normalised).
     float w0[R][V];
     if (c < chunks)
 #pragma unroll
       for (int r = 0; r < R; ++r)
         C::load(rows[r] + c * V, w0[r]);
     pdlWait();
+    if constexpr (Norm)
+      normaliseX<M>(x, K, t.norm, xs);
     if (c < chunks)
       step(c, w0);
     c += kRowsThreads;
@@ -174,7 +267,19 @@ gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
 
 template <typename W, int M, bool Vec>
 cudaError_t launchRowsM(dim3 grid, const float *x, int K, Activation act,
-                        const RowsTargets<W> &t, cudaStream_t s, bool early) {
+                        const RowsTargets<W> &t, cudaStream_t s, bool early,
+                        bool norm) {
+  if constexpr (Vec) {
+    if (norm) {
+      const size_t smem = sizeof(float) * size_t(M) * size_t(K);
+      return early ? launchKernel(gemvRowsKernel<W, M, true, true, true>, grid,
+                                  dim3{kRowsThreads}, smem, s, true, x, K, act,
+                                  t)
+                   : launchKernel(gemvRowsKernel<W, M, true, false, true>,
+                                  grid, dim3{kRowsThreads}, smem, s, false, x,
+                                  K, act, t);
+    }
+  }
   return early ? launchKernel(gemvRowsKernel<W, M, Vec, true>, grid,
                               dim3{kRowsThreads}, 0, s, true, x, K, act, t)
                : launchKernel(gemvRowsKernel<W, M, Vec, false>, grid,
@@ -184,11 +289,11 @@ cudaError_t launchRowsM(dim3 grid, const float *x, int K, Activation act,
 template <typename W, bool Vec>
 cudaError_t launchRows(int M, const float *x, int K, Activation act,
                        const RowsTargets<W> &t, int blocks, cudaStream_t s,
-                       bool early) {
+                       bool early, bool norm) {
   const dim3 grid{static_cast<unsigned>(blocks)};
 #define SPARSEC_ROWS_CASE(m)                                                   \
   case m:                                                                      \
-    return launchRowsM<W, m, Vec>(grid, x, K, act, t, s, early);
+    return launchRowsM<W, m, Vec>(grid, x, K, act, t, s, early, norm);
   switch (M) {
     SPARSEC_ROWS_CASE(1)
     SPARSEC_ROWS_CASE(2)
@@ -430,7 +535,8 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
                           const W *const *wt, const int *N,
                           const float *const *bias, ops::Activation act,
                           const float *const *residual, float *const *y,
-                          cudaStream_t stream, bool early) {
+                          cudaStream_t stream, bool early,
+                          const GemvNorm *norm) {
   if (tokens <= 0)
     return cudaSuccess;
   if (tokens > kGemvRowsTokens || count < 1 || count > kGemvGroupMax)
@@ -438,6 +544,11 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
   constexpr int V = 16 / int(sizeof(W));
   RowsTargets<W> t{};
   t.count = count;
+  if (norm) {
+    if (!norm->scale || !gemvNormSupported(tokens, K))
+      return cudaErrorNotSupported;
+    t.norm = *norm;
+  }
   bool vec = aligned16(x) && (int64_t(K) * int64_t(sizeof(W))) % 16 == 0 &&
              K % V == 0;
   int blocks = 0;
@@ -453,12 +564,21 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
     blocks += (N[g] + kRowsPerBlock - 1) / kRowsPerBlock;
     vec = vec && aligned16(wt[g]);
   }
+  if (norm && !vec)
+    return cudaErrorNotSupported; // the norm kernels stage x with float4
   if (blocks == 0)
     return cudaSuccess;
   cudaError_t e =
-      vec ? launchRows<W, true>(tokens, x, K, act, t, blocks, stream, early)
-          : launchRows<W, false>(tokens, x, K, act, t, blocks, stream, early);
+      vec ? launchRows<W, true>(tokens, x, K, act, t, blocks, stream, early,
+                                norm != nullptr)
+          : launchRows<W, false>(tokens, x, K, act, t, blocks, stream, early,
+                                 false);
   return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+bool gemvNormSupported(int tokens, int K) {
+  return tokens >= 1 && tokens <= kGemvRowsTokens && K > 0 && K % 4 == 0 &&
+         int64_t(tokens) * K <= kGemvNormFloats;
 }
 
 template <typename W>
@@ -478,7 +598,7 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
   template cudaError_t gemvRowsGroup<W>(                                       \
       const float *, int, int, int, const W *const *, const int *,             \
       const float *const *, ops::Activation, const float *const *,             \
-      float *const *, cudaStream_t, bool);
+      float *const *, cudaStream_t, bool, const GemvNorm *);
 SPARSEC_GEMV_ROWS(__half)
 SPARSEC_GEMV_ROWS(float)
 #undef SPARSEC_GEMV_ROWS

@@ -94,6 +94,9 @@ struct Device : Context::Backend {
   bool forked = false;
   cudaEvent_t join = nullptr;
   DeviceBuffer gemvPartials, halfInput, attentionScratch;
+  /// A linear group's normalised input where its norm is not folded into
+  /// the GEMV (prefill, or rows too long for shared memory).
+  DeviceBuffer normalisedInput;
   /// PIT workspace (index sets, counts, gathered activations), shared by
   /// the batched sparse linears of a step, which run one after another.
   DeviceBuffer pitIdx, pitCount, pitGather;

@@ -860,60 +860,6 @@ bool linearNK(Context &ctx, const Tensor &x, const Tensor &w,
               r.as<float>(), residual ? residual->as<float>() : nullptr);
 }
 
-bool linearGroupNK(Context &ctx, const Tensor &x, int count,
-                   const Tensor *const *w, const Tensor *const *bias,
-                   Activation act, const int *outSlots, Tensor *const *out) {
-  Device &d = dev(ctx);
-  if (count < 1 || count > kGemvGroupMax)
-    return ctx.fail("linear group: " + std::to_string(count) +
-                    " weights (1 to " + std::to_string(kGemvGroupMax) +
-                    " supported)");
-  LinearShape s[kGemvGroupMax];
-  bool oneLaunch = true;
-  for (int g = 0; g < count; ++g) {
-    if (!linearOperands(ctx, "linear group", x, *w[g], bias ? bias[g] : nullptr,
-                        true, s[g]) ||
-        !allocateLastDim(ctx, d, outSlots[g], x, s[g].N, DType::f32, *out[g]))
-      return false;
-    oneLaunch = oneLaunch && w[g]->dtype == w[0]->dtype &&
-                s[g].N <= std::numeric_limits<int>::max();
-  }
-  const int64_t M = s[0].M, K = s[0].K;
-  if (!oneLaunch || M > kGemvRowsTokens) {
-    // Prefill (cuBLAS) or mixed storage: one linear after the other.
-    for (int g = 0; g < count; ++g)
-      if (!gemm(ctx, d, x.as<float>(), M, K, *w[g], true, s[g].N, s[g].bias,
-                act, out[g]->as<float>()))
-        return false;
-    return true;
-  }
-  if (M == 0 || !d.launching())
-    return true;
-  int N[kGemvGroupMax];
-  const float *b[kGemvGroupMax];
-  float *y[kGemvGroupMax];
-  for (int g = 0; g < count; ++g) {
-    N[g] = int(s[g].N);
-    b[g] = s[g].bias;
-    y[g] = out[g]->as<float>();
-  }
-  cudaError_t e;
-  if (w[0]->dtype == DType::f16) {
-    const __half *wt[kGemvGroupMax];
-    for (int g = 0; g < count; ++g)
-      wt[g] = w[g]->as<__half>();
-    e = gemvRowsGroup(x.as<float>(), int(M), int(K), count, wt, N, b, act,
-                      nullptr, y, d.stream, d.earlyLaunch);
-  } else {
-    const float *wt[kGemvGroupMax];
-    for (int g = 0; g < count; ++g)
-      wt[g] = w[g]->as<float>();
-    e = gemvRowsGroup(x.as<float>(), int(M), int(K), count, wt, N, b, act,
-                      nullptr, y, d.stream, d.earlyLaunch);
-  }
-  return check(ctx, e, "grouped gemv");
-}
-
 bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
             Tensor &out) {
   Device &d = dev(ctx);
@@ -979,27 +925,17 @@ bool normCommon(Context &ctx, const char *op, const Tensor &x,
 namespace {
 /// Layer norm (Rms false) or RMS norm over dims [axis, rank): one block per
 /// row.
+/// Launches the norm kernel over `rows` rows of `width` (xs -> ys).
 template <bool Rms>
-bool norm(Context &ctx, const char *op, const Tensor &x, const Tensor &scale,
-          const Tensor *bias, int64_t axis, float epsilon, int outSlot,
-          Tensor &out) {
-  Device &d = dev(ctx);
-  int64_t rows, width;
-  if (!normCommon(ctx, op, x, scale, bias, axis, rows, width))
-    return false;
-  Tensor r;
-  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
-    return false;
-  out = r;
+bool launchNorm(Context &ctx, Device &d, const char *op, const float *xs,
+                const float *sc, const float *b, int64_t rows, int64_t width,
+                float epsilon, float *ys) {
   if (rows == 0 || width == 0 || !d.launching())
     return true;
-  const float *b = bias ? bias->as<float>() : nullptr;
   const unsigned grid = unsigned(rows);
   const int w = int(std::min<int64_t>(width, INT32_MAX));
   // A short kernel between GEMVs: launched early, it waits for x at once
   // but its launch overlaps the kernel before.
-  const float *xs = x.as<float>(), *sc = scale.as<float>();
-  float *ys = r.as<float>();
   cudaError_t e;
   if (width <= 4 * kNormThreads)
     e = launchKernel(normRegKernel<Rms, 4>, dim3{grid}, dim3{kNormThreads}, 0,
@@ -1017,7 +953,122 @@ bool norm(Context &ctx, const char *op, const Tensor &x, const Tensor &scale,
     return false;
   return launched(ctx, op);
 }
+
+template <bool Rms>
+bool norm(Context &ctx, const char *op, const Tensor &x, const Tensor &scale,
+          const Tensor *bias, int64_t axis, float epsilon, int outSlot,
+          Tensor &out) {
+  Device &d = dev(ctx);
+  int64_t rows, width;
+  if (!normCommon(ctx, op, x, scale, bias, axis, rows, width))
+    return false;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
+    return false;
+  out = r;
+  return launchNorm<Rms>(ctx, d, op, x.as<float>(), scale.as<float>(),
+                         bias ? bias->as<float>() : nullptr, rows, width,
+                         epsilon, r.as<float>());
+}
 } // namespace
+
+bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
+                   const Tensor *normBias, float normEpsilon, bool normRms,
+                   int count, const Tensor *const *w,
+                   const Tensor *const *bias, Activation act,
+                   const int *outSlots, Tensor *const *out) {
+  Device &d = dev(ctx);
+  const char *op = "linear group";
+  if (count < 1 || count > kGemvGroupMax)
+    return ctx.fail("linear group: " + std::to_string(count) +
+                    " weights (1 to " + std::to_string(kGemvGroupMax) +
+                    " supported)");
+  if (!normScale && normBias)
+    return ctx.fail("linear group: a norm bias without a norm scale");
+  LinearShape s[kGemvGroupMax];
+  bool oneLaunch = true;
+  for (int g = 0; g < count; ++g) {
+    if (!linearOperands(ctx, op, x, *w[g], bias ? bias[g] : nullptr, true,
+                        s[g]) ||
+        !allocateLastDim(ctx, d, outSlots[g], x, s[g].N, DType::f32, *out[g]))
+      return false;
+    oneLaunch = oneLaunch && w[g]->dtype == w[0]->dtype &&
+                s[g].N <= std::numeric_limits<int>::max();
+  }
+  const int64_t M = s[0].M, K = s[0].K;
+  GemvNorm norm;
+  if (normScale) {
+    int64_t rows, width;
+    if (!normCommon(ctx, op, x, *normScale, normBias, -1, rows, width))
+      return false;
+    norm.scale = normScale->as<float>();
+    norm.bias = normBias ? normBias->as<float>() : nullptr;
+    norm.epsilon = normEpsilon;
+    norm.rms = normRms;
+  }
+  if (M == 0)
+    return true;
+  // The input the linears read: x, or x normalised by the norm kernel
+  // where the GEMV cannot normalise it itself.
+  const float *input = x.as<float>();
+  auto normaliseApart = [&] {
+    if (!d.ensure(ctx, d.normalisedInput, sizeof(float) * size_t(M * K),
+                  "normalised linear input"))
+      return false;
+    float *n = static_cast<float *>(d.normalisedInput.ptr);
+    input = n;
+    return normRms ? launchNorm<true>(ctx, d, "rms_norm", x.as<float>(),
+                                      norm.scale, nullptr, M, K, normEpsilon, n)
+                   : launchNorm<false>(ctx, d, "layer_norm", x.as<float>(),
+                                       norm.scale, norm.bias, M, K,
+                                       normEpsilon, n);
+  };
+  if (!oneLaunch || M > kGemvRowsTokens) {
+    // Prefill (cuBLAS) or mixed storage: one linear after the other.
+    if (normScale && !normaliseApart())
+      return false;
+    for (int g = 0; g < count; ++g)
+      if (!gemm(ctx, d, input, M, K, *w[g], true, s[g].N, s[g].bias, act,
+                out[g]->as<float>()))
+        return false;
+    return true;
+  }
+  const bool fold = normScale && gemvNormSupported(int(M), int(K));
+  if (normScale && !fold && !normaliseApart())
+    return false;
+  if (!d.launching())
+    return true;
+  int N[kGemvGroupMax];
+  const float *b[kGemvGroupMax];
+  float *y[kGemvGroupMax];
+  for (int g = 0; g < count; ++g) {
+    N[g] = int(s[g].N);
+    b[g] = s[g].bias;
+    y[g] = out[g]->as<float>();
+  }
+  auto launch = [&](const GemvNorm *n) {
+    if (w[0]->dtype == DType::f16) {
+      const __half *wt[kGemvGroupMax];
+      for (int g = 0; g < count; ++g)
+        wt[g] = w[g]->as<__half>();
+      return gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act,
+                           nullptr, y, d.stream, d.earlyLaunch, n);
+    }
+    const float *wt[kGemvGroupMax];
+    for (int g = 0; g < count; ++g)
+      wt[g] = w[g]->as<float>();
+    return gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr,
+                         y, d.stream, d.earlyLaunch, n);
+  };
+  cudaError_t e = launch(fold ? &norm : nullptr);
+  if (e == cudaErrorNotSupported && fold) {
+    // Unaligned rows: normalise apart, then the plain GEMV.
+    if (!normaliseApart())
+      return false;
+    e = launch(nullptr);
+  }
+  return check(ctx, e, "grouped gemv");
+}
 
 bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
                const Tensor *bias, int64_t axis, float epsilon, int outSlot,

@@ -35,7 +35,7 @@ func.func @linear_transposed(%x: tensor<2x8xf32>, %w: tensor<8x16xf32>) -> tenso
 // -----
 
 func.func @group_one(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>) -> tensor<2x16xf32> {
-  // expected-error @+1 {{needs at least 2 weights, got 1}}
+  // expected-error @+1 {{needs at least 2 weights (or a norm), got 1}}
   %y = sparsec.linear_group %x weights(%w) : tensor<2x8xf32>, (tensor<16x8xf32>) -> tensor<2x16xf32>
   return %y : tensor<2x16xf32>
 }
@@ -53,6 +53,38 @@ func.func @group_biases(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>, %b: tensor<16
 func.func @group_k(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>, %v: tensor<16x4xf32>) -> tensor<2x16xf32> {
   // expected-error @+1 {{input feature dimension 8 does not match weight input dimension 4}}
   %y:2 = sparsec.linear_group %x weights(%w, %v) : tensor<2x8xf32>, (tensor<16x8xf32>, tensor<16x4xf32>) -> tensor<2x16xf32>, tensor<2x16xf32>
+  return %y#0 : tensor<2x16xf32>
+}
+
+// -----
+
+func.func @group_norm_eps(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>, %g: tensor<8xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{needs norm_epsilon with a norm}}
+  %y = sparsec.linear_group %x norm(%g) weights(%w) : tensor<2x8xf32> norm(tensor<8xf32>), (tensor<16x8xf32>) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+func.func @group_norm_rms_bias(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>, %g: tensor<8xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{an RMS norm takes no bias}}
+  %y = sparsec.linear_group %x norm(%g, %g) weights(%w) {norm_epsilon = 1.0e-5 : f32, norm_rms} : tensor<2x8xf32> norm(tensor<8xf32>, tensor<8xf32>), (tensor<16x8xf32>) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+func.func @group_norm_shape(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>, %g: tensor<4xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{norm scale and bias must be [K] with K = 8, got 'tensor<4xf32>'}}
+  %y = sparsec.linear_group %x norm(%g) weights(%w) {norm_epsilon = 1.0e-5 : f32} : tensor<2x8xf32> norm(tensor<4xf32>), (tensor<16x8xf32>) -> tensor<2x16xf32>
+  return %y : tensor<2x16xf32>
+}
+
+// -----
+
+func.func @group_norm_attr(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{has norm attributes or a norm bias but no norm_scale}}
+  %y:2 = sparsec.linear_group %x weights(%w, %w) {norm_epsilon = 1.0e-5 : f32} : tensor<2x8xf32>, (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x16xf32>, tensor<2x16xf32>
   return %y#0 : tensor<2x16xf32>
 }
 

@@ -35,9 +35,10 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK-NEXT: const Tensor *gb[[G]][] = {&{{v[0-9]+}}, &{{v[0-9]+}}, &{{v[0-9]+}}};
 // CHECK-NEXT: const int gs[[G]][] = {{{[0-9]+}}, {{[0-9]+}}, {{[0-9]+}}};
 // CHECK-NEXT: Tensor *go[[G]][] = {&[[Q]], &[[K]], &[[V]]};
-// CHECK-NEXT: if (!cuda::linearGroupNK(ctx, {{[a-z]+[0-9]+}}, 3, gw[[G]], gb[[G]], ops::Activation::none, gs[[G]], go[[G]])) return false;
+// CHECK-NEXT: if (!cuda::linearGroupNK(ctx, {{[a-z]+[0-9]+}}, nullptr, nullptr, 0.0f, false, 3, gw[[G]], gb[[G]], ops::Activation::none, gs[[G]], go[[G]])) return false;
 // CHECK: if (!cuda::binary(ctx, ops::Binary::mul, [[Q]], [[K]], {{[0-9]+}}, {{v[0-9]+}})) return false;
 // CHECK: if (!cuda::linearNK(ctx, [[V]], {{v[0-9]+}}, nullptr, ops::Activation::none, nullptr, {{[0-9]+}}, {{v[0-9]+}})) return false;
 
 // NOGROUP-NOT: linearGroupNK
 // NOGROUP-COUNT-4: cuda::linearNK(
+

@@ -288,8 +288,27 @@ LogicalResult LinearOp::verify() {
 
 LogicalResult LinearGroupOp::verify() {
   size_t n = getWeights().size();
-  if (n < 2)
-    return emitOpError("needs at least 2 weights, got ") << n;
+  Value scale = getNormScale();
+  if (n < (scale ? 1u : 2u))
+    return emitOpError("needs at least ")
+           << (scale ? "1 weight" : "2 weights (or a norm)") << ", got " << n;
+  if (!scale && (getNormBias() || getNormEpsilon() || getNormRms()))
+    return emitOpError("has norm attributes or a norm bias but no norm_scale");
+  if (scale) {
+    if (!getNormEpsilon())
+      return emitOpError("needs norm_epsilon with a norm");
+    if (getNormRms() && getNormBias())
+      return emitOpError("an RMS norm takes no bias");
+    int64_t k = getInput().getType().getShape().back();
+    for (Value v : {scale, Value(getNormBias())}) {
+      if (!v)
+        continue;
+      auto t = cast<RankedTensorType>(v.getType());
+      if (t.getRank() != 1 || !compatibleDims(t.getDimSize(0), k))
+        return emitOpError("norm scale and bias must be [K] with K = ")
+               << dimStr(k) << ", got " << t;
+    }
+  }
   if (!getBiases().empty() && getBiases().size() != n)
     return emitOpError("has ")
            << getBiases().size() << " biases for " << n

@@ -10,6 +10,12 @@
 // the linear's epilogue as a residual), a hybrid FFN's CPU part, and
 // linears with annotations the sparsity passes own.
 //
+// Then (fold-norms) a layer_norm or rms_norm over the last dimension whose
+// every user is such a group or groupable linear (or a shape, which then
+// reads the norm's input) is folded into them: each
+// becomes a linear_group with the norm's scale, bias and epsilon, and the
+// norm's own kernel (and its result's memory) disappears.
+//
 //===----------------------------------------------------------------------===//
 
 #include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
@@ -31,32 +37,64 @@ namespace {
 /// The most weights one group takes (the CUDA kernel's limit).
 constexpr size_t kMaxGroup = 4;
 
+/// `v` is null or made by an operand-free op in `block` (a sparsec.weight),
+/// which can move up to a new user.
+bool movable(Value v, Block *block) {
+  if (!v)
+    return true;
+  Operation *def = v.getDefiningOp();
+  return def && def->getNumOperands() == 0 && def->getNumRegions() == 0 &&
+         def->getBlock() == block;
+}
+
+/// Moves the definition of `v` (if any) before `op` when it comes after.
+void hoist(Value v, Operation *op) {
+  if (Operation *def = v ? v.getDefiningOp() : nullptr)
+    if (op->isBeforeInBlock(def))
+      def->moveBefore(op);
+}
+
 bool groupable(LinearOp l) {
   if (!l.getTransposeWeight() || l->hasAttr("sparsity") ||
       l->hasAttr("sparsec.device"))
     return false;
-  // Weights and biases must be operand-free ops (sparsec.weight) so that
-  // they can move to the group's position.
-  for (Value v : {l.getWeight(), l.getBias()}) {
-    if (!v)
-      continue;
-    Operation *def = v.getDefiningOp();
-    if (!def || def->getNumOperands() != 0 || def->getNumRegions() != 0 ||
-        def->getBlock() != l->getBlock())
-      return false;
-  }
+  if (!movable(l.getWeight(), l->getBlock()) ||
+      !movable(l.getBias(), l->getBlock()))
+    return false;
   Value r = l.getResult();
   if (r.hasOneUse() && isa<AddOp>(*r.getUsers().begin()))
     return false; // a residual-add epilogue candidate
   return true;
 }
 
+/// The norm a group would take: scale, bias (null for none), epsilon, RMS.
+struct Norm {
+  Value scale, bias;
+  FloatAttr epsilon;
+  bool rms = false;
+};
+
+LinearGroupOp createGroup(OpBuilder &b, Location loc, TypeRange types,
+                          Value input, const Norm *norm, ValueRange weights,
+                          ValueRange biases, ActivationAttr act) {
+  return LinearGroupOp::create(b, loc, types, input,
+                               norm ? norm->scale : Value(),
+                               norm ? norm->bias : Value(), weights, biases,
+                               norm ? norm->epsilon : FloatAttr(),
+                               norm && norm->rms, act);
+}
+
 struct GroupLinearsPass
     : sparsec::impl::GroupLinearsPassBase<GroupLinearsPass> {
+  using GroupLinearsPassBase::GroupLinearsPassBase;
+
   void runOnOperation() override {
     getOperation().walk([&](func::FuncOp func) {
-      for (Block &block : func.getBody())
+      for (Block &block : func.getBody()) {
         groupBlock(block);
+        if (foldNorms)
+          foldBlockNorms(block);
+      }
     });
   }
 
@@ -85,18 +123,17 @@ struct GroupLinearsPass
     SmallVector<Value> weights, biases;
     SmallVector<Type> types;
     for (LinearOp l : members) {
-      for (Value v : {l.getWeight(), l.getBias()})
-        if (v && first->isBeforeInBlock(v.getDefiningOp()))
-          v.getDefiningOp()->moveBefore(first);
+      hoist(l.getWeight(), first);
+      hoist(l.getBias(), first);
       weights.push_back(l.getWeight());
       if (l.getBias())
         biases.push_back(l.getBias());
       types.push_back(l.getResult().getType());
     }
     OpBuilder b(first);
-    auto group = LinearGroupOp::create(b, first.getLoc(), types,
-                                       first.getInput(), weights, biases,
-                                       first.getActivationAttr());
+    LinearGroupOp group =
+        createGroup(b, first.getLoc(), types, first.getInput(), nullptr,
+                    weights, biases, first.getActivationAttr());
     for (size_t i = 0; i < members.size(); ++i) {
       LinearOp l = members[i];
       l.getResult().replaceAllUsesWith(group.getResult(unsigned(i)));
@@ -104,6 +141,84 @@ struct GroupLinearsPass
     }
     ++numGroups;
     numLinears += members.size();
+  }
+
+  /// The norm of `op` (a layer_norm or rms_norm over the last dimension
+  /// with movable parameters), or nothing.
+  static std::optional<Norm> normOf(Operation *op) {
+    Norm n;
+    if (auto ln = dyn_cast<LayerNormOp>(op)) {
+      int64_t rank = ln.getInput().getType().getRank();
+      if (ln.getAxis() != -1 && ln.getAxis() != rank - 1)
+        return std::nullopt;
+      n.scale = ln.getScale();
+      n.bias = ln.getBias();
+      n.epsilon = ln.getEpsilonAttr();
+    } else if (auto rms = dyn_cast<RmsNormOp>(op)) {
+      n.scale = rms.getScale();
+      n.epsilon = rms.getEpsilonAttr();
+      n.rms = true;
+    } else {
+      return std::nullopt;
+    }
+    for (Value v : {n.scale, n.bias}) {
+      if (v && (!movable(v, op->getBlock()) ||
+                cast<RankedTensorType>(v.getType()).getRank() != 1))
+        return std::nullopt;
+    }
+    return n;
+  }
+
+  void foldBlockNorms(Block &block) {
+    SmallVector<Operation *> norms;
+    for (Operation &op : block)
+      if (isa<LayerNormOp, RmsNormOp>(op))
+        norms.push_back(&op);
+    for (Operation *op : norms) {
+      std::optional<Norm> norm = normOf(op);
+      Value out = op->getResult(0);
+      if (!norm || out.use_empty())
+        continue;
+      bool all = llvm::all_of(out.getUsers(), [&](Operation *u) {
+        if (isa<ShapeOp>(u))
+          return true; // reads only the dims, which the input has too
+        if (auto g = dyn_cast<LinearGroupOp>(u))
+          return g.getInput() == out && !g.getNormScale();
+        auto l = dyn_cast<LinearOp>(u);
+        return l && l.getInput() == out && groupable(l);
+      });
+      if (!all)
+        continue;
+      Value input = op->getOperand(0);
+      SmallVector<Operation *> users(out.getUsers());
+      for (Operation *u : users) {
+        if (isa<ShapeOp>(u)) {
+          u->replaceUsesOfWith(out, input);
+          continue;
+        }
+        OpBuilder b(u);
+        hoist(norm->scale, u);
+        hoist(norm->bias, u);
+        LinearGroupOp folded;
+        if (auto g = dyn_cast<LinearGroupOp>(u)) {
+          folded = createGroup(b, g.getLoc(), g.getResultTypes(), input,
+                               &*norm, g.getWeights(), g.getBiases(),
+                               g.getActivationAttr());
+        } else {
+          auto l = cast<LinearOp>(u);
+          SmallVector<Value> biases;
+          if (l.getBias())
+            biases.push_back(l.getBias());
+          folded = createGroup(b, l.getLoc(), l.getResult().getType(), input,
+                               &*norm, ValueRange{l.getWeight()}, biases,
+                               l.getActivationAttr());
+        }
+        u->replaceAllUsesWith(folded.getResults());
+        u->erase();
+      }
+      op->erase();
+      ++numNorms;
+    }
   }
 };
 } // namespace

@@ -213,29 +213,41 @@ def Sparsec_LinearOp : Sparsec_Op<"linear", [Pure, InferShape]> {
 
 def Sparsec_LinearGroupOp : Sparsec_Op<"linear_group",
     [Pure, AttrSizedOperandSegments]> {
-  let summary = "several linears over one input, computed by one kernel";
+  let summary = "linears over one (optionally normalised) input, one kernel";
   let description = [{
-    Result `i` is `input . weights[i]^T (+ biases[i])`: every weight is
+    Result `i` is `n(input) . weights[i]^T (+ biases[i])`: every weight is
     neuron-major `[N_i, K]` (the layout `transpose_weight` names on
     `sparsec.linear`), `biases` is empty or has one bias per weight, and
-    `activation` applies to all. `sparsec-group-linears` builds it from
-    sibling linears (q, k and v of an attention block); the CUDA target
-    computes the group in one decode-GEMV launch, so the weights are
-    streamed back to back instead of by separate kernels.
+    `activation` applies to all. `n` is the identity, or, with
+    `norm_scale`, a normalisation over the last dimension folded in from a
+    `layer_norm` (`norm_scale`, optional `norm_bias`, `norm_epsilon`) or an
+    `rms_norm` (`norm_rms`; no bias). `sparsec-group-linears` builds it
+    from sibling linears (q, k and v of an attention block) and folds the
+    norm that feeds them; the CUDA target computes the group in one
+    decode-GEMV launch whose blocks normalise the input themselves. Without
+    a norm a group has at least 2 weights; with one, at least 1.
     ```mlir
-    %q, %k = sparsec.linear_group %x weights(%wq, %wk) biases(%bq, %bk)
-        : tensor<1x1x64xf32>, (tensor<64x64xf16>, tensor<64x64xf16>),
+    %q, %k = sparsec.linear_group %x norm(%g, %b) weights(%wq, %wk)
+        biases(%bq, %bk) {norm_epsilon = 1.0e-5 : f32}
+        : tensor<1x1x64xf32>, norm(tensor<64xf32>, tensor<64xf32>),
+          (tensor<64x64xf16>, tensor<64x64xf16>),
           (tensor<64xf32>, tensor<64xf32>) -> tensor<1x1x64xf32>, tensor<1x1x64xf32>
     ```
   }];
   let arguments = (ins Sparsec_FloatTensor:$input,
+                       Optional<Sparsec_FloatTensor>:$norm_scale,
+                       Optional<Sparsec_FloatTensor>:$norm_bias,
                        Variadic<Sparsec_FloatTensor>:$weights,
                        Variadic<Sparsec_FloatTensor>:$biases,
+                       OptionalAttr<F32Attr>:$norm_epsilon,
+                       UnitAttr:$norm_rms,
                        OptionalAttr<Sparsec_ActivationAttr>:$activation);
   let results = (outs Variadic<Sparsec_FloatTensor>:$results);
   let assemblyFormat = [{
-    $input `weights` `(` $weights `)` (`biases` `(` $biases^ `)`)? attr-dict
-    `:` type($input) `,` `(` type($weights) `)`
+    $input (`norm` `(` $norm_scale^ (`,` $norm_bias^)? `)`)?
+    `weights` `(` $weights `)` (`biases` `(` $biases^ `)`)? attr-dict
+    `:` type($input) (`norm` `(` type($norm_scale)^ (`,` type($norm_bias)^)? `)`)?
+    `,` `(` type($weights) `)`
     (`,` `(` type($biases)^ `)`)? `->` type($results)
   }];
   let hasVerifier = 1;

@@ -545,31 +545,45 @@ def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
 }
 
 def GroupLinearsPass : Pass<"sparsec-group-linears", "mlir::ModuleOp"> {
-  let summary = "Group linears that read the same input into one linear_group";
+  let summary = "Group linears that read the same input into one linear_group "
+                "and fold the norm that feeds them";
   let description = [{
-    Runs after `sparsec-weight-layout` for the CUDA target. Linears with
-    neuron-major weights (`transpose_weight`) that read the same value,
-    with weights of one element type, all with or all without a bias and
-    with the same activation, become one `sparsec.linear_group` (at most 4
-    weights a group) at the first one's position; the weights move there.
-    Before:
+    Runs after `sparsec-weight-layout` for the CUDA and hybrid targets.
+    Linears with neuron-major weights (`transpose_weight`) that read the
+    same value, with weights of one element type, all with or all without a
+    bias and with the same activation, become one `sparsec.linear_group`
+    (at most 4 weights a group) at the first one's position; the weights
+    move there. Before:
     ```mlir
-    %q = sparsec.linear %x, %wq, %bq {transpose_weight} : ...
-    %k = sparsec.linear %x, %wk, %bk {transpose_weight} : ...
+    %h = sparsec.layer_norm %x, %g, %b {epsilon = 1.0e-05 : f32} : ...
+    %q = sparsec.linear %h, %wq, %bq {transpose_weight} : ...
+    %k = sparsec.linear %h, %wk, %bk {transpose_weight} : ...
     ```
     After:
     ```mlir
-    %q, %k = sparsec.linear_group %x weights(%wq, %wk) biases(%bq, %bk) : ...
+    %q, %k = sparsec.linear_group %x norm(%g, %b) weights(%wq, %wk)
+        biases(%bq, %bk) {norm_epsilon = 1.0e-05 : f32} : ...
     ```
-    Not grouped: a linear whose only user is an add (the CUDA emitter makes
-    that add the linear's residual epilogue), a hybrid FFN's CPU part
-    (`sparsec.device`), annotated (`sparsity`) linears, and weights that are
-    computed rather than `sparsec.weight` ops. The CUDA target computes a
-    group of at most 8 rows in one decode-GEMV launch.
+    With `fold-norms` (off by default, and not used by the driver), a
+    `layer_norm` over the last dimension or an `rms_norm` whose every user
+    is a group without a norm or a groupable linear is folded into them (a
+    lone linear becomes a group of one): the kernel normalises its input
+    itself and the norm's result is never stored. On the H200 the CUDA
+    decode GEMV's blocks each normalising x cost more than the norm kernel
+    they replace (docs/GPU.md), so the driver leaves the norms apart. Not grouped: a linear whose only user is an add (the CUDA
+    emitter makes that add the linear's residual epilogue), a hybrid FFN's
+    CPU part (`sparsec.device`), annotated (`sparsity`) linears, and weights
+    that are computed rather than `sparsec.weight` ops.
   }];
+  let options = [
+    Option<"foldNorms", "fold-norms", "bool", "false",
+           "Fold a layer_norm / rms_norm into the groups and linears it "
+           "feeds (off: measured slower on the H200, docs/GPU.md)">,
+  ];
   let statistics = [
     Statistic<"numGroups", "num-groups", "Number of linear groups built">,
     Statistic<"numLinears", "num-linears", "Number of linears grouped">,
+    Statistic<"numNorms", "num-norms", "Number of norms folded">,
   ];
 }
 

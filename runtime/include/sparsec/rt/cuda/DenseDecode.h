@@ -59,16 +59,36 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
 /// Most weights one gemvRowsGroup launch computes.
 constexpr int kGemvGroupMax = 4;
 
+/// A layer or RMS norm over x's rows that gemvRowsGroup applies first
+/// (folded from the norm that feeds the group): y = (x - mean) / sqrt(var +
+/// epsilon) * scale + bias, or x / sqrt(mean(x^2) + epsilon) * scale (rms).
+struct GemvNorm {
+  const float *scale = nullptr; // [K]
+  const float *bias = nullptr;  // [K] or null
+  float epsilon = 1e-5f;
+  bool rms = false;
+};
+/// Most x elements (tokens * K) a folded norm takes: x is staged in 48 KB
+/// of shared memory.
+constexpr int kGemvNormFloats = 12288;
+/// Whether gemvRowsGroup can fold a norm for these sizes (also needs
+/// 16-byte aligned x and weight rows).
+bool gemvNormSupported(int tokens, int K);
+
 /// gemvRows for `count` <= kGemvGroupMax weights over the same x in one
 /// launch (sibling projections, such as q, k and v): weight g is wt[g]
 /// [N[g], K] with bias[g] (bias null, or entries null: none), residual[g]
 /// (likewise) and output y[g] [tokens, N[g]]; one activation for all.
+/// `norm` (or null): x is normalised first, by every block for itself;
+/// cudaErrorNotSupported (nothing launched) where that does not fit
+/// (gemvNormSupported, alignment).
 template <typename W>
 cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
                           const W *const *wt, const int *N,
                           const float *const *bias, ops::Activation act,
                           const float *const *residual, float *const *y,
-                          cudaStream_t stream, bool early = false);
+                          cudaStream_t stream, bool early = false,
+                          const GemvNorm *norm = nullptr);
 
 /// Whether this device and build can use the `early` launches (Hopper or
 /// later, kernels compiled for sm_90 or later).

@@ -94,14 +94,19 @@ bool linearNK(Context &ctx, const Tensor &x, const Tensor &w,
               int outSlot, Tensor &out);
 /// `count` (at most 4) linears over the same x with neuron-major weights
 /// w[g] [N_g, K], biases bias[g] (bias or an entry null: none) and one
-/// activation; result g takes slot outSlots[g] and goes to *out[g]. At most
-/// 8 rows of x with weights of one dtype: one gemvRowsGroup launch (the
-/// compiler groups sibling projections such as q, k and v,
-/// `sparsec-group-linears`); otherwise one linearNK after the other.
-bool linearGroupNK(Context &ctx, const Tensor &x, int count,
-                   const Tensor *const *w, const Tensor *const *bias,
-                   ops::Activation act, const int *outSlots,
-                   Tensor *const *out);
+/// activation; result g takes slot outSlots[g] and goes to *out[g]. With
+/// `normScale` (and `normBias`, or null), x is first normalised over its
+/// last dimension: a layer norm, or an RMS norm (`normRms`), with
+/// `normEpsilon` (the compiler folds the norm that feeds the group). At
+/// most 8 rows of x with weights of one dtype: one gemvRowsGroup launch,
+/// which also applies the norm where the rows fit its shared memory;
+/// otherwise the norm kernel writes the normalised rows to a scratch
+/// buffer and one linear runs after the other (cuBLAS above 8 rows).
+bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
+                   const Tensor *normBias, float normEpsilon, bool normRms,
+                   int count, const Tensor *const *w,
+                   const Tensor *const *bias, ops::Activation act,
+                   const int *outSlots, Tensor *const *out);
 bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
             Tensor &out);
 bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
