@@ -41,6 +41,15 @@ def scale(unit):
             "KB": 1e3, "MB": 1e6, "GB": 1e9}.get(unit.strip(), 1.0)
 
 
+def kernel_name(full):
+    """'void ns::(anonymous namespace)::gemvRowsKernel<...>(...)' -> 'gemvRowsKernel'."""
+    name = full.replace("(anonymous namespace)::", "")
+    if name.startswith("void "):
+        name = name[5:]
+    name = name.split("(")[0].split("<")[0]
+    return name.split("::")[-1] or full
+
+
 def parse(text):
     lines = text.splitlines()
     start = next(i for i, l in enumerate(lines) if '"Kernel Name"' in l)
@@ -51,7 +60,7 @@ def parse(text):
     for r in body:
         if len(r) != len(head):
             continue
-        k = {"name": r[col["Kernel Name"]].split("(")[0].split("<")[0],
+        k = {"name": kernel_name(r[col["Kernel Name"]]),
              "grid": r[col["Grid Size"]] if "Grid Size" in col else ""}
         for m in METRICS:
             k[m] = to_number(r[col[m]]) * scale(units[col[m]]) if m in col else 0.0

@@ -318,7 +318,12 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         // Device backend: move to the padded device cache, checked once by
         // re-running the last prompt token over it (entries len - 1 on).
         std::vector<float> reference = lastLogits;
-        capacity = capacityFor(len, capacityLimit);
+        // Planned for the whole generation (the prompt and every new
+        // token, within --max-seq-len): no cache grows while decoding, so
+        // every decode step has one shape (one captured graph) and no
+        // device memory is reallocated between steps.
+        capacity = std::max(len, std::min(capacityLimit,
+                                          promptLen + opts.maxNewTokens));
         cached = len - 1;
         bool ok = true;
         for (CacheSlot &slot : cache)

@@ -46,6 +46,12 @@ Device::~Device() {
                    t.steps, kinds[k], t.wallUs / t.steps, t.hostUs / t.steps,
                    t.gpuUs / t.steps);
     }
+    for (size_t i = 0; i < firstSteps.size(); ++i)
+      std::fprintf(stderr,
+                   "sparsec cuda profile: step %zu (%s): wall %.1f us, host "
+                   "before launch %.1f us, GPU %.1f us\n",
+                   i + 1, kinds[firstSteps[i].kind], firstSteps[i].wallUs,
+                   firstSteps[i].hostUs, firstSteps[i].gpuUs);
     const HybridTimes &h = hybrid;
     if (h.steps > 0)
       std::fprintf(stderr,
@@ -882,13 +888,18 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
       cudaEventElapsedTime(&gpuMs, d.stepStart, d.stepEnd);
     cudaGetLastError();
     Device::StepTimes &t = d.times[kind];
+    const double hostUs =
+        std::chrono::duration<double, std::micro>(
+            (d.launched ? d.launchTime : Clock::now()) - t0)
+            .count();
+    const double wallUs =
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
     ++t.steps;
     t.gpuUs += 1e3 * gpuMs;
-    t.hostUs += std::chrono::duration<double, std::micro>(
-                    (d.launched ? d.launchTime : Clock::now()) - t0)
-                    .count();
-    t.wallUs +=
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    t.hostUs += hostUs;
+    t.wallUs += wallUs;
+    if (d.firstSteps.size() < Device::kFirstSteps)
+      d.firstSteps.push_back({kind, wallUs, hostUs, 1e3 * gpuMs});
   }
   return true;
 }

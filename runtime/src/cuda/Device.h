@@ -126,6 +126,13 @@ struct Device : Context::Backend {
   };
   bool profile = false;
   StepTimes times[3]; // eager, capture, replay
+  /// The first steps one by one (kind, wall, host before launch, GPU).
+  struct StepRecord {
+    int kind;
+    double wallUs, hostUs, gpuUs;
+  };
+  static constexpr size_t kFirstSteps = 6;
+  std::vector<StepRecord> firstSteps;
   /// Hybrid steps: host time computing the CPU parts (from the last
   /// waitHost before an upload, which carries the CPU part's result back),
   /// host time blocked in waitHost, and GPU time the stream sat idle
