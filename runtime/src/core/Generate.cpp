@@ -8,8 +8,9 @@
 //    present.{i}.key/value outputs): the runtime owns the cache. The prompt
 //    is one prefill run with an empty cache, then one run per new token.
 //    On x86 the cache is host memory reserved for --max-seq-len up front.
-//    A device backend keeps it in device memory at a fixed capacity (a
-//    power of two): past = [1, H, capacity, D] with the unused entries
+//    A device backend keeps it in device memory at a fixed capacity
+//    (planned for the prompt and every new token, within --max-seq-len):
+//    past = [1, H, capacity, D] with the unused entries
 //    masked out by attention_mask, so every decode step has one shape and
 //    replays one CUDA graph; each step's new K/V row is moved into place on
 //    the device. The padded step is checked once against the prefill's
@@ -17,8 +18,9 @@
 //    to host copies for an export whose attention does not honour the
 //    mask for past entries.
 //  - Exports without a cache: each step runs the whole sequence again (the
-//    compiler-derived incremental decoding for such exports is not written
-//    yet; this is the correct but quadratic fallback).
+//    correct but quadratic fallback; compiled with --kv-cache, such an
+//    export gets the KV-cache interface from sparsec-derive-kv-cache and
+//    decodes as above).
 // Greedy decoding, or seeded sampling with temperature, top-k and top-p.
 // Byte-level models (vocabulary 256) stream the continuation as raw bytes,
 // others as token ids; the last line on stderr gives time to first token,
