@@ -120,6 +120,56 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
   cudaFree(dy);
 }
 
+/// A NaN score makes the row's output NaN, wherever the key falls: one
+/// head of 64 over P past keys and a new one, key `nanKey` holding a NaN
+/// (the keys after it in its warp's group of 4 are past the end, or not).
+void attentionNaNCase(int P, int nanKey, std::mt19937 &rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int D = 64, T = P + 1;
+  std::vector<float> q(D), pk(size_t(P) * D), pv(size_t(P) * D), k(D), v(D);
+  for (auto *vec : {&q, &pk, &pv, &k, &v})
+    for (float &e : *vec)
+      e = g(rng);
+  (nanKey < P ? pk[size_t(nanKey) * D + 3] : k[3]) = NAN;
+  DecodeAttention a;
+  a.B = a.Hq = a.Hk = a.Sq = a.Sk = 1;
+  a.P = P;
+  a.D = a.Dv = D;
+  a.scale = 0.125f;
+  a.q = upload(q);
+  a.pastK = P ? upload(pk) : nullptr;
+  a.pastV = P ? upload(pv) : nullptr;
+  a.k = upload(k);
+  a.v = upload(v);
+  float *out = nullptr, *scratch = nullptr;
+  int *counters = nullptr;
+  CHECK_CUDA(cudaMalloc(&out, sizeof(float) * D));
+  CHECK_CUDA(cudaMalloc(&scratch, std::max<size_t>(4, decodeAttentionScratchBytes(a))));
+  CHECK_CUDA(cudaMalloc(&counters, sizeof(int)));
+  CHECK_CUDA(cudaMemset(counters, 0, sizeof(int)));
+  a.out = out;
+  CHECK_CUDA(decodeAttention(a, scratch, counters, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> got = download(out, size_t(D));
+  int nans = 0;
+  for (float x : got)
+    nans += x != x;
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "decodeAttention NaN score at key %d of %d: %d/%d outputs NaN",
+                nanKey, T, nans, D);
+  report(nans == D, line, 0.0);
+  for (const void *ptr : {static_cast<const void *>(a.q),
+                          static_cast<const void *>(a.pastK),
+                          static_cast<const void *>(a.pastV),
+                          static_cast<const void *>(a.k),
+                          static_cast<const void *>(a.v)})
+    cudaFree(const_cast<void *>(ptr));
+  cudaFree(out);
+  cudaFree(scratch);
+  cudaFree(counters);
+}
+
 /// gemvRowsGroup: `Ns.size()` weights [N_g, K] over one x in one launch,
 /// each member against the double-precision product; `bias`: every member
 /// has one (else none); `offset` as in gemvCase (element loads).
@@ -466,6 +516,11 @@ int main() {
   attentionCase(2, 8, 4, 1, 600, 80, 80, Mask::boolean, false, rng); // 3 elements a lane
   attentionCase(1, 32, 32, 1, 130, 64, 64, Mask::additive, false, rng, true);
   attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::boolean, true, rng, true);
+  // NaN scores: the last key of a warp's group followed by keys past the
+  // end (5 of 6), inside a group (2 of 6), in a later chunk (300 of 501).
+  attentionNaNCase(5, 5, rng);
+  attentionNaNCase(5, 2, rng);
+  attentionNaNCase(500, 300, rng);
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

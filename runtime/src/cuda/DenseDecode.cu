@@ -413,7 +413,8 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
         s[t] += a.maskF[mRow + j * a.mStr[3]];
       else if (a.maskB && !a.maskB[mRow + j * a.mStr[3]])
         s[t] = -INFINITY;
-      mNew = s[t] != s[t] ? s[t] : fmaxf(mNew, s[t]); // a NaN stays
+      // A NaN stays (fmaxf would drop it, also on a later key).
+      mNew = (mNew != mNew || s[t] != s[t]) ? NAN : fmaxf(mNew, s[t]);
     }
     if (mNew == -INFINITY)
       continue; // every key so far masked out

@@ -985,6 +985,8 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
                     " supported)");
   if (!normScale && normBias)
     return ctx.fail("linear group: a norm bias without a norm scale");
+  if (normRms && normBias)
+    return ctx.fail("linear group: an RMS norm takes no bias");
   LinearShape s[kGemvGroupMax];
   bool oneLaunch = true;
   for (int g = 0; g < count; ++g) {
@@ -1011,10 +1013,14 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
   // The input the linears read: x, or x normalised by the norm kernel
   // where the GEMV cannot normalise it itself.
   const float *input = x.as<float>();
+  // The scratch buffer of a norm applied apart, sized in every mode (eager,
+  // capture, replay) alike, whether or not this call ends up using it: a
+  // graph replay checks that its allocations match the captured ones.
+  if (normScale &&
+      !d.ensure(ctx, d.normalisedInput, sizeof(float) * size_t(M * K),
+                "normalised linear input"))
+    return false;
   auto normaliseApart = [&] {
-    if (!d.ensure(ctx, d.normalisedInput, sizeof(float) * size_t(M * K),
-                  "normalised linear input"))
-      return false;
     float *n = static_cast<float *>(d.normalisedInput.ptr);
     input = n;
     return normRms ? launchNorm<true>(ctx, d, "rms_norm", x.as<float>(),

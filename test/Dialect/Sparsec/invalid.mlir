@@ -90,6 +90,14 @@ func.func @group_norm_attr(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>) -> tensor<
 
 // -----
 
+func.func @group_five(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{takes at most 4 weights (the CUDA kernel's limit), got 5}}
+  %y:5 = sparsec.linear_group %x weights(%w, %w, %w, %w, %w) : tensor<2x8xf32>, (tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x16xf32>, tensor<2x16xf32>, tensor<2x16xf32>, tensor<2x16xf32>, tensor<2x16xf32>
+  return %y#0 : tensor<2x16xf32>
+}
+
+// -----
+
 func.func @group_results(%x: tensor<2x8xf32>, %w: tensor<16x8xf32>) -> tensor<2x16xf32> {
   // expected-error @+1 {{has 3 results for 2 weights}}
   %y:3 = sparsec.linear_group %x weights(%w, %w) : tensor<2x8xf32>, (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x16xf32>, tensor<2x16xf32>, tensor<2x16xf32>

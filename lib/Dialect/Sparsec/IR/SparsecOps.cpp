@@ -292,6 +292,11 @@ LogicalResult LinearGroupOp::verify() {
   if (n < (scale ? 1u : 2u))
     return emitOpError("needs at least ")
            << (scale ? "1 weight" : "2 weights (or a norm)") << ", got " << n;
+  if (n > 4)
+    return emitOpError("takes at most 4 weights (the CUDA kernel's limit), got ")
+           << n;
+  if (getInput().getType().getRank() < 1)
+    return emitOpError("input must have rank >= 1");
   if (!scale && (getNormBias() || getNormEpsilon() || getNormRms()))
     return emitOpError("has norm attributes or a norm bias but no norm_scale");
   if (scale) {
