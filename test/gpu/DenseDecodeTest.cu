@@ -53,6 +53,31 @@ __global__ void slowProducer(const float *src, float *x, int64_t n) {
     x[i] = src[i];
 }
 
+/// The early-launch set-up: x (at dx) is first filled with NaNs, then
+/// written by slowProducer on `stream`, which the kernel under test is
+/// launched on right behind it (programmatically dependent), so it must
+/// wait for x. Nothing happens for a normal launch (stream stays null).
+struct SlowX {
+  cudaStream_t stream = nullptr;
+  float *src = nullptr;
+  SlowX(bool early, const std::vector<float> &x, float *dx) {
+    if (!early)
+      return;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    src = upload(x);
+    CHECK_CUDA(cudaMemset(dx, 0xff, sizeof(float) * x.size()));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    slowProducer<<<1, 256, 0, stream>>>(src, dx, int64_t(x.size()));
+  }
+  ~SlowX() {
+    if (!stream)
+      return;
+    cudaStreamSynchronize(stream);
+    cudaFree(src);
+    cudaStreamDestroy(stream);
+  }
+};
+
 /// `offset` elements in front of x and w make them (and, with odd K, their
 /// rows) miss 16-byte alignment: the element-load kernel. `early`: x is
 /// written by a slow kernel just before a programmatic dependent launch of
@@ -76,23 +101,13 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
   float *db = upload(bias), *dres = upload(res);
   float *dy = nullptr;
   CHECK_CUDA(cudaMalloc(&dy, sizeof(float) * size_t(M) * N));
-  cudaStream_t stream = nullptr;
-  float *src = nullptr;
-  if (early) {
-    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    src = upload(x);
-    CHECK_CUDA(cudaMemset(dx + offset, 0xff, sizeof(float) * x.size()));
-    CHECK_CUDA(cudaDeviceSynchronize());
-    slowProducer<<<1, 256, 0, stream>>>(src, dx + offset, int64_t(x.size()));
+  {
+    SlowX slow(early, x, dx + offset);
+    CHECK_CUDA(gemvRows(dx + offset, M, dw + offset, K, N, db,
+                        relu ? ops::Activation::relu : ops::Activation::none,
+                        withResidual ? dres : nullptr, dy, slow.stream, early));
   }
-  CHECK_CUDA(gemvRows(dx + offset, M, dw + offset, K, N, db,
-                      relu ? ops::Activation::relu : ops::Activation::none,
-                      withResidual ? dres : nullptr, dy, stream, early));
   CHECK_CUDA(cudaDeviceSynchronize());
-  if (early) {
-    cudaFree(src);
-    cudaStreamDestroy(stream);
-  }
   std::vector<float> y = download(dy, size_t(M) * N);
   double err = 0, scale = 1;
   for (int m = 0; m < M; ++m)
@@ -236,26 +251,15 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
     cdb[q] = db[q];
     CHECK_CUDA(cudaMalloc(&dy[q], sizeof(float) * size_t(M) * Ns[q] + 4));
   }
-  // Early: x is written by a slow kernel just before a programmatic
-  // dependent launch of the group, which must wait for it.
-  cudaStream_t stream = nullptr;
-  float *src = nullptr;
-  if (early) {
-    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    src = upload(x);
-    CHECK_CUDA(cudaMemset(dx + offset, 0xff, sizeof(float) * x.size()));
-    CHECK_CUDA(cudaDeviceSynchronize());
-    slowProducer<<<1, 256, 0, stream>>>(src, dx + offset, int64_t(x.size()));
-  }
-  cudaError_t status = gemvRowsGroup<W>(
-      dx + offset, M, K, count, cdw.data(), Ns.data(),
-      bias ? cdb.data() : nullptr,
-      relu ? ops::Activation::relu : ops::Activation::none, nullptr, dy.data(),
-      stream, early, normKind == NormKind::none ? nullptr : &norm);
-  if (early) {
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    cudaFree(src);
-    cudaStreamDestroy(stream);
+  cudaError_t status;
+  {
+    SlowX slow(early, x, dx + offset);
+    status = gemvRowsGroup<W>(
+        dx + offset, M, K, count, cdw.data(), Ns.data(),
+        bias ? cdb.data() : nullptr,
+        relu ? ops::Activation::relu : ops::Activation::none, nullptr,
+        dy.data(), slow.stream, early,
+        normKind == NormKind::none ? nullptr : &norm);
   }
   const char *kindName[] = {"", " norm=layer", " norm=rms"};
   std::string ns;
@@ -268,38 +272,34 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
                 offset, kindName[int(normKind)], early ? " early launch" : "");
   const bool expectFold =
       normKind == NormKind::none || (gemvNormSupported(M, K) && offset == 0);
+  bool ok;
+  double err = 0, scale = 1;
   if (!expectFold) {
     // Too many elements for shared memory, or unaligned rows: refused,
     // nothing launched, no sticky error.
     std::snprintf(line + std::strlen(line), sizeof line - std::strlen(line),
                   " (not folded: %s)", cudaGetErrorName(status));
-    report(status == cudaErrorNotSupported && cudaGetLastError() == cudaSuccess,
-           line, 0.0);
+    ok = status == cudaErrorNotSupported && cudaGetLastError() == cudaSuccess;
+  } else {
+    CHECK_CUDA(status);
+    CHECK_CUDA(cudaDeviceSynchronize());
     for (int q = 0; q < count; ++q) {
-      cudaFree(dw[q]);
-      cudaFree(db[q]);
-      cudaFree(dy[q]);
+      std::vector<float> y = download(dy[q], size_t(M) * Ns[q]);
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < Ns[q]; ++n) {
+          double s = bias ? b[q][size_t(n)] : 0.0;
+          for (int k = 0; k < K; ++k)
+            s += double(xn[size_t(m) * K + k]) *
+                 toFloat(w[q][size_t(n) * K + k]);
+          if (relu)
+            s = std::max(s, 0.0);
+          err = worse(err, std::fabs(s - y[size_t(m) * Ns[q] + n]));
+          scale = std::max(scale, std::fabs(s));
+        }
     }
-    cudaFree(dx);
-    cudaFree(dScale);
-    cudaFree(dBias);
-    return;
+    ok = err <= 1e-4 * scale * std::sqrt(double(K)) / 8 + 1e-5;
   }
-  CHECK_CUDA(status);
-  CHECK_CUDA(cudaDeviceSynchronize());
-  double err = 0, scale = 1;
   for (int q = 0; q < count; ++q) {
-    std::vector<float> y = download(dy[q], size_t(M) * Ns[q]);
-    for (int m = 0; m < M; ++m)
-      for (int n = 0; n < Ns[q]; ++n) {
-        double s = bias ? b[q][size_t(n)] : 0.0;
-        for (int k = 0; k < K; ++k)
-          s += double(xn[size_t(m) * K + k]) * toFloat(w[q][size_t(n) * K + k]);
-        if (relu)
-          s = std::max(s, 0.0);
-        err = worse(err, std::fabs(s - y[size_t(m) * Ns[q] + n]));
-        scale = std::max(scale, std::fabs(s));
-      }
     cudaFree(dw[q]);
     cudaFree(db[q]);
     cudaFree(dy[q]);
@@ -307,7 +307,7 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
   cudaFree(dx);
   cudaFree(dScale);
   cudaFree(dBias);
-  report(err <= 1e-4 * scale * std::sqrt(double(K)) / 8 + 1e-5, line, err);
+  report(ok, line, err);
 }
 
 enum class Mask { none, additive, boolean };
@@ -374,26 +374,15 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   a.out = out;
   a.presentK = presK;
   a.presentV = presV;
-  // Early: q is written over NaNs by a slow kernel the attention is
-  // launched right behind.
-  cudaStream_t stream = nullptr;
-  float *qSrc = nullptr;
-  if (early) {
-    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    qSrc = upload(q);
-    CHECK_CUDA(cudaMemset(const_cast<float *>(a.q), 0xff, sizeof(float) * q.size()));
-    CHECK_CUDA(cudaDeviceSynchronize());
-    slowProducer<<<1, 256, 0, stream>>>(qSrc, const_cast<float *>(a.q),
-                                        int64_t(q.size()));
+  {
+    // Early: q is written over NaNs by a slow kernel the attention is
+    // launched right behind.
+    SlowX slow(early, q, const_cast<float *>(a.q));
+    // Twice: the counters must be back at zero after the first launch.
+    for (int rep = 0; rep < 2; ++rep)
+      CHECK_CUDA(decodeAttention(a, scratch, counters, slow.stream, early));
   }
-  // Twice: the counters must be back at zero after the first launch.
-  for (int rep = 0; rep < 2; ++rep)
-    CHECK_CUDA(decodeAttention(a, scratch, counters, stream, early));
   CHECK_CUDA(cudaDeviceSynchronize());
-  if (early) {
-    cudaFree(qSrc);
-    cudaStreamDestroy(stream);
-  }
   std::vector<float> got = download(out, rows * size_t(Dv));
   std::vector<float> gotK = download(presK, size_t(B) * Hk * T * D);
   std::vector<float> gotV = download(presV, size_t(B) * Hk * T * Dv);
