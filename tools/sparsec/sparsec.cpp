@@ -730,6 +730,14 @@ int runCompile(MLIRContext &context) {
     timer.detail = std::to_string(slots.size()) + " memory slots (" +
                    std::to_string(staticBytes) + " bytes static, " +
                    std::to_string(dynamic) + " sized at run time)";
+    int64_t groups = 0, grouped = 0;
+    module->walk([&](sparsec::LinearGroupOp g) {
+      ++groups;
+      grouped += int64_t(g.getWeights().size());
+    });
+    if (groups > 0)
+      timer.detail += ", " + std::to_string(grouped) + " linears in " +
+                      std::to_string(groups) + " groups";
   }
   if (*stop == sparsec::Phase::Schedule) {
     std::string path = outPath("model.schedule.mlir");
