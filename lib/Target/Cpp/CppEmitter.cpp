@@ -24,6 +24,7 @@
 #include "mlir/IR/Matchers.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
@@ -822,37 +823,35 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         return success();
       })
       .Case([&](LinearGroupOp g) -> LogicalResult {
-        // Operands first (an upload is a statement of its own), then the
-        // results, their slots and one call; a folded norm's scale and bias
-        // (or nullptr) and epsilon come after the input.
+        // Like split: the results are one array of tensors, their slots one
+        // static array. Operands first (an upload is a statement of its
+        // own); a folded norm's scale and bias (or nullptr) and epsilon
+        // come after the input.
         std::string x = dv(g.getInput());
         std::string normScale = dptr(g.getNormScale()),
                     normBias = dptr(g.getNormBias());
         std::string eps = floatLiteral(
             g.getNormEpsilon() ? g.getNormEpsilon()->convertToFloat() : 0.0f,
             true);
-        SmallVector<std::string> ws, bs, outs, slots;
+        SmallVector<std::string> ws, bs;
         for (Value w : g.getWeights())
           ws.push_back("&" + dv(w));
         for (Value b : g.getBiases())
           bs.push_back("&" + dv(b));
-        for (auto [i, r] : llvm::enumerate(g.getResults())) {
-          outs.push_back(define(r));
-          slots.push_back(std::to_string(slot(g, unsigned(i))));
-        }
-        auto list = [](ArrayRef<std::string> items, StringRef prefix = "") {
-          std::string s;
-          for (auto [i, e] : llvm::enumerate(items))
-            s += (i ? ", " : "") + prefix.str() + e;
-          return s;
-        };
         std::string id = std::to_string(counter++);
-        body << "  Tensor " << list(outs) << ";\n";
-        body << "  const Tensor *gw" << id << "[] = {" << list(ws) << "};\n";
+        SmallVector<int64_t> slots;
+        for (auto [i, r] : llvm::enumerate(g.getResults())) {
+          slots.push_back(slot(g, unsigned(i)));
+          names[r] = "go" + id + "[" + std::to_string(i) + "]";
+        }
+        body << "  Tensor go" << id << "[" << ws.size() << "];\n";
+        body << "  const Tensor *gw" << id << "[] = {" << llvm::join(ws, ", ")
+             << "};\n";
         if (!bs.empty())
-          body << "  const Tensor *gb" << id << "[] = {" << list(bs) << "};\n";
-        body << "  const int gs" << id << "[] = {" << list(slots) << "};\n";
-        body << "  Tensor *go" << id << "[] = {" << list(outs, "&") << "};\n";
+          body << "  const Tensor *gb" << id << "[] = {" << llvm::join(bs, ", ")
+               << "};\n";
+        body << "  static const int gs" << id << "[] = {" << joinInts(slots)
+             << "};\n";
         body << "  if (!cuda::linearGroupNK(ctx, " << x << ", " << normScale
              << ", " << normBias << ", " << eps << ", "
              << (g.getNormRms() ? "true" : "false") << ", " << ws.size()

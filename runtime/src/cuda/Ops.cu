@@ -976,7 +976,7 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
                    const Tensor *normBias, float normEpsilon, bool normRms,
                    int count, const Tensor *const *w,
                    const Tensor *const *bias, Activation act,
-                   const int *outSlots, Tensor *const *out) {
+                   const int *outSlots, Tensor *out) {
   Device &d = dev(ctx);
   const char *op = "linear group";
   if (count < 1 || count > kGemvGroupMax)
@@ -992,7 +992,7 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
   for (int g = 0; g < count; ++g) {
     if (!linearOperands(ctx, op, x, *w[g], bias ? bias[g] : nullptr, true,
                         s[g]) ||
-        !allocateLastDim(ctx, d, outSlots[g], x, s[g].N, DType::f32, *out[g]))
+        !allocateLastDim(ctx, d, outSlots[g], x, s[g].N, DType::f32, out[g]))
       return false;
     oneLaunch = oneLaunch && w[g]->dtype == w[0]->dtype &&
                 s[g].N <= std::numeric_limits<int>::max();
@@ -1035,7 +1035,7 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
       return false;
     for (int g = 0; g < count; ++g)
       if (!gemm(ctx, d, input, M, K, *w[g], true, s[g].N, s[g].bias, act,
-                out[g]->as<float>()))
+                out[g].as<float>()))
         return false;
     return true;
   }
@@ -1050,7 +1050,7 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
   for (int g = 0; g < count; ++g) {
     N[g] = int(s[g].N);
     b[g] = s[g].bias;
-    y[g] = out[g]->as<float>();
+    y[g] = out[g].as<float>();
   }
   auto launch = [&](const GemvNorm *n) {
     if (w[0]->dtype == DType::f16) {

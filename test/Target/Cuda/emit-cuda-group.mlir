@@ -3,7 +3,8 @@
 
 // Three projections of one input (with biases, fp32 weights) become one
 // linearGroupNK call: the weights, biases, result slots and results are
-// arrays in the order of the group; the results are used like any other.
+// arrays in the order of the group; the results (go[i]) are used like any
+// other.
 // A fourth linear over a different input stays a linearNK.
 sparsec.global @wq : tensor<8x8xf32> {source = "wq"}
 sparsec.global @wk : tensor<8x8xf32> {source = "wk"}
@@ -30,14 +31,13 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 }
 
 // CHECK-LABEL: bool step(Context &ctx, const Tensor *in, Tensor *out) {
-// CHECK: Tensor [[Q:v[0-9]+]], [[K:v[0-9]+]], [[V:v[0-9]+]];
-// CHECK-NEXT: const Tensor *gw[[G:[0-9]+]][] = {&{{v[0-9]+}}, &{{v[0-9]+}}, &{{v[0-9]+}}};
+// CHECK: Tensor go[[G:[0-9]+]][3];
+// CHECK-NEXT: const Tensor *gw[[G]][] = {&{{v[0-9]+}}, &{{v[0-9]+}}, &{{v[0-9]+}}};
 // CHECK-NEXT: const Tensor *gb[[G]][] = {&{{v[0-9]+}}, &{{v[0-9]+}}, &{{v[0-9]+}}};
-// CHECK-NEXT: const int gs[[G]][] = {{{[0-9]+}}, {{[0-9]+}}, {{[0-9]+}}};
-// CHECK-NEXT: Tensor *go[[G]][] = {&[[Q]], &[[K]], &[[V]]};
+// CHECK-NEXT: static const int gs[[G]][] = {{{[0-9]+}}, {{[0-9]+}}, {{[0-9]+}}};
 // CHECK-NEXT: if (!cuda::linearGroupNK(ctx, {{[a-z]+[0-9]+}}, nullptr, nullptr, 0.0f, false, 3, gw[[G]], gb[[G]], ops::Activation::none, gs[[G]], go[[G]])) return false;
-// CHECK: if (!cuda::binary(ctx, ops::Binary::mul, [[Q]], [[K]], {{[0-9]+}}, {{v[0-9]+}})) return false;
-// CHECK: if (!cuda::linearNK(ctx, [[V]], {{v[0-9]+}}, nullptr, ops::Activation::none, nullptr, {{[0-9]+}}, {{v[0-9]+}})) return false;
+// CHECK: if (!cuda::binary(ctx, ops::Binary::mul, go[[G]][0], go[[G]][1], {{[0-9]+}}, {{v[0-9]+}})) return false;
+// CHECK: if (!cuda::linearNK(ctx, go[[G]][2], {{v[0-9]+}}, nullptr, ops::Activation::none, nullptr, {{[0-9]+}}, {{v[0-9]+}})) return false;
 
 // NOGROUP-NOT: linearGroupNK
 // NOGROUP-COUNT-4: cuda::linearNK(

@@ -94,7 +94,7 @@ bool linearNK(Context &ctx, const Tensor &x, const Tensor &w,
               int outSlot, Tensor &out);
 /// `count` (at most 4) linears over the same x with neuron-major weights
 /// w[g] [N_g, K], biases bias[g] (bias or an entry null: none) and one
-/// activation; result g takes slot outSlots[g] and goes to *out[g]. With
+/// activation; result g takes slot outSlots[g] and goes to out[g]. With
 /// `normScale` (and `normBias`, or null), x is first normalised over its
 /// last dimension: a layer norm, or an RMS norm (`normRms`), with
 /// `normEpsilon` (the compiler folds the norm that feeds the group). At
@@ -106,7 +106,7 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
                    const Tensor *normBias, float normEpsilon, bool normRms,
                    int count, const Tensor *const *w,
                    const Tensor *const *bias, ops::Activation act,
-                   const int *outSlots, Tensor *const *out);
+                   const int *outSlots, Tensor *out);
 bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
             Tensor &out);
 bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
