@@ -648,6 +648,8 @@ bool Device::initCache(Context &ctx, int id, const Tensor &present,
   Cache &c = caches[size_t(id)];
   const int64_t B = present.shape[0], H = present.shape[1], D = present.shape[3];
   const size_t bytes = sizeof(float) * size_t(B * H * capacity * D);
+  if (!flushAppends(ctx))
+    return false;
   if (c.ptr) {
     dropGraphs();
     cudaFree(c.ptr);
@@ -673,6 +675,60 @@ bool Device::initCache(Context &ctx, int id, const Tensor &present,
   return true;
 }
 
+namespace {
+constexpr int kAppendBatch = 64;
+/// Up to kAppendBatch row moves; block b copies row b of the batch (the
+/// moves' rows numbered one after another).
+struct AppendBatch {
+  float *dst[kAppendBatch];
+  const float *src[kAppendBatch];
+  int64_t dstPitch[kAppendBatch], srcPitch[kAppendBatch];
+  int width[kAppendBatch];
+  int firstRow[kAppendBatch + 1];
+  int count;
+};
+
+__global__ void appendRowsKernel(AppendBatch b) {
+  const int row = blockIdx.x;
+  int i = 0;
+  while (i + 1 < b.count && row >= b.firstRow[i + 1])
+    ++i;
+  const int r = row - b.firstRow[i];
+  float *d = b.dst[i] + int64_t(r) * b.dstPitch[i];
+  const float *s = b.src[i] + int64_t(r) * b.srcPitch[i];
+  for (int e = threadIdx.x; e < b.width[i]; e += blockDim.x)
+    d[e] = s[e];
+}
+} // namespace
+
+bool Device::flushAppends(Context &ctx) {
+  for (size_t at = 0; at < pendingAppends.size(); at += kAppendBatch) {
+    AppendBatch b{};
+    b.count = int(std::min<size_t>(kAppendBatch, pendingAppends.size() - at));
+    int rows = 0;
+    for (int i = 0; i < b.count; ++i) {
+      const PendingAppend &p = pendingAppends[at + size_t(i)];
+      b.dst[i] = p.dst;
+      b.src[i] = p.src;
+      b.dstPitch[i] = p.dstPitch;
+      b.srcPitch[i] = p.srcPitch;
+      b.width[i] = p.width;
+      b.firstRow[i] = rows;
+      rows += p.rows;
+    }
+    b.firstRow[b.count] = rows;
+    if (rows == 0)
+      continue;
+    appendRowsKernel<<<unsigned(rows), 128, 0, stream>>>(b);
+    if (!check(ctx, cudaGetLastError(), "moving KV cache entries")) {
+      pendingAppends.clear();
+      return false;
+    }
+  }
+  pendingAppends.clear();
+  return true;
+}
+
 bool Device::appendCache(Context &ctx, int id, const Tensor &present,
                          int64_t src, int64_t dst) {
   if (!checkPresent(ctx, present))
@@ -687,11 +743,19 @@ bool Device::appendCache(Context &ctx, int id, const Tensor &present,
     return ctx.fail("KV cache: entry " + std::to_string(src) + " of " +
                     present.describe() + " does not fit entry " +
                     std::to_string(dst));
-  return copyRows(ctx, *this, static_cast<float *>(c.ptr) + dst * D,
-                  sizeof(float) * c.shape[2] * D,
-                  static_cast<const float *>(present.data) + src * D,
-                  sizeof(float) * present.shape[2] * D, sizeof(float) * D,
-                  size_t(c.shape[0] * c.shape[1]));
+  if (D > INT32_MAX || c.shape[0] * c.shape[1] > INT32_MAX)
+    return ctx.fail("KV cache: rows too large");
+  // Moved by the next step's flushAppends: the present stays untouched
+  // until then (no device work runs between steps).
+  PendingAppend a;
+  a.dst = static_cast<float *>(c.ptr) + dst * D;
+  a.src = static_cast<const float *>(present.data) + src * D;
+  a.dstPitch = c.shape[2] * D;
+  a.srcPitch = present.shape[2] * D;
+  a.width = int(D);
+  a.rows = int(c.shape[0] * c.shape[1]);
+  pendingAppends.push_back(a);
+  return true;
 }
 
 bool Device::growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
@@ -756,7 +820,7 @@ bool runEager(Context &ctx, Device &d, const Tensor *in, Tensor *out,
   d.current = nullptr;
   d.mismatch = false;
   d.restart = false;
-  if (d.profile)
+  if (d.profile && !d.launched)
     markLaunch(d);
   return body(ctx, in, out);
 }
@@ -819,6 +883,15 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();
   d.launched = false;
+  // The cache rows the last step appended move first (outside any
+  // capture: the destinations change every step); the profile counts
+  // them in this step.
+  if (!d.pendingAppends.empty()) {
+    if (d.profile)
+      markLaunch(d);
+    if (!d.flushAppends(ctx))
+      return false;
+  }
   int kind = 0;
   if (!d.graphsEnabled) {
     ok = runEager(ctx, d, in, out, body);

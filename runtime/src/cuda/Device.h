@@ -81,6 +81,19 @@ struct Device : Context::Backend {
     int64_t shape[4] = {};
   };
   std::vector<Cache> caches;
+  /// appendCache's row moves, made by one kernel launch when the next step
+  /// starts (flushAppends) instead of one copy each: a decode step appends
+  /// to every layer's K and V cache.
+  struct PendingAppend {
+    float *dst = nullptr;
+    const float *src = nullptr;
+    int64_t dstPitch = 0, srcPitch = 0; // floats between rows
+    int width = 0, rows = 0;            // floats per row, rows
+  };
+  std::vector<PendingAppend> pendingAppends;
+  /// Launches the pending appends on `stream` (in order before anything
+  /// queued after).
+  bool flushAppends(Context &ctx);
   std::vector<IndexBuffers> indexSets;
   /// Hybrid models: host copies of device values for the CPU parts.
   cudaStream_t copyStream = nullptr;
