@@ -191,54 +191,97 @@ int main(int argc, char **argv) {
     __half *dL = upload(lw);
     float *y1 = alloc<float>(f), *y2 = alloc<float>(f);
     const double bytes = 2.0 * layerW;
-    // A layer norm's parameters, for the folded-norm chain.
+    // A layer norm's parameters, for the chains with norms: two norm
+    // kernels a layer (before q, k, v and before up), or folded into those
+    // GEMVs (with each weight's folding terms made once here).
     std::vector<float> ones(size_t(f), 1.0f), zeros(size_t(f), 0.0f);
     float *dOnes = upload(ones), *dZeros = upload(zeros);
-    GemvNorm ln;
-    ln.scale = dOnes;
-    ln.bias = dZeros;
-    auto chain = [&](bool early, bool merged, bool norms = false) {
-      const __half *q = dL, *o = dL + size_t(3) * d * d,
-                   *up = dL + size_t(4) * d * d, *down = up + size_t(f) * d;
+    float *xn = alloc<float>(d), *work = alloc<float>(2 * f),
+          *terms = alloc<float>(2 * (3 * d + f));
+    const __half *q = dL, *o = dL + size_t(3) * d * d,
+                 *up = dL + size_t(4) * d * d, *down = up + size_t(f) * d;
+    GemvNorm lnQkv, lnUp;
+    lnQkv.scale = lnUp.scale = dOnes;
+    lnQkv.bias = lnUp.bias = dZeros;
+    {
+      float *t = terms;
+      for (int i = 0; i < 3; ++i, t += 2 * d) {
+        CHECK_CUDA(gemvNormTerms<__half>(q + size_t(i) * d * d, d, d, dOnes,
+                                         dZeros, work, t, stream));
+        lnQkv.wScale[i] = t;
+        lnQkv.wBias[i] = t + d;
+      }
+      CHECK_CUDA(gemvNormTerms<__half>(up, d, f, dOnes, dZeros, work, t,
+                                       stream));
+      lnUp.wScale[0] = t;
+      lnUp.wBias[0] = t + f;
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+    }
+    enum Norms { kNoNorms, kNormKernels, kNormsFolded };
+    auto chain = [&](bool early, bool merged, Norms norms = kNoNorms) {
+      const float *in = dX;
+      if (norms == kNormKernels) {
+        normRows(dX, 1, d, dOnes, dZeros, 1e-5f, false, xn, stream, early);
+        in = xn;
+      }
       if (merged) {
         // One launch over the three weights (what linear_group runs).
         const __half *w3[] = {q, q + size_t(d) * d, q + size_t(2) * d * d};
         const int n3[] = {d, d, d};
         float *y3[] = {y1, y1 + d, y1 + 2 * d};
-        gemvRowsGroup<__half>(dX, 1, d, 3, w3, n3, nullptr, kNone, nullptr,
-                              y3, stream, early, norms ? &ln : nullptr);
+        gemvRowsGroup<__half>(in, 1, d, 3, w3, n3, nullptr, kNone, nullptr,
+                              y3, stream, early,
+                              norms == kNormsFolded ? &lnQkv : nullptr);
       } else {
         for (int i = 0; i < 3; ++i)
-          gemvRows<__half>(dX, 1, q + size_t(i) * d * d, d, d, nullptr,
+          gemvRows<__half>(in, 1, q + size_t(i) * d * d, d, d, nullptr,
                            kNone, nullptr, y1 + i * d, stream,
                            early);
       }
       gemvRows<__half>(y1, 1, o, d, d, nullptr, kNone,
                        nullptr, y2, stream, early);
-      if (norms) {
+      if (norms == kNormsFolded) {
         const int nf = f;
         gemvRowsGroup<__half>(y2, 1, d, 1, &up, &nf, nullptr, kRelu, nullptr,
-                              &y1, stream, early, &ln);
+                              &y1, stream, early, &lnUp);
       } else {
-        gemvRows<__half>(y2, 1, up, d, f, nullptr, kRelu, nullptr, y1, stream,
-                         early);
+        const float *upIn = y2;
+        if (norms == kNormKernels) {
+          normRows(y2, 1, d, dOnes, dZeros, 1e-5f, false, xn, stream, early);
+          upIn = xn;
+        }
+        gemvRows<__half>(upIn, 1, up, d, f, nullptr, kRelu, nullptr, y1,
+                         stream, early);
       }
       gemvRows<__half>(y1, 1, down, f, d, nullptr, kNone,
                        nullptr, y2, stream, early);
     };
     std::printf("\nOne layer's GEMVs back to back (%.1f MB of weights):\n\n"
                 "| launches | q, k, v separate | TB/s | q, k, v grouped | TB/s | "
-                "grouped, norms folded | TB/s |\n"
-                "|---|---:|---:|---:|---:|---:|---:|\n",
+                "grouped + 2 norm kernels | TB/s | grouped, norms folded | TB/s |\n"
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
                 bytes / 1e6);
     for (bool early : {false, true}) {
       double sep = timeUs([&] { chain(early, false); }, g, 20);
       double mer = timeUs([&] { chain(early, true); }, g, 20);
-      double nrm = timeUs([&] { chain(early, true, true); }, g, 20);
-      std::printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
+      double nk = timeUs([&] { chain(early, true, kNormKernels); }, g, 20);
+      double nrm = timeUs([&] { chain(early, true, kNormsFolded); }, g, 20);
+      std::printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
                   early ? "early (PDL)" : "normal", sep, bytes / (sep * 1e6),
-                  mer, bytes / (mer * 1e6), nrm, bytes / (nrm * 1e6));
+                  mer, bytes / (mer * 1e6), nk, bytes / (nk * 1e6), nrm,
+                  bytes / (nrm * 1e6));
     }
+    // The folded chain against the one with norm kernels (same result up
+    // to rounding): y2 of one chain each.
+    chain(false, true, kNormKernels);
+    std::vector<float> withKernels = download(y2, d);
+    chain(false, true, kNormsFolded);
+    const double foldErr = relErr(download(y2, d), withKernels);
+    std::printf("\nFolded against norm kernels: relative error %.1e\n", foldErr);
+    ok &= foldErr < 1e-3;
+    cudaFree(xn);
+    cudaFree(work);
+    cudaFree(terms);
     cudaFree(dOnes);
     cudaFree(dZeros);
     cudaFree(dL);

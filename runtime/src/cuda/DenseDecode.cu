@@ -69,77 +69,8 @@ template <typename W> struct RowsTargets {
   int N[kGemvGroupMax];
   int firstBlock[kGemvGroupMax];
   int count;
-  GemvNorm norm; // used by the Norm kernels
+  GemvNorm norm; // read by the Norm kernels
 };
-
-/// Sums of M values over the block; every thread gets them.
-template <int M> __device__ __forceinline__ void blockSums(float (&v)[M]) {
-  __shared__ float part[kRowsThreads / 32][M];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const float w = warpSum(v[m]);
-    if (lane == 0)
-      part[warp][m] = w;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    float t = 0.0f;
-#pragma unroll
-    for (int q = 0; q < kRowsThreads / 32; ++q)
-      t += part[q][m];
-    v[m] = t;
-  }
-  __syncthreads(); // part is reused by the next call
-}
-
-/// Norm kernels: x [M, K] is staged in shared memory (dynamic, M * K
-/// floats, 16-byte loads), each block computes the M rows' mean and
-/// variance (two passes over shared memory; RMS: the mean square) and
-/// normalises the rows in place with the norm's scale and bias, which the
-/// GEMV then reads instead of x.
-template <int M>
-__device__ __forceinline__ void normaliseX(const float *x, int K,
-                                           const GemvNorm &n, float *xs) {
-  const int n4 = M * K / 4;
-  for (int i = threadIdx.x; i < n4; i += kRowsThreads)
-    reinterpret_cast<float4 *>(xs)[i] =
-        __ldcg(reinterpret_cast<const float4 *>(x) + i);
-  __syncthreads();
-  float mean[M], q[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    mean[m] = 0.0f;
-    if (!n.rms)
-      for (int k = threadIdx.x; k < K; k += kRowsThreads)
-        mean[m] += xs[m * K + k];
-  }
-  if (!n.rms) {
-    blockSums<M>(mean);
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      mean[m] /= float(K);
-  }
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    q[m] = 0.0f;
-    for (int k = threadIdx.x; k < K; k += kRowsThreads) {
-      const float c = xs[m * K + k] - mean[m];
-      q[m] += c * c;
-    }
-  }
-  blockSums<M>(q);
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const float inv = rsqrtf(q[m] / float(K) + n.epsilon);
-    for (int k = threadIdx.x; k < K; k += kRowsThreads) {
-      const float v = (xs[m * K + k] - mean[m]) * inv * n.scale[k];
-      xs[m * K + k] = n.bias ? v + n.bias[k] : v;
-    }
-  }
-  __syncthreads();
-}
 
 /// Block b computes neurons [4b, 4b + 4) for all M tokens: thread t takes
 /// chunks t, t + 256, ... of the four rows (4 loads in flight per chunk
@@ -148,19 +79,32 @@ __device__ __forceinline__ void normaliseX(const float *x, int K,
 /// weights depend on no earlier kernel, so the first step's loads are
 /// issued before pdlWait and overlap the kernel before (at K <= 2048 fp16
 /// that is all of them); x is read after it.
-/// `Norm`: x is normalised first (normaliseX), and read from shared
-/// memory.
+/// `Norm` (GemvNorm): each thread also sums x - x[0] and its square over
+/// its chunks, and multiplies x - x[0] by the norm's scale before the dot
+/// products; the block reduction adds the row sums, and the epilogue turns
+/// the dot products into those of the normalised x with the weight's
+/// folding terms.
+// Experiments: SPARSEC_GEMV_MIN_BLOCKS / SPARSEC_GEMV_NORM_MIN_BLOCKS ask
+// for that many resident blocks an SM (a register cap) for the plain and the
+// norm kernels; by default the compiler chooses.
+#if defined(SPARSEC_GEMV_MIN_BLOCKS) && defined(SPARSEC_GEMV_NORM_MIN_BLOCKS)
+#define SPARSEC_GEMV_BOUNDS(Norm)                                              \
+  __launch_bounds__(kRowsThreads, (Norm) ? SPARSEC_GEMV_NORM_MIN_BLOCKS        \
+                                         : SPARSEC_GEMV_MIN_BLOCKS)
+#else
+#define SPARSEC_GEMV_BOUNDS(Norm) __launch_bounds__(kRowsThreads)
+#endif
 template <typename W, int M, bool Vec, bool Early, bool Norm = false>
-__global__ void __launch_bounds__(kRowsThreads)
+__global__ void SPARSEC_GEMV_BOUNDS(Norm)
 gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
   pdlTrigger();
   using C = Chunk<W, Vec>;
   constexpr int V = C::V, R = kRowsPerBlock;
-  static_assert(!Norm || (Vec && V % 4 == 0), "norm kernels read float4s");
   // This block's weight (compile-time indices: the targets stay in the
   // parameter space).
   const W *wt = t.wt[0];
   const float *bias = t.bias[0], *residual = t.residual[0];
+  const float *wScale = t.norm.wScale[0], *wBias = t.norm.wBias[0];
   float *y = t.y[0];
   int N = t.N[0], first = 0;
 #pragma unroll
@@ -169,6 +113,8 @@ gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
       wt = t.wt[g];
       bias = t.bias[g];
       residual = t.residual[g];
+      wScale = t.norm.wScale[g];
+      wBias = t.norm.wBias[g];
       y = t.y[g];
       N = t.N[g];
       first = t.firstBlock[g];
@@ -185,26 +131,56 @@ gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
       acc[m][r] = 0.0f;
-  extern __shared__ float4 normalised[]; // Norm: M x K floats
-  float *xs = reinterpret_cast<float *>(normalised);
+  // The epilogue's operands are loaded before the weights stream, so that
+  // their latency hides behind it instead of following the reduction:
+  // thread m * R + r finishes row n0 + r of token m with the bias (plus,
+  // with a norm, W bias), W scale and the residual.
+  const int em = int(threadIdx.x) / R, en = n0 + int(threadIdx.x) % R;
+  const bool finishes = int(threadIdx.x) < M * R && en < N;
+  float eAdd = 0.0f, eScale = 0.0f, eRes = 0.0f;
+  if (finishes) {
+    if (bias)
+      eAdd = __ldg(bias + en);
+    if constexpr (Norm) {
+      if (!t.norm.rms) {
+        eScale = __ldg(wScale + en);
+        if (wBias)
+          eAdd += __ldg(wBias + en);
+      }
+    }
+  }
+  // Norm: per token, the shift x[0] (layer norm; 0 for RMS), and the sums
+  // of x - shift and of its square over this thread's chunks. Both this
+  // and the residual come from earlier kernels (after pdlWait).
+  float shift[M], s1[M], s2[M];
+  auto startNorm = [&] {
+    if (finishes && residual)
+      eRes = Early ? __ldcg(residual + int64_t(em) * N + en)
+                   : __ldg(residual + int64_t(em) * N + en);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      shift[m] = 0.0f;
+      if (Norm && !t.norm.rms)
+        shift[m] = Early ? __ldcg(x + int64_t(m) * K) : __ldg(x + int64_t(m) * K);
+      s1[m] = s2[m] = 0.0f;
+    }
+  };
   auto step = [&](int c, const float (&w)[R][V]) {
+    float sv[V];
+    if constexpr (Norm)
+      loadX<V, Vec, false>(t.norm.scale + c * V, sv);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float xv[V];
+      loadX<V, Vec, Early>(x + int64_t(m) * K + c * V, xv);
       if constexpr (Norm) {
-        // 16-byte shared-memory reads (V is 4 or 8 in the Vec kernels):
-        // 2-way bank conflicts instead of 8-way for scalar reads.
 #pragma unroll
-        for (int v = 0; v < V; v += 4) {
-          const float4 f =
-              *reinterpret_cast<const float4 *>(xs + m * K + c * V + v);
-          xv[v] = f.x;
-          xv[v + 1] = f.y;
-          xv[v + 2] = f.z;
-          xv[v + 3] = f.w;
+        for (int v = 0; v < V; ++v) {
+          const float d = xv[v] - shift[m];
+          s1[m] += d;
+          s2[m] += d * d;
+          xv[v] = d * sv[v];
         }
-      } else {
-        loadX<V, Vec, Early>(x + int64_t(m) * K + c * V, xv);
       }
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -214,20 +190,20 @@ gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
     }
   };
   int c = threadIdx.x;
-  if constexpr (Early || Norm) {
-    // The first step's weights are requested before x is waited for (and
-    // normalised).
+  if constexpr (Early) {
+    // The first step's weights are requested before x is waited for.
     float w0[R][V];
     if (c < chunks)
 #pragma unroll
       for (int r = 0; r < R; ++r)
         C::load(rows[r] + c * V, w0[r]);
     pdlWait();
-    if constexpr (Norm)
-      normaliseX<M>(x, K, t.norm, xs);
+    startNorm();
     if (c < chunks)
       step(c, w0);
     c += kRowsThreads;
+  } else {
+    startNorm();
   }
 #pragma unroll 2
   for (; c < chunks; c += kRowsThreads) {
@@ -237,31 +213,50 @@ gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
       C::load(rows[r] + c * V, w[r]);
     step(c, w);
   }
-  __shared__ float red[kRowsThreads / 32][M * R];
+  // Per warp: the M x R dot products, then (Norm) the M pairs of sums.
+  constexpr int Sums = M * R + (Norm ? 2 * M : 0);
+  __shared__ float red[kRowsThreads / 32][Sums];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int m = 0; m < M; ++m)
+  for (int m = 0; m < M; ++m) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       float s = warpSum(acc[m][r]);
       if (lane == 0)
         red[warp][m * R + r] = s;
     }
-  __syncthreads();
-  if (threadIdx.x < M * R) {
-    const int m = threadIdx.x / R, r = threadIdx.x % R, n = n0 + r;
-    if (n < N) {
-      float s = 0.0f;
-#pragma unroll
-      for (int q = 0; q < kRowsThreads / 32; ++q)
-        s += red[q][threadIdx.x];
-      if (bias)
-        s += bias[n];
-      s = activate(act, s);
-      if (residual)
-        s += residual[int64_t(m) * N + n];
-      y[int64_t(m) * N + n] = s;
+    if constexpr (Norm) {
+      const float a = warpSum(s1[m]), q = warpSum(s2[m]);
+      if (lane == 0) {
+        red[warp][M * R + 2 * m] = a;
+        red[warp][M * R + 2 * m + 1] = q;
+      }
     }
+  }
+  __syncthreads();
+  if (finishes) {
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kRowsThreads / 32; ++q)
+      s += red[q][threadIdx.x];
+    if constexpr (Norm) {
+      float a = 0.0f, q2 = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kRowsThreads / 32; ++q) {
+        a += red[q][M * R + 2 * em];
+        q2 += red[q][M * R + 2 * em + 1];
+      }
+      const float inv = 1.0f / float(K);
+      if (t.norm.rms) {
+        s *= rsqrtf(q2 * inv + t.norm.epsilon);
+      } else {
+        const float d = a * inv; // mean - shift
+        const float var = fmaxf(q2 * inv - d * d, 0.0f);
+        s = rsqrtf(var + t.norm.epsilon) * (s - d * eScale);
+      }
+    }
+    s = activate(act, s + eAdd) + eRes;
+    y[int64_t(em) * N + en] = s;
   }
 }
 
@@ -269,17 +264,11 @@ template <typename W, int M, bool Vec>
 cudaError_t launchRowsM(dim3 grid, const float *x, int K, Activation act,
                         const RowsTargets<W> &t, cudaStream_t s, bool early,
                         bool norm) {
-  if constexpr (Vec) {
-    if (norm) {
-      const size_t smem = sizeof(float) * size_t(M) * size_t(K);
-      return early ? launchKernel(gemvRowsKernel<W, M, true, true, true>, grid,
-                                  dim3{kRowsThreads}, smem, s, true, x, K, act,
-                                  t)
-                   : launchKernel(gemvRowsKernel<W, M, true, false, true>,
-                                  grid, dim3{kRowsThreads}, smem, s, false, x,
-                                  K, act, t);
-    }
-  }
+  if (norm)
+    return early ? launchKernel(gemvRowsKernel<W, M, Vec, true, true>, grid,
+                                dim3{kRowsThreads}, 0, s, true, x, K, act, t)
+                 : launchKernel(gemvRowsKernel<W, M, Vec, false, true>, grid,
+                                dim3{kRowsThreads}, 0, s, false, x, K, act, t);
   return early ? launchKernel(gemvRowsKernel<W, M, Vec, true>, grid,
                               dim3{kRowsThreads}, 0, s, true, x, K, act, t)
                : launchKernel(gemvRowsKernel<W, M, Vec, false>, grid,
@@ -306,6 +295,83 @@ cudaError_t launchRows(int M, const float *x, int K, Activation act,
     SPARSEC_ROWS_CASE(8)
   }
 #undef SPARSEC_ROWS_CASE
+}
+
+//===----------------------------------------------------------------------===//
+// Norms
+//===----------------------------------------------------------------------===//
+
+constexpr int kNormBlock = 256;
+
+/// One block a row of any width (three passes over the row in memory).
+template <bool Rms>
+__global__ void normKernel(const float *x, const float *scale,
+                           const float *bias, int64_t width, float eps,
+                           float *y) {
+  pdlTrigger();
+  pdlWait(); // early launches: x comes from the kernel before
+  const float *row = x + blockIdx.x * width;
+  float *out = y + blockIdx.x * width;
+  float mean = 0.0f;
+  if (!Rms) {
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+      s += row[i];
+    mean = blockReduce<false>(s) / float(width);
+  }
+  float q = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    float c = row[i] - mean;
+    q += c * c;
+  }
+  float inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    float v = (row[i] - mean) * inv * scale[i];
+    out[i] = bias ? v + bias[i] : v;
+  }
+}
+
+/// The same for rows of up to 512 * PER elements: each row is read once
+/// into registers (all loads in flight), then reduced twice and written.
+constexpr int kNormThreads = 512;
+template <bool Rms, int PER>
+__global__ void __launch_bounds__(kNormThreads)
+normRegKernel(const float *x, const float *scale, const float *bias, int width,
+              float eps, float *y) {
+  pdlTrigger();
+  pdlWait(); // early launches: x comes from the kernel before
+  const float *row = x + int64_t(blockIdx.x) * width;
+  float *out = y + int64_t(blockIdx.x) * width;
+  float v[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    v[k] = i < width ? row[i] : 0.0f;
+  }
+  float mean = 0.0f;
+  if (!Rms) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PER; ++k)
+      s += v[k];
+    mean = blockReduce<false>(s) / float(width);
+  }
+  float q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < PER; ++k)
+    if (threadIdx.x + k * kNormThreads < width) {
+      const float c = v[k] - mean;
+      q += c * c;
+    }
+  const float inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < width) {
+      const float r = (v[k] - mean) * inv * scale[i];
+      out[i] = bias ? r + bias[i] : r;
+    }
+  }
 }
 
 bool aligned16(const void *p) {
@@ -546,12 +612,15 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
   RowsTargets<W> t{};
   t.count = count;
   if (norm) {
-    if (!norm->scale || !gemvNormSupported(tokens, K))
-      return cudaErrorNotSupported;
+    if (!norm->scale)
+      return cudaErrorInvalidValue;
+    for (int g = 0; g < count; ++g)
+      if (!norm->wScale[g])
+        return cudaErrorInvalidValue;
     t.norm = *norm;
   }
   bool vec = aligned16(x) && (int64_t(K) * int64_t(sizeof(W))) % 16 == 0 &&
-             K % V == 0;
+             K % V == 0 && (!norm || aligned16(norm->scale));
   int blocks = 0;
   for (int g = 0; g < count; ++g) {
     if (N[g] < 0)
@@ -565,21 +634,58 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
     blocks += (N[g] + kRowsPerBlock - 1) / kRowsPerBlock;
     vec = vec && aligned16(wt[g]);
   }
-  if (norm && !vec)
-    return cudaErrorNotSupported; // the norm kernels stage x with float4
   if (blocks == 0)
     return cudaSuccess;
   cudaError_t e =
       vec ? launchRows<W, true>(tokens, x, K, act, t, blocks, stream, early,
                                 norm != nullptr)
           : launchRows<W, false>(tokens, x, K, act, t, blocks, stream, early,
-                                 false);
+                                 norm != nullptr);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
-bool gemvNormSupported(int tokens, int K) {
-  return tokens >= 1 && tokens <= kGemvRowsTokens && K > 0 && K % 4 == 0 &&
-         int64_t(tokens) * K <= kGemvNormFloats;
+template <typename W>
+cudaError_t gemvNormTerms(const W *wt, int K, int N, const float *scale,
+                          const float *bias, float *work, float *terms,
+                          cudaStream_t stream) {
+  if (!scale || !work || !terms || K <= 0 || N < 0)
+    return cudaErrorInvalidValue;
+  const size_t row = sizeof(float) * size_t(K);
+  cudaError_t e =
+      cudaMemcpyAsync(work, scale, row, cudaMemcpyDeviceToDevice, stream);
+  if (e == cudaSuccess && bias)
+    e = cudaMemcpyAsync(work + K, bias, row, cudaMemcpyDeviceToDevice, stream);
+  if (e != cudaSuccess)
+    return e;
+  return gemvRows<W>(work, bias ? 2 : 1, wt, K, N, nullptr,
+                     ops::Activation::none, nullptr, terms, stream);
+}
+
+cudaError_t normRows(const float *x, int64_t rows, int64_t width,
+                     const float *scale, const float *bias, float epsilon,
+                     bool rms, float *y, cudaStream_t stream, bool early) {
+  if (rows == 0 || width == 0)
+    return cudaSuccess;
+  if (rows < 0 || width < 0 || rows > INT32_MAX)
+    return cudaErrorInvalidValue;
+  const dim3 grid{unsigned(rows)};
+  const int w = int(std::min<int64_t>(width, INT32_MAX));
+  // A short kernel between GEMVs: launched early, it waits for x at once
+  // but its launch overlaps the kernel before.
+  auto reg = [&](auto kernel) {
+    return launchKernel(kernel, grid, dim3{kNormThreads}, 0, stream, early, x,
+                        scale, bias, w, epsilon, y);
+  };
+  if (width <= 4 * kNormThreads)
+    return rms ? reg(normRegKernel<true, 4>) : reg(normRegKernel<false, 4>);
+  if (width <= 8 * kNormThreads)
+    return rms ? reg(normRegKernel<true, 8>) : reg(normRegKernel<false, 8>);
+  if (width <= 16 * kNormThreads)
+    return rms ? reg(normRegKernel<true, 16>) : reg(normRegKernel<false, 16>);
+  return rms ? launchKernel(normKernel<true>, grid, dim3{kNormBlock}, 0, stream,
+                            early, x, scale, bias, width, epsilon, y)
+             : launchKernel(normKernel<false>, grid, dim3{kNormBlock}, 0, stream,
+                            early, x, scale, bias, width, epsilon, y);
 }
 
 template <typename W>
@@ -599,7 +705,10 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
   template cudaError_t gemvRowsGroup<W>(                                       \
       const float *, int, int, int, const W *const *, const int *,             \
       const float *const *, ops::Activation, const float *const *,             \
-      float *const *, cudaStream_t, bool, const GemvNorm *);
+      float *const *, cudaStream_t, bool, const GemvNorm *);                  \
+  template cudaError_t gemvNormTerms<W>(const W *, int, int, const float *,    \
+                                        const float *, float *, float *,       \
+                                        cudaStream_t);
 SPARSEC_GEMV_ROWS(__half)
 SPARSEC_GEMV_ROWS(float)
 #undef SPARSEC_GEMV_ROWS

@@ -92,6 +92,8 @@ Device::~Device() {
     freeDev(s.temp);
     freeDev(s.scratch);
   }
+  for (auto &t : normTerms)
+    freeDev(t.second);
   freeDev(gemvPartials);
   if (gemvCounters)
     cudaFree(gemvCounters);
@@ -100,6 +102,7 @@ Device::~Device() {
   if (densityHost)
     cudaFreeHost(densityHost);
   freeDev(halfInput);
+  freeDev(normalisedInput);
   freeDev(attentionScratch);
   freeDev(pitIdx);
   freeDev(pitCount);

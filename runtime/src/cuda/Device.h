@@ -16,6 +16,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <string>
@@ -95,6 +96,10 @@ struct Device : Context::Backend {
   /// queued after).
   bool flushAppends(Context &ctx);
   std::vector<IndexBuffers> indexSets;
+  /// Folding terms of a norm folded into a linear group (W scale, then W
+  /// bias, then scratch), by (weight, scale, bias) data pointers; made by
+  /// the first eager call, freed with the device.
+  std::map<std::array<const void *, 3>, DeviceBuffer> normTerms;
   /// Hybrid models: host copies of device values for the CPU parts.
   cudaStream_t copyStream = nullptr;
   struct HostCopy {

@@ -21,6 +21,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -413,78 +414,8 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
 }
 
 //===----------------------------------------------------------------------===//
-// Norms, softmax, attention
+// Softmax, attention
 //===----------------------------------------------------------------------===//
-
-template <bool Rms>
-__global__ void normKernel(const float *x, const float *scale,
-                           const float *bias, int64_t width, float eps,
-                           float *y) {
-  pdlTrigger();
-  pdlWait(); // early launches: x comes from the kernel before
-  const float *row = x + blockIdx.x * width;
-  float *out = y + blockIdx.x * width;
-  float mean = 0.0f;
-  if (!Rms) {
-    float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
-      s += row[i];
-    mean = blockReduce<false>(s) / float(width);
-  }
-  float q = 0.0f;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    float c = row[i] - mean;
-    q += c * c;
-  }
-  float inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    float v = (row[i] - mean) * inv * scale[i];
-    out[i] = bias ? v + bias[i] : v;
-  }
-}
-
-/// The same for rows of up to 512 * PER elements: each row is read once
-/// into registers (all loads in flight), then reduced twice and written.
-constexpr int kNormThreads = 512;
-template <bool Rms, int PER>
-__global__ void __launch_bounds__(kNormThreads)
-normRegKernel(const float *x, const float *scale, const float *bias, int width,
-              float eps, float *y) {
-  pdlTrigger();
-  pdlWait(); // early launches: x comes from the kernel before
-  const float *row = x + int64_t(blockIdx.x) * width;
-  float *out = y + int64_t(blockIdx.x) * width;
-  float v[PER];
-#pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int i = threadIdx.x + k * kNormThreads;
-    v[k] = i < width ? row[i] : 0.0f;
-  }
-  float mean = 0.0f;
-  if (!Rms) {
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < PER; ++k)
-      s += v[k];
-    mean = blockReduce<false>(s) / float(width);
-  }
-  float q = 0.0f;
-#pragma unroll
-  for (int k = 0; k < PER; ++k)
-    if (threadIdx.x + k * kNormThreads < width) {
-      const float c = v[k] - mean;
-      q += c * c;
-    }
-  const float inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
-#pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int i = threadIdx.x + k * kNormThreads;
-    if (i < width) {
-      const float r = (v[k] - mean) * inv * scale[i];
-      out[i] = bias ? r + bias[i] : r;
-    }
-  }
-}
 
 __global__ void softmaxKernel(const float *x, int64_t width, float *y) {
   pdlTrigger();
@@ -932,24 +863,9 @@ bool launchNorm(Context &ctx, Device &d, const char *op, const float *xs,
                 float epsilon, float *ys) {
   if (rows == 0 || width == 0 || !d.launching())
     return true;
-  const unsigned grid = unsigned(rows);
-  const int w = int(std::min<int64_t>(width, INT32_MAX));
-  // A short kernel between GEMVs: launched early, it waits for x at once
-  // but its launch overlaps the kernel before.
-  cudaError_t e;
-  if (width <= 4 * kNormThreads)
-    e = launchKernel(normRegKernel<Rms, 4>, dim3{grid}, dim3{kNormThreads}, 0,
-                     d.stream, d.earlyLaunch, xs, sc, b, w, epsilon, ys);
-  else if (width <= 8 * kNormThreads)
-    e = launchKernel(normRegKernel<Rms, 8>, dim3{grid}, dim3{kNormThreads}, 0,
-                     d.stream, d.earlyLaunch, xs, sc, b, w, epsilon, ys);
-  else if (width <= 16 * kNormThreads)
-    e = launchKernel(normRegKernel<Rms, 16>, dim3{grid}, dim3{kNormThreads}, 0,
-                     d.stream, d.earlyLaunch, xs, sc, b, w, epsilon, ys);
-  else
-    e = launchKernel(normKernel<Rms>, dim3{grid}, dim3{kBlock}, 0, d.stream,
-                     d.earlyLaunch, xs, sc, b, width, epsilon, ys);
-  if (!check(ctx, e, op))
+  if (!check(ctx, normRows(xs, rows, width, sc, b, epsilon, Rms, ys, d.stream,
+                           d.earlyLaunch),
+             op))
     return false;
   return launched(ctx, op);
 }
@@ -1039,7 +955,41 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
         return false;
     return true;
   }
-  const bool fold = normScale && gemvNormSupported(int(M), int(K));
+  // A folded norm needs each weight's folding terms (W scale, W bias),
+  // computed once, eagerly, and kept with the device; a capture or replay
+  // that finds them missing normalises apart instead.
+  bool fold = normScale != nullptr;
+  for (int g = 0; fold && g < count; ++g) {
+    const std::array<const void *, 3> key{w[g]->data, norm.scale, norm.bias};
+    auto it = d.normTerms.find(key);
+    if (it == d.normTerms.end()) {
+      if (d.mode != Mode::eager) {
+        fold = false;
+        break;
+      }
+      const size_t floats = 2 * size_t(s[g].N) + 2 * size_t(K);
+      DeviceBuffer buf;
+      if (!check(ctx, cudaMalloc(&buf.ptr, sizeof(float) * floats),
+                 "allocating norm folding terms"))
+        return false;
+      buf.bytes = sizeof(float) * floats;
+      it = d.normTerms.emplace(key, buf).first;
+      float *terms = static_cast<float *>(buf.ptr);
+      float *work = terms + 2 * s[g].N;
+      const int n = int(s[g].N), k = int(K);
+      cudaError_t e =
+          w[g]->dtype == DType::f16
+              ? gemvNormTerms(w[g]->as<__half>(), k, n, norm.scale, norm.bias,
+                              work, terms, d.stream)
+              : gemvNormTerms(w[g]->as<float>(), k, n, norm.scale, norm.bias,
+                              work, terms, d.stream);
+      if (!check(ctx, e, "norm folding terms"))
+        return false;
+    }
+    float *terms = static_cast<float *>(it->second.ptr);
+    norm.wScale[g] = terms;
+    norm.wBias[g] = norm.bias ? terms + s[g].N : nullptr;
+  }
   if (normScale && !fold && !normaliseApart())
     return false;
   if (!d.launching())
@@ -1066,14 +1016,7 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
     return gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr,
                          y, d.stream, d.earlyLaunch, n);
   };
-  cudaError_t e = launch(fold ? &norm : nullptr);
-  if (e == cudaErrorNotSupported && fold) {
-    // Unaligned rows: normalise apart, then the plain GEMV.
-    if (!normaliseApart())
-      return false;
-    e = launch(nullptr);
-  }
-  return check(ctx, e, "grouped gemv");
+  return check(ctx, launch(fold ? &norm : nullptr), "grouped gemv");
 }
 
 bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,

@@ -59,30 +59,41 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
 /// Most weights one gemvRowsGroup launch computes.
 constexpr int kGemvGroupMax = 4;
 
-/// A layer or RMS norm over x's rows that gemvRowsGroup applies first
-/// (folded from the norm that feeds the group): y = (x - mean) / sqrt(var +
-/// epsilon) * scale + bias, or x / sqrt(mean(x^2) + epsilon) * scale (rms).
+/// A layer or RMS norm over x's rows that gemvRowsGroup applies on the way
+/// (folded from the norm that feeds the group): the linears read
+/// n(x) = (x - mean) / sqrt(var + epsilon) * scale + bias, or
+/// x / sqrt(mean(x^2) + epsilon) * scale (rms). Nothing is normalised in
+/// memory: each block sums x - x[0] and its square over the row while it
+/// streams its weights, computes W (scale * (x - x[0])) in the same pass
+/// and corrects its outputs at the end with the folding terms,
+///   y = rstd * (W (scale * (x - x[0])) - (mean - x[0]) * (W scale))
+///       + W bias,
+/// where W scale and W bias are per weight and fixed (gemvNormTerms).
 struct GemvNorm {
   const float *scale = nullptr; // [K]
   const float *bias = nullptr;  // [K] or null
   float epsilon = 1e-5f;
   bool rms = false;
+  /// Per weight g of the group: W_g scale [N_g] and W_g bias [N_g] (null
+  /// without a bias), from gemvNormTerms.
+  const float *wScale[kGemvGroupMax] = {};
+  const float *wBias[kGemvGroupMax] = {};
 };
-/// Most x elements (tokens * K) a folded norm takes: x is staged in
-/// dynamic shared memory, which with the kernel's own (at most 2 KB) stays
-/// within the 48 KB a launch gets without opting in to more.
-constexpr int kGemvNormFloats = 11776;
-/// Whether gemvRowsGroup can fold a norm for these sizes (also needs
-/// 16-byte aligned x and weight rows).
-bool gemvNormSupported(int tokens, int K);
+
+/// The folding terms of `norm` for one weight wt [N, K]: terms [N] = wt
+/// scale and, with a bias, terms[N .. 2N) = wt bias (one gemvRows over
+/// scale and bias as two tokens). `work`: 2 * K floats of device scratch.
+template <typename W>
+cudaError_t gemvNormTerms(const W *wt, int K, int N, const float *scale,
+                          const float *bias, float *work, float *terms,
+                          cudaStream_t stream);
 
 /// gemvRows for `count` <= kGemvGroupMax weights over the same x in one
 /// launch (sibling projections, such as q, k and v): weight g is wt[g]
 /// [N[g], K] with bias[g] (bias null, or entries null: none), residual[g]
 /// (likewise) and output y[g] [tokens, N[g]]; one activation for all.
-/// `norm` (or null): x is normalised first, by every block for itself;
-/// cudaErrorNotSupported (nothing launched) where that does not fit
-/// (gemvNormSupported, alignment).
+/// `norm` (or null): the linears read x normalised (GemvNorm), which needs
+/// norm->scale and every wScale[g] (cudaErrorInvalidValue otherwise).
 template <typename W>
 cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
                           const W *const *wt, const int *N,
@@ -90,6 +101,14 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
                           const float *const *residual, float *const *y,
                           cudaStream_t stream, bool early = false,
                           const GemvNorm *norm = nullptr);
+
+/// A layer or RMS norm over `rows` rows of `width` floats (x -> y; bias
+/// may be null): one block a row, the row held in registers up to 8192
+/// wide. `early` as for gemvRows.
+cudaError_t normRows(const float *x, int64_t rows, int64_t width,
+                     const float *scale, const float *bias, float epsilon,
+                     bool rms, float *y, cudaStream_t stream,
+                     bool early = false);
 
 /// Whether this device and build can use the `early` launches (Hopper or
 /// later, kernels compiled for sm_90 or later).
