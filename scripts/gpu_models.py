@@ -61,6 +61,10 @@ CONFIGS = {
                  ["--sparsity=exact", "--weights=f16", "--pit-tile=32"], True),
     "kv_pit": ("opt-byte-s/model_kvcache_opset17.onnx",
                ["--sparsity=exact", "--weights=f16", "--pit-tile=16"], True),
+    # Every layer norm folded into the decode GEMVs it feeds.
+    "kv_fold": ("opt-byte-s/model_kvcache_opset17.onnx", ["--fold-norms"], False),
+    "kv_f16_fold": ("opt-byte-s/model_kvcache_opset17.onnx",
+                    ["--fold-norms", "--weights=f16"], False),
 }
 # Hybrid builds: name -> (model, extra args, share of the FFN weights the GPU
 # budget leaves room for, beyond what must live on the GPU). --sync-us 0 lets
@@ -429,10 +433,12 @@ def run(args):
     check_case(args, res, "nc17_f16", "ref_prompt", 2e-2, 5e-2, " (fp16 weights)")
     check_case(args, res, "nc17_pit", "ref_prompt", 2e-2, 5e-2,
                " (fp16 weights, PIT 32 x 1 tiles)")
-    for name in ("kv", "kv_exact"):
+    for name in ("kv", "kv_exact", "kv_fold"):
         check_case(args, res, name, "ort_kv", 1e-4, 1e-4)
         check_case(args, res, name, "ref_kv_step", 1e-4, 1e-4)
     check_case(args, res, "kv_f16", "ref_kv_step", 2e-2, 5e-2, " (fp16 weights)")
+    check_case(args, res, "kv_f16_fold", "ref_kv_step", 2e-2, 5e-2,
+               " (fp16 weights, norms folded)")
     check_case(args, res, "nc17_kv", "ref_kv_step", 1e-4, 1e-4, " (derived KV cache)")
     check_case(args, res, "nc17_kv", "ort_kv", 1e-4, 1e-4, " (derived KV cache)")
 
@@ -463,7 +469,8 @@ def run(args):
     prompt = os.path.join(refs, "ref_input_ids.npy")
     for name, must_match in (("kv", True), ("kv_exact", True), ("kv_f16", False),
                              ("kv_pred", False), ("kv_pred_f16", False),
-                             ("nc17_kv", True), ("kv_pit", False)):
+                             ("nc17_kv", True), ("kv_pit", False),
+                             ("kv_fold", True), ("kv_f16_fold", False)):
         if name not in have:
             continue
         r = run_binary(args, name, "generate", "--prompt-ids", prompt,
@@ -475,7 +482,7 @@ def run(args):
             (stats[-1] if stats else "")
         res.record(r.returncode == 0 and (same == 64 or not must_match), line)
     # Early (programmatic dependent) launches, opt-in: the same bytes.
-    for name in ("kv", "kv_f16", "kv_exact"):
+    for name in ("kv", "kv_f16", "kv_exact", "kv_fold"):
         if name not in have:
             continue
         base = run_binary(args, name, "generate", "--prompt-ids", prompt,

@@ -587,11 +587,30 @@ def cmd_bench(args):
         p.wait()
     rows = []
     ref_tokens = None
+
+    def manifest_bytes(b):
+        base = os.path.join(args.dir, b, "model.manifest.json")
+        path = base if os.path.exists(base) else base + ".gz"
+        import gzip
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            return f.read()
+    # Builds with the same manifest (the same weights, e.g. builds that
+    # differ only in how the norms run) share one pack, hard-linked.
+    linked = set()
     for b in builds:
         d = os.path.join(args.dir, b)
         t0 = time.perf_counter()
-        write_pack(os.path.join(d, "model.manifest.json"), os.path.join(d, "model.weights"),
-                   source)
+        pack = os.path.join(d, "model.weights")
+        if b not in linked:
+            write_pack(os.path.join(d, "model.manifest.json"), pack, source)
+            mine = manifest_bytes(b)
+            for later in builds[builds.index(b) + 1:]:
+                if later not in linked and manifest_bytes(later) == mine:
+                    other = os.path.join(args.dir, later, "model.weights")
+                    if os.path.exists(other):
+                        os.remove(other)
+                    os.link(pack, other)
+                    linked.add(later)
         packed = time.perf_counter() - t0
         place = open(os.path.join(d, "placement.txt")).read().strip() \
             if os.path.exists(os.path.join(d, "placement.txt")) else ""
@@ -613,7 +632,7 @@ def cmd_bench(args):
             print(f"{name}: {rows[-1][1]} (pack {packed:.1f} s) {place[:160]}", flush=True)
             for l in prof:
                 print("    " + l[len("sparsec cuda profile: "):], flush=True)
-            if label and b == "dense" and ref_tokens is not None:
+            if (label or b != "dense") and ref_tokens is not None:
                 print(f"    greedy tokens equal to the default run: "
                       f"{sum(a == c for a, c in zip(toks, ref_tokens))}/{len(toks)}")
             if b == "dense" and not label:

@@ -65,8 +65,11 @@ void sparsec::buildSchedulePipeline(OpPassManager &pm,
   layout.denseLayout = options.denseLayout;
   pm.addPass(createWeightLayoutPass(layout));
   pm.addPass(createFuseEpiloguePass());
-  if (options.groupLinears)
-    pm.addPass(createGroupLinearsPass());
+  if (options.groupLinears) {
+    GroupLinearsPassOptions group;
+    group.foldNorms = options.foldNorms;
+    pm.addPass(createGroupLinearsPass(group));
+  }
   pm.addPass(createCSEPass());
   pm.addPass(createPlanMemoryPass());
 }

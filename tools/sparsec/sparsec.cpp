@@ -213,6 +213,12 @@ cl::opt<std::string> weightsType(
     cl::desc("Storage of every linear, sparse and predictor weight, f32 or "
              "f16 (fp32 accumulation; on x86 converted as loaded, F16C)"),
     cl::init("f32"), cl::sub(compileCmd), cl::cat(category));
+cl::opt<bool> foldNorms(
+    "fold-norms",
+    cl::desc("CUDA target: fold each layer / RMS norm that only feeds "
+             "linears into their decode GEMVs (sparsec-group-linears "
+             "fold-norms; no norm kernel in a decode step)"),
+    cl::sub(compileCmd), cl::cat(category));
 cl::opt<bool> listOps("list-ops",
                       cl::desc("Print the supported ONNX op types and exit"),
                       cl::sub(importCmd), cl::cat(category));
@@ -537,6 +543,11 @@ int runCompile(MLIRContext &context) {
             << "' (expected f32 or f16)\n";
     return 1;
   }
+  if (foldNorms && target != "cuda") {
+    error() << "--fold-norms needs --target cuda (the target is '" << target
+            << "')\n";
+    return 1;
+  }
   if (outputFile.empty()) {
     error() << "compile needs an output directory: -o <dir>\n";
     return 1;
@@ -720,6 +731,7 @@ int runCompile(MLIRContext &context) {
     scheduleOptions.denseLayout =
         target == "cuda" || target == "hybrid" ? "nk" : "kn";
     scheduleOptions.groupLinears = target == "cuda" || target == "hybrid";
+    scheduleOptions.foldNorms = foldNorms && target == "cuda";
     sparsec::buildSchedulePipeline(pm, scheduleOptions);
     if (failed(pm.run(*module)))
       return 1;

@@ -58,6 +58,11 @@ struct SchedulePipelineOptions
       llvm::cl::desc("Group sibling linears (q, k, v) into one linear_group "
                      "(CUDA and hybrid targets)"),
       llvm::cl::init(false)};
+  Option<bool> foldNorms{
+      *this, "fold-norms",
+      llvm::cl::desc("With group-linears: fold layer / RMS norms that only "
+                     "feed linears into the groups (CUDA target)"),
+      llvm::cl::init(false)};
 };
 
 void buildSchedulePipeline(mlir::OpPassManager &pm,
