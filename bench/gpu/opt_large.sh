@@ -6,7 +6,8 @@
 # and, for a predicted build (PRED_RANKS=r[,r]), model.inline.bin.gz, the
 # predictor weights the compiler trained).
 #   bench/gpu/opt_large.sh GRAPH.onnx SHAPE OUTDIR [WORKDIR]
-# Then, on the GPU machine:
+# (PREDICTABLE=R:A: up projections of rank R plus an i.i.d. share A; the
+# bench must then be given --predictable R:A too.) Then, on the GPU machine:
 #   python3 bench/gpu/opt_synth.py bench --dir OUTDIR --shape SHAPE --lib LIB
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,10 +15,12 @@ graph=$1 shape=$2 out=$3 work=${4:-$(mktemp -d)}
 S=${SPARSEC:-build/bin/sparsec}
 calib=${CALIB:-../shared/models/opt-byte-s/calib.txt}
 mkdir -p "$out" "$work"
-python3 bench/gpu/opt_synth.py materialize --graph "$graph" --shape "$shape" --out "$work/m"
+python3 bench/gpu/opt_synth.py materialize --graph "$graph" --shape "$shape" --out "$work/m" \
+    ${PREDICTABLE:+--predictable "$PREDICTABLE"}
 M=$work/m/model.onnx P=$work/model.sprof
 # Predictor samples only for a predicted build (PRED_RANKS=64,128 adds one).
 # Training needs at least 2 d samples (4096 at d = 2048): 128 chunks of 32.
+# (GRAPH may also be a materialized model.onnx: new weights, same graph.)
 samples=0 chunks=4
 [ -n "${PRED_RANKS:-}" ] && samples=${SAMPLES:-4096} chunks=$(( (samples + 31) / 32 ))
 "$S" profile "$M" --calib "$calib" --max-chunks $chunks --seq-len 32 --samples $samples -o "$P" -q > /dev/null

@@ -5,7 +5,14 @@ The weights are a deterministic function of each parameter's name (numpy's
 PCG64 seeded with its CRC-32), so the compiler machine and the GPU machine
 produce the same bytes without moving gigabytes between them; the FFN
 biases are set so that each neuron fires with a power-law frequency (mean
-`--density`, default 0.1: about 90 % ReLU sparsity).
+`--density`, default 0.1: about 90 % ReLU sparsity). The up projections
+are i.i.d. by default, so which neurons fire has no low-rank structure for
+a predictor to find; `--predictable R:A` makes each up projection a rank-R
+map plus an i.i.d. part holding the share A of every pre-activation's
+variance (trained models' FFN activations are predictable by low-rank
+predictors, the premise of DejaVu-style prediction): a rank-R predictor
+then sees all but that share. Every command that makes weights (materialize,
+pack, bench, selftest) must be given the same option.
 
   opt_synth.py export --shape 1.3b --out G.onnx        # GPU machine (PyTorch):
         the KV-cache ONNX graph (Optimum naming), weights left out
@@ -40,6 +47,21 @@ SHAPES = {
     "125m": dict(d=768, heads=12, ffn=3072, layers=12, vocab=50272, maxpos=2048),
     "tiny": dict(d=128, heads=4, ffn=512, layers=2, vocab=256, maxpos=256),
 }
+
+
+def shape_cfg(args):
+    """The shape's configuration with the weight options of `args`."""
+    cfg = dict(SHAPES[args.shape])
+    if getattr(args, "predictable", None):
+        try:
+            r, a = args.predictable.split(":")
+            cfg["pred"] = (int(r), float(a))
+        except ValueError:
+            sys.exit(f"error: --predictable wants RANK:SHARE, got '{args.predictable}'")
+        if not (0 < cfg["pred"][0] <= cfg["d"] and 0.0 <= cfg["pred"][1] <= 1.0):
+            sys.exit(f"error: --predictable {args.predictable}: rank 1..{cfg['d']}, "
+                     "share 0..1")
+    return cfg
 
 
 def shape_of(name, cfg):
@@ -125,6 +147,17 @@ def _make(name, cfg, density):
         for _ in range(50):  # scale to the mean density
             p = np.clip(p * density / p.mean(), 1e-4, 0.95)
         return (norm_ppf(p)).astype(np.float32)  # h + b > 0 iff h > -b
+    if part == "w1" and cfg.get("pred"):
+        # x . w1 = sqrt(1 - A) * (x Q) u / sqrt(R) + sqrt(A) * x n / sqrt(d):
+        # Q [d, R] orthonormal, u and n i.i.d. N(0, 1), so for isotropic x
+        # of unit variance each pre-activation is about N(0, 1), its
+        # share 1 - A coming from R directions of x.
+        r, a = cfg["pred"]
+        q, _ = np.linalg.qr(rng.standard_normal((d, r), dtype=np.float32))
+        w = q.astype(np.float32) @ rng.standard_normal((r, f), dtype=np.float32)
+        w *= np.float32(math.sqrt((1.0 - a) / r))
+        w += rng.standard_normal((d, f), dtype=np.float32) * np.float32(math.sqrt(a / d))
+        return w
     std = {"emb": 1.0, "pos": 0.1, "head": 1.0 / math.sqrt(d),
            "wq": 1.0 / math.sqrt(d), "wk": 1.0 / math.sqrt(d),
            "wv": 1.0 / math.sqrt(d), "wo": 1.0 / math.sqrt(d),
@@ -204,7 +237,7 @@ def rename(torch_name):
 def cmd_export(args):
     import onnx
     import torch
-    cfg = SHAPES[args.shape]
+    cfg = shape_cfg(args)
     model = torch_module(cfg).eval()
     # Distinct values: the exporter merges identical parameters.
     with torch.no_grad():
@@ -252,23 +285,30 @@ def cmd_export(args):
 
 def cmd_materialize(args):
     import onnx
-    cfg = SHAPES[args.shape]
+    cfg = shape_cfg(args)
     m = onnx.load(args.graph, load_external_data=False)
     os.makedirs(args.out, exist_ok=True)
     known = set(param_names(cfg))
-    params = [v for v in m.graph.input if v.name in known]
-    missing = known - {v.name for v in params}
+    # (name, dims) of each parameter: graph inputs, or, in a graph
+    # materialized before, external initializers (new weights, same graph).
+    params = [(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
+              for v in m.graph.input if v.name in known]
+    if not params:
+        params = [(i.name, tuple(i.dims)) for i in m.graph.initializer if i.name in known]
+        kept = [i for i in m.graph.initializer if i.name not in known]
+        del m.graph.initializer[:]
+        m.graph.initializer.extend(kept)
+    missing = known - {name for name, _ in params}
     if missing:
         sys.exit(f"error: the graph lacks parameters {sorted(missing)[:5]}...")
     offset = 0
     with open(os.path.join(args.out, "weights.bin"), "wb") as f:
-        for v in params:
-            a = _make(v.name, cfg, args.density)  # not memoised: one at a time
-            dims = tuple(d.dim_value for d in v.type.tensor_type.shape.dim)
+        for name, dims in params:
+            a = _make(name, cfg, args.density)  # not memoised: one at a time
             if dims != a.shape:
-                sys.exit(f"error: {v.name}: graph {dims}, synthetic {a.shape}")
+                sys.exit(f"error: {name}: graph {dims}, synthetic {a.shape}")
             init = m.graph.initializer.add()
-            init.name = v.name
+            init.name = name
             init.data_type = onnx.TensorProto.FLOAT
             init.dims[:] = a.shape
             init.data_location = onnx.TensorProto.EXTERNAL
@@ -413,7 +453,7 @@ def cmd_pack(args):
         def source(n):
             return cache[n]
     else:
-        cfg = SHAPES[args.shape]
+        cfg = shape_cfg(args)
 
         def source(n):
             if n not in cache:
@@ -547,7 +587,7 @@ def sweep_prompts(args):
 
 
 def cmd_bench(args):
-    cfg = SHAPES[args.shape]
+    cfg = shape_cfg(args)
     rng = np.random.default_rng(1)
     prompt = rng.integers(0, 256, args.prompt).astype(np.int64)
     np.save(os.path.join(args.dir, "prompt.npy"), prompt[None])
@@ -683,7 +723,7 @@ def cmd_bench(args):
 def cmd_selftest(args):
     """The exported module and transformers' OPT agree on the same weights."""
     import torch
-    cfg = SHAPES[args.shape]
+    cfg = shape_cfg(args)
     ours = torch_module(cfg)
     with torch.no_grad():
         for n, p in ours.named_parameters():
@@ -755,6 +795,10 @@ def main():
     t = sub.add_parser("selftest")
     t.add_argument("--shape", default="tiny", choices=SHAPES)
     t.add_argument("--density", type=float, default=0.1)
+    for parser in (m, p, b, t):
+        parser.add_argument("--predictable", metavar="R:A",
+                            help="up projections of rank R plus an i.i.d. part "
+                                 "with the share A of the variance")
     a = ap.parse_args()
     return {"selftest": cmd_selftest, "export": cmd_export, "materialize": cmd_materialize, "pack": cmd_pack,
             "extract-inline": cmd_extract_inline,
