@@ -211,8 +211,12 @@ cl::opt<double> gpuBandwidth(
 cl::opt<std::string> weightsType(
     "weights",
     cl::desc("Storage of every linear, sparse and predictor weight, f32 or "
-             "f16 (fp32 accumulation; on x86 converted as loaded, F16C)"),
-    cl::init("f32"), cl::sub(compileCmd), cl::cat(category));
+             "f16 (fp32 accumulation; on x86 converted as loaded, F16C). For "
+             "profile: the linear weights of the profiling build (f16 halves "
+             "its weight pack, which large models then read from memory "
+             "instead of disk)"),
+    cl::init("f32"), cl::sub(compileCmd), cl::sub(profileCmd),
+    cl::cat(category));
 cl::opt<bool> foldNorms(
     "fold-norms",
     cl::desc("CUDA target: fold each layer / RMS norm that only feeds "
@@ -984,6 +988,11 @@ int runProfile(MLIRContext &context) {
                "<model.sprof>\n";
     return 1;
   }
+  if (weightsType != "f32" && weightsType != "f16") {
+    error() << "unknown --weights '" << weightsType
+            << "' (expected f32 or f16)\n";
+    return 1;
+  }
   std::unique_ptr<sparsec::WeightStore> store;
   OwningOpRef<ModuleOp> module =
       importAndRaise(context, sparsec::Phase::Raise, store);
@@ -993,7 +1002,9 @@ int runProfile(MLIRContext &context) {
     PhaseTimer timer("instrument");
     PassManager pm(&context);
     pm.addPass(sparsec::createInstrumentSparsityPass());
-    sparsec::buildSchedulePipeline(pm);
+    sparsec::SchedulePipelineOptions scheduleOptions;
+    scheduleOptions.denseWeights = weightsType.getValue();
+    sparsec::buildSchedulePipeline(pm, scheduleOptions);
     if (failed(pm.run(*module)))
       return 1;
     auto sites = (*module)->getAttrOfType<ArrayAttr>("sparsec.profile_sites");
