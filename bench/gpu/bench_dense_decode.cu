@@ -196,7 +196,7 @@ int main(int argc, char **argv) {
     // GEMVs (with each weight's folding terms made once here).
     std::vector<float> ones(size_t(f), 1.0f), zeros(size_t(f), 0.0f);
     float *dOnes = upload(ones), *dZeros = upload(zeros);
-    float *xn = alloc<float>(d), *work = alloc<float>(2 * f),
+    float *xn = alloc<float>(d),
           *terms = alloc<float>(2 * (3 * d + f));
     const __half *q = dL, *o = dL + size_t(3) * d * d,
                  *up = dL + size_t(4) * d * d, *down = up + size_t(f) * d;
@@ -207,11 +207,11 @@ int main(int argc, char **argv) {
       float *t = terms;
       for (int i = 0; i < 3; ++i, t += 2 * d) {
         CHECK_CUDA(gemvNormTerms<__half>(q + size_t(i) * d * d, d, d, dOnes,
-                                         dZeros, work, t, stream));
+                                         dZeros, t, stream));
         lnQkv.wScale[i] = t;
         lnQkv.wBias[i] = t + d;
       }
-      CHECK_CUDA(gemvNormTerms<__half>(up, d, f, dOnes, dZeros, work, t,
+      CHECK_CUDA(gemvNormTerms<__half>(up, d, f, dOnes, dZeros, t,
                                        stream));
       lnUp.wScale[0] = t;
       lnUp.wBias[0] = t + f;
@@ -280,7 +280,6 @@ int main(int argc, char **argv) {
     std::printf("\nFolded against norm kernels: relative error %.1e\n", foldErr);
     ok &= foldErr < 1e-3;
     cudaFree(xn);
-    cudaFree(work);
     cudaFree(terms);
     cudaFree(dOnes);
     cudaFree(dZeros);

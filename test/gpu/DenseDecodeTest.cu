@@ -253,12 +253,10 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
   }
   // The folding terms of each weight (W scale, W bias).
   std::vector<float *> terms(count, nullptr);
-  float *work = nullptr;
   if (normKind != NormKind::none) {
-    CHECK_CUDA(cudaMalloc(&work, sizeof(float) * 2 * size_t(K)));
     for (int q = 0; q < count; ++q) {
       CHECK_CUDA(cudaMalloc(&terms[q], sizeof(float) * 2 * size_t(Ns[q]) + 4));
-      CHECK_CUDA(gemvNormTerms<W>(cdw[q], K, Ns[q], dScale, norm.bias, work,
+      CHECK_CUDA(gemvNormTerms<W>(cdw[q], K, Ns[q], dScale, norm.bias,
                                   terms[q], nullptr));
       norm.wScale[q] = terms[q];
       norm.wBias[q] = norm.bias ? terms[q] + Ns[q] : nullptr;
@@ -311,7 +309,6 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
     cudaFree(dy[q]);
     cudaFree(terms[q]);
   }
-  cudaFree(work);
   cudaFree(dx);
   cudaFree(dScale);
   cudaFree(dBias);

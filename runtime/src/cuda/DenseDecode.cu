@@ -646,19 +646,15 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
 
 template <typename W>
 cudaError_t gemvNormTerms(const W *wt, int K, int N, const float *scale,
-                          const float *bias, float *work, float *terms,
-                          cudaStream_t stream) {
-  if (!scale || !work || !terms || K <= 0 || N < 0)
+                          const float *bias, float *terms, cudaStream_t stream) {
+  if (!scale || !terms || K <= 0 || N < 0)
     return cudaErrorInvalidValue;
-  const size_t row = sizeof(float) * size_t(K);
-  cudaError_t e =
-      cudaMemcpyAsync(work, scale, row, cudaMemcpyDeviceToDevice, stream);
+  cudaError_t e = gemvRows<W>(scale, 1, wt, K, N, nullptr,
+                              ops::Activation::none, nullptr, terms, stream);
   if (e == cudaSuccess && bias)
-    e = cudaMemcpyAsync(work + K, bias, row, cudaMemcpyDeviceToDevice, stream);
-  if (e != cudaSuccess)
-    return e;
-  return gemvRows<W>(work, bias ? 2 : 1, wt, K, N, nullptr,
-                     ops::Activation::none, nullptr, terms, stream);
+    e = gemvRows<W>(bias, 1, wt, K, N, nullptr, ops::Activation::none,
+                    nullptr, terms + N, stream);
+  return e;
 }
 
 cudaError_t normRows(const float *x, int64_t rows, int64_t width,
@@ -707,8 +703,7 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
       const float *const *, ops::Activation, const float *const *,             \
       float *const *, cudaStream_t, bool, const GemvNorm *);                  \
   template cudaError_t gemvNormTerms<W>(const W *, int, int, const float *,    \
-                                        const float *, float *, float *,       \
-                                        cudaStream_t);
+                                        const float *, float *, cudaStream_t);
 SPARSEC_GEMV_ROWS(__half)
 SPARSEC_GEMV_ROWS(float)
 #undef SPARSEC_GEMV_ROWS

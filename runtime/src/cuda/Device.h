@@ -97,8 +97,8 @@ struct Device : Context::Backend {
   bool flushAppends(Context &ctx);
   std::vector<IndexBuffers> indexSets;
   /// Folding terms of a norm folded into a linear group (W scale, then W
-  /// bias, then scratch), by (weight, scale, bias) data pointers; made by
-  /// the first eager call, freed with the device.
+  /// bias), by (weight, scale, bias) data pointers; made by the first eager
+  /// call, freed with the device.
   std::map<std::array<const void *, 3>, DeviceBuffer> normTerms;
   /// Hybrid models: host copies of device values for the CPU parts.
   cudaStream_t copyStream = nullptr;
@@ -113,7 +113,7 @@ struct Device : Context::Backend {
   cudaEvent_t join = nullptr;
   DeviceBuffer gemvPartials, halfInput, attentionScratch;
   /// A linear group's normalised input where its norm is not folded into
-  /// the GEMV (prefill, or rows too long for shared memory).
+  /// the GEMV (prefill, or a capture that found no folding terms).
   DeviceBuffer normalisedInput;
   /// PIT workspace (index sets, counts, gathered activations), shared by
   /// the batched sparse linears of a step, which run one after another.

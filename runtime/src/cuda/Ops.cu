@@ -967,7 +967,7 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
         fold = false;
         break;
       }
-      const size_t floats = 2 * size_t(s[g].N) + 2 * size_t(K);
+      const size_t floats = 2 * size_t(s[g].N);
       DeviceBuffer buf;
       if (!check(ctx, cudaMalloc(&buf.ptr, sizeof(float) * floats),
                  "allocating norm folding terms"))
@@ -975,14 +975,13 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
       buf.bytes = sizeof(float) * floats;
       it = d.normTerms.emplace(key, buf).first;
       float *terms = static_cast<float *>(buf.ptr);
-      float *work = terms + 2 * s[g].N;
       const int n = int(s[g].N), k = int(K);
       cudaError_t e =
           w[g]->dtype == DType::f16
               ? gemvNormTerms(w[g]->as<__half>(), k, n, norm.scale, norm.bias,
-                              work, terms, d.stream)
+                              terms, d.stream)
               : gemvNormTerms(w[g]->as<float>(), k, n, norm.scale, norm.bias,
-                              work, terms, d.stream);
+                              terms, d.stream);
       if (!check(ctx, e, "norm folding terms"))
         return false;
     }
@@ -1002,21 +1001,22 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
     b[g] = s[g].bias;
     y[g] = out[g].as<float>();
   }
-  auto launch = [&](const GemvNorm *n) {
-    if (w[0]->dtype == DType::f16) {
-      const __half *wt[kGemvGroupMax];
-      for (int g = 0; g < count; ++g)
-        wt[g] = w[g]->as<__half>();
-      return gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act,
-                           nullptr, y, d.stream, d.earlyLaunch, n);
-    }
+  const GemvNorm *n = fold ? &norm : nullptr;
+  cudaError_t e;
+  if (w[0]->dtype == DType::f16) {
+    const __half *wt[kGemvGroupMax];
+    for (int g = 0; g < count; ++g)
+      wt[g] = w[g]->as<__half>();
+    e = gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr, y,
+                      d.stream, d.earlyLaunch, n);
+  } else {
     const float *wt[kGemvGroupMax];
     for (int g = 0; g < count; ++g)
       wt[g] = w[g]->as<float>();
-    return gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr,
-                         y, d.stream, d.earlyLaunch, n);
-  };
-  return check(ctx, launch(fold ? &norm : nullptr), "grouped gemv");
+    e = gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr, y,
+                      d.stream, d.earlyLaunch, n);
+  }
+  return check(ctx, e, "grouped gemv");
 }
 
 bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,

@@ -81,12 +81,10 @@ struct GemvNorm {
 };
 
 /// The folding terms of `norm` for one weight wt [N, K]: terms [N] = wt
-/// scale and, with a bias, terms[N .. 2N) = wt bias (one gemvRows over
-/// scale and bias as two tokens). `work`: 2 * K floats of device scratch.
+/// scale and, with a bias, terms[N .. 2N) = wt bias (a gemvRows over each).
 template <typename W>
 cudaError_t gemvNormTerms(const W *wt, int K, int N, const float *scale,
-                          const float *bias, float *work, float *terms,
-                          cudaStream_t stream);
+                          const float *bias, float *terms, cudaStream_t stream);
 
 /// gemvRows for `count` <= kGemvGroupMax weights over the same x in one
 /// launch (sibling projections, such as q, k and v): weight g is wt[g]

@@ -99,9 +99,10 @@ bool linearNK(Context &ctx, const Tensor &x, const Tensor &w,
 /// last dimension: a layer norm, or an RMS norm (`normRms`), with
 /// `normEpsilon` (the compiler folds the norm that feeds the group). At
 /// most 8 rows of x with weights of one dtype: one gemvRowsGroup launch,
-/// which also applies the norm where the rows fit its shared memory;
-/// otherwise the norm kernel writes the normalised rows to a scratch
-/// buffer and one linear runs after the other (cuBLAS above 8 rows).
+/// which also applies the norm (with per-weight folding terms made by the
+/// first eager call); otherwise, and in a capture that finds no folding
+/// terms, the norm kernel writes the normalised rows to a scratch buffer
+/// first (then one linear after the other above 8 rows, with cuBLAS).
 bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
                    const Tensor *normBias, float normEpsilon, bool normRms,
                    int count, const Tensor *const *w,
