@@ -628,24 +628,19 @@ def cmd_bench(args):
     rows = []
     ref_tokens = None
 
-    def manifest_bytes(b):
-        base = os.path.join(args.dir, b, "model.manifest.json")
-        path = base if os.path.exists(base) else base + ".gz"
-        import gzip
-        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
-            return f.read()
     # Builds with the same manifest (the same weights, e.g. builds that
     # differ only in how the norms run) share one pack, hard-linked.
+    manifests = {b: load_manifest(os.path.join(args.dir, b, "model.manifest.json"))
+                 for b in builds}
     linked = set()
-    for b in builds:
+    for i, b in enumerate(builds):
         d = os.path.join(args.dir, b)
         t0 = time.perf_counter()
         pack = os.path.join(d, "model.weights")
         if b not in linked:
             write_pack(os.path.join(d, "model.manifest.json"), pack, source)
-            mine = manifest_bytes(b)
-            for later in builds[builds.index(b) + 1:]:
-                if later not in linked and manifest_bytes(later) == mine:
+            for later in builds[i + 1:]:
+                if later not in linked and manifests[later] == manifests[b]:
                     other = os.path.join(args.dir, later, "model.weights")
                     if os.path.exists(other):
                         os.remove(other)
