@@ -12,8 +12,9 @@
 // and sparsec's kernels (runtime/src/cuda/SparseDecode.cu):
 //   down     sparseDown given the index set
 //   up       sparseUp over the same set as a predicted set (x . Wt[j])
-//   index    buildIndex over F flags
-//   exact    nonzeroFlags + buildIndex + sparseDown (the exact-mode step)
+//   index    indexFromFlags over F flags (one kernel, segmented set)
+//   exact    indexFromActivations (which also zeroes y) + sparseDown (the
+//            exact-mode step)
 // Each time is the median over 5 replays of a CUDA graph of 100 launches,
 // divided by 100 (the graph removes the CPU launch cost, as a decode step
 // captured in a graph would). "bound" is the active rows' bytes at the
@@ -44,6 +45,23 @@
 
 using namespace sparsec::rt::cuda;
 using namespace sparsec::bench;
+
+namespace {
+/// A segmented index set on the device: `idx` (increasing) if given, else
+/// empty buffers for a kernel to fill.
+IndexView deviceIndex(int f, const std::vector<int32_t> *list = nullptr) {
+  const int segments = indexSegments(f);
+  std::vector<int32_t> idx(size_t(segments) * kSegment, 0), cnt(size_t(segments), 0);
+  if (list)
+    for (int32_t j : *list)
+      idx[size_t(j / kSegment) * kSegment + cnt[j / kSegment]++] = j;
+  IndexView ix;
+  ix.neurons = f;
+  ix.idx = upload(idx);
+  ix.cnt = upload(cnt);
+  return ix;
+}
+} // namespace
 
 int main(int argc, char **argv) {
   int d = 4096, f = 16384, tokens = 1;
@@ -119,11 +137,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < h.size(); ++i) h[i] = __half2float(hHalf[i]);
     float *dH = upload(h);
     __half *dHHalf = upload(hHalf);
-    int32_t *dIdx = upload(idx), *dCount = upload(std::vector<int32_t>{nnz});
-    int32_t *dIdx2 = alloc<int32_t>(f), *dCount2 = alloc<int32_t>(1);
+    IndexView ix = deviceIndex(f, &idx), ix2 = deviceIndex(f);
     uint8_t *dFlags = upload(flags);
-    size_t tempBytes = buildIndexTempBytes(f);
-    void *dTemp = alloc<char>(tempBytes);
     float *dY = alloc<float>(size_t(tokens) * d), *dYRef = alloc<float>(size_t(tokens) * d);
     float *dHUp = alloc<float>(size_t(tokens) * f);
 
@@ -201,7 +216,7 @@ int main(int argc, char **argv) {
 
     // sparsec.
     auto down = [&] {
-      sparseDown<__half>(dH, tokens, f, dW, d, dIdx, dCount, f, dY, stream);
+      sparseDown<__half>(dH, tokens, f, dW, d, ix, dY, stream);
     };
     double downUs = timeUs(down, g);
     CHECK_CUDA(cudaMemsetAsync(dY, 0, sizeof(float) * tokens * d, stream));
@@ -209,16 +224,13 @@ int main(int argc, char **argv) {
     std::vector<float> yDown = download(dY, size_t(tokens) * d);
     double err = relErr(yDown, yRef);
     double upUs = timeUs([&] {
-      sparseUp<__half>(dX, tokens, dWt, d, nullptr, dIdx, dCount, f, true, dHUp, f, stream);
+      sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream);
     }, g);
-    double indexUs = timeUs([&] {
-      buildIndex(dFlags, f, dIdx2, dCount2, dTemp, tempBytes, stream);
-    }, g);
+    double indexUs = timeUs([&] { indexFromFlags(dFlags, ix2, stream); }, g);
     auto exact = [&] {
-      cudaMemsetAsync(dY, 0, sizeof(float) * tokens * d, stream);
-      nonzeroFlags(dH, tokens, f, dFlags, stream);
-      buildIndex(dFlags, f, dIdx2, dCount2, dTemp, tempBytes, stream);
-      sparseDown<__half>(dH, tokens, f, dW, d, dIdx2, dCount2, f, dY, stream);
+      indexFromActivations(dH, tokens, ix2, RowsInit{dY, nullptr, nullptr, tokens, d},
+                           stream);
+      sparseDown<__half>(dH, tokens, f, dW, d, ix2, dY, stream);
     };
     double exactUs = timeUs(exact, g);
     exact();
@@ -243,13 +255,13 @@ int main(int argc, char **argv) {
     std::printf("|  | splits:");
     for (int s : {4, 8, 16, 33, 64, 128}) {
       double us = timeUs([&] {
-        sparseDown<__half>(dH, tokens, f, dW, d, dIdx, dCount, f, dY, stream, s);
+        sparseDown<__half>(dH, tokens, f, dW, d, ix, dY, stream, s);
       }, g);
       std::printf(" %d=%.1f", s, us);
     }
     std::printf(" | | | | | | | | |\n");
-    for (void *ptr : {(void *)dH, (void *)dHHalf, (void *)dIdx, (void *)dCount,
-                      (void *)dIdx2, (void *)dCount2, (void *)dFlags, dTemp, (void *)dY,
+    for (void *ptr : {(void *)dH, (void *)dHHalf, (void *)ix.idx, (void *)ix.cnt,
+                      (void *)ix2.idx, (void *)ix2.cnt, (void *)dFlags, (void *)dY,
                       (void *)dYRef, (void *)dHUp, (void *)dRowPtr, (void *)dCols,
                       (void *)dVals, (void *)dYHalf, (void *)dWS, (void *)dHS})
       cudaFree(ptr);
@@ -285,18 +297,17 @@ int main(int argc, char **argv) {
       for (int j = 0; j < f; ++j)
         if (coin(rng) >= sparsity)
           idx.push_back(j);
-      int32_t *dIdx = upload(idx), *dCount = upload(std::vector<int32_t>{int32_t(idx.size())});
-      for (int rank : {256, 1024}) {
+      IndexView ix = deviceIndex(f, &idx);
+      for (int rank : {64, 256, 1024}) {
         std::vector<__half> p1(size_t(d) * rank), p2(size_t(rank) * f);
         for (auto &v : p1) v = __float2half(val(rng) * 0.02f);
         for (auto &v : p2) v = __float2half(val(rng) * 0.02f);
         __half *dP1 = upload(p1), *dP2 = upload(p2);
-        float *dHidden = alloc<float>(size_t(tokens) * (rank + f));
-        uint8_t *dFl = alloc<uint8_t>(f);
-        int32_t *dIdxP = alloc<int32_t>(f), *dCountP = alloc<int32_t>(1);
+        float *dScratch = alloc<float>(predictScratchFloats(tokens, d, rank));
+        IndexView ixP = deviceIndex(f);
         auto predictor = [&] {
-          predictIndex<__half>(dX, tokens, dP1, d, rank, dP2, f, nullptr, 0.0f, dHidden,
-                               dFl, dIdxP, dCountP, false, nullptr, 0, stream);
+          predictIndex<__half>(dX, tokens, dP1, d, rank, dP2, f, nullptr, 0.0f, dScratch,
+                               ixP, nullptr, 0, stream);
         };
         double predUs = timeUs(predictor, g);
         // The sparse kernels run over the sparsity's active set (a trained
@@ -304,18 +315,18 @@ int main(int argc, char **argv) {
         // select half the neurons, so its own output is not used here).
         double stepUs = timeUs([&] {
           predictor();
-          cudaMemsetAsync(dYd, 0, sizeof(float) * tokens * d, stream);
-          sparseUp<__half>(dX, tokens, dWt, d, nullptr, dIdx, dCount, f, true, dHf, f, stream);
-          sparseDown<__half>(dHf, tokens, f, dW, d, dIdx, dCount, f, dYd, stream);
+          sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHf, f,
+                           RowsInit{dYd, nullptr, nullptr, tokens, d}, stream);
+          sparseDown<__half>(dHf, tokens, f, dW, d, ix, dYd, stream);
         }, g);
         std::printf("| %.0f %% | %d | %.1f | %.1f | %.1f | %.2fx |\n", sparsity * 100, rank,
                     denseFfnUs, predUs, stepUs, denseFfnUs / stepUs);
-        for (void *ptr : {(void *)dP1, (void *)dP2, (void *)dHidden, (void *)dFl,
-                          (void *)dIdxP, (void *)dCountP})
+        for (void *ptr : {(void *)dP1, (void *)dP2, (void *)dScratch, (void *)ixP.idx,
+                          (void *)ixP.cnt})
           cudaFree(ptr);
       }
-      cudaFree(dIdx);
-      cudaFree(dCount);
+      cudaFree(ix.idx);
+      cudaFree(ix.cnt);
     }
     CHECK_CUDA(cudaGetLastError());
   }

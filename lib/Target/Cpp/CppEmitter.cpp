@@ -300,22 +300,33 @@ private:
     return false;
   }
   /// The add that can take `l`'s output as a residual epilogue: `l` is a
-  /// device linear over a neuron-major weight with no activation, its only
-  /// user is `add(l, r)` of the same type, `r` is a device value computed
-  /// before `l`, and the add's slot is not memory `l` reads its input from
-  /// (the GEMV writes the sum while other blocks still read the input;
-  /// sharing r's slot is fine, each element is read before it is written).
-  AddOp residualAdd(LinearOp l) {
-    if (!cuda() || !l.getTransposeWeight() ||
-        l.getActivation() ||
-        !l->getResult(0).hasOneUse() || isCpu(l))
+  /// device linear over a neuron-major weight with no activation, or the
+  /// input side of a device sparse_linear; its only user is `add(l, r)` of
+  /// the same type, `r` is a device value computed before `l`, and the
+  /// add's slot is not memory `l` reads its input from (the GEMV writes the
+  /// sum while other blocks still read the input, and the sparse kernels
+  /// write the sum's base while reading theirs; sharing r's slot is fine,
+  /// each element is read before it is written).
+  AddOp residualAdd(Operation *l) {
+    if (!cuda() || isCpu(l) || !l->getResult(0).hasOneUse())
       return nullptr;
-    auto add = dyn_cast<AddOp>(*l->getResult(0).getUsers().begin());
+    if (auto lin = dyn_cast<LinearOp>(l)) {
+      if (!lin.getTransposeWeight() || lin.getActivation())
+        return nullptr;
+    } else if (auto sp = dyn_cast<SparseLinearOp>(l)) {
+      if (sp.getSparseDim() != SparseDim::input || sp.getActive() ||
+          sp.getTransposeWeight())
+        return nullptr;
+    } else {
+      return nullptr;
+    }
+    Value result = l->getResult(0);
+    auto add = dyn_cast<AddOp>(*result.getUsers().begin());
     if (!add || add->getBlock() != l->getBlock() || isCpu(add))
       return nullptr;
-    Value r = add.getOperand(0) == l.getResult() ? add.getOperand(1)
-                                                  : add.getOperand(0);
-    if (r == l.getResult() || r.getType() != l.getResult().getType() ||
+    Value r = add.getOperand(0) == result ? add.getOperand(1)
+                                          : add.getOperand(0);
+    if (r == result || r.getType() != result.getType() ||
         add.getResult().getType() != r.getType() || !onDevice.contains(r) ||
         !onDevice.contains(add.getResult()))
       return nullptr;
@@ -323,10 +334,42 @@ private:
       if (def->getBlock() != l->getBlock() || !def->isBeforeInBlock(l))
         return nullptr;
     int64_t out = slot(add);
-    if (out < 0 || mayUseSlot(l.getInput(), out))
+    if (out < 0 || mayUseSlot(l->getOperand(0), out))
       return nullptr;
     return add;
   }
+  /// The down projection that `up` (the output side of a device
+  /// sparse_linear over a predicted set) fuses with into one
+  /// cuda::sparseFfn: `up`'s only user, the input side of a device
+  /// sparse_linear, and the next op that launches anything (weights may come
+  /// between). The call runs at the down projection's place, so nothing may
+  /// run in between; the up kernel writes the result's base, so the
+  /// result's slot (the residual add's, when one is folded) must not be
+  /// memory the up projection reads.
+  SparseLinearOp fusedDown(SparseLinearOp up) {
+    if (!cuda() || isCpu(up) || up.getSparseDim() != SparseDim::output ||
+        !up.getTransposeWeight() || !up.getActive() ||
+        !indexOf.count(up.getActive()) || !up.getResult().hasOneUse())
+      return nullptr;
+    auto down = dyn_cast<SparseLinearOp>(*up.getResult().getUsers().begin());
+    if (!down || down->getBlock() != up->getBlock() || isCpu(down) ||
+        down.getSparseDim() != SparseDim::input || down.getActive() ||
+        down.getTransposeWeight() || down.getInput() != up.getResult())
+      return nullptr;
+    Operation *next = up->getNextNode();
+    while (next && isa<WeightOp>(next))
+      next = next->getNextNode();
+    if (next != down.getOperation())
+      return nullptr;
+    AddOp add = residualAdd(down);
+    int64_t out = add ? slot(add) : slot(down);
+    if (out < 0 || mayUseSlot(up.getInput(), out))
+      return nullptr;
+    return down;
+  }
+  /// Up projections whose sparse_linear is emitted with their down
+  /// projection (fusedDown), by the down projection.
+  DenseMap<Operation *, SparseLinearOp> fusedUps;
   DenseMap<Value, std::string> uploaded, indexOf;
   unsigned uploadSites = 0, indexSites = 0;
 
@@ -939,6 +982,14 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
             return s.emitError("the output side of sparse_linear needs a "
                                "neuron-major weight and an active mask (run "
                                "sparsec-weight-layout first)");
+          if (SparseLinearOp down = fusedDown(s)) {
+            // Emitted with the down projection (cuda::sparseFfn).
+            fusedUps[down.getOperation()] = s;
+            std::string v = define(s.getResult());
+            body << "  Tensor " << v << ";\n  // (computed with the down "
+                    "projection below)\n";
+            return success();
+          }
           auto it = indexOf.find(s.getActive());
           std::string ix = it != indexOf.end() ? it->second
                                                : std::string("cuda::IndexSet{}");
@@ -958,6 +1009,43 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           return s.emitError("the input side of sparse_linear takes its "
                              "active neurons from the input's zeros and a "
                              "[K, N] weight (run sparsec-weight-layout)");
+        // Batched calls (above a decode batch): PIT micro-tiles of
+        // pit_tile tokens, or the dense kernel (0).
+        std::string pitTile = std::to_string(s.getPitTile().value_or(0));
+        // A following residual add is folded in; the call writes the add's
+        // result into the add's slot.
+        AddOp add = residualAdd(op);
+        std::string residual = "nullptr";
+        if (add) {
+          Value r = add.getOperand(0) == s.getResult() ? add.getOperand(1)
+                                                        : add.getOperand(0);
+          residual = "&" + dv(r);
+        }
+        auto finish = [&](const std::string &head,
+                          const std::string &tail) -> LogicalResult {
+          Value result = add ? add.getResult() : s.getResult();
+          int64_t outSlot = add ? slot(add) : slot(op);
+          if (add)
+            fusedAdds.insert(add);
+          std::string v = define(result);
+          body << "  Tensor " << v << ";\n  if (!cuda::" << head << residual
+               << ", " << outSlot << ", " << v << tail << ")) return false;\n";
+          return success();
+        };
+        auto fused = fusedUps.find(op);
+        if (fused != fusedUps.end()) {
+          SparseLinearOp up = fused->second;
+          std::string ix = indexOf.find(up.getActive())->second;
+          std::string x = dv(up.getInput()), wu = dv(up.getWeight()),
+                      bu = dptr(up.getBias()), active = dv(up.getActive());
+          std::string wd = dv(s.getWeight()), bd = dptr(s.getBias());
+          return finish("sparseFfn(ctx, " + x + ", " + wu + ", " + bu + ", " +
+                        active + ", " + ix + ", " +
+                        activationArg(up.getActivation()) + ", " +
+                        std::to_string(slot(up)) + ", " + wd + ", " + bd +
+                        ", " + pitTile + ", ",
+                        ", " + name(up.getResult()));
+        }
         std::string x = dv(s.getInput());
         std::string ix;
         auto it = indexOf.find(s.getInput());
@@ -968,12 +1056,10 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           body << "  if (!cuda::nonzeroIndex(ctx, " << x << ", "
                << indexSites++ << ", " << ix << ")) return false;\n";
         }
-        // Batched calls (above a decode batch): PIT micro-tiles of
-        // pit_tile tokens, or the dense kernel (0).
-        int64_t pitTile = s.getPitTile().value_or(0);
-        return call("sparseLinearInput(ctx, " + x + ", " + dv(s.getWeight()) +
-                    ", " + dptr(s.getBias()) + ", " + ix + ", " +
-                    std::to_string(pitTile));
+        return finish("sparseLinearInput(ctx, " + x + ", " + dv(s.getWeight()) +
+                      ", " + dptr(s.getBias()) + ", " + ix + ", " + pitTile +
+                      ", ",
+                      "");
       })
       .Default([&](Operation *other) {
         return other->emitError("the CUDA backend does not support '")

@@ -86,10 +86,8 @@ Device::~Device() {
     if (c.ptr)
       cudaFree(c.ptr);
   for (auto &s : indexSets) {
-    freeDev(s.flags);
     freeDev(s.idx);
     freeDev(s.count);
-    freeDev(s.temp);
     freeDev(s.scratch);
   }
   for (auto &t : normTerms)

@@ -41,8 +41,10 @@ struct PinnedBuffer {
   size_t bytes = 0;
 };
 
+/// One index site's device buffers: the segmented set (idx, count: see
+/// IndexView) and the predictor's scratch.
 struct IndexBuffers {
-  DeviceBuffer flags, idx, count, temp, scratch;
+  DeviceBuffer idx, count, scratch;
 };
 
 struct GraphEntry {

@@ -581,15 +581,6 @@ __global__ void thresholdKernel(const float *logits, int64_t MN, int N,
     mask[i] = logits[i] + (bias ? bias[i % N] : 0.0f) > threshold;
 }
 
-/// Every row of mask [M, N] = flags [N].
-__global__ void rowsKernel(const uint8_t *flags, int64_t MN, int N,
-                           uint8_t *mask) {
-  pdlTrigger();
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
-       i += int64_t(gridDim.x) * blockDim.x)
-    mask[i] = flags[i % N];
-}
-
 /// y[m, n] = 0 where the mask (rows of N, or one shared row) is off.
 __global__ void applyMaskKernel(float *y, int64_t MN, int N,
                                 const uint8_t *mask, bool perRow) {
@@ -600,12 +591,22 @@ __global__ void applyMaskKernel(float *y, int64_t MN, int N,
       y[i] = 0.0f;
 }
 
-/// y[m, :] = bias (or 0), the base the sparse down projection adds to.
-__global__ void fillRowsKernel(float *y, int64_t MN, int N, const float *bias) {
+/// y[m, :] = bias (or 0) + residual[m, :] (or 0), the base the sparse down
+/// projection adds to when no earlier kernel of the step writes it.
+__global__ void fillRowsKernel(float *y, int64_t MN, int N, const float *bias,
+                               const float *residual) {
   pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < MN;
        i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = bias ? bias[i % N] : 0.0f;
+    y[i] = (bias ? bias[i % N] : 0.0f) + (residual ? residual[i] : 0.0f);
+}
+
+/// y += r (elementwise), the residual of a sparse linear computed densely.
+__global__ void addInPlaceKernel(float *y, const float *r, int64_t n) {
+  pdlTrigger();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] += r[i];
 }
 
 IndexBuffers &indexBuffers(Device &d, int site) {
@@ -614,13 +615,25 @@ IndexBuffers &indexBuffers(Device &d, int site) {
   return d.indexSets[size_t(site)];
 }
 
-/// Sizes the index buffers of `site` for n neurons.
+/// Sizes the index buffers of `site` for n neurons (segmented: see
+/// IndexView).
 bool ensureIndex(Context &ctx, Device &d, int site, int64_t n) {
   IndexBuffers &b = indexBuffers(d, site);
-  return d.ensure(ctx, b.flags, size_t(n), "an index set") &&
-         d.ensure(ctx, b.idx, sizeof(int32_t) * size_t(n), "an index set") &&
-         d.ensure(ctx, b.count, sizeof(int32_t), "an index set") &&
-         d.ensure(ctx, b.temp, buildIndexTempBytes(int(n)), "an index set");
+  const size_t segments = size_t(indexSegments(int(n)));
+  return d.ensure(ctx, b.idx, sizeof(int32_t) * segments * kSegment,
+                  "an index set") &&
+         d.ensure(ctx, b.count, sizeof(int32_t) * std::max<size_t>(segments, 1),
+                  "an index set");
+}
+
+/// The device view of `site`'s index set over n neurons.
+IndexView indexView(Device &d, int site, int64_t n) {
+  IndexBuffers &b = indexBuffers(d, site);
+  IndexView v;
+  v.idx = static_cast<int32_t *>(b.idx.ptr);
+  v.cnt = static_cast<int32_t *>(b.count.ptr);
+  v.neurons = int(n);
+  return v;
 }
 
 const float *biasOf(Context &ctx, const char *op, const Tensor *bias,
@@ -1417,36 +1430,33 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
   index = IndexSet{};
   index.neurons = int(N);
   index.tokens = int(M);
-  const size_t scratch = sizeof(float) * size_t(std::max<int64_t>(M, 1)) * (R + N);
+  const bool decode = M > 0 && M <= kMaxTokens;
+  const size_t scratch =
+      sizeof(float) * (decode ? predictScratchFloats(int(M), int(D), int(R))
+                              : size_t(std::max<int64_t>(M, 1)) * (R + N));
   if (!d.ensure(ctx, ib.scratch, scratch, "predictor scratch"))
     return false;
   if (M == 0 || !d.launching()) {
-    index.site = M > 0 && M <= kMaxTokens ? indexSite : -1;
+    index.site = decode ? indexSite : -1;
     return true;
   }
   float *hidden = static_cast<float *>(ib.scratch.ptr);
-  if (M <= kMaxTokens) {
+  if (decode) {
+    // Every row of the mask gets the union over the tokens (what the step
+    // computes).
+    const IndexView ix = indexView(d, indexSite, N);
     cudaError_t e =
         w1.dtype == DType::f16
             ? predictIndex<__half>(x.as<float>(), int(M), w1.as<__half>(), int(D),
                                    int(R), w2.as<__half>(), int(N), b, threshold,
-                                   hidden, static_cast<uint8_t *>(ib.flags.ptr),
-                                   static_cast<int32_t *>(ib.idx.ptr),
-                                   static_cast<int32_t *>(ib.count.ptr), true,
-                                   ib.temp.ptr, ib.temp.bytes, d.stream)
+                                   hidden, ix, r.as<uint8_t>(), int(M), d.stream)
             : predictIndex<float>(x.as<float>(), int(M), w1.as<float>(), int(D),
                                   int(R), w2.as<float>(), int(N), b, threshold,
-                                  hidden, static_cast<uint8_t *>(ib.flags.ptr),
-                                  static_cast<int32_t *>(ib.idx.ptr),
-                                  static_cast<int32_t *>(ib.count.ptr), true,
-                                  ib.temp.ptr, ib.temp.bytes, d.stream);
+                                  hidden, ix, r.as<uint8_t>(), int(M), d.stream);
     if (!check(ctx, e, "predictor"))
       return false;
-    // The mask a decode step uses is the union over its tokens.
-    rowsKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(
-        static_cast<uint8_t *>(ib.flags.ptr), M * N, int(N), r.as<uint8_t>());
     index.site = indexSite;
-    return launched(ctx, "predictor mask");
+    return true;
   }
   // Prefill: two GEMMs and a threshold, per token.
   float *logits = hidden + M * R;
@@ -1459,6 +1469,45 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
       logits, M * N, int(N), b, threshold, r.as<uint8_t>());
   return launched(ctx, "predictor threshold");
 }
+
+namespace {
+/// Whether the up projection can run over `index` (a decode-sized set of
+/// x's rows and w's neurons).
+bool decodeIndex(const IndexSet &index, int64_t M, int64_t N, Activation act) {
+  return index.site >= 0 && !index.fromInput && index.tokens == M &&
+         M <= kMaxTokens && index.neurons == N &&
+         (act == Activation::none || act == Activation::relu);
+}
+
+template <typename... A>
+cudaError_t upFor(DType t, const float *x, int M, const void *w, A... rest) {
+  return t == DType::f16
+             ? sparseUp<__half>(x, M, static_cast<const __half *>(w), rest...)
+             : sparseUp<float>(x, M, static_cast<const float *>(w), rest...);
+}
+template <typename... A>
+cudaError_t downFor(DType t, const float *h, int M, int ldh, const void *w,
+                    A... rest) {
+  return t == DType::f16
+             ? sparseDown<__half>(h, M, ldh, static_cast<const __half *>(w), rest...)
+             : sparseDown<float>(h, M, ldh, static_cast<const float *>(w), rest...);
+}
+
+/// The residual operand of a sparse linear: float32, y's shape (or null).
+bool residualOf(Context &ctx, const Tensor *residual, const Tensor &y,
+                const float *&out) {
+  out = nullptr;
+  if (!residual)
+    return true;
+  if (!checkTensor(ctx, "sparse_linear", "residual", *residual))
+    return false;
+  if (residual->dtype != DType::f32 || residual->numel() != y.numel())
+    return ctx.fail("sparse_linear: residual " + residual->describe() +
+                    " does not match the result " + y.describe());
+  out = residual->as<float>();
+  return true;
+}
+} // namespace
 
 bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
                         const Tensor *bias, const Tensor &active,
@@ -1479,30 +1528,20 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
     return false;
   out = r;
   outIndex = IndexSet{};
-  const bool decode = index.site >= 0 && index.tokens == M && M <= kMaxTokens &&
-                      index.neurons == N &&
-                      (act == Activation::none || act == Activation::relu);
-  if (decode) {
+  if (decodeIndex(index, M, N, act)) {
     outIndex = index;
     if (M == 0 || !d.launching())
       return true;
-    IndexBuffers &ib = indexBuffers(d, index.site);
+    // The neurons outside the set are 0 (sparseFfn, which owns its h,
+    // skips this).
     if (!check(ctx, cudaMemsetAsync(r.data, 0, r.bytes(), d.stream),
                "sparse_linear (zero fill)"))
       return false;
-    cudaError_t e =
-        w.dtype == DType::f16
-            ? sparseUp<__half>(x.as<float>(), int(M), w.as<__half>(), int(K), b,
-                               static_cast<int32_t *>(ib.idx.ptr),
-                               static_cast<int32_t *>(ib.count.ptr), int(N),
-                               act == Activation::relu, r.as<float>(), int(N),
-                               d.stream)
-            : sparseUp<float>(x.as<float>(), int(M), w.as<float>(), int(K), b,
-                              static_cast<int32_t *>(ib.idx.ptr),
-                              static_cast<int32_t *>(ib.count.ptr), int(N),
-                              act == Activation::relu, r.as<float>(), int(N),
-                              d.stream);
-    return check(ctx, e, "sparse_linear (up projection)");
+    return check(ctx,
+                 upFor(w.dtype, x.as<float>(), int(M), w.data, int(K), b,
+                       indexView(d, index.site, N), act == Activation::relu,
+                       r.as<float>(), int(N), RowsInit{}, d.stream),
+                 "sparse_linear (up projection)");
   }
   // Dense computation with the per-token mask applied.
   if (!gemm(ctx, d, x.as<float>(), M, K, w, true, N, b, act, r.as<float>()))
@@ -1529,23 +1568,16 @@ bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,
     return true;
   if (!ensureIndex(ctx, d, indexSite, N))
     return false;
+  // Built by the sparseLinearInput that reads it, in the kernel that also
+  // writes the base of its result.
   index.site = indexSite;
-  if (!d.launching())
-    return true;
-  IndexBuffers &ib = indexBuffers(d, indexSite);
-  cudaError_t e = nonzeroFlags(x.as<float>(), int(M), int(N),
-                               static_cast<uint8_t *>(ib.flags.ptr), d.stream);
-  if (e == cudaSuccess)
-    e = buildIndex(static_cast<uint8_t *>(ib.flags.ptr), int(N),
-                   static_cast<int32_t *>(ib.idx.ptr),
-                   static_cast<int32_t *>(ib.count.ptr), ib.temp.ptr,
-                   ib.temp.bytes, d.stream);
-  return check(ctx, e, "sparse_linear (index)");
+  index.fromInput = true;
+  return true;
 }
 
 bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                        const Tensor *bias, const IndexSet &index, int pitTile,
-                       int outSlot, Tensor &out) {
+                       const Tensor *residual, int outSlot, Tensor &out) {
   Device &d = dev(ctx);
   LinearShape s;
   Tensor r;
@@ -1554,7 +1586,18 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
     return false;
   const int64_t K = s.K, N = s.N, M = s.M;
   const float *b = s.bias;
+  const float *res;
+  if (!residualOf(ctx, residual, r, res))
+    return false;
   out = r;
+  // Dense or PIT results get the residual added afterwards.
+  auto addResidual = [&]() {
+    if (!res || M * N == 0 || !d.launching())
+      return true;
+    addInPlaceKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(r.as<float>(),
+                                                                 res, M * N);
+    return launched(ctx, "sparse_linear (residual)");
+  };
   if (M > kMaxTokens && w.dtype == DType::f16 &&
       pitSupported(M, K, N, pitTile, w.data) &&
       (reinterpret_cast<uintptr_t>(r.data) & 15) == 0) {
@@ -1578,30 +1621,86 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
            check(ctx,
                  pitMatmul(ws, M, K, w.as<__half>(), N, pitTile, b,
                            Activation::none, nullptr, r.as<float>(), d.stream),
-                 "sparse_linear (PIT matmul)");
+                 "sparse_linear (PIT matmul)") &&
+           addResidual();
   }
   if (index.site < 0 || index.tokens != M || index.neurons != K || M > kMaxTokens)
     return gemm(ctx, d, x.as<float>(), M, K, w, false, N, b, Activation::none,
-                r.as<float>());
+                r.as<float>()) &&
+           addResidual();
   if (M == 0 || N == 0 || !d.launching())
     return true;
-  IndexBuffers &ib = indexBuffers(d, index.site);
   d.countsDensity = true;
-  fillRowsKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(r.as<float>(), M * N,
-                                                            int(N), b);
-  if (!launched(ctx, "sparse_linear (bias)"))
+  const IndexView ix = indexView(d, index.site, K);
+  const RowsInit init{r.as<float>(), b, res, int(M), int(N)};
+  if (index.fromInput) {
+    // Exact mode: the set of x's non-zeros and y's base in one kernel.
+    if (!check(ctx, indexFromActivations(x.as<float>(), int(M), ix, init, d.stream),
+               "sparse_linear (index)"))
+      return false;
+  } else {
+    fillRowsKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(r.as<float>(), M * N,
+                                                              int(N), b, res);
+    if (!launched(ctx, "sparse_linear (bias)"))
+      return false;
+  }
+  return check(ctx,
+               downFor(w.dtype, x.as<float>(), int(M), int(K), w.data, int(N), ix,
+                       r.as<float>(), d.stream, 0, d.densityCounts),
+               "sparse_linear (down projection)");
+}
+
+bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
+               const Tensor *bUp, const Tensor &active, const IndexSet &index,
+               Activation act, int hSlot, const Tensor &wDown,
+               const Tensor *bDown, int pitTile, const Tensor *residual,
+               int outSlot, Tensor &out, Tensor &h) {
+  Device &d = dev(ctx);
+  LinearShape up, down;
+  if (!linearOperands(ctx, "sparse_linear", x, wUp, bUp, true, up))
     return false;
-  cudaError_t e =
-      w.dtype == DType::f16
-          ? sparseDown<__half>(x.as<float>(), int(M), int(K), w.as<__half>(),
-                               int(N), static_cast<int32_t *>(ib.idx.ptr),
-                               static_cast<int32_t *>(ib.count.ptr), int(K),
-                               r.as<float>(), d.stream, 0, d.densityCounts)
-          : sparseDown<float>(x.as<float>(), int(M), int(K), w.as<float>(),
-                              int(N), static_cast<int32_t *>(ib.idx.ptr),
-                              static_cast<int32_t *>(ib.count.ptr), int(K),
-                              r.as<float>(), d.stream, 0, d.densityCounts);
-  return check(ctx, e, "sparse_linear (down projection)");
+  if (!decodeIndex(index, up.M, up.N, act)) {
+    // Not a decode step over a predicted set: the two ops one after the
+    // other.
+    IndexSet hIndex;
+    return sparseLinearOutput(ctx, x, wUp, bUp, active, index, act, hSlot, h,
+                              hIndex) &&
+           sparseLinearInput(ctx, h, wDown, bDown, hIndex, pitTile, residual,
+                             outSlot, out);
+  }
+  if (active.dtype != DType::b1 ||
+      (active.numel() != up.M * up.N && active.numel() != up.N))
+    return ctx.fail("sparse_linear: active mask " + active.describe() +
+                    " does not match " + std::to_string(up.M) + " rows of " +
+                    std::to_string(up.N) + " neurons");
+  Tensor hr, y;
+  if (!allocateLastDim(ctx, d, hSlot, x, up.N, DType::f32, hr) ||
+      !linearOperands(ctx, "sparse_linear", hr, wDown, bDown, false, down) ||
+      !allocateLastDim(ctx, d, outSlot, hr, down.N, DType::f32, y))
+    return false;
+  const float *res;
+  if (!residualOf(ctx, residual, y, res))
+    return false;
+  h = hr;
+  out = y;
+  const int64_t M = up.M;
+  if (M == 0 || down.N == 0 || !d.launching())
+    return true;
+  d.countsDensity = true;
+  // h outside the set is never read (only the down projection reads h), so
+  // it is not zeroed; the up kernel writes y's base.
+  const IndexView ix = indexView(d, index.site, up.N);
+  const RowsInit init{y.as<float>(), down.bias, res, int(M), int(down.N)};
+  return check(ctx,
+               upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(up.K),
+                     up.bias, ix, act == Activation::relu, hr.as<float>(),
+                     int(up.N), init, d.stream),
+               "sparse_linear (up projection)") &&
+         check(ctx,
+               downFor(wDown.dtype, hr.as<float>(), int(M), int(up.N),
+                       wDown.data, int(down.N), ix, y.as<float>(), d.stream, 0,
+                       d.densityCounts),
+               "sparse_linear (down projection)");
 }
 
 } // namespace sparsec::rt::cuda

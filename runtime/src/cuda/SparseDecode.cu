@@ -7,6 +7,9 @@
 // (512 contiguous bytes per warp and row for fp16), several rows in flight
 // per warp; the down projection splits the selected rows over a second grid
 // dimension so that enough warps stream at once even when few neurons fire.
+// Index sets are segmented: every kernel that reads one first scans its
+// segment counts into shared memory (a few hundred ints), which costs less
+// than a compaction pass and its launch.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,9 +17,7 @@
 
 #include "DeviceMath.cuh"
 
-#include <cub/device/device_select.cuh>
 #include <cuda_fp16.h>
-#include <thrust/iterator/counting_iterator.h>
 
 #include <algorithm>
 
@@ -68,30 +69,165 @@ __device__ void addWarpPartials(float (&partial)[kWarps][32 * V],
 }
 
 //===----------------------------------------------------------------------===//
+// Segmented index sets
+//===----------------------------------------------------------------------===//
+
+static_assert(kSegment == 64, "a segment is the two warps' ballots");
+
+/// Exclusive scan of one int per thread over the block (kThreads threads);
+/// `total` gets the block's sum. `warpTotals` is kWarps ints of shared
+/// memory, free again when this returns.
+__device__ int blockExclusiveScan(int v, int *warpTotals, int &total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    int u = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o)
+      inc += u;
+  }
+  if (lane == 31)
+    warpTotals[warp] = inc;
+  __syncthreads();
+  int base = 0, sum = 0;
+#pragma unroll
+  for (int k = 0; k < kWarps; ++k) {
+    int t = warpTotals[k];
+    base += k < warp ? t : 0;
+    sum += t;
+  }
+  __syncthreads();
+  total = sum;
+  return base + inc - v;
+}
+
+/// prefix[s] = cnt[0] + ... + cnt[s - 1] for s in [0, S] in shared memory
+/// (S + 1 ints); returns prefix[S], the set's size. The whole block calls it.
+__device__ int scanSegments(const int32_t *cnt, int S, int *prefix,
+                            int *warpTotals) {
+  const int per = (S + kThreads - 1) / kThreads;
+  const int b = min(S, int(threadIdx.x) * per), e = min(S, b + per);
+  int local = 0;
+  for (int s = b; s < e; ++s)
+    local += cnt[s];
+  int total;
+  int run = blockExclusiveScan(local, warpTotals, total);
+  for (int s = b; s < e; ++s) {
+    prefix[s] = run;
+    run += cnt[s];
+  }
+  if (threadIdx.x == 0)
+    prefix[S] = total;
+  __syncthreads();
+  return total;
+}
+
+/// The neuron at position i (< prefix[S]) of a segmented set: the last
+/// segment whose prefix is <= i holds it (it is not empty).
+__device__ int neuronAt(const int *prefix, int S, const int32_t *idx, int i) {
+  int lo = 0, hi = S - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (prefix[mid] <= i)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return idx[lo * kSegment + (i - prefix[lo])];
+}
+
+__device__ inline int segmentsOf(int neurons) {
+  return (neurons + kSegment - 1) / kSegment;
+}
+
+/// Writes `in` with every thread of the grid.
+__device__ void writeInit(const RowsInit &in) {
+  if (!in.y)
+    return;
+  const int64_t total = int64_t(in.tokens) * in.n;
+  const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
+  for (int64_t k = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x +
+                   threadIdx.x;
+       k < total; k += threads)
+    in.y[k] = (in.bias ? in.bias[k % in.n] : 0.0f) +
+              (in.residual ? in.residual[k] : 0.0f);
+}
+
+/// One ballot per half segment: warps 2k and 2k + 1 of a block make
+/// segment blockIdx.x * kWarps / 2 + k from `on` of neuron j (their lane's).
+__device__ void writeSegment(IndexView ix, int s, int j, bool on,
+                             int *firstHalf) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned ballot = __ballot_sync(0xffffffffu, on);
+  if (warp % 2 == 0 && lane == 0)
+    firstHalf[warp / 2] = __popc(ballot);
+  __syncthreads();
+  if (s >= segmentsOf(ix.neurons))
+    return;
+  const int base = warp % 2 ? firstHalf[warp / 2] : 0;
+  if (on)
+    ix.idx[s * kSegment + base + __popc(ballot & ((1u << lane) - 1))] = j;
+  if (warp % 2 == 1 && lane == 0)
+    ix.cnt[s] = base + __popc(ballot);
+}
+
+/// The index set from flags (FromFlags) or from the non-zeros of h [tokens,
+/// n]; kWarps / 2 segments per block.
+template <bool FromFlags>
+__global__ void __launch_bounds__(kThreads)
+    indexKernel(const float *__restrict__ h, const uint8_t *__restrict__ flags,
+                int tokens, IndexView ix, RowsInit init) {
+  pdlTrigger();
+  __shared__ int firstHalf[kWarps / 2];
+  writeInit(init);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = ix.neurons;
+  const int s = blockIdx.x * (kWarps / 2) + warp / 2;
+  const int j = s * kSegment + (warp % 2) * 32 + lane;
+  bool on = false;
+  if (j < n) {
+    if (FromFlags) {
+      on = flags[j] != 0;
+    } else {
+      for (int t = 0; t < tokens; ++t)
+        on |= h[int64_t(t) * n + j] != 0.0f;
+    }
+  }
+  writeSegment(ix, s, j, on, firstHalf);
+}
+
+//===----------------------------------------------------------------------===//
 // Down projection: y[t, :] += sum_i h[t, idx[i]] * w[idx[i], :]
 //===----------------------------------------------------------------------===//
 
 template <typename W, int T, bool Aligned>
 __global__ void __launch_bounds__(kThreads)
     sparseDownKernel(const float *__restrict__ h, int ldh,
-                     const W *__restrict__ w, int d,
-                     const int32_t *__restrict__ idx,
-                     const int32_t *__restrict__ count, float *y,
-                     int capacity, unsigned long long *density) {
+                     const W *__restrict__ w, int d, IndexView ix, float *y,
+                     unsigned long long *density) {
   pdlTrigger();
   constexpr int V = Vec<W>::N;
   constexpr int Tile = 32 * V; // columns per block
   constexpr int Unroll = 4; // rows in flight per warp
   __shared__ float partial[kWarps][Tile];
+  __shared__ int warpTotals[kWarps];
+  extern __shared__ int downShared[]; // prefix [S + 1], then the block's rows
+  const int S = segmentsOf(ix.neurons);
+  int *prefix = downShared, *rows = downShared + S + 1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int col = blockIdx.x * Tile + lane * V;
-  const int64_t n = *count;
+  const int n = scanSegments(ix.cnt, S, prefix, warpTotals);
   if (density && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
-    atomicAdd(density, (unsigned long long)(n * T));
-    atomicAdd(density + 1, (unsigned long long)(int64_t(capacity) * T));
+    atomicAdd(density, (unsigned long long)(int64_t(n) * T));
+    atomicAdd(density + 1, (unsigned long long)(int64_t(ix.neurons) * T));
   }
-  const int r0 = int(n * blockIdx.y / gridDim.y);
-  const int r1 = int(n * (blockIdx.y + 1) / gridDim.y);
+  const int r0 = int(int64_t(n) * blockIdx.y / gridDim.y);
+  const int r1 = int(int64_t(n) * (blockIdx.y + 1) / gridDim.y);
+  if (r0 == r1)
+    return; // the whole block: nothing to add
+  for (int k = r0 + threadIdx.x; k < r1; k += kThreads)
+    rows[k - r0] = neuronAt(prefix, S, ix.idx, k);
+  __syncthreads();
   float acc[T][V];
 #pragma unroll
   for (int t = 0; t < T; ++t)
@@ -104,7 +240,7 @@ __global__ void __launch_bounds__(kThreads)
     int j[Unroll];
 #pragma unroll
     for (int u = 0; u < Unroll; ++u)
-      j[u] = idx[i + u * kWarps];
+      j[u] = rows[i + u * kWarps - r0];
 #pragma unroll
     for (int u = 0; u < Unroll; ++u)
       loadRow<W, Aligned>(w + int64_t(j[u]) * d, col, d, wv[u]);
@@ -112,26 +248,24 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < Unroll; ++u)
 #pragma unroll
       for (int t = 0; t < T; ++t) {
-        float a = __ldg(h + int64_t(t) * ldh + j[u]);
+        float a = h[int64_t(t) * ldh + j[u]];
 #pragma unroll
         for (int v = 0; v < V; ++v)
           acc[t][v] = fmaf(a, wv[u][v], acc[t][v]);
       }
   }
   for (; i < r1; i += kWarps) {
-    int j = idx[i];
+    int j = rows[i - r0];
     float wv[V];
     loadRow<W, Aligned>(w + int64_t(j) * d, col, d, wv);
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      float a = __ldg(h + int64_t(t) * ldh + j);
+      float a = h[int64_t(t) * ldh + j];
 #pragma unroll
       for (int v = 0; v < V; ++v)
         acc[t][v] = fmaf(a, wv[v], acc[t][v]);
     }
   }
-  if (r0 == r1)
-    return; // the whole block: nothing to add
   addWarpPartials<T, V>(partial, acc, y, d, blockIdx.x * Tile, d);
 }
 
@@ -139,18 +273,28 @@ __global__ void __launch_bounds__(kThreads)
 // Up projection: h[t, j] = act(x[t, :] . wt[j, :] + b[j]) for j in idx
 //===----------------------------------------------------------------------===//
 
+/// Floats of the up kernel's x stage (a multiple of 4, so that the prefix
+/// after it stays aligned).
+__host__ __device__ inline int stagedFloats(int tokens, int d) {
+  return (tokens * d + 3) / 4 * 4;
+}
+
 template <typename W, int T, bool Aligned>
 __global__ void __launch_bounds__(kThreads)
     sparseUpKernel(const float *__restrict__ x, const W *__restrict__ wt,
-                   int d, const float *__restrict__ bias,
-                   const int32_t *__restrict__ idx,
-                   const int32_t *__restrict__ count, bool relu, float *h,
-                   int ldh) {
+                   int d, const float *__restrict__ bias, IndexView ix,
+                   bool relu, float *h, int ldh, RowsInit init) {
   pdlTrigger();
   constexpr int V = Vec<W>::N;
   constexpr int Unroll = 16; // 16-byte loads in flight per lane (4 KB/warp)
-  extern __shared__ float xs[]; // [T][d]
-  if (*count <= blockIdx.x * kWarps)
+  extern __shared__ float4 upShared[]; // x [T][d], then the prefix [S + 1]
+  __shared__ int warpTotals[kWarps];
+  float *xs = reinterpret_cast<float *>(upShared);
+  const int S = segmentsOf(ix.neurons);
+  int *prefix = reinterpret_cast<int *>(xs + stagedFloats(T, d));
+  writeInit(init);
+  const int n = scanSegments(ix.cnt, S, prefix, warpTotals);
+  if (n <= blockIdx.x * kWarps)
     return; // no selected neuron for this block
   // Stage x with 16-byte loads, all in flight before the first store.
   if (Aligned && (T * d) % 4 == 0) {
@@ -174,10 +318,9 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const int lane = threadIdx.x % 32;
-  const int n = *count;
   for (int i = blockIdx.x * kWarps + threadIdx.x / 32; i < n;
        i += gridDim.x * kWarps) {
-    const int j = idx[i];
+    const int j = neuronAt(prefix, S, ix.idx, i);
     const W *row = wt + int64_t(j) * d;
     float acc[T];
 #pragma unroll
@@ -222,10 +365,7 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      float s = acc[t];
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2)
-        s += __shfl_xor_sync(0xffffffffu, s, off);
+      float s = warpSum(acc[t]);
       if (lane == 0) {
         s += bias ? bias[j] : 0.0f;
         h[int64_t(t) * ldh + j] = relu ? fmaxf(s, 0.0f) : s;
@@ -234,133 +374,183 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void nonzeroFlagsKernel(const float *h, int tokens, int n,
-                                   uint8_t *flags) {
-  pdlTrigger();
-  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n;
-       j += gridDim.x * blockDim.x) {
-    bool any = false;
-    for (int t = 0; t < tokens; ++t)
-      any |= h[int64_t(t) * n + j] != 0.0f;
-    flags[j] = any;
-  }
+//===----------------------------------------------------------------------===//
+// Predictor: hidden = x . w1 (partial sums per block of rows), then the
+// logits hidden . w2 + bias, the threshold and the segments.
+//===----------------------------------------------------------------------===//
+
+/// Blocks of the hidden-vector kernel (each sums a contiguous chunk of w1's
+/// rows; the select kernel adds up their partial sums).
+__host__ __device__ inline int predictBlocks(int d) {
+  int b = (d + 63) / 64;
+  return b < 32 ? b : 32;
 }
 
-/// hidden[t, e] += sum over the block's 64 rows i of x[t, i] * w1[i, e]:
-/// each warp covers 32 x V columns with 16-byte loads, 8 rows in flight,
-/// the 8 warps' partial sums reduced in shared memory.
+/// part[blockIdx.x][t][e] = sum over the block's rows i of x[t, i] * w1[i,
+/// e]. The block's rows are one contiguous chunk of w1 [d, r], read with
+/// 16-byte loads; where r divides kThreads * V, each thread's columns stay
+/// the same over the chunk and it accumulates in registers.
 template <typename W, int T>
 __global__ void __launch_bounds__(kThreads)
     predictHiddenKernel(const float *__restrict__ x, const W *__restrict__ w1,
-                        int d, int r, float *hidden) {
+                        int d, int r, int rowsPerBlock, float *part) {
   pdlTrigger();
   constexpr int V = Vec<W>::N;
-  constexpr int Tile = 32 * V;
-  __shared__ float partial[kWarps][Tile];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int col = blockIdx.y * Tile + lane * V;
-  const int i0 = blockIdx.x * 64;
-  float acc[T][V];
-#pragma unroll
-  for (int t = 0; t < T; ++t)
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-      acc[t][v] = 0.0f;
-  float wv[8][V];
-#pragma unroll
-  for (int u = 0; u < 8; ++u) {
-    int i = i0 + warp + u * kWarps;
-    if (i < d && col < r)
-      loadRow<W, false>(w1 + int64_t(i) * r, col, r, wv[u]);
-    else
-#pragma unroll
-      for (int v = 0; v < V; ++v)
-        wv[u][v] = 0.0f;
-  }
-#pragma unroll
-  for (int u = 0; u < 8; ++u) {
-    int i = i0 + warp + u * kWarps;
-    if (i >= d)
-      break;
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      float xv = __ldg(x + int64_t(t) * d + i);
-#pragma unroll
-      for (int v = 0; v < V; ++v)
-        acc[t][v] = fmaf(xv, wv[u][v], acc[t][v]);
-    }
-  }
-  addWarpPartials<T, V>(partial, acc, hidden, r, blockIdx.y * Tile, r);
-}
-
-/// logits[t, j] += sum over the block's 32 rows e of hidden[t, e] *
-/// w2[e, j]: each thread covers V consecutive neurons with 16-byte loads.
-template <typename W, int T>
-__global__ void __launch_bounds__(kThreads)
-    predictLogitsKernel(const float *__restrict__ hidden,
-                        const W *__restrict__ w2, int r, int f,
-                        float *logits) {
-  pdlTrigger();
-  constexpr int V = Vec<W>::N;
-  const int j = (blockIdx.x * kThreads + threadIdx.x) * V;
-  const int e0 = blockIdx.y * 32;
-  if (j >= f)
-    return;
-  float acc[T][V];
-#pragma unroll
-  for (int t = 0; t < T; ++t)
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-      acc[t][v] = 0.0f;
-#pragma unroll 8
-  for (int e = e0; e < min(r, e0 + 32); ++e) {
-    float wv[V];
-    loadRow<W, false>(w2 + int64_t(e) * f, j, f, wv);
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      float hv = __ldg(hidden + t * r + e);
-#pragma unroll
-      for (int v = 0; v < V; ++v)
-        acc[t][v] = fmaf(hv, wv[v], acc[t][v]);
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < T; ++t)
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-      if (j + v < f)
-        atomicAdd(logits + int64_t(t) * f + j + v, acc[t][v]);
-}
-
-/// One thread per neuron: the flag (any token's logit + bias above the
-/// threshold) and, in append mode, the warp's flagged neurons added to idx
-/// with one atomic.
-template <int T>
-__global__ void __launch_bounds__(256)
-    predictFlagsKernel(const float *__restrict__ logits, int f,
-                       const float *__restrict__ bias, float threshold,
-                       uint8_t *flags, int32_t *idx, int32_t *count,
-                       bool append) {
-  pdlTrigger();
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  bool on = false;
-  if (j < f) {
-    float b = bias ? bias[j] : 0.0f;
+  extern __shared__ float hidden[]; // [T][r]
+  for (int k = threadIdx.x; k < T * r; k += kThreads)
+    hidden[k] = 0.0f;
+  __syncthreads();
+  const int i0 = blockIdx.x * rowsPerBlock, i1 = min(d, i0 + rowsPerBlock);
+  const W *chunk = w1 + int64_t(i0) * r;
+  const int elems = max(0, i1 - i0) * r;
+  const bool fixedColumns = r % V == 0 && (kThreads * V) % r == 0 &&
+                            reinterpret_cast<uintptr_t>(chunk) % 16 == 0;
+  if (fixedColumns) {
+    float acc[T][V];
 #pragma unroll
     for (int t = 0; t < T; ++t)
-      on |= logits[int64_t(t) * f + j] + b > threshold;
-    flags[j] = on;
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        acc[t][v] = 0.0f;
+    const int col = (threadIdx.x * V) % r;
+#pragma unroll 4
+    for (int k = threadIdx.x * V; k < elems; k += kThreads * V) {
+      float wv[V];
+      Vec<W>::load(chunk + k, wv);
+      const int row = i0 + k / r;
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        float xv = __ldg(x + int64_t(t) * d + row);
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          acc[t][v] = fmaf(xv, wv[v], acc[t][v]);
+      }
+    }
+    // Lanes `period` apart hold the same columns: add them up in registers
+    // first, so that fewer threads meet at each shared-memory sum.
+    const int period = r / V, lane = threadIdx.x % 32;
+    int owners = 32;
+    if (period < 32 && 32 % period == 0) {
+      for (int off = period; off < 32; off *= 2)
+#pragma unroll
+        for (int t = 0; t < T; ++t)
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+            acc[t][v] += __shfl_xor_sync(0xffffffffu, acc[t][v], off);
+      owners = period;
+    }
+    if (lane < owners)
+#pragma unroll
+      for (int t = 0; t < T; ++t)
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          atomicAdd(hidden + t * r + col + v, acc[t][v]);
+  } else {
+    constexpr int Batch = 4;
+    for (int k0 = threadIdx.x; k0 < elems; k0 += Batch * kThreads) {
+      float wv[Batch];
+#pragma unroll
+      for (int u = 0; u < Batch; ++u) {
+        const int k = k0 + u * kThreads;
+        wv[u] = k < elems ? toFloat(chunk[k]) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < Batch; ++u) {
+        const int k = k0 + u * kThreads;
+        if (k >= elems)
+          break;
+        const int row = i0 + k / r, col = k % r;
+#pragma unroll
+        for (int t = 0; t < T; ++t)
+          atomicAdd(hidden + t * r + col, __ldg(x + int64_t(t) * d + row) * wv[u]);
+      }
+    }
   }
-  if (append) {
-    unsigned ballot = __ballot_sync(0xffffffffu, on);
-    int lane = threadIdx.x % 32;
-    int base = 0;
-    if (lane == 0 && ballot)
-      base = atomicAdd(count, __popc(ballot));
-    base = __shfl_sync(0xffffffffu, base, 0);
-    if (on)
-      idx[base + __popc(ballot & ((1u << lane) - 1))] = j;
+  __syncthreads();
+  for (int k = threadIdx.x; k < T * r; k += kThreads)
+    part[int64_t(blockIdx.x) * T * r + k] = hidden[k];
+}
+
+/// One block per segment of kSegment neurons: the hidden vector (the sum of
+/// `blocks` partial sums), each warp's share of the rank (rows e = warp,
+/// warp + kWarps, ...) of the logits of the segment's neurons (two per
+/// lane), reduced in shared memory, then the threshold, the segment and the
+/// mask rows.
+template <typename W, int T>
+__global__ void __launch_bounds__(kThreads)
+    predictSelectKernel(const float *__restrict__ part, int blocks, int r,
+                        const W *__restrict__ w2, int f,
+                        const float *__restrict__ bias, float threshold,
+                        IndexView ix, uint8_t *mask, int maskRows) {
+  pdlTrigger();
+  extern __shared__ float hidden[]; // [T][r]
+  __shared__ float logits[kWarps][T][kSegment];
+  __shared__ int firstHalf[kWarps / 2];
+  for (int k = threadIdx.x; k < T * r; k += kThreads)
+    hidden[k] = 0.0f;
+  __syncthreads();
+  // The partial sums: Batch loads in flight per thread before their adds.
+  constexpr int Batch = 8;
+  const int parts = blocks * T * r;
+  for (int k0 = threadIdx.x; k0 < parts; k0 += Batch * kThreads) {
+    float v[Batch];
+#pragma unroll
+    for (int u = 0; u < Batch; ++u) {
+      const int k = k0 + u * kThreads;
+      v[u] = k < parts ? part[k] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < Batch; ++u) {
+      const int k = k0 + u * kThreads;
+      if (k < parts)
+        atomicAdd(hidden + k % (T * r), v[u]);
+    }
   }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int s = blockIdx.x;
+  const int j0 = s * kSegment + 2 * lane;
+  float acc[T][2];
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+    acc[t][0] = acc[t][1] = 0.0f;
+#pragma unroll 4
+  for (int e = warp; e < r; e += kWarps) {
+    const W *row = w2 + int64_t(e) * f;
+    const float a = j0 < f ? toFloat(row[j0]) : 0.0f;
+    const float b = j0 + 1 < f ? toFloat(row[j0 + 1]) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const float hv = hidden[t * r + e];
+      acc[t][0] = fmaf(hv, a, acc[t][0]);
+      acc[t][1] = fmaf(hv, b, acc[t][1]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    logits[warp][t][2 * lane] = acc[t][0];
+    logits[warp][t][2 * lane + 1] = acc[t][1];
+  }
+  __syncthreads();
+  // Threads 0..63 decide the segment's neurons (the other warps take part
+  // in the ballots and barrier with nothing selected).
+  const int q = threadIdx.x, j = s * kSegment + q;
+  bool on = false;
+  if (q < kSegment && j < f) {
+    const float b = bias ? bias[j] : 0.0f;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float l = b;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k)
+        l += logits[k][t][q];
+      on |= l > threshold;
+    }
+    for (int m = 0; mask && m < maskRows; ++m)
+      mask[int64_t(m) * f + j] = on;
+  }
+  // writeSegment's segment for warps 0 and 1 is s; the others write nothing.
+  writeSegment(ix, warp < 2 ? s : segmentsOf(f), j, on, firstHalf);
 }
 
 template <typename W> bool aligned(const W *p, int d) {
@@ -382,6 +572,15 @@ template <typename F> cudaError_t withTokens(int tokens, F &&f) {
   }
   return cudaErrorInvalidValue;
 }
+
+/// Allows `smem` bytes of dynamic shared memory for `kernel` when above the
+/// default 48 KB.
+template <typename K> cudaError_t allowShared(K kernel, size_t smem) {
+  if (smem <= 48 * 1024)
+    return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(smem));
+}
 } // namespace
 
 int multiprocessorCount() {
@@ -394,53 +593,47 @@ int multiprocessorCount() {
   return count;
 }
 
-size_t buildIndexTempBytes(int n) {
-  size_t bytes = 0;
-  thrust::counting_iterator<int32_t> it(0);
-  cub::DeviceSelect::Flagged(nullptr, bytes, it, (const uint8_t *)nullptr,
-                             (int32_t *)nullptr, (int32_t *)nullptr, n);
-  return bytes;
+cudaError_t indexFromFlags(const uint8_t *flags, IndexView ix,
+                           cudaStream_t stream) {
+  const int segments = indexSegments(ix.neurons);
+  if (segments == 0)
+    return cudaSuccess;
+  indexKernel<true><<<(segments + kWarps / 2 - 1) / (kWarps / 2), kThreads, 0,
+                      stream>>>(nullptr, flags, 0, ix, RowsInit{});
+  return cudaGetLastError();
 }
 
-cudaError_t buildIndex(const uint8_t *flags, int n, int32_t *idx,
-                       int32_t *count, void *temp, size_t tempBytes,
-                       cudaStream_t stream) {
-  thrust::counting_iterator<int32_t> it(0);
-  return cub::DeviceSelect::Flagged(temp, tempBytes, it, flags, idx, count, n,
-                                    stream);
-}
-
-cudaError_t nonzeroFlags(const float *h, int tokens, int n, uint8_t *flags,
-                         cudaStream_t stream) {
-  int blocks = std::min((n + 255) / 256, 4 * multiprocessorCount());
-  nonzeroFlagsKernel<<<blocks, 256, 0, stream>>>(h, tokens, n, flags);
+cudaError_t indexFromActivations(const float *h, int tokens, IndexView ix,
+                                 RowsInit init, cudaStream_t stream) {
+  const int segments = indexSegments(ix.neurons);
+  const int blocks = std::max(1, (segments + kWarps / 2 - 1) / (kWarps / 2));
+  indexKernel<false><<<blocks, kThreads, 0, stream>>>(h, nullptr, tokens, ix,
+                                                      init);
   return cudaGetLastError();
 }
 
 template <typename W>
 cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
-                     const float *bias, const int32_t *idx,
-                     const int32_t *count, int capacity, bool relu, float *h,
-                     int ldh, cudaStream_t stream) {
+                     const float *bias, IndexView ix, bool relu, float *h,
+                     int ldh, RowsInit init, cudaStream_t stream) {
   // Enough warps for every selected neuron at once up to the SMs' capacity
   // (x is staged in shared memory once per block).
+  const int capacity = ix.neurons;
   int blocks = std::max(1, std::min((capacity + kWarps - 1) / kWarps,
                                     4 * multiprocessorCount()));
-  size_t smem = sizeof(float) * size_t(tokens) * size_t(d);
+  size_t smem = sizeof(float) * size_t(stagedFloats(tokens, d)) +
+                sizeof(int) * size_t(indexSegments(capacity) + 1);
   if (smem > 200 * 1024)
     return cudaErrorInvalidValue; // x does not fit in shared memory
   bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
     auto kernel = fast ? sparseUpKernel<W, T, true> : sparseUpKernel<W, T, false>;
-    if (smem > 48 * 1024) {
-      cudaError_t e = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-      if (e != cudaSuccess)
-        return e;
-    }
-    kernel<<<blocks, kThreads, smem, stream>>>(x, wt, d, bias, idx, count, relu,
-                                               h, ldh);
+    cudaError_t e = allowShared(kernel, smem);
+    if (e != cudaSuccess)
+      return e;
+    kernel<<<blocks, kThreads, smem, stream>>>(x, wt, d, bias, ix, relu, h,
+                                               ldh, init);
     return cudaGetLastError();
   });
 }
@@ -460,69 +653,81 @@ int downSplits(int d, int capacity, int vec, int tokens, int residentBlocks) {
 
 template <typename W>
 cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
-                       const int32_t *idx, const int32_t *count, int capacity,
-                       float *y, cudaStream_t stream, int splits,
+                       IndexView ix, float *y, cudaStream_t stream, int splits,
                        unsigned long long *density) {
   constexpr int V = Vec<W>::N;
+  const int capacity = ix.neurons;
   bool fast = aligned(w, d);
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
     auto kernel = fast ? sparseDownKernel<W, T, true> : sparseDownKernel<W, T, false>;
     int perSM = 1;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kernel, kThreads, 0);
-    dim3 grid((d + 32 * V - 1) / (32 * V),
-              splits > 0 ? splits
-                         : downSplits(d, capacity, V, tokens,
-                                      std::max(1, perSM) * multiprocessorCount()));
-    kernel<<<grid, kThreads, 0, stream>>>(h, ldh, w, d, idx, count, y, capacity,
-                                          density);
+    int s = splits > 0 ? splits
+                       : downSplits(d, capacity, V, tokens,
+                                    std::max(1, perSM) * multiprocessorCount());
+    // Each block lists its rows in shared memory: keep that under 64 KB.
+    auto smemFor = [&](int sp) {
+      return sizeof(int) * (size_t(indexSegments(capacity)) + 1 +
+                            size_t((capacity + sp - 1) / sp));
+    };
+    while (smemFor(s) > 64 * 1024)
+      s *= 2;
+    const size_t smem = smemFor(s);
+    cudaError_t e = allowShared(kernel, smem);
+    if (e != cudaSuccess)
+      return e;
+    dim3 grid((d + 32 * V - 1) / (32 * V), s);
+    kernel<<<grid, kThreads, smem, stream>>>(h, ldh, w, d, ix, y, density);
     return cudaGetLastError();
   });
+}
+
+size_t predictScratchFloats(int tokens, int d, int r) {
+  return size_t(predictBlocks(d)) * size_t(tokens) * size_t(r);
 }
 
 template <typename W>
 cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                          int r, const W *w2, int f, const float *bias,
-                         float threshold, float *scratch, uint8_t *flags,
-                         int32_t *idx, int32_t *count, bool sorted, void *temp,
-                         size_t tempBytes, cudaStream_t stream) {
-  float *hidden = scratch, *logits = scratch + size_t(tokens) * r;
-  cudaError_t e = cudaMemsetAsync(
-      scratch, 0, sizeof(float) * size_t(tokens) * (size_t(r) + f), stream);
-  if (e == cudaSuccess && !sorted)
-    e = cudaMemsetAsync(count, 0, sizeof(int32_t), stream);
-  if (e != cudaSuccess)
-    return e;
-  constexpr int V = Vec<W>::N;
-  e = withTokens(tokens, [&](auto t) {
+                         float threshold, float *scratch, IndexView ix,
+                         uint8_t *mask, int maskRows, cudaStream_t stream) {
+  if (tokens == 0 || f == 0)
+    return cudaSuccess;
+  const int blocks = std::max(1, predictBlocks(d));
+  const int rows = (d + blocks - 1) / blocks;
+  const size_t smem = sizeof(float) * size_t(tokens) * size_t(r);
+  return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
-    predictHiddenKernel<W, T><<<dim3((d + 63) / 64, (r + 32 * V - 1) / (32 * V)),
-                                kThreads, 0, stream>>>(x, w1, d, r, hidden);
-    predictLogitsKernel<W, T>
-        <<<dim3((f + kThreads * V - 1) / (kThreads * V), (r + 31) / 32),
-           kThreads, 0, stream>>>(hidden, w2, r, f, logits);
-    predictFlagsKernel<T><<<(f + 255) / 256, 256, 0, stream>>>(
-        logits, f, bias, threshold, flags, idx, count, !sorted);
+    auto hiddenKernel = predictHiddenKernel<W, T>;
+    auto selectKernel = predictSelectKernel<W, T>;
+    // The select kernel's static shared memory is at most 16 KB.
+    if (smem > 160 * 1024)
+      return cudaErrorInvalidValue;
+    cudaError_t e = allowShared(hiddenKernel, smem);
+    if (e == cudaSuccess && smem > 32 * 1024)
+      e = cudaFuncSetAttribute(selectKernel,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(smem));
+    if (e != cudaSuccess)
+      return e;
+    hiddenKernel<<<blocks, kThreads, smem, stream>>>(x, w1, d, r, rows, scratch);
+    selectKernel<<<indexSegments(f), kThreads, smem, stream>>>(
+        scratch, blocks, r, w2, f, bias, threshold, ix, mask, maskRows);
     return cudaGetLastError();
   });
-  if (e != cudaSuccess || !sorted)
-    return e;
-  return buildIndex(flags, f, idx, count, temp, tempBytes, stream);
 }
 
 #define SPARSEC_INSTANTIATE(W)                                                 \
   template cudaError_t sparseUp<W>(const float *, int, const W *, int,         \
-                                   const float *, const int32_t *,             \
-                                   const int32_t *, int, bool, float *, int,   \
-                                   cudaStream_t);                              \
+                                   const float *, IndexView, bool, float *,    \
+                                   int, RowsInit, cudaStream_t);               \
   template cudaError_t sparseDown<W>(const float *, int, int, const W *, int,  \
-                                     const int32_t *, const int32_t *, int,    \
-                                     float *, cudaStream_t, int,               \
+                                     IndexView, float *, cudaStream_t, int,    \
                                      unsigned long long *);                    \
   template cudaError_t predictIndex<W>(                                        \
       const float *, int, const W *, int, int, const W *, int, const float *,  \
-      float, float *, uint8_t *, int32_t *, int32_t *, bool, void *, size_t,   \
-      cudaStream_t);
+      float, float *, IndexView, uint8_t *, int, cudaStream_t);
 SPARSEC_INSTANTIATE(__half)
 SPARSEC_INSTANTIATE(float)
 #undef SPARSEC_INSTANTIATE

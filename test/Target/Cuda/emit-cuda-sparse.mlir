@@ -1,9 +1,13 @@
 // RUN: sparsec-opt %s "--sparsec-schedule-pipeline=sparse-weights=f16 dense-weights=f16" | sparsec-translate --sparsec-to-cuda | FileCheck %s
 
 // A predicted FFN then an exact one on the CUDA target: the predictor's
-// index set feeds the up projection, whose computed set feeds the down
-// projection; the exact FFN builds its index set from the ReLU output.
-// Every linear, sparse and predictor weight is stored as float16.
+// index set feeds the up projection and the down projection, emitted as one
+// cuda::sparseFfn (its up kernel writes the down projection's base); the
+// exact FFN's down projection builds its index set from the ReLU output.
+// The residual add after it stays an add: the plan puts the sum in the
+// down projection's input slot, which its kernels still read while they
+// write the sum's base. Every linear, sparse and predictor weight is stored
+// as float16.
 sparsec.global @up : tensor<8x16xf32> {source = "up"}
 sparsec.global @down : tensor<16x8xf32> {source = "down"}
 sparsec.global @p1 : tensor<8x2xf32> {source = "", value = dense<1.0> : tensor<8x2xf32>}
@@ -23,7 +27,8 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
   %h2 = sparsec.linear %y, %w : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
   %r2 = sparsec.relu %h2 : tensor<?x16xf32>
   %y2 = sparsec.sparse_linear %r2, %w2 {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
-  return %y2 : tensor<?x8xf32>
+  %z = sparsec.add %y2, %y : tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?x8xf32>
+  return %z : tensor<?x8xf32>
 }
 
 // CHECK-LABEL: bool step(Context &ctx, const Tensor *in, Tensor *out) {
@@ -34,16 +39,17 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK: cuda::IndexSet [[PIX:ix[0-9]+]];
 // CHECK: if (!cuda::predict(ctx, [[X]], [[W1]], [[W2]], &[[PB]], 5.000000e-01f, 0, {{[0-9]+}}, [[M:v[0-9]+]], [[PIX]])) return false;
 // CHECK: const Tensor [[UT:v[0-9]+]] = cuda::weight(ctx, {{[0-9]+}}, DType::f16, 2,
-// CHECK: cuda::IndexSet [[UIX:ix[0-9]+]];
-// CHECK: if (!cuda::sparseLinearOutput(ctx, [[X]], [[UT]], nullptr, [[M]], [[PIX]], ops::Activation::relu, {{[0-9]+}}, [[H:v[0-9]+]], [[UIX]])) return false;
+// CHECK: Tensor [[H:v[0-9]+]];
+// CHECK-NEXT: // (computed with the down projection below)
 // CHECK: const Tensor [[D:v[0-9]+]] = cuda::weight(ctx, {{[0-9]+}}, DType::f16, 2,
 // CHECK-NOT: nonzeroIndex
 // Batched calls of the first down projection use 32 x 1 PIT tiles, the
 // second (no pit_tile) the dense kernel.
-// CHECK: if (!cuda::sparseLinearInput(ctx, [[H]], [[D]], nullptr, [[UIX]], 32, {{[0-9]+}}, [[Y:v[0-9]+]])) return false;
+// CHECK: if (!cuda::sparseFfn(ctx, [[X]], [[UT]], nullptr, [[M]], [[PIX]], ops::Activation::relu, {{[0-9]+}}, [[D]], nullptr, 32, nullptr, {{[0-9]+}}, [[Y:v[0-9]+]], [[H]])) return false;
 // The dense linear's weight is float16 too (dense-weights=f16).
 // CHECK: const Tensor [[WD:v[0-9]+]] = cuda::weight(ctx, {{[0-9]+}}, DType::f16, 2,
 // CHECK: if (!cuda::linear(ctx, [[Y]], [[WD]], nullptr, ops::Activation::relu, {{[0-9]+}}, [[H2:v[0-9]+]])) return false;
 // CHECK: cuda::IndexSet [[EIX:ix[0-9]+]];
 // CHECK: if (!cuda::nonzeroIndex(ctx, [[H2]], 1, [[EIX]])) return false;
-// CHECK: if (!cuda::sparseLinearInput(ctx, [[H2]], {{v[0-9]+}}, nullptr, [[EIX]], 0, {{[0-9]+}}, {{v[0-9]+}})) return false;
+// CHECK: if (!cuda::sparseLinearInput(ctx, [[H2]], {{v[0-9]+}}, nullptr, [[EIX]], 0, nullptr, [[S:[0-9]+]], [[Y2:v[0-9]+]])) return false;
+// CHECK: if (!cuda::binary(ctx, ops::Binary::add, [[Y2]], [[Y]], {{[0-9]+}}, {{v[0-9]+}})) return false;

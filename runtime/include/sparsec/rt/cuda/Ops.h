@@ -68,6 +68,9 @@ struct IndexSet {
   int site = -1;  // the emitter's index site (device buffers)
   int neurons = 0;
   int tokens = 0; // rows the set was built for
+  /// The set of the non-zeros of the input of the sparseLinearInput that
+  /// reads it, built by that call (nonzeroIndex only reserves it).
+  bool fromInput = false;
 };
 
 //===----------------------------------------------------------------------===//
@@ -161,17 +164,32 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
                         const Tensor *bias, const Tensor &active,
                         const IndexSet &index, ops::Activation act,
                         int outSlot, Tensor &out, IndexSet &outIndex);
-/// Builds the index set of x's non-zero neurons (last dim, any token).
+/// The index set of x's non-zero neurons (last dim, any token) for the
+/// sparseLinearInput over x that follows: that call builds it, in the kernel
+/// that also writes the base of its result, so this launches nothing.
 bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,
                   IndexSet &index);
 /// Input-side sparse linear over the rows of `index` (which must cover
-/// x's non-zero neurons). Inputs of more than a decode batch use PIT
+/// x's non-zero neurons), plus `residual` (x's rows by N, or null: a
+/// residual add folded in). Inputs of more than a decode batch use PIT
 /// micro-tiles of `pitTile` tokens (8, 16 or 32; Pit.h) when the weight is
 /// fp16, else (pitTile 0, fp32 weights) the dense GEMM. SPARSEC_PIT_SORTED=1
 /// makes the PIT index order deterministic (sorted).
 bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                        const Tensor *bias, const IndexSet &index, int pitTile,
-                       int outSlot, Tensor &out);
+                       const Tensor *residual, int outSlot, Tensor &out);
+/// An FFN over a predicted set: h = sparseLinearOutput(x, wUp, bUp, active,
+/// index, act) into hSlot, then out = sparseLinearInput(h, wDown, bDown,
+/// pitTile) (+ residual) into outSlot. A decode step launches two kernels: the up
+/// projection over the set, which also writes out's base (bias, residual),
+/// then the down projection over the same set; h outside the set is left
+/// unwritten (only the down projection reads it). Other calls run the two
+/// ops as above.
+bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
+               const Tensor *bUp, const Tensor &active, const IndexSet &index,
+               ops::Activation act, int hSlot, const Tensor &wDown,
+               const Tensor *bDown, int pitTile, const Tensor *residual,
+               int outSlot, Tensor &out, Tensor &h);
 
 } // namespace sparsec::rt::cuda
 
