@@ -397,12 +397,24 @@ def cmd_extract_inline(args):
     return 0
 
 
-def write_pack(manifest_path, out, source):
+def segment_key(s):
+    """What a segment's bytes depend on (not where the pack puts them)."""
+    if s["source"] == "<inline>":
+        return None
+    return json.dumps([s["source"], s["transforms"], s["permutation"], s["dtype"],
+                       s["shape"]])
+
+
+def write_pack(manifest_path, out, source, reuse=None):
     """Writes the pack; `source(name)` gives a segment's source array, the
-    compiler-made segments come from model.inline.bin.gz (extract-inline)."""
-    import gzip
+    compiler-made segments come from model.inline.bin.gz (extract-inline).
+    `reuse` (or None): segment key -> (pack path, offset) of packs written
+    before; such segments are copied from there instead of rebuilt, and the
+    segments written here are added to it."""
     man = load_manifest(manifest_path)
     inline = None
+    written = []
+    copied = 0
     segs = man["segments"]
     count = len(segs)
     payload_off = (64 + 16 * count + 63) // 64 * 64
@@ -431,6 +443,22 @@ def write_pack(manifest_path, out, source):
                 f.write(data)
                 pos = s["offset"] + s["bytes"]
                 continue
+            key = segment_key(s)
+            if reuse is not None and key in reuse:
+                copied += 1
+                path, offset = reuse[key]
+                f.write(b"\0" * (s["offset"] - pos))
+                with open(path, "rb") as src:
+                    src.seek(offset)
+                    left = s["bytes"]
+                    while left:
+                        chunk = src.read(min(left, 1 << 26))
+                        if not chunk:
+                            raise SystemExit(f"error: {path} is short")
+                        f.write(chunk)
+                        left -= len(chunk)
+                pos = s["offset"] + s["bytes"]
+                continue
             a = apply_transforms(source(s["source"]), s)
             want = {"float32": np.float32, "float16": np.float16}[s["dtype"]]
             if a.dtype != want or list(a.shape) != s["shape"] or a.nbytes != s["bytes"]:
@@ -439,6 +467,12 @@ def write_pack(manifest_path, out, source):
             f.write(b"\0" * (s["offset"] - pos))
             f.write(a.tobytes())
             pos = s["offset"] + s["bytes"]
+            written.append((key, payload_off + s["offset"]))
+    if reuse is not None:
+        for key, offset in written:
+            reuse.setdefault(key, (out, offset))
+    return copied
+
 
 
 def cmd_pack(args):
@@ -459,8 +493,30 @@ def cmd_pack(args):
             if n not in cache:
                 cache[n] = make(n, cfg, args.density)
             return cache[n]
-    write_pack(args.manifest, args.out, source)
-    print(f"wrote {args.out}")
+    reuse = None
+    if args.reuse:
+        # Segments of an existing pack (its manifest beside it) are copied.
+        reuse = pack_index(os.path.join(os.path.dirname(args.reuse),
+                                        "model.manifest.json"), args.reuse)
+    copied = write_pack(args.manifest, args.out, source, reuse)
+    print(f"wrote {args.out}" + (f" ({copied} segments copied from {args.reuse})"
+                                 if args.reuse else ""))
+
+
+def pack_index(manifest_path, pack_path):
+    """segment key -> (pack_path, file offset) for every source segment of a
+    written pack (for write_pack's `reuse`)."""
+    with open(pack_path, "rb") as f:
+        header = f.read(64)
+    if header[:8] != b"SPCWPACK":
+        raise SystemExit(f"error: {pack_path} is not a weight pack")
+    payload_off = struct.unpack("<IIQQQQQQ", header[8:64])[3]
+    index = {}
+    for s in load_manifest(manifest_path)["segments"]:
+        key = segment_key(s)
+        if key is not None:
+            index.setdefault(key, (pack_path, payload_off + s["offset"]))
+    return index
 
 
 # ---------------------------------------------------------------------------
@@ -633,12 +689,15 @@ def cmd_bench(args):
     manifests = {b: load_manifest(os.path.join(args.dir, b, "model.manifest.json"))
                  for b in builds}
     linked = set()
+    # Segments already written by an earlier build's pack are copied from it
+    # (a predicted build shares every weight with the dense one).
+    reuse = {}
     for i, b in enumerate(builds):
         d = os.path.join(args.dir, b)
         t0 = time.perf_counter()
         pack = os.path.join(d, "model.weights")
         if b not in linked:
-            write_pack(os.path.join(d, "model.manifest.json"), pack, source)
+            write_pack(os.path.join(d, "model.manifest.json"), pack, source, reuse)
             for later in builds[i + 1:]:
                 if later not in linked and manifests[later] == manifests[b]:
                     other = os.path.join(args.dir, later, "model.weights")
@@ -761,6 +820,8 @@ def main():
     p.add_argument("--shape", default="1.3b", choices=SHAPES)
     p.add_argument("--onnx", help="take the sources from this ONNX file's initializers")
     p.add_argument("--density", type=float, default=0.1)
+    p.add_argument("--reuse", help="a written pack (model.weights, its manifest beside it) "
+                   "whose segments are copied where the sources and transforms match")
     x = sub.add_parser("extract-inline")
     x.add_argument("--manifest", required=True)
     x.add_argument("--weights", required=True, help="the compiler's model.weights")

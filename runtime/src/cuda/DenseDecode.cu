@@ -342,11 +342,15 @@ normRegKernel(const float *x, const float *scale, const float *bias, int width,
   pdlWait(); // early launches: x comes from the kernel before
   const float *row = x + int64_t(blockIdx.x) * width;
   float *out = y + int64_t(blockIdx.x) * width;
-  float v[PER];
+  // The scale and bias are requested with x, so that their loads do not
+  // wait for the two reductions.
+  float v[PER], sc[PER], bi[PER];
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int i = threadIdx.x + k * kNormThreads;
     v[k] = i < width ? row[i] : 0.0f;
+    sc[k] = i < width ? __ldg(scale + i) : 0.0f;
+    bi[k] = bias && i < width ? __ldg(bias + i) : 0.0f;
   }
   float mean = 0.0f;
   if (!Rms) {
@@ -367,10 +371,8 @@ normRegKernel(const float *x, const float *scale, const float *bias, int width,
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int i = threadIdx.x + k * kNormThreads;
-    if (i < width) {
-      const float r = (v[k] - mean) * inv * scale[i];
-      out[i] = bias ? r + bias[i] : r;
-    }
+    if (i < width)
+      out[i] = (v[k] - mean) * inv * sc[k] + bi[k];
   }
 }
 
