@@ -10,7 +10,8 @@
 //   cuBLAS pre-gathered the active rows copied out beforehand (a lower
 //                       bound for any gather: it reads only those rows)
 // and sparsec's kernels (runtime/src/cuda/SparseDecode.cu):
-//   down     sparseDown given the index set
+//   down     sparseDown given the index set (as the list the up kernel
+//            writes for it)
 //   up       sparseUp over the same set as a predicted set (x . Wt[j])
 //   index    indexFromFlags over F flags (one kernel, segmented set)
 //   exact    indexFromActivations (which also zeroes y) + sparseDown (the
@@ -59,6 +60,11 @@ IndexView deviceIndex(int f, const std::vector<int32_t> *list = nullptr) {
   ix.neurons = f;
   ix.idx = upload(idx);
   ix.cnt = upload(cnt);
+  if (list) {
+    // The list form too (what the up kernel writes for the down kernel).
+    ix.list = upload(list->empty() ? std::vector<int32_t>{0} : *list);
+    ix.count = upload(std::vector<int32_t>{int32_t(list->size())});
+  }
   return ix;
 }
 } // namespace
@@ -261,7 +267,8 @@ int main(int argc, char **argv) {
     }
     std::printf(" | | | | | | | | |\n");
     for (void *ptr : {(void *)dH, (void *)dHHalf, (void *)ix.idx, (void *)ix.cnt,
-                      (void *)ix2.idx, (void *)ix2.cnt, (void *)dFlags, (void *)dY,
+                      (void *)ix.list, (void *)ix.count, (void *)ix2.idx,
+                      (void *)ix2.cnt, (void *)dFlags, (void *)dY,
                       (void *)dYRef, (void *)dHUp, (void *)dRowPtr, (void *)dCols,
                       (void *)dVals, (void *)dYHalf, (void *)dWS, (void *)dHS})
       cudaFree(ptr);
@@ -298,6 +305,11 @@ int main(int argc, char **argv) {
         if (coin(rng) >= sparsity)
           idx.push_back(j);
       IndexView ix = deviceIndex(f, &idx);
+      IndexView segments = ix, listed = ix;
+      segments.list = segments.count = nullptr;
+      int32_t *dL = alloc<int32_t>(f), *dLC = alloc<int32_t>(1);
+      listed.list = dL;
+      listed.count = dLC;
       for (int rank : {64, 256, 1024}) {
         std::vector<__half> p1(size_t(d) * rank), p2(size_t(rank) * f);
         for (auto &v : p1) v = __float2half(val(rng) * 0.02f);
@@ -314,10 +326,12 @@ int main(int argc, char **argv) {
         // predictor would select about that set; random predictor weights
         // select half the neurons, so its own output is not used here).
         double stepUs = timeUs([&] {
+          // As cuda::sparseFfn: the up kernel writes the base and the list
+          // the down kernel reads.
           predictor();
-          sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHf, f,
-                           RowsInit{dYd, nullptr, nullptr, tokens, d}, stream);
-          sparseDown<__half>(dHf, tokens, f, dW, d, ix, dYd, stream);
+          sparseUp<__half>(dX, tokens, dWt, d, nullptr, segments, true, dHf, f,
+                           RowsInit{dYd, nullptr, nullptr, tokens, d}, stream, dL, dLC);
+          sparseDown<__half>(dHf, tokens, f, dW, d, listed, dYd, stream);
         }, g);
         std::printf("| %.0f %% | %d | %.1f | %.1f | %.1f | %.2fx |\n", sparsity * 100, rank,
                     denseFfnUs, predUs, stepUs, denseFfnUs / stepUs);
@@ -325,8 +339,9 @@ int main(int argc, char **argv) {
                           (void *)ixP.cnt})
           cudaFree(ptr);
       }
-      cudaFree(ix.idx);
-      cudaFree(ix.cnt);
+      for (void *ptr : {(void *)ix.idx, (void *)ix.cnt, (void *)ix.list, (void *)ix.count,
+                        (void *)dL, (void *)dLC})
+        cudaFree(ptr);
     }
     CHECK_CUDA(cudaGetLastError());
   }

@@ -127,8 +127,17 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
   std::vector<float> biasD(d);
   for (int k = 0; k < d; ++k) biasD[k] = bias[k % f];
   float *dBiasD = upload(biasD);
+  int32_t *dList = nullptr, *dListCount = nullptr;
+  CHECK_CUDA(cudaMalloc(&dList, sizeof(int32_t) * f));
+  CHECK_CUDA(cudaMalloc(&dListCount, sizeof(int32_t)));
+  CHECK_CUDA(cudaMemset(dListCount, 0xff, sizeof(int32_t)));
   CHECK_CUDA(sparseUp<W>(dX, tokens, dWt, d, dBias, ix, true, dH, f,
-                         RowsInit{dBase, dBiasD, dRes, tokens, d}, 0));
+                         RowsInit{dBase, dBiasD, dRes, tokens, d}, 0, dList,
+                         dListCount));
+  const int listCount = download(dListCount, 1)[0];
+  const bool listOk =
+      listCount == int(expectIdx.size()) &&
+      download(dList, size_t(std::max(listCount, 0))) == expectIdx;
   std::vector<float> hUp = download(dH, sentinel.size());
   std::vector<float> base = download(dBase, y0.size());
   double errUp = 0;
@@ -149,8 +158,9 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
   double errBase = 0;
   for (size_t i = 0; i < y0.size(); ++i)
     errBase = worse(errBase, std::fabs(double(base[i]) - y0[i]));
-  report(errUp < 1e-4 && untouched && errBase < 1e-6, "sparseUp (+relu, base)", f,
-         d, tokens, sparsity, wtype, std::max(errUp, errBase));
+  report(errUp < 1e-4 && untouched && errBase < 1e-6 && listOk,
+         "sparseUp (+relu, base, list)", f, d, tokens, sparsity, wtype,
+         std::max(errUp, errBase));
 
   // sparseDown over the index set, y starting from the base.
   float *dHin = upload(h), *dY = upload(y0);
@@ -168,6 +178,20 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
       errDown = worse(errDown, std::fabs(denseRef(t, k) - y[size_t(t) * d + k]) /
                                       (1.0 + std::fabs(denseRef(t, k))));
   report(errDown < 1e-4, "sparseDown", f, d, tokens, sparsity, wtype, errDown);
+
+  // The same from the list sparseUp wrote.
+  CHECK_CUDA(cudaMemcpy(dY, y0.data(), y0.size() * sizeof(float), cudaMemcpyHostToDevice));
+  IndexView listed = ix;
+  listed.list = dList;
+  listed.count = dListCount;
+  CHECK_CUDA(sparseDown<W>(dHin, tokens, f, dW, d, listed, dY, 0));
+  y = download(dY, y0.size());
+  double errList = 0;
+  for (int t = 0; t < tokens; ++t)
+    for (int k = 0; k < d; ++k)
+      errList = worse(errList, std::fabs(denseRef(t, k) - y[size_t(t) * d + k]) /
+                                      (1.0 + std::fabs(denseRef(t, k))));
+  report(errList < 1e-4, "sparseDown (list)", f, d, tokens, sparsity, wtype, errList);
 
   // Exact mode from the activations alone: the index kernel writes the base.
   CHECK_CUDA(cudaMemset(dY, 0xff, y0.size() * sizeof(float)));
@@ -190,7 +214,7 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
   freeIndex(ix2);
   for (void *p : {(void *)dFlags, (void *)dWt, (void *)dW, (void *)dX, (void *)dBias,
                   (void *)dH, (void *)dHin, (void *)dY, (void *)dRes, (void *)dBase,
-                  (void *)dBiasD})
+                  (void *)dBiasD, (void *)dList, (void *)dListCount})
     cudaFree(p);
 }
 /// predictIndex against a double-precision reference: the flags (away from

@@ -88,6 +88,8 @@ Device::~Device() {
   for (auto &s : indexSets) {
     freeDev(s.idx);
     freeDev(s.count);
+    freeDev(s.list);
+    freeDev(s.listCount);
     freeDev(s.scratch);
   }
   for (auto &t : normTerms)

@@ -42,9 +42,10 @@ struct PinnedBuffer {
 };
 
 /// One index site's device buffers: the segmented set (idx, count: see
-/// IndexView) and the predictor's scratch.
+/// IndexView), the same set as one list (list, listCount; written by
+/// sparseFfn's up kernel) and the predictor's scratch.
 struct IndexBuffers {
-  DeviceBuffer idx, count, scratch;
+  DeviceBuffer idx, count, list, listCount, scratch;
 };
 
 struct GraphEntry {

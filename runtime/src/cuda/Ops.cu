@@ -1686,17 +1686,27 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
   const int64_t M = up.M;
   if (M == 0 || down.N == 0 || !d.launching())
     return true;
+  IndexBuffers &ib = indexBuffers(d, index.site);
+  if (!d.ensure(ctx, ib.list, sizeof(int32_t) * size_t(up.N), "an index list") ||
+      !d.ensure(ctx, ib.listCount, sizeof(int32_t), "an index list"))
+    return false;
   d.countsDensity = true;
   // h outside the set is never read (only the down projection reads h), so
-  // it is not zeroed; the up kernel writes y's base.
-  const IndexView ix = indexView(d, index.site, up.N);
+  // it is not zeroed; the up kernel writes y's base and the set as one list,
+  // which the down projection reads without scanning the segments.
+  IndexView ix = indexView(d, index.site, up.N);
   const RowsInit init{y.as<float>(), down.bias, res, int(M), int(down.N)};
+  int32_t *list = static_cast<int32_t *>(ib.list.ptr),
+          *count = static_cast<int32_t *>(ib.listCount.ptr);
+  if (!check(ctx,
+             upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(up.K),
+                   up.bias, ix, act == Activation::relu, hr.as<float>(),
+                   int(up.N), init, d.stream, list, count),
+             "sparse_linear (up projection)"))
+    return false;
+  ix.list = list;
+  ix.count = count;
   return check(ctx,
-               upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(up.K),
-                     up.bias, ix, act == Activation::relu, hr.as<float>(),
-                     int(up.N), init, d.stream),
-               "sparse_linear (up projection)") &&
-         check(ctx,
                downFor(wDown.dtype, hr.as<float>(), int(M), int(up.N),
                        wDown.data, int(down.N), ix, y.as<float>(), d.stream, 0,
                        d.densityCounts),

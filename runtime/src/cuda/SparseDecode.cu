@@ -200,7 +200,10 @@ __global__ void __launch_bounds__(kThreads)
 // Down projection: y[t, :] += sum_i h[t, idx[i]] * w[idx[i], :]
 //===----------------------------------------------------------------------===//
 
-template <typename W, int T, bool Aligned>
+/// Compact: the set is ix.list / ix.count (read straight from global
+/// memory); otherwise the segments, whose scan and the block's rows go to
+/// shared memory first.
+template <typename W, int T, bool Aligned, bool Compact>
 __global__ void __launch_bounds__(kThreads)
     sparseDownKernel(const float *__restrict__ h, int ldh,
                      const W *__restrict__ w, int d, IndexView ix, float *y,
@@ -213,10 +216,10 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int warpTotals[kWarps];
   extern __shared__ int downShared[]; // prefix [S + 1], then the block's rows
   const int S = segmentsOf(ix.neurons);
-  int *prefix = downShared, *rows = downShared + S + 1;
+  int *prefix = downShared;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int col = blockIdx.x * Tile + lane * V;
-  const int n = scanSegments(ix.cnt, S, prefix, warpTotals);
+  const int n = Compact ? *ix.count : scanSegments(ix.cnt, S, prefix, warpTotals);
   if (density && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
     atomicAdd(density, (unsigned long long)(int64_t(n) * T));
     atomicAdd(density + 1, (unsigned long long)(int64_t(ix.neurons) * T));
@@ -225,9 +228,17 @@ __global__ void __launch_bounds__(kThreads)
   const int r1 = int(int64_t(n) * (blockIdx.y + 1) / gridDim.y);
   if (r0 == r1)
     return; // the whole block: nothing to add
-  for (int k = r0 + threadIdx.x; k < r1; k += kThreads)
-    rows[k - r0] = neuronAt(prefix, S, ix.idx, k);
-  __syncthreads();
+  // rows[i - r0] is the block's i-th selected neuron.
+  const int32_t *rows;
+  if (Compact) {
+    rows = ix.list + r0;
+  } else {
+    int *staged = downShared + S + 1;
+    for (int k = r0 + threadIdx.x; k < r1; k += kThreads)
+      staged[k - r0] = neuronAt(prefix, S, ix.idx, k);
+    __syncthreads();
+    rows = staged;
+  }
   float acc[T][V];
 #pragma unroll
   for (int t = 0; t < T; ++t)
@@ -283,7 +294,8 @@ template <typename W, int T, bool Aligned>
 __global__ void __launch_bounds__(kThreads)
     sparseUpKernel(const float *__restrict__ x, const W *__restrict__ wt,
                    int d, const float *__restrict__ bias, IndexView ix,
-                   bool relu, float *h, int ldh, RowsInit init) {
+                   bool relu, float *h, int ldh, RowsInit init, int32_t *list,
+                   int32_t *count) {
   pdlTrigger();
   constexpr int V = Vec<W>::N;
   constexpr int Unroll = 16; // 16-byte loads in flight per lane (4 KB/warp)
@@ -294,6 +306,8 @@ __global__ void __launch_bounds__(kThreads)
   int *prefix = reinterpret_cast<int *>(xs + stagedFloats(T, d));
   writeInit(init);
   const int n = scanSegments(ix.cnt, S, prefix, warpTotals);
+  if (count && blockIdx.x == 0 && threadIdx.x == 0)
+    *count = n;
   if (n <= blockIdx.x * kWarps)
     return; // no selected neuron for this block
   // Stage x with 16-byte loads, all in flight before the first store.
@@ -321,6 +335,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = blockIdx.x * kWarps + threadIdx.x / 32; i < n;
        i += gridDim.x * kWarps) {
     const int j = neuronAt(prefix, S, ix.idx, i);
+    if (list && lane == 0)
+      list[i] = j;
     const W *row = wt + int64_t(j) * d;
     float acc[T];
 #pragma unroll
@@ -413,7 +429,9 @@ __global__ void __launch_bounds__(kThreads)
       for (int v = 0; v < V; ++v)
         acc[t][v] = 0.0f;
     const int col = (threadIdx.x * V) % r;
-#pragma unroll 4
+    // Up to 16 loads in flight per thread (large ranks give each block
+    // hundreds of KB).
+#pragma unroll 16
     for (int k = threadIdx.x * V; k < elems; k += kThreads * V) {
       float wv[V];
       Vec<W>::load(chunk + k, wv);
@@ -489,8 +507,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = threadIdx.x; k < T * r; k += kThreads)
     hidden[k] = 0.0f;
   __syncthreads();
-  // The partial sums: Batch loads in flight per thread before their adds.
-  constexpr int Batch = 8;
+  // The partial sums: Batch loads in flight per thread before their adds
+  // (blocks * T * r of them: 8 per thread at rank 64, 128 at rank 1024).
+  constexpr int Batch = 32;
   const int parts = blocks * T * r;
   for (int k0 = threadIdx.x; k0 < parts; k0 += Batch * kThreads) {
     float v[Batch];
@@ -615,7 +634,8 @@ cudaError_t indexFromActivations(const float *h, int tokens, IndexView ix,
 template <typename W>
 cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
                      const float *bias, IndexView ix, bool relu, float *h,
-                     int ldh, RowsInit init, cudaStream_t stream) {
+                     int ldh, RowsInit init, cudaStream_t stream,
+                     int32_t *list, int32_t *count) {
   // Enough warps for every selected neuron at once up to the SMs' capacity
   // (x is staged in shared memory once per block).
   const int capacity = ix.neurons;
@@ -633,7 +653,7 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
     if (e != cudaSuccess)
       return e;
     kernel<<<blocks, kThreads, smem, stream>>>(x, wt, d, bias, ix, relu, h,
-                                               ldh, init);
+                                               ldh, init, list, count);
     return cudaGetLastError();
   });
 }
@@ -660,7 +680,11 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
   bool fast = aligned(w, d);
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
-    auto kernel = fast ? sparseDownKernel<W, T, true> : sparseDownKernel<W, T, false>;
+    const bool compact = ix.list && ix.count;
+    auto kernel = compact ? (fast ? sparseDownKernel<W, T, true, true>
+                                  : sparseDownKernel<W, T, false, true>)
+                          : (fast ? sparseDownKernel<W, T, true, false>
+                                  : sparseDownKernel<W, T, false, false>);
     int perSM = 1;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kernel, kThreads, 0);
     int s = splits > 0 ? splits
@@ -668,8 +692,9 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
                                     std::max(1, perSM) * multiprocessorCount());
     // Each block lists its rows in shared memory: keep that under 64 KB.
     auto smemFor = [&](int sp) {
-      return sizeof(int) * (size_t(indexSegments(capacity)) + 1 +
-                            size_t((capacity + sp - 1) / sp));
+      return compact ? size_t(0)
+                     : sizeof(int) * (size_t(indexSegments(capacity)) + 1 +
+                                      size_t((capacity + sp - 1) / sp));
     };
     while (smemFor(s) > 64 * 1024)
       s *= 2;
@@ -721,7 +746,8 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
 #define SPARSEC_INSTANTIATE(W)                                                 \
   template cudaError_t sparseUp<W>(const float *, int, const W *, int,         \
                                    const float *, IndexView, bool, float *,    \
-                                   int, RowsInit, cudaStream_t);               \
+                                   int, RowsInit, cudaStream_t, int32_t *,     \
+                                   int32_t *);                                 \
   template cudaError_t sparseDown<W>(const float *, int, int, const W *, int,  \
                                      IndexView, float *, cudaStream_t, int,    \
                                      unsigned long long *);                    \

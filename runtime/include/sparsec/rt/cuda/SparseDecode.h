@@ -60,6 +60,11 @@ struct IndexView {
   int32_t *idx = nullptr;
   int32_t *cnt = nullptr;
   int neurons = 0;
+  /// The same set as one list, where a kernel made it (sparseUp does, for
+  /// the sparseDown after it): list[0, *count), in the segments' order.
+  /// When both are set, sparseDown reads these instead of the segments.
+  int32_t *list = nullptr;
+  int32_t *count = nullptr;
 };
 
 /// y[t, c] = bias[c] + residual[t, c] (either may be null: 0) for t <
@@ -88,11 +93,14 @@ cudaError_t indexFromActivations(const float *h, int tokens, IndexView ix,
 
 /// h[t, j] for t < tokens and j in ix; other entries of h untouched. x
 /// [tokens, d], wt [F, d], bias [F] or null. relu applies max(., 0). Also
-/// writes `init` (for the sparseDown that follows). W: __half or float.
+/// writes `init` (for the sparseDown that follows) and, where `list` and
+/// `count` are given (F and 1 ints), the set as one list (IndexView::list).
+/// W: __half or float.
 template <typename W>
 cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
                      const float *bias, IndexView ix, bool relu, float *h,
-                     int ldh, RowsInit init, cudaStream_t stream);
+                     int ldh, RowsInit init, cudaStream_t stream,
+                     int32_t *list = nullptr, int32_t *count = nullptr);
 
 /// y[t, :] += sum over j in ix of h[t, j] * w[j, :]; h [tokens, ldh], w [F,
 /// d], y [tokens, d]. `splits` > 0 overrides how many blocks share the
