@@ -316,6 +316,7 @@ int main(int argc, char **argv) {
         for (auto &v : p2) v = __float2half(val(rng) * 0.02f);
         __half *dP1 = upload(p1), *dP2 = upload(p2);
         float *dScratch = alloc<float>(predictScratchFloats(tokens, d, rank));
+        CHECK_CUDA(cudaMemset(dScratch, 0, sizeof(float) * predictScratchFloats(tokens, d, rank)));
         IndexView ixP = deviceIndex(f);
         auto predictor = [&] {
           predictIndex<__half>(dX, tokens, dP1, d, rank, dP2, f, nullptr, 0.0f, dScratch,

@@ -259,6 +259,7 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
   W *dW1 = upload(w1), *dW2 = upload(w2);
   float *dX = upload(x), *dBias = upload(bias), *dScratch = nullptr;
   CHECK_CUDA(cudaMalloc(&dScratch, sizeof(float) * predictScratchFloats(tokens, d, r)));
+  CHECK_CUDA(cudaMemset(dScratch, 0, sizeof(float) * predictScratchFloats(tokens, d, r)));
   uint8_t *dMask = nullptr;
   const int maskRows = tokens;
   CHECK_CUDA(cudaMalloc(&dMask, size_t(maskRows) * f));
@@ -327,6 +328,12 @@ int main() {
   runPredict<__half>(8192, 2048, 64, 1, seed++);
   runPredict<__half>(16384, 4096, 32, 2, seed++);
   runPredict<float>(3000, 4100, 256, 1, seed++);
+  // Ranks above one warp's loads (column tiles), ranks that do not divide
+  // them, several tokens.
+  runPredict<__half>(2048, 1024, 1024, 1, seed++);
+  runPredict<__half>(3000, 512, 300, 3, seed++);
+  runPredict<float>(1000, 256, 200, 8, seed++);
+  runPredict<__half>(1000, 96, 4, 2, seed++);
   // A decode-sized case.
   runCase<__half>(16384, 4096, 1, 0.9, seed++);
   std::printf("%d passed, %d failed\n", passes, failures);

@@ -91,6 +91,7 @@ Device::~Device() {
     freeDev(s.list);
     freeDev(s.listCount);
     freeDev(s.scratch);
+    freeDev(s.prefill);
   }
   for (auto &t : normTerms)
     freeDev(t.second);

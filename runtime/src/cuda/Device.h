@@ -43,9 +43,10 @@ struct PinnedBuffer {
 
 /// One index site's device buffers: the segmented set (idx, count: see
 /// IndexView), the same set as one list (list, listCount; written by
-/// sparseFfn's up kernel) and the predictor's scratch.
+/// sparseFfn's up kernel), the decode predictor's scratch (zeroed when
+/// allocated: it ends with counters) and the prefill predictor's logits.
 struct IndexBuffers {
-  DeviceBuffer idx, count, list, listCount, scratch;
+  DeviceBuffer idx, count, list, listCount, scratch, prefill;
 };
 
 struct GraphEntry {

@@ -1431,17 +1431,28 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
   index.neurons = int(N);
   index.tokens = int(M);
   const bool decode = M > 0 && M <= kMaxTokens;
-  const size_t scratch =
-      sizeof(float) * (decode ? predictScratchFloats(int(M), int(D), int(R))
-                              : size_t(std::max<int64_t>(M, 1)) * (R + N));
-  if (!d.ensure(ctx, ib.scratch, scratch, "predictor scratch"))
+  if (decode) {
+    // The decode kernels' scratch ends with counters they keep at zero:
+    // zero it whenever it is (re)allocated.
+    const void *before = ib.scratch.ptr;
+    const size_t bytes = sizeof(float) * predictScratchFloats(int(M), int(D), int(R));
+    if (!d.ensure(ctx, ib.scratch, bytes, "predictor scratch"))
+      return false;
+    if (ib.scratch.ptr != before &&
+        !check(ctx, cudaMemsetAsync(ib.scratch.ptr, 0, ib.scratch.bytes, d.stream),
+               "predictor scratch"))
+      return false;
+  } else if (!d.ensure(ctx, ib.prefill,
+                       sizeof(float) * size_t(std::max<int64_t>(M, 1)) * (R + N),
+                       "predictor scratch")) {
     return false;
+  }
   if (M == 0 || !d.launching()) {
     index.site = decode ? indexSite : -1;
     return true;
   }
-  float *hidden = static_cast<float *>(ib.scratch.ptr);
   if (decode) {
+    float *scratch = static_cast<float *>(ib.scratch.ptr);
     // Every row of the mask gets the union over the tokens (what the step
     // computes).
     const IndexView ix = indexView(d, indexSite, N);
@@ -1449,16 +1460,17 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
         w1.dtype == DType::f16
             ? predictIndex<__half>(x.as<float>(), int(M), w1.as<__half>(), int(D),
                                    int(R), w2.as<__half>(), int(N), b, threshold,
-                                   hidden, ix, r.as<uint8_t>(), int(M), d.stream)
+                                   scratch, ix, r.as<uint8_t>(), int(M), d.stream)
             : predictIndex<float>(x.as<float>(), int(M), w1.as<float>(), int(D),
                                   int(R), w2.as<float>(), int(N), b, threshold,
-                                  hidden, ix, r.as<uint8_t>(), int(M), d.stream);
+                                  scratch, ix, r.as<uint8_t>(), int(M), d.stream);
     if (!check(ctx, e, "predictor"))
       return false;
     index.site = indexSite;
     return true;
   }
   // Prefill: two GEMMs and a threshold, per token.
+  float *hidden = static_cast<float *>(ib.prefill.ptr);
   float *logits = hidden + M * R;
   if (!gemm(ctx, d, x.as<float>(), M, D, w1, false, R, nullptr,
             Activation::none, hidden) ||

@@ -395,108 +395,161 @@ __global__ void __launch_bounds__(kThreads)
 // logits hidden . w2 + bias, the threshold and the segments.
 //===----------------------------------------------------------------------===//
 
-/// Blocks of the hidden-vector kernel (each sums a contiguous chunk of w1's
-/// rows; the select kernel adds up their partial sums).
-__host__ __device__ inline int predictBlocks(int d) {
-  int b = (d + 63) / 64;
-  return b < 32 ? b : 32;
+/// The hidden-vector kernel's grid: `tiles` column tiles of w1 (one when
+/// the rank fits a warp's 16-byte loads, then a block reads whole rows as
+/// one contiguous chunk) by `blocks` blocks of rows.
+struct PredictGrid {
+  int tiles = 1, tileCols = 0, blocks = 1, rows = 0;
+  bool linear = true; // whole rows per load (r divides 32 * V)
+};
+
+template <typename W> PredictGrid predictGrid(int d, int r) {
+  constexpr int V = Vec<W>::N;
+  PredictGrid g;
+  g.linear = r % V == 0 && r <= 32 * V && (32 * V) % r == 0;
+  g.tileCols = g.linear ? r : 32 * V;
+  g.tiles = (r + g.tileCols - 1) / g.tileCols;
+  // About two blocks per SM in all, at most 32 partial sums per column,
+  // at least 64 rows per block.
+  int want = std::max(1, 2 * multiprocessorCount() / g.tiles);
+  g.blocks = std::max(1, std::min({32, want, (d + 63) / 64}));
+  g.rows = (d + g.blocks - 1) / g.blocks;
+  return g;
 }
 
-/// part[blockIdx.x][t][e] = sum over the block's rows i of x[t, i] * w1[i,
-/// e]. The block's rows are one contiguous chunk of w1 [d, r], read with
-/// 16-byte loads; where r divides kThreads * V, each thread's columns stay
-/// the same over the chunk and it accumulates in registers.
+/// Partial sums of the hidden vector over block (blockIdx.x: a chunk of
+/// w1's rows, blockIdx.y: a column tile), written to part[blockIdx.x][t][e];
+/// the last block of a tile to finish (a counter per tile) adds the tile's
+/// partial sums in block order (deterministic) into hidden[t][e] and resets
+/// the counter.
 template <typename W, int T>
 __global__ void __launch_bounds__(kThreads)
     predictHiddenKernel(const float *__restrict__ x, const W *__restrict__ w1,
-                        int d, int r, int rowsPerBlock, float *part) {
+                        int d, int r, PredictGrid g, float *part,
+                        float *hidden, unsigned *done) {
   pdlTrigger();
   constexpr int V = Vec<W>::N;
-  extern __shared__ float hidden[]; // [T][r]
-  for (int k = threadIdx.x; k < T * r; k += kThreads)
-    hidden[k] = 0.0f;
-  __syncthreads();
-  const int i0 = blockIdx.x * rowsPerBlock, i1 = min(d, i0 + rowsPerBlock);
-  const W *chunk = w1 + int64_t(i0) * r;
-  const int elems = max(0, i1 - i0) * r;
-  const bool fixedColumns = r % V == 0 && (kThreads * V) % r == 0 &&
-                            reinterpret_cast<uintptr_t>(chunk) % 16 == 0;
-  if (fixedColumns) {
-    float acc[T][V];
+  constexpr int Tile = 32 * V;
+  __shared__ float partial[kWarps][Tile];
+  __shared__ bool last;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int i0 = blockIdx.x * g.rows, i1 = min(d, i0 + g.rows);
+  const int c0 = blockIdx.y * g.tileCols;
+  const int cols = min(g.tileCols, r - c0);
+  float acc[T][V];
 #pragma unroll
-    for (int t = 0; t < T; ++t)
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      acc[t][v] = 0.0f;
+  // Lane columns: in the linear layout a warp's 16-byte loads cover 32 * V
+  // / r consecutive rows of r columns, so each lane keeps its columns.
+  const int rowsPerLoad = g.linear ? Tile / r : 1;
+  const int col = g.linear ? (lane * V) % r : lane * V;
+  const int rowInLoad = g.linear ? (lane * V) / r : 0;
+  const bool vec = r % V == 0 && reinterpret_cast<uintptr_t>(w1) % 16 == 0;
+#pragma unroll 8
+  for (int i = i0 + warp * rowsPerLoad + rowInLoad; i < i1;
+       i += kWarps * rowsPerLoad) {
+    float wv[V];
+    const W *p = w1 + int64_t(i) * r + c0 + col;
+    if (vec && col + V <= cols) {
+      Vec<W>::load(p, wv);
+    } else {
 #pragma unroll
       for (int v = 0; v < V; ++v)
-        acc[t][v] = 0.0f;
-    const int col = (threadIdx.x * V) % r;
-    // Up to 16 loads in flight per thread (large ranks give each block
-    // hundreds of KB).
-#pragma unroll 16
-    for (int k = threadIdx.x * V; k < elems; k += kThreads * V) {
-      float wv[V];
-      Vec<W>::load(chunk + k, wv);
-      const int row = i0 + k / r;
-#pragma unroll
-      for (int t = 0; t < T; ++t) {
-        float xv = __ldg(x + int64_t(t) * d + row);
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-          acc[t][v] = fmaf(xv, wv[v], acc[t][v]);
-      }
+        wv[v] = col + v < cols ? toFloat(p[v]) : 0.0f;
     }
-    // Lanes `period` apart hold the same columns: add them up in registers
-    // first, so that fewer threads meet at each shared-memory sum.
-    const int period = r / V, lane = threadIdx.x % 32;
-    int owners = 32;
-    if (period < 32 && 32 % period == 0) {
-      for (int off = period; off < 32; off *= 2)
 #pragma unroll
-        for (int t = 0; t < T; ++t)
+    for (int t = 0; t < T; ++t) {
+      const float xv = __ldg(x + int64_t(t) * d + i);
 #pragma unroll
-          for (int v = 0; v < V; ++v)
-            acc[t][v] += __shfl_xor_sync(0xffffffffu, acc[t][v], off);
-      owners = period;
+      for (int v = 0; v < V; ++v)
+        acc[t][v] = fmaf(xv, wv[v], acc[t][v]);
     }
-    if (lane < owners)
+  }
+  // Linear layout: lanes r / V apart hold the same columns: sum them.
+  if (g.linear && rowsPerLoad > 1)
+    for (int off = r / V; off < 32; off *= 2)
 #pragma unroll
       for (int t = 0; t < T; ++t)
 #pragma unroll
         for (int v = 0; v < V; ++v)
-          atomicAdd(hidden + t * r + col + v, acc[t][v]);
+          acc[t][v] += __shfl_xor_sync(0xffffffffu, acc[t][v], off);
+  const int owners = g.linear ? r / V : 32; // lanes holding distinct columns
+  float *mine = part + int64_t(blockIdx.x) * T * r;
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      partial[warp][lane * V + v] = lane < owners ? acc[t][v] : 0.0f;
+    __syncthreads();
+    for (int c = threadIdx.x; c < cols; c += kThreads) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k)
+        sum += partial[k][c];
+      mine[t * r + c0 + c] = sum;
+    }
+    __syncthreads();
+  }
+  // The last block of this tile adds the tile's partial sums.
+  __threadfence();
+  if (threadIdx.x == 0)
+    last = atomicAdd(done + blockIdx.y, 1u) == unsigned(gridDim.x) - 1;
+  __syncthreads();
+  if (!last)
+    return;
+  __threadfence();
+  const int outputs = T * cols;
+  const int nb = gridDim.x;
+  constexpr int Batch = 8;
+  auto sumOver = [&](int o, int first, int step) {
+    const int t = o / cols, c = c0 + o % cols;
+    float sum = 0.0f;
+    for (int b0 = first; b0 < nb; b0 += Batch * step) {
+      float v[Batch];
+#pragma unroll
+      for (int u = 0; u < Batch; ++u) {
+        const int b = b0 + u * step;
+        v[u] = b < nb ? __ldcg(part + (int64_t(b) * T + t) * r + c) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < Batch; ++u)
+        sum += v[u];
+    }
+    return sum;
+  };
+  if (outputs >= kThreads) {
+    for (int o = threadIdx.x; o < outputs; o += kThreads)
+      hidden[(o / cols) * r + c0 + o % cols] = sumOver(o, 0, 1);
   } else {
-    constexpr int Batch = 4;
-    for (int k0 = threadIdx.x; k0 < elems; k0 += Batch * kThreads) {
-      float wv[Batch];
-#pragma unroll
-      for (int u = 0; u < Batch; ++u) {
-        const int k = k0 + u * kThreads;
-        wv[u] = k < elems ? toFloat(chunk[k]) : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < Batch; ++u) {
-        const int k = k0 + u * kThreads;
-        if (k >= elems)
-          break;
-        const int row = i0 + k / r, col = k % r;
-#pragma unroll
-        for (int t = 0; t < T; ++t)
-          atomicAdd(hidden + t * r + col, __ldg(x + int64_t(t) * d + row) * wv[u]);
-      }
+    // Fewer outputs than threads: `groups` threads per output split the
+    // blocks, then their sums are added in group order.
+    const int groups = max(1, min(kThreads / outputs, nb));
+    const int group = threadIdx.x / outputs, o = threadIdx.x % outputs;
+    float *sums = &partial[0][0]; // kWarps * Tile >= kThreads floats
+    sums[threadIdx.x] = group < groups ? sumOver(o, group, groups) : 0.0f;
+    __syncthreads();
+    if (threadIdx.x < outputs) {
+      float total = 0.0f;
+      for (int k = 0; k < groups; ++k)
+        total += sums[k * outputs + threadIdx.x];
+      hidden[(threadIdx.x / cols) * r + c0 + threadIdx.x % cols] = total;
     }
   }
-  __syncthreads();
-  for (int k = threadIdx.x; k < T * r; k += kThreads)
-    part[int64_t(blockIdx.x) * T * r + k] = hidden[k];
+  if (threadIdx.x == 0)
+    done[blockIdx.y] = 0;
 }
 
-/// One block per segment of kSegment neurons: the hidden vector (the sum of
-/// `blocks` partial sums), each warp's share of the rank (rows e = warp,
-/// warp + kWarps, ...) of the logits of the segment's neurons (two per
-/// lane), reduced in shared memory, then the threshold, the segment and the
-/// mask rows.
+/// One block per segment of kSegment neurons: the hidden vector into
+/// shared memory, each warp's share of the rank (rows e = warp, warp +
+/// kWarps, ...) of the logits of the segment's neurons (two per lane),
+/// reduced in shared memory, then the threshold, the segment and the mask
+/// rows.
 template <typename W, int T>
 __global__ void __launch_bounds__(kThreads)
-    predictSelectKernel(const float *__restrict__ part, int blocks, int r,
+    predictSelectKernel(const float *__restrict__ hiddenIn, int r,
                         const W *__restrict__ w2, int f,
                         const float *__restrict__ bias, float threshold,
                         IndexView ix, uint8_t *mask, int maskRows) {
@@ -505,26 +558,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float logits[kWarps][T][kSegment];
   __shared__ int firstHalf[kWarps / 2];
   for (int k = threadIdx.x; k < T * r; k += kThreads)
-    hidden[k] = 0.0f;
-  __syncthreads();
-  // The partial sums: Batch loads in flight per thread before their adds
-  // (blocks * T * r of them: 8 per thread at rank 64, 128 at rank 1024).
-  constexpr int Batch = 32;
-  const int parts = blocks * T * r;
-  for (int k0 = threadIdx.x; k0 < parts; k0 += Batch * kThreads) {
-    float v[Batch];
-#pragma unroll
-    for (int u = 0; u < Batch; ++u) {
-      const int k = k0 + u * kThreads;
-      v[u] = k < parts ? part[k] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < Batch; ++u) {
-      const int k = k0 + u * kThreads;
-      if (k < parts)
-        atomicAdd(hidden + k % (T * r), v[u]);
-    }
-  }
+    hidden[k] = __ldcg(hiddenIn + k);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int s = blockIdx.x;
@@ -533,7 +567,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int t = 0; t < T; ++t)
     acc[t][0] = acc[t][1] = 0.0f;
-#pragma unroll 4
+#pragma unroll 16
   for (int e = warp; e < r; e += kWarps) {
     const W *row = w2 + int64_t(e) * f;
     const float a = j0 < f ? toFloat(row[j0]) : 0.0f;
@@ -708,8 +742,19 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
   });
 }
 
+/// The predictor's scratch: the partial sums [blocks][T][r] and the hidden
+/// vector [T][r] (sized for either weight type), then one counter per
+/// column tile (zero between calls).
+size_t predictCounterOffset(int tokens, int d, int r) {
+  const size_t perBlock = size_t(tokens) * size_t(r);
+  return size_t(std::max(predictGrid<__half>(d, r).blocks,
+                         predictGrid<float>(d, r).blocks) + 1) * perBlock;
+}
+
 size_t predictScratchFloats(int tokens, int d, int r) {
-  return size_t(predictBlocks(d)) * size_t(tokens) * size_t(r);
+  return predictCounterOffset(tokens, d, r) +
+         size_t(std::max(predictGrid<__half>(d, r).tiles,
+                         predictGrid<float>(d, r).tiles));
 }
 
 template <typename W>
@@ -719,26 +764,30 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                          uint8_t *mask, int maskRows, cudaStream_t stream) {
   if (tokens == 0 || f == 0)
     return cudaSuccess;
-  const int blocks = std::max(1, predictBlocks(d));
-  const int rows = (d + blocks - 1) / blocks;
+  const PredictGrid g = predictGrid<W>(d, r);
+  float *part = scratch;
+  float *hidden = scratch + size_t(g.blocks) * tokens * r;
+  unsigned *done = reinterpret_cast<unsigned *>(
+      scratch + predictCounterOffset(tokens, d, r));
   const size_t smem = sizeof(float) * size_t(tokens) * size_t(r);
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
-    auto hiddenKernel = predictHiddenKernel<W, T>;
     auto selectKernel = predictSelectKernel<W, T>;
     // The select kernel's static shared memory is at most 16 KB.
     if (smem > 160 * 1024)
       return cudaErrorInvalidValue;
-    cudaError_t e = allowShared(hiddenKernel, smem);
-    if (e == cudaSuccess && smem > 32 * 1024)
-      e = cudaFuncSetAttribute(selectKernel,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(smem));
+    cudaError_t e = smem > 32 * 1024
+                        ? cudaFuncSetAttribute(
+                              selectKernel,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(smem))
+                        : cudaSuccess;
     if (e != cudaSuccess)
       return e;
-    hiddenKernel<<<blocks, kThreads, smem, stream>>>(x, w1, d, r, rows, scratch);
+    predictHiddenKernel<W, T><<<dim3(g.blocks, g.tiles), kThreads, 0, stream>>>(
+        x, w1, d, r, g, part, hidden, done);
     selectKernel<<<indexSegments(f), kThreads, smem, stream>>>(
-        scratch, blocks, r, w2, f, bias, threshold, ix, mask, maskRows);
+        hidden, r, w2, f, bias, threshold, ix, mask, maskRows);
     return cudaGetLastError();
   });
 }

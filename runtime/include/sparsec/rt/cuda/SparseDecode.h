@@ -6,8 +6,10 @@
 // neurons, the GPU side of the exact and predicted sparse modes:
 //
 //   predictIndex      the low-rank predictor: two kernels (the hidden
-//                     vector's partial sums, then the logits, the threshold
-//                     and the index set of each segment of neurons).
+//                     vector, whose partial sums per block of w1's rows the
+//                     last block of each column tile adds up; then the
+//                     logits, the threshold and the index set of each
+//                     segment of neurons).
 //   indexFromActivations
 //                     the index set of the non-zero neurons of h (exact
 //                     mode), one kernel.
@@ -113,7 +115,9 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
                        IndexView ix, float *y, cudaStream_t stream,
                        int splits = 0, unsigned long long *density = nullptr);
 
-/// fp32 elements of predictIndex's scratch.
+/// fp32 elements of predictIndex's scratch. Its last elements are
+/// counters that must be zero before the first call (predictIndex leaves
+/// them at zero): zero the scratch when it is allocated.
 size_t predictScratchFloats(int tokens, int d, int r);
 
 /// The DejaVu predictor of a decode step with the index construction fused
