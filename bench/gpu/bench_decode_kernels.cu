@@ -12,7 +12,8 @@
 // and sparsec's kernels (runtime/src/cuda/SparseDecode.cu):
 //   down     sparseDown given the index set (as the list the up kernel
 //            writes for it)
-//   up       sparseUp over the same set as a predicted set (x . Wt[j])
+//   up       sparseUp over the same set as a predicted set (x . Wt[j]),
+//            read as the list the predictor writes
 //   index    indexFromFlags over F flags (one kernel, segmented set)
 //   exact    indexFromActivations (which also zeroes y) + sparseDown (the
 //            exact-mode step)
@@ -305,11 +306,7 @@ int main(int argc, char **argv) {
         if (coin(rng) >= sparsity)
           idx.push_back(j);
       IndexView ix = deviceIndex(f, &idx);
-      IndexView segments = ix, listed = ix;
-      segments.list = segments.count = nullptr;
       int32_t *dL = alloc<int32_t>(f), *dLC = alloc<int32_t>(1);
-      listed.list = dL;
-      listed.count = dLC;
       for (int rank : {64, 256, 1024}) {
         std::vector<__half> p1(size_t(d) * rank), p2(size_t(rank) * f);
         for (auto &v : p1) v = __float2half(val(rng) * 0.02f);
@@ -318,6 +315,8 @@ int main(int argc, char **argv) {
         float *dScratch = alloc<float>(predictScratchFloats(tokens, d, rank));
         CHECK_CUDA(cudaMemset(dScratch, 0, sizeof(float) * predictScratchFloats(tokens, d, rank)));
         IndexView ixP = deviceIndex(f);
+        ixP.list = dL; // the predictor's own list (its random weights)
+        ixP.count = dLC;
         auto predictor = [&] {
           predictIndex<__half>(dX, tokens, dP1, d, rank, dP2, f, nullptr, 0.0f, dScratch,
                                ixP, nullptr, 0, stream);
@@ -327,12 +326,13 @@ int main(int argc, char **argv) {
         // predictor would select about that set; random predictor weights
         // select half the neurons, so its own output is not used here).
         double stepUs = timeUs([&] {
-          // As cuda::sparseFfn: the up kernel writes the base and the list
-          // the down kernel reads.
+          // As cuda::sparseFfn after cuda::predict: the predictor writes the
+          // set as a list, the up kernel reads it and writes the base, the
+          // down kernel reads the list.
           predictor();
-          sparseUp<__half>(dX, tokens, dWt, d, nullptr, segments, true, dHf, f,
-                           RowsInit{dYd, nullptr, nullptr, tokens, d}, stream, dL, dLC);
-          sparseDown<__half>(dHf, tokens, f, dW, d, listed, dYd, stream);
+          sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHf, f,
+                           RowsInit{dYd, nullptr, nullptr, tokens, d}, stream);
+          sparseDown<__half>(dHf, tokens, f, dW, d, ix, dYd, stream);
         }, g);
         std::printf("| %.0f %% | %d | %.1f | %.1f | %.1f | %.2fx |\n", sparsity * 100, rank,
                     denseFfnUs, predUs, stepUs, denseFfnUs / stepUs);

@@ -162,6 +162,22 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
          "sparseUp (+relu, base, list)", f, d, tokens, sparsity, wtype,
          std::max(errUp, errBase));
 
+  // sparseUp reading the set as a list (as the predictor writes it; here in
+  // reverse order, which must not matter).
+  {
+    std::vector<int32_t> reversed(expectIdx.rbegin(), expectIdx.rend());
+    IndexView listedUp = ix;
+    listedUp.list = upload(reversed.empty() ? std::vector<int32_t>{0} : reversed);
+    listedUp.count = upload(std::vector<int32_t>{int32_t(reversed.size())});
+    float *dH2 = upload(sentinel);
+    CHECK_CUDA(sparseUp<W>(dX, tokens, dWt, d, dBias, listedUp, true, dH2, f,
+                           RowsInit{}, 0));
+    std::vector<float> hUp2 = download(dH2, sentinel.size());
+    report(hUp2 == hUp, "sparseUp (listed)", f, d, tokens, sparsity, wtype, 0.0);
+    for (void *p : {(void *)listedUp.list, (void *)listedUp.count, (void *)dH2})
+      cudaFree(p);
+  }
+
   // sparseDown over the index set, y starting from the base.
   float *dHin = upload(h), *dY = upload(y0);
   CHECK_CUDA(sparseDown<W>(dHin, tokens, f, dW, d, ix, dY, 0));
@@ -264,6 +280,8 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
   const int maskRows = tokens;
   CHECK_CUDA(cudaMalloc(&dMask, size_t(maskRows) * f));
   IndexView ix = makeIndex(f);
+  CHECK_CUDA(cudaMalloc(&ix.list, sizeof(int32_t) * f));
+  CHECK_CUDA(cudaMalloc(&ix.count, sizeof(int32_t)));
   // Twice: the second call must not depend on anything the first left.
   bool ok = true;
   int decided = 0, on = 0, countDiff = 0;
@@ -291,9 +309,17 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
         fromMask.push_back(j);
     ok &= got == fromMask && decided > f * 9 / 10 && on > 0 && on < decided;
     countDiff = int(got.size()) - int(fromMask.size());
+    // The list: the same set (segments in any order).
+    const int listCount = download(ix.count, 1)[0];
+    std::vector<int32_t> list =
+        download(ix.list, size_t(std::max(0, std::min(listCount, f))));
+    std::sort(list.begin(), list.end());
+    ok &= listCount == int(fromMask.size()) && list == fromMask;
   }
   report(ok, "predictIndex", f, d, tokens, 1.0 - double(on) / std::max(decided, 1),
          wtype, double(countDiff));
+  cudaFree(ix.list);
+  cudaFree(ix.count);
   freeIndex(ix);
   for (void *p : {(void *)dW1, (void *)dW2, (void *)dX, (void *)dBias, (void *)dScratch,
                   (void *)dMask})

@@ -626,14 +626,27 @@ bool ensureIndex(Context &ctx, Device &d, int site, int64_t n) {
                   "an index set");
 }
 
-/// The device view of `site`'s index set over n neurons.
-IndexView indexView(Device &d, int site, int64_t n) {
+/// The device view of `site`'s index set over n neurons (with its list
+/// when `listed`).
+IndexView indexView(Device &d, int site, int64_t n, bool listed = false) {
   IndexBuffers &b = indexBuffers(d, site);
   IndexView v;
   v.idx = static_cast<int32_t *>(b.idx.ptr);
   v.cnt = static_cast<int32_t *>(b.count.ptr);
   v.neurons = int(n);
+  if (listed) {
+    v.list = static_cast<int32_t *>(b.list.ptr);
+    v.count = static_cast<int32_t *>(b.listCount.ptr);
+  }
   return v;
+}
+
+/// Sizes `site`'s list buffers for n neurons.
+bool ensureList(Context &ctx, Device &d, int site, int64_t n) {
+  IndexBuffers &b = indexBuffers(d, site);
+  return d.ensure(ctx, b.list, sizeof(int32_t) * size_t(std::max<int64_t>(n, 1)),
+                  "an index list") &&
+         d.ensure(ctx, b.listCount, sizeof(int32_t), "an index list");
 }
 
 const float *biasOf(Context &ctx, const char *op, const Tensor *bias,
@@ -1431,6 +1444,8 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
   index.neurons = int(N);
   index.tokens = int(M);
   const bool decode = M > 0 && M <= kMaxTokens;
+  if (decode && !ensureList(ctx, d, indexSite, N))
+    return false;
   if (decode) {
     // The decode kernels' scratch ends with counters they keep at zero:
     // zero it whenever it is (re)allocated.
@@ -1449,13 +1464,16 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
   }
   if (M == 0 || !d.launching()) {
     index.site = decode ? indexSite : -1;
+    index.listed = decode;
     return true;
   }
   if (decode) {
     float *scratch = static_cast<float *>(ib.scratch.ptr);
     // Every row of the mask gets the union over the tokens (what the step
     // computes).
-    const IndexView ix = indexView(d, indexSite, N);
+    // The set as segments and as one list (which the up and down kernels
+    // read without scanning).
+    const IndexView ix = indexView(d, indexSite, N, /*listed=*/true);
     cudaError_t e =
         w1.dtype == DType::f16
             ? predictIndex<__half>(x.as<float>(), int(M), w1.as<__half>(), int(D),
@@ -1467,6 +1485,7 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
     if (!check(ctx, e, "predictor"))
       return false;
     index.site = indexSite;
+    index.listed = true;
     return true;
   }
   // Prefill: two GEMMs and a threshold, per token.
@@ -1551,8 +1570,9 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
       return false;
     return check(ctx,
                  upFor(w.dtype, x.as<float>(), int(M), w.data, int(K), b,
-                       indexView(d, index.site, N), act == Activation::relu,
-                       r.as<float>(), int(N), RowsInit{}, d.stream),
+                       indexView(d, index.site, N, index.listed),
+                       act == Activation::relu, r.as<float>(), int(N),
+                       RowsInit{}, d.stream),
                  "sparse_linear (up projection)");
   }
   // Dense computation with the per-token mask applied.
@@ -1643,7 +1663,7 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
   if (M == 0 || N == 0 || !d.launching())
     return true;
   d.countsDensity = true;
-  const IndexView ix = indexView(d, index.site, K);
+  const IndexView ix = indexView(d, index.site, K, index.listed);
   const RowsInit init{r.as<float>(), b, res, int(M), int(N)};
   if (index.fromInput) {
     // Exact mode: the set of x's non-zeros and y's base in one kernel.
@@ -1698,26 +1718,25 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
   const int64_t M = up.M;
   if (M == 0 || down.N == 0 || !d.launching())
     return true;
-  IndexBuffers &ib = indexBuffers(d, index.site);
-  if (!d.ensure(ctx, ib.list, sizeof(int32_t) * size_t(up.N), "an index list") ||
-      !d.ensure(ctx, ib.listCount, sizeof(int32_t), "an index list"))
+  if (!ensureList(ctx, d, index.site, up.N))
     return false;
+  IndexBuffers &ib = indexBuffers(d, index.site);
   d.countsDensity = true;
   // h outside the set is never read (only the down projection reads h), so
-  // it is not zeroed; the up kernel writes y's base and the set as one list,
-  // which the down projection reads without scanning the segments.
-  IndexView ix = indexView(d, index.site, up.N);
+  // it is not zeroed; the up kernel writes y's base. Both kernels read the
+  // set as one list: the predictor's, or else one the up kernel writes.
+  IndexView ix = indexView(d, index.site, up.N, index.listed);
   const RowsInit init{y.as<float>(), down.bias, res, int(M), int(down.N)};
-  int32_t *list = static_cast<int32_t *>(ib.list.ptr),
-          *count = static_cast<int32_t *>(ib.listCount.ptr);
+  int32_t *list = index.listed ? nullptr : static_cast<int32_t *>(ib.list.ptr),
+          *count = index.listed ? nullptr
+                                : static_cast<int32_t *>(ib.listCount.ptr);
   if (!check(ctx,
              upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(up.K),
                    up.bias, ix, act == Activation::relu, hr.as<float>(),
                    int(up.N), init, d.stream, list, count),
              "sparse_linear (up projection)"))
     return false;
-  ix.list = list;
-  ix.count = count;
+  ix = indexView(d, index.site, up.N, /*listed=*/true);
   return check(ctx,
                downFor(wDown.dtype, hr.as<float>(), int(M), int(up.N),
                        wDown.data, int(down.N), ix, y.as<float>(), d.stream, 0,

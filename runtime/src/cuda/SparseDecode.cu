@@ -290,7 +290,8 @@ __host__ __device__ inline int stagedFloats(int tokens, int d) {
   return (tokens * d + 3) / 4 * 4;
 }
 
-template <typename W, int T, bool Aligned>
+/// Listed: the set is ix.list / ix.count (no scan); otherwise the segments.
+template <typename W, int T, bool Aligned, bool Listed>
 __global__ void __launch_bounds__(kThreads)
     sparseUpKernel(const float *__restrict__ x, const W *__restrict__ wt,
                    int d, const float *__restrict__ bias, IndexView ix,
@@ -305,7 +306,7 @@ __global__ void __launch_bounds__(kThreads)
   const int S = segmentsOf(ix.neurons);
   int *prefix = reinterpret_cast<int *>(xs + stagedFloats(T, d));
   writeInit(init);
-  const int n = scanSegments(ix.cnt, S, prefix, warpTotals);
+  const int n = Listed ? *ix.count : scanSegments(ix.cnt, S, prefix, warpTotals);
   if (count && blockIdx.x == 0 && threadIdx.x == 0)
     *count = n;
   if (n <= blockIdx.x * kWarps)
@@ -334,7 +335,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32;
   for (int i = blockIdx.x * kWarps + threadIdx.x / 32; i < n;
        i += gridDim.x * kWarps) {
-    const int j = neuronAt(prefix, S, ix.idx, i);
+    const int j = Listed ? ix.list[i] : neuronAt(prefix, S, ix.idx, i);
     if (list && lane == 0)
       list[i] = j;
     const W *row = wt + int64_t(j) * d;
@@ -426,7 +427,7 @@ template <typename W, int T>
 __global__ void __launch_bounds__(kThreads)
     predictHiddenKernel(const float *__restrict__ x, const W *__restrict__ w1,
                         int d, int r, PredictGrid g, float *part,
-                        float *hidden, unsigned *done) {
+                        float *hidden, unsigned *done, int32_t *listCount) {
   pdlTrigger();
   constexpr int V = Vec<W>::N;
   constexpr int Tile = 32 * V;
@@ -538,8 +539,12 @@ __global__ void __launch_bounds__(kThreads)
       hidden[(threadIdx.x / cols) * r + c0 + threadIdx.x % cols] = total;
     }
   }
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     done[blockIdx.y] = 0;
+    // The select kernel, next, reserves its list places from zero.
+    if (listCount && blockIdx.y == 0)
+      *listCount = 0;
+  }
 }
 
 /// One block per segment of kSegment neurons: the hidden vector into
@@ -602,8 +607,26 @@ __global__ void __launch_bounds__(kThreads)
     for (int m = 0; mask && m < maskRows; ++m)
       mask[int64_t(m) * f + j] = on;
   }
-  // writeSegment's segment for warps 0 and 1 is s; the others write nothing.
-  writeSegment(ix, warp < 2 ? s : segmentsOf(f), j, on, firstHalf);
+  // The segment (warps 0 and 1) and, with ix.list, the same neurons at a
+  // place in the list reserved with one atomic (segments land in the order
+  // their blocks get there; the hidden kernel zeroed ix.count).
+  const unsigned ballot = __ballot_sync(0xffffffffu, on);
+  if (lane == 0 && warp < 2)
+    firstHalf[warp] = __popc(ballot);
+  __syncthreads();
+  const int total = firstHalf[0] + firstHalf[1];
+  if (threadIdx.x == 0) {
+    ix.cnt[s] = total;
+    firstHalf[2] = ix.list && total ? atomicAdd(ix.count, total) : 0;
+  }
+  __syncthreads();
+  if (warp < 2 && on) {
+    const int pos =
+        (warp ? firstHalf[0] : 0) + __popc(ballot & ((1u << lane) - 1));
+    ix.idx[s * kSegment + pos] = j;
+    if (ix.list)
+      ix.list[firstHalf[2] + pos] = j;
+  }
 }
 
 template <typename W> bool aligned(const W *p, int d) {
@@ -682,7 +705,11 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
   bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
-    auto kernel = fast ? sparseUpKernel<W, T, true> : sparseUpKernel<W, T, false>;
+    const bool listed = ix.list && ix.count;
+    auto kernel = listed ? (fast ? sparseUpKernel<W, T, true, true>
+                                 : sparseUpKernel<W, T, false, true>)
+                         : (fast ? sparseUpKernel<W, T, true, false>
+                                 : sparseUpKernel<W, T, false, false>);
     cudaError_t e = allowShared(kernel, smem);
     if (e != cudaSuccess)
       return e;
@@ -785,7 +812,7 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
     if (e != cudaSuccess)
       return e;
     predictHiddenKernel<W, T><<<dim3(g.blocks, g.tiles), kThreads, 0, stream>>>(
-        x, w1, d, r, g, part, hidden, done);
+        x, w1, d, r, g, part, hidden, done, ix.list ? ix.count : nullptr);
     selectKernel<<<indexSegments(f), kThreads, smem, stream>>>(
         hidden, r, w2, f, bias, threshold, ix, mask, maskRows);
     return cudaGetLastError();

@@ -71,6 +71,8 @@ struct IndexSet {
   /// The set of the non-zeros of the input of the sparseLinearInput that
   /// reads it, built by that call (nonzeroIndex only reserves it).
   bool fromInput = false;
+  /// The set is also a list in the site's list buffers (predict writes it).
+  bool listed = false;
 };
 
 //===----------------------------------------------------------------------===//

@@ -62,9 +62,9 @@ struct IndexView {
   int32_t *idx = nullptr;
   int32_t *cnt = nullptr;
   int neurons = 0;
-  /// The same set as one list, where a kernel made it (sparseUp does, for
-  /// the sparseDown after it): list[0, *count), in the segments' order.
-  /// When both are set, sparseDown reads these instead of the segments.
+  /// The same set as one list, where a kernel made it (predictIndex, or
+  /// sparseUp for the sparseDown after it): list[0, *count). When both are
+  /// set, sparseUp and sparseDown read these instead of the segments.
   int32_t *list = nullptr;
   int32_t *count = nullptr;
 };
@@ -126,7 +126,11 @@ size_t predictScratchFloats(int tokens, int d, int r);
 /// the CPU kernels), bias [f] or null, ix.neurons == f. `mask` (or null):
 /// `maskRows` rows of f bytes, each set to the selection (the union over
 /// the tokens). `scratch` has predictScratchFloats(tokens, d, r) floats.
-/// Two kernels, no memset; the set is in increasing order.
+/// Two kernels, no memset; the segments are in increasing order. With
+/// ix.list and ix.count (F and 1 ints), the set is also written as one
+/// list: each segment's neurons in increasing order, the segments in the
+/// order their blocks finish (the set is the same every time, its order
+/// may differ).
 template <typename W>
 cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                          int r, const W *w2, int f, const float *bias,
