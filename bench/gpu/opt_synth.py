@@ -692,6 +692,7 @@ def cmd_bench(args):
     # Segments already written by an earlier build's pack are copied from it
     # (a predicted build shares every weight with the dense one).
     reuse = {}
+    kept = []  # packs kept for later builds to copy from, dropped at the end
     for i, b in enumerate(builds):
         d = os.path.join(args.dir, b)
         t0 = time.perf_counter()
@@ -746,7 +747,16 @@ def cmd_bench(args):
                    "FAILED: " + r.stderr.strip()[-300:]), flush=True)
         if args.keep_weights:
             continue
-        os.remove(os.path.join(d, "model.weights"))
+        # A later build may still copy segments from this pack (reuse): drop
+        # it only once no later build can.
+        later_packs = [b2 for b2 in builds[i + 1:] if b2 not in linked]
+        if later_packs and any(p == pack for p, _ in reuse.values()):
+            kept.append(pack)
+            continue
+        os.remove(pack)
+    for p in kept:
+        if os.path.exists(p):
+            os.remove(p)
     if args.no_torch:
         return
     try:
