@@ -307,6 +307,10 @@ private:
   /// sum while other blocks still read the input, and the sparse kernels
   /// write the sum's base while reading theirs; sharing r's slot is fine,
   /// each element is read before it is written).
+  /// The operand of `add` other than `v`.
+  static Value otherOperand(AddOp add, Value v) {
+    return add.getOperand(0) == v ? add.getOperand(1) : add.getOperand(0);
+  }
   AddOp residualAdd(Operation *l) {
     if (!cuda() || isCpu(l) || !l->getResult(0).hasOneUse())
       return nullptr;
@@ -324,8 +328,7 @@ private:
     auto add = dyn_cast<AddOp>(*result.getUsers().begin());
     if (!add || add->getBlock() != l->getBlock() || isCpu(add))
       return nullptr;
-    Value r = add.getOperand(0) == result ? add.getOperand(1)
-                                          : add.getOperand(0);
+    Value r = otherOperand(add, result);
     if (r == result || r.getType() != result.getType() ||
         add.getResult().getType() != r.getType() || !onDevice.contains(r) ||
         !onDevice.contains(add.getResult()))
@@ -857,8 +860,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         AddOp add = residualAdd(l);
         if (!add)
           return call(head + "nullptr");
-        Value r = add.getOperand(0) == l.getResult() ? add.getOperand(1)
-                                                      : add.getOperand(0);
+        Value r = otherOperand(add, l.getResult());
         fusedAdds.insert(add);
         std::string v = define(add.getResult());
         body << "  Tensor " << v << ";\n  if (!cuda::" << head << "&" << dv(r)
@@ -1016,11 +1018,8 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         // result into the add's slot.
         AddOp add = residualAdd(op);
         std::string residual = "nullptr";
-        if (add) {
-          Value r = add.getOperand(0) == s.getResult() ? add.getOperand(1)
-                                                        : add.getOperand(0);
-          residual = "&" + dv(r);
-        }
+        if (add)
+          residual = "&" + dv(otherOperand(add, s.getResult()));
         auto finish = [&](const std::string &head,
                           const std::string &tail) -> LogicalResult {
           Value result = add ? add.getResult() : s.getResult();

@@ -1469,10 +1469,9 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
   }
   if (decode) {
     float *scratch = static_cast<float *>(ib.scratch.ptr);
-    // Every row of the mask gets the union over the tokens (what the step
-    // computes).
     // The set as segments and as one list (which the up and down kernels
-    // read without scanning).
+    // read without scanning); every row of the mask gets the union over the
+    // tokens (what the step computes).
     const IndexView ix = indexView(d, indexSite, N, /*listed=*/true);
     cudaError_t e =
         w1.dtype == DType::f16
@@ -1691,9 +1690,9 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
   LinearShape up, down;
   if (!linearOperands(ctx, "sparse_linear", x, wUp, bUp, true, up))
     return false;
-  if (!decodeIndex(index, up.M, up.N, act)) {
-    // Not a decode step over a predicted set: the two ops one after the
-    // other.
+  if (!decodeIndex(index, up.M, up.N, act) || !index.listed) {
+    // Not a decode step over a predicted set (predict lists every decode
+    // set): the two ops one after the other.
     IndexSet hIndex;
     return sparseLinearOutput(ctx, x, wUp, bUp, active, index, act, hSlot, h,
                               hIndex) &&
@@ -1718,25 +1717,18 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
   const int64_t M = up.M;
   if (M == 0 || down.N == 0 || !d.launching())
     return true;
-  if (!ensureList(ctx, d, index.site, up.N))
-    return false;
-  IndexBuffers &ib = indexBuffers(d, index.site);
   d.countsDensity = true;
   // h outside the set is never read (only the down projection reads h), so
   // it is not zeroed; the up kernel writes y's base. Both kernels read the
-  // set as one list: the predictor's, or else one the up kernel writes.
-  IndexView ix = indexView(d, index.site, up.N, index.listed);
+  // predictor's list.
+  const IndexView ix = indexView(d, index.site, up.N, /*listed=*/true);
   const RowsInit init{y.as<float>(), down.bias, res, int(M), int(down.N)};
-  int32_t *list = index.listed ? nullptr : static_cast<int32_t *>(ib.list.ptr),
-          *count = index.listed ? nullptr
-                                : static_cast<int32_t *>(ib.listCount.ptr);
   if (!check(ctx,
              upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(up.K),
                    up.bias, ix, act == Activation::relu, hr.as<float>(),
-                   int(up.N), init, d.stream, list, count),
+                   int(up.N), init, d.stream),
              "sparse_linear (up projection)"))
     return false;
-  ix = indexView(d, index.site, up.N, /*listed=*/true);
   return check(ctx,
                downFor(wDown.dtype, hr.as<float>(), int(M), int(up.N),
                        wDown.data, int(down.N), ix, y.as<float>(), d.stream, 0,
