@@ -63,7 +63,10 @@ IndexView deviceIndex(int f, const std::vector<int32_t> *list = nullptr) {
   ix.cnt = upload(cnt);
   if (list) {
     // The list form too (what the up kernel writes for the down kernel).
-    ix.list = upload(list->empty() ? std::vector<int32_t>{0} : *list);
+    // Room for f entries, as the runtime allocates it.
+    std::vector<int32_t> padded(*list);
+    padded.resize(size_t(std::max(f, 1)), 0);
+    ix.list = upload(padded);
     ix.count = upload(std::vector<int32_t>{int32_t(list->size())});
   }
   return ix;

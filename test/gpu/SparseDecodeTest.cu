@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -129,6 +130,8 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
   float *dBiasD = upload(biasD);
   int32_t *dList = nullptr, *dListCount = nullptr;
   CHECK_CUDA(cudaMalloc(&dList, sizeof(int32_t) * f));
+  // Past the count the list keeps what was there: poison no kernel may use.
+  CHECK_CUDA(cudaMemset(dList, 0x7f, sizeof(int32_t) * f));
   CHECK_CUDA(cudaMalloc(&dListCount, sizeof(int32_t)));
   CHECK_CUDA(cudaMemset(dListCount, 0xff, sizeof(int32_t)));
   CHECK_CUDA(sparseUp<W>(dX, tokens, dWt, d, dBias, ix, true, dH, f,
@@ -163,12 +166,15 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
          std::max(errUp, errBase));
 
   // sparseUp reading the set as a list (as the predictor writes it; here in
-  // reverse order, which must not matter).
+  // reverse order, which must not matter). The list has room for f entries;
+  // those past the count hold values no kernel may use as a neuron.
   {
     std::vector<int32_t> reversed(expectIdx.rbegin(), expectIdx.rend());
+    const int32_t listCountUp = int32_t(reversed.size());
+    reversed.resize(size_t(std::max(f, 1)), std::numeric_limits<int32_t>::max());
     IndexView listedUp = ix;
-    listedUp.list = upload(reversed.empty() ? std::vector<int32_t>{0} : reversed);
-    listedUp.count = upload(std::vector<int32_t>{int32_t(reversed.size())});
+    listedUp.list = upload(reversed);
+    listedUp.count = upload(std::vector<int32_t>{listCountUp});
     float *dH2 = upload(sentinel);
     CHECK_CUDA(sparseUp<W>(dX, tokens, dWt, d, dBias, listedUp, true, dH2, f,
                            RowsInit{}, 0));

@@ -179,7 +179,6 @@ __global__ void __launch_bounds__(kThreads)
                 int tokens, IndexView ix, RowsInit init) {
   pdlTrigger();
   __shared__ int firstHalf[kWarps / 2];
-  writeInit(init);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = ix.neurons;
   const int s = blockIdx.x * (kWarps / 2) + warp / 2;
@@ -193,6 +192,8 @@ __global__ void __launch_bounds__(kThreads)
         on |= h[int64_t(t) * n + j] != 0.0f;
     }
   }
+  // After h's loads are issued: the base's stores wait for its own loads.
+  writeInit(init);
   writeSegment(ix, s, j, on, firstHalf);
 }
 
@@ -200,9 +201,9 @@ __global__ void __launch_bounds__(kThreads)
 // Down projection: y[t, :] += sum_i h[t, idx[i]] * w[idx[i], :]
 //===----------------------------------------------------------------------===//
 
-/// Compact: the set is ix.list / ix.count (read straight from global
-/// memory); otherwise the segments, whose scan and the block's rows go to
-/// shared memory first.
+/// Compact: the set is ix.list / ix.count, read straight from global
+/// memory (the list has room for ix.neurons entries); otherwise the
+/// segments, whose scan and the block's rows go to shared memory first.
 template <typename W, int T, bool Aligned, bool Compact>
 __global__ void __launch_bounds__(kThreads)
     sparseDownKernel(const float *__restrict__ h, int ldh,
@@ -213,70 +214,104 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int Tile = 32 * V; // columns per block
   constexpr int Unroll = 4; // rows in flight per warp
   __shared__ float partial[kWarps][Tile];
-  __shared__ int warpTotals[kWarps];
-  extern __shared__ int downShared[]; // prefix [S + 1], then the block's rows
-  const int S = segmentsOf(ix.neurons);
-  int *prefix = downShared;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int col = blockIdx.x * Tile + lane * V;
-  const int n = Compact ? *ix.count : scanSegments(ix.cnt, S, prefix, warpTotals);
-  if (density && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
-    atomicAdd(density, (unsigned long long)(int64_t(n) * T));
-    atomicAdd(density + 1, (unsigned long long)(int64_t(ix.neurons) * T));
-  }
-  const int r0 = int(int64_t(n) * blockIdx.y / gridDim.y);
-  const int r1 = int(int64_t(n) * (blockIdx.y + 1) / gridDim.y);
-  if (r0 == r1)
-    return; // the whole block: nothing to add
-  // rows[i - r0] is the block's i-th selected neuron.
-  const int32_t *rows;
-  if (Compact) {
-    rows = ix.list + r0;
-  } else {
-    int *staged = downShared + S + 1;
-    for (int k = r0 + threadIdx.x; k < r1; k += kThreads)
-      staged[k - r0] = neuronAt(prefix, S, ix.idx, k);
-    __syncthreads();
-    rows = staged;
-  }
   float acc[T][V];
 #pragma unroll
   for (int t = 0; t < T; ++t)
 #pragma unroll
     for (int v = 0; v < V; ++v)
       acc[t][v] = 0.0f;
-  int i = r0 + warp;
-  for (; i + (Unroll - 1) * kWarps < r1; i += Unroll * kWarps) {
-    float wv[Unroll][V];
+  // Adds Unroll rows j[u] (those with ok[u]) to acc: every row's weights
+  // and h values requested before the first FMA.
+  auto addRows = [&](const int (&j)[Unroll], const bool (&ok)[Unroll]) {
+    float wv[Unroll][V], a[Unroll][T];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      if (ok[u]) {
+        loadRow<W, Aligned>(w + int64_t(j[u]) * d, col, d, wv[u]);
+#pragma unroll
+        for (int t = 0; t < T; ++t)
+          a[u][t] = h[int64_t(t) * ldh + j[u]];
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          wv[u][v] = 0.0f;
+#pragma unroll
+        for (int t = 0; t < T; ++t)
+          a[u][t] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u)
+#pragma unroll
+      for (int t = 0; t < T; ++t)
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          acc[t][v] = fmaf(a[u][t], wv[u][v], acc[t][v]);
+  };
+  int n;
+  if (Compact) {
+    // Warp g of the G warps sharing this column tile takes the list's
+    // entries g, g + G, ...; its first Unroll entries are read together
+    // with the count (the list has room for ix.neurons entries, the ones
+    // past the count are never used), so the weight rows are one memory
+    // round trip after the kernel starts instead of two.
+    const int G = gridDim.y * kWarps, g = blockIdx.y * kWarps + warp;
     int j[Unroll];
 #pragma unroll
     for (int u = 0; u < Unroll; ++u)
-      j[u] = rows[i + u * kWarps - r0];
+      j[u] = g + u * G < ix.neurons ? ix.list[g + u * G] : 0;
+    n = *ix.count;
+    for (int i = g; i < n; i += Unroll * G) {
+      bool ok[Unroll];
+      int next[Unroll];
 #pragma unroll
-    for (int u = 0; u < Unroll; ++u)
-      loadRow<W, Aligned>(w + int64_t(j[u]) * d, col, d, wv[u]);
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u)
-#pragma unroll
-      for (int t = 0; t < T; ++t) {
-        float a = h[int64_t(t) * ldh + j[u]];
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-          acc[t][v] = fmaf(a, wv[u][v], acc[t][v]);
+      for (int u = 0; u < Unroll; ++u) {
+        ok[u] = i + u * G < n;
+        const int k = i + (Unroll + u) * G;
+        next[u] = k < n ? ix.list[k] : 0;
       }
-  }
-  for (; i < r1; i += kWarps) {
-    int j = rows[i - r0];
-    float wv[V];
-    loadRow<W, Aligned>(w + int64_t(j) * d, col, d, wv);
+      addRows(j, ok);
 #pragma unroll
-    for (int t = 0; t < T; ++t) {
-      float a = h[int64_t(t) * ldh + j];
+      for (int u = 0; u < Unroll; ++u)
+        j[u] = next[u];
+    }
+  } else {
+    __shared__ int warpTotals[kWarps];
+    extern __shared__ int downShared[]; // prefix [S + 1], the block's rows
+    const int S = segmentsOf(ix.neurons);
+    int *prefix = downShared;
+    n = scanSegments(ix.cnt, S, prefix, warpTotals);
+    const int r0 = int(int64_t(n) * blockIdx.y / gridDim.y);
+    const int r1 = int(int64_t(n) * (blockIdx.y + 1) / gridDim.y);
+    // rows[i - r0] is the block's i-th selected neuron.
+    int *rows = downShared + S + 1;
+    for (int k = r0 + threadIdx.x; k < r1; k += kThreads)
+      rows[k - r0] = neuronAt(prefix, S, ix.idx, k);
+    __syncthreads();
+    for (int i = r0 + warp; i < r1; i += Unroll * kWarps) {
+      int j[Unroll];
+      bool ok[Unroll];
 #pragma unroll
-      for (int v = 0; v < V; ++v)
-        acc[t][v] = fmaf(a, wv[v], acc[t][v]);
+      for (int u = 0; u < Unroll; ++u) {
+        ok[u] = i + u * kWarps < r1;
+        j[u] = ok[u] ? rows[i + u * kWarps - r0] : 0;
+      }
+      addRows(j, ok);
     }
   }
+  if (density && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    atomicAdd(density, (unsigned long long)(int64_t(n) * T));
+    atomicAdd(density + 1, (unsigned long long)(int64_t(ix.neurons) * T));
+  }
+  // A block with no rows has nothing to add (every warp of it knows: the
+  // block's first warp has the lowest row).
+  const bool empty = Compact ? blockIdx.y * kWarps >= n
+                             : int64_t(n) * (blockIdx.y + 1) / gridDim.y ==
+                                   int64_t(n) * blockIdx.y / gridDim.y;
+  if (empty)
+    return;
   addWarpPartials<T, V>(partial, acc, y, d, blockIdx.x * Tile, d);
 }
 
@@ -290,7 +325,12 @@ __host__ __device__ inline int stagedFloats(int tokens, int d) {
   return (tokens * d + 3) / 4 * 4;
 }
 
-/// Listed: the set is ix.list / ix.count (no scan); otherwise the segments.
+/// Listed: the set is ix.list / ix.count (no scan; the list has room for
+/// ix.neurons entries); otherwise the segments. Each warp requests its
+/// first row's weights (and with Listed, reads its list entry together with
+/// the count) before the block stages x, so the weights and x arrive in the
+/// same memory round trip; the base for the down projection (`init`) is
+/// written last, since its stores would wait for its loads.
 template <typename W, int T, bool Aligned, bool Listed>
 __global__ void __launch_bounds__(kThreads)
     sparseUpKernel(const float *__restrict__ x, const W *__restrict__ wt,
@@ -300,17 +340,45 @@ __global__ void __launch_bounds__(kThreads)
   pdlTrigger();
   constexpr int V = Vec<W>::N;
   constexpr int Unroll = 16; // 16-byte loads in flight per lane (4 KB/warp)
+  constexpr int Chunk = Unroll * 32 * V; // columns per warp step
   extern __shared__ float4 upShared[]; // x [T][d], then the prefix [S + 1]
   __shared__ int warpTotals[kWarps];
   float *xs = reinterpret_cast<float *>(upShared);
   const int S = segmentsOf(ix.neurons);
   int *prefix = reinterpret_cast<int *>(xs + stagedFloats(T, d));
-  writeInit(init);
-  const int n = Listed ? *ix.count : scanSegments(ix.cnt, S, prefix, warpTotals);
+  const int lane = threadIdx.x % 32;
+  int i = blockIdx.x * kWarps + threadIdx.x / 32; // the warp's first row
+  int n, j = 0;
+  if (Listed) {
+    const int first = i < ix.neurons ? ix.list[i] : 0;
+    n = *ix.count;
+    j = first;
+  } else {
+    n = scanSegments(ix.cnt, S, prefix, warpTotals);
+    if (i < n)
+      j = neuronAt(prefix, S, ix.idx, i);
+  }
   if (count && blockIdx.x == 0 && threadIdx.x == 0)
     *count = n;
-  if (n <= blockIdx.x * kWarps)
+  if (n <= blockIdx.x * kWarps) {
+    writeInit(init);
     return; // no selected neuron for this block
+  }
+  // Raw 16-byte words of one chunk of a row (the aligned part).
+  auto loadChunk = [&](const W *row, int c0, uint4 (&raw)[Unroll]) {
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      int c = c0 + u * 32 * V;
+      if (Aligned && c + V <= d)
+        raw[u] = __ldg(reinterpret_cast<const uint4 *>(row + c));
+    }
+  };
+  uint4 raw[Unroll];
+  float b = 0.0f;
+  if (i < n) {
+    loadChunk(wt + int64_t(j) * d, lane * V, raw);
+    b = bias ? bias[j] : 0.0f;
+  }
   // Stage x with 16-byte loads, all in flight before the first store.
   if (Aligned && (T * d) % 4 == 0) {
     const float4 *x4 = reinterpret_cast<const float4 *>(x);
@@ -332,26 +400,25 @@ __global__ void __launch_bounds__(kThreads)
       xs[k] = __ldg(x + k);
   }
   __syncthreads();
-  const int lane = threadIdx.x % 32;
-  for (int i = blockIdx.x * kWarps + threadIdx.x / 32; i < n;
-       i += gridDim.x * kWarps) {
-    const int j = Listed ? ix.list[i] : neuronAt(prefix, S, ix.idx, i);
+  for (bool firstRow = true; i < n; i += gridDim.x * kWarps, firstRow = false) {
+    const W *row;
+    if (firstRow) {
+      row = wt + int64_t(j) * d;
+    } else {
+      j = Listed ? ix.list[i] : neuronAt(prefix, S, ix.idx, i);
+      row = wt + int64_t(j) * d;
+      loadChunk(row, lane * V, raw);
+      b = bias ? bias[j] : 0.0f;
+    }
     if (list && lane == 0)
       list[i] = j;
-    const W *row = wt + int64_t(j) * d;
     float acc[T];
 #pragma unroll
     for (int t = 0; t < T; ++t)
       acc[t] = 0.0f;
-    for (int c0 = lane * V; c0 < d; c0 += Unroll * 32 * V) {
-      // Raw 16-byte words, all requested before the first is converted.
-      uint4 raw[Unroll];
-#pragma unroll
-      for (int u = 0; u < Unroll; ++u) {
-        int c = c0 + u * 32 * V;
-        if (Aligned && c + V <= d)
-          raw[u] = __ldg(reinterpret_cast<const uint4 *>(row + c));
-      }
+    for (int c0 = lane * V; c0 < d; c0 += Chunk) {
+      if (c0 != lane * V)
+        loadChunk(row, c0, raw);
 #pragma unroll
       for (int u = 0; u < Unroll; ++u) {
         int c = c0 + u * 32 * V;
@@ -382,13 +449,14 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      float s = warpSum(acc[t]);
+      float sum = warpSum(acc[t]);
       if (lane == 0) {
-        s += bias ? bias[j] : 0.0f;
-        h[int64_t(t) * ldh + j] = relu ? fmaxf(s, 0.0f) : s;
+        sum += b;
+        h[int64_t(t) * ldh + j] = relu ? fmaxf(sum, 0.0f) : sum;
       }
     }
   }
+  writeInit(init);
 }
 
 //===----------------------------------------------------------------------===//
@@ -562,18 +630,43 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ float hidden[]; // [T][r]
   __shared__ float logits[kWarps][T][kSegment];
   __shared__ int firstHalf[kWarps / 2];
-  for (int k = threadIdx.x; k < T * r; k += kThreads)
-    hidden[k] = __ldcg(hiddenIn + k);
-  __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int s = blockIdx.x;
   const int j0 = s * kSegment + 2 * lane;
+  // The first Ahead rows of w2 each warp reads, and the segment's biases,
+  // are requested before the hidden vector is staged (they do not depend
+  // on it), so both arrive in one memory round trip.
+  constexpr int Ahead = 8;
+  float pa[Ahead], pb[Ahead];
+#pragma unroll
+  for (int k = 0; k < Ahead; ++k) {
+    const int e = warp + k * kWarps;
+    const W *row = w2 + int64_t(e) * f;
+    pa[k] = e < r && j0 < f ? toFloat(row[j0]) : 0.0f;
+    pb[k] = e < r && j0 + 1 < f ? toFloat(row[j0 + 1]) : 0.0f;
+  }
+  const int q = threadIdx.x, j = s * kSegment + q;
+  const float bj = q < kSegment && j < f && bias ? bias[j] : 0.0f;
+  for (int k = threadIdx.x; k < T * r; k += kThreads)
+    hidden[k] = __ldcg(hiddenIn + k);
+  __syncthreads();
   float acc[T][2];
 #pragma unroll
   for (int t = 0; t < T; ++t)
     acc[t][0] = acc[t][1] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < Ahead; ++k) {
+    const int e = warp + k * kWarps;
+    if (e < r)
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        const float hv = hidden[t * r + e];
+        acc[t][0] = fmaf(hv, pa[k], acc[t][0]);
+        acc[t][1] = fmaf(hv, pb[k], acc[t][1]);
+      }
+  }
 #pragma unroll 16
-  for (int e = warp; e < r; e += kWarps) {
+  for (int e = warp + Ahead * kWarps; e < r; e += kWarps) {
     const W *row = w2 + int64_t(e) * f;
     const float a = j0 < f ? toFloat(row[j0]) : 0.0f;
     const float b = j0 + 1 < f ? toFloat(row[j0 + 1]) : 0.0f;
@@ -592,13 +685,11 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   // Threads 0..63 decide the segment's neurons (the other warps take part
   // in the ballots and barrier with nothing selected).
-  const int q = threadIdx.x, j = s * kSegment + q;
   bool on = false;
   if (q < kSegment && j < f) {
-    const float b = bias ? bias[j] : 0.0f;
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      float l = b;
+      float l = bj;
 #pragma unroll
       for (int k = 0; k < kWarps; ++k)
         l += logits[k][t][q];

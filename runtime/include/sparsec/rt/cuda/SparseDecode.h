@@ -64,7 +64,9 @@ struct IndexView {
   int neurons = 0;
   /// The same set as one list, where a kernel made it (predictIndex, or
   /// sparseUp for the sparseDown after it): list[0, *count). When both are
-  /// set, sparseUp and sparseDown read these instead of the segments.
+  /// set, sparseUp and sparseDown read these instead of the segments. The
+  /// list must have room for `neurons` entries: the kernels read entries
+  /// past the count (never using them) together with the count.
   int32_t *list = nullptr;
   int32_t *count = nullptr;
 };
