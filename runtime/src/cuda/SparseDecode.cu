@@ -44,25 +44,58 @@ __device__ inline void loadRow(const W *row, int c, int d,
 
 /// Sums the kWarps warps' partial rows (acc[t][0..V) of each lane covers
 /// columns lane * V + v of the block's tile) and adds them to out[t * ld +
-/// base + c] for columns below `limit`, one atomic per column and token.
+/// base + c] for columns below `limit`: one atomic per column and token, or
+/// on sm_90 and later one 16-byte atomic per four columns where `out`, `ld`
+/// and `base` keep them aligned (a quarter of the atomic traffic).
 template <int T, int V>
 __device__ void addWarpPartials(float (&partial)[kWarps][32 * V],
                                 const float (&acc)[T][V], float *out,
                                 int64_t ld, int base, int limit) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const bool quads = reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                     ld % 4 == 0 && base % 4 == 0;
+#else
+  const bool quads = false;
+#endif
 #pragma unroll
   for (int t = 0; t < T; ++t) {
 #pragma unroll
     for (int v = 0; v < V; ++v)
       partial[warp][lane * V + v] = acc[t][v];
     __syncthreads();
-    for (int c = threadIdx.x; c < 32 * V; c += kThreads) {
-      float sum = 0.0f;
+    float *row = out + int64_t(t) * ld + base;
+    if (quads) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      for (int q = threadIdx.x; q < 8 * V; q += kThreads) {
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-      for (int k = 0; k < kWarps; ++k)
-        sum += partial[k][c];
-      if (base + c < limit)
-        atomicAdd(out + int64_t(t) * ld + base + c, sum);
+        for (int k = 0; k < kWarps; ++k) {
+          const float4 p = reinterpret_cast<const float4 *>(partial[k])[q];
+          sum.x += p.x;
+          sum.y += p.y;
+          sum.z += p.z;
+          sum.w += p.w;
+        }
+        const int c = 4 * q;
+        if (base + c + 3 < limit) {
+          atomicAdd(reinterpret_cast<float4 *>(row + c), sum);
+        } else {
+          const float part[4] = {sum.x, sum.y, sum.z, sum.w};
+          for (int e = 0; e < 4 && base + c + e < limit; ++e)
+            atomicAdd(row + c + e, part[e]);
+        }
+      }
+#endif
+    } else {
+      for (int c = threadIdx.x; c < 32 * V; c += kThreads) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kWarps; ++k)
+          sum += partial[k][c];
+        if (base + c < limit)
+          atomicAdd(row + c, sum);
+      }
     }
     __syncthreads();
   }
@@ -140,17 +173,42 @@ __device__ inline int segmentsOf(int neurons) {
   return (neurons + kSegment - 1) / kSegment;
 }
 
-/// Writes `in` with every thread of the grid.
+/// Writes `in` with every thread of the grid, in two halves: begin()
+/// requests the thread's first element's operands, end() stores it (and any
+/// further elements), so a kernel can start those loads with its own and
+/// store last without waiting for them in between.
+struct InitWriter {
+  int64_t k = -1;
+  float value = 0.0f;
+  __device__ static int64_t firstIndex() {
+    return (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x +
+           threadIdx.x;
+  }
+  __device__ static float valueAt(const RowsInit &in, int64_t k) {
+    return (in.bias ? in.bias[k % in.n] : 0.0f) +
+           (in.residual ? in.residual[k] : 0.0f);
+  }
+  __device__ void begin(const RowsInit &in) {
+    k = firstIndex();
+    if (in.y && k < int64_t(in.tokens) * in.n)
+      value = valueAt(in, k);
+  }
+  __device__ void end(const RowsInit &in) const {
+    if (!in.y)
+      return;
+    const int64_t total = int64_t(in.tokens) * in.n;
+    const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
+    if (k < total)
+      in.y[k] = value;
+    for (int64_t i = k + threads; i < total; i += threads)
+      in.y[i] = valueAt(in, i);
+  }
+};
+
 __device__ void writeInit(const RowsInit &in) {
-  if (!in.y)
-    return;
-  const int64_t total = int64_t(in.tokens) * in.n;
-  const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
-  for (int64_t k = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x +
-                   threadIdx.x;
-       k < total; k += threads)
-    in.y[k] = (in.bias ? in.bias[k % in.n] : 0.0f) +
-              (in.residual ? in.residual[k] : 0.0f);
+  InitWriter w;
+  w.begin(in);
+  w.end(in);
 }
 
 /// One ballot per half segment: warps 2k and 2k + 1 of a block make
@@ -213,7 +271,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int V = Vec<W>::N;
   constexpr int Tile = 32 * V; // columns per block
   constexpr int Unroll = 4; // rows in flight per warp
-  __shared__ float partial[kWarps][Tile];
+  __shared__ __align__(16) float partial[kWarps][Tile];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int col = blockIdx.x * Tile + lane * V;
   float acc[T][V];
@@ -330,7 +388,7 @@ __host__ __device__ inline int stagedFloats(int tokens, int d) {
 /// first row's weights (and with Listed, reads its list entry together with
 /// the count) before the block stages x, so the weights and x arrive in the
 /// same memory round trip; the base for the down projection (`init`) is
-/// written last, since its stores would wait for its loads.
+/// requested first and stored last.
 template <typename W, int T, bool Aligned, bool Listed>
 __global__ void __launch_bounds__(kThreads)
     sparseUpKernel(const float *__restrict__ x, const W *__restrict__ wt,
@@ -348,6 +406,8 @@ __global__ void __launch_bounds__(kThreads)
   int *prefix = reinterpret_cast<int *>(xs + stagedFloats(T, d));
   const int lane = threadIdx.x % 32;
   int i = blockIdx.x * kWarps + threadIdx.x / 32; // the warp's first row
+  InitWriter base;
+  base.begin(init);
   int n, j = 0;
   if (Listed) {
     const int first = i < ix.neurons ? ix.list[i] : 0;
@@ -361,7 +421,7 @@ __global__ void __launch_bounds__(kThreads)
   if (count && blockIdx.x == 0 && threadIdx.x == 0)
     *count = n;
   if (n <= blockIdx.x * kWarps) {
-    writeInit(init);
+    base.end(init);
     return; // no selected neuron for this block
   }
   // Raw 16-byte words of one chunk of a row (the aligned part).
@@ -456,7 +516,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  writeInit(init);
+  base.end(init);
 }
 
 //===----------------------------------------------------------------------===//
@@ -613,6 +673,82 @@ __global__ void __launch_bounds__(kThreads)
     if (listCount && blockIdx.y == 0)
       *listCount = 0;
   }
+}
+
+/// Ranks up to kColsMaxRank: one pass, no partial sums. Block b computes
+/// hidden columns [8b, 8b + 8) over all d rows of w1 (each thread a
+/// stride of rows, 16 bytes of each row for fp16), reduced in registers,
+/// shuffles and one shared-memory pass in a fixed order (deterministic).
+/// Block 0 zeroes the list count the select kernel reserves places from.
+constexpr int kColsThreads = 512;
+constexpr int kColsPerBlock = 8;
+constexpr int kColsMaxRank = 128;
+template <typename W, int T>
+__global__ void __launch_bounds__(kColsThreads)
+    predictHiddenColsKernel(const float *__restrict__ x,
+                            const W *__restrict__ w1, int d, int r,
+                            float *hidden, int32_t *listCount) {
+  pdlTrigger();
+  constexpr int C = kColsPerBlock;
+  constexpr int Warps = kColsThreads / 32;
+  constexpr int Unroll = T <= 4 ? 4 : 2; // rows in flight (registers)
+  __shared__ float red[Warps][T * C];
+  const int c0 = blockIdx.x * C;
+  const int cols = min(C, r - c0);
+  const bool vec = sizeof(W) == 2 && cols == C && r % C == 0 &&
+                   reinterpret_cast<uintptr_t>(w1) % 16 == 0;
+  float acc[T][C];
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      acc[t][c] = 0.0f;
+  for (int i0 = threadIdx.x; i0 < d; i0 += Unroll * kColsThreads) {
+    float wv[Unroll][C], xv[Unroll][T];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      const int i = i0 + u * kColsThreads;
+      const W *p = w1 + int64_t(i) * r + c0;
+      if (i < d && vec) {
+        Vec<__half>::convert(__ldg(reinterpret_cast<const uint4 *>(p)), wv[u]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+          wv[u][c] = i < d && c < cols ? toFloat(p[c]) : 0.0f;
+      }
+#pragma unroll
+      for (int t = 0; t < T; ++t)
+        xv[u][t] = i < d ? x[int64_t(t) * d + i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u)
+#pragma unroll
+      for (int t = 0; t < T; ++t)
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+          acc[t][c] = fmaf(xv[u][t], wv[u][c], acc[t][c]);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const float v = warpSum(acc[t][c]);
+      if (lane == 0)
+        red[warp][t * C + c] = v;
+    }
+  __syncthreads();
+  if (threadIdx.x < T * C) {
+    const int t = threadIdx.x / C, c = threadIdx.x % C;
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < Warps; ++k)
+      sum += red[k][threadIdx.x];
+    if (c < cols)
+      hidden[t * r + c0 + c] = sum;
+  }
+  if (listCount && blockIdx.x == 0 && threadIdx.x == 0)
+    *listCount = 0;
 }
 
 /// One block per segment of kSegment neurons: the hidden vector into
@@ -902,8 +1038,13 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                         : cudaSuccess;
     if (e != cudaSuccess)
       return e;
-    predictHiddenKernel<W, T><<<dim3(g.blocks, g.tiles), kThreads, 0, stream>>>(
-        x, w1, d, r, g, part, hidden, done, ix.list ? ix.count : nullptr);
+    if (r <= kColsMaxRank)
+      predictHiddenColsKernel<W, T>
+          <<<(r + kColsPerBlock - 1) / kColsPerBlock, kColsThreads, 0, stream>>>(
+              x, w1, d, r, hidden, ix.list ? ix.count : nullptr);
+    else
+      predictHiddenKernel<W, T><<<dim3(g.blocks, g.tiles), kThreads, 0, stream>>>(
+          x, w1, d, r, g, part, hidden, done, ix.list ? ix.count : nullptr);
     selectKernel<<<indexSegments(f), kThreads, smem, stream>>>(
         hidden, r, w2, f, bias, threshold, ix, mask, maskRows);
     return cudaGetLastError();
