@@ -2,8 +2,9 @@
 //
 // Part of the sparsec project.
 //
-// Device memory in and out (exiting with status 2 on a CUDA error) and
-// fp16/fp32 conversions, shared by the kernel tests in test/gpu.
+// Device memory in and out (exiting with status 2 on a CUDA error),
+// fp16/fp32 conversions and the slow producer of the early-launch cases,
+// shared by the kernel tests in test/gpu.
 //
 //===----------------------------------------------------------------------===//
 
@@ -58,6 +59,42 @@ inline float toFloat(float f) { return f; }
 inline double worse(double err, double e) {
   return std::isfinite(e) ? std::max(err, e) : INFINITY;
 }
+
+/// The producer of an early-launch case: lets the next kernel launch at
+/// once, then writes x only after about 50 us, over NaNs.
+static __global__ void slowProducer(const float *src, float *x, int64_t n) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const long long t0 = clock64();
+  while (clock64() - t0 < 100000)
+    __nanosleep(1000);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    x[i] = src[i];
+}
+
+/// The early-launch set-up: x (at dx) is first filled with NaNs, then
+/// written by slowProducer on `stream`, which the kernel under test is
+/// launched on right behind it (programmatically dependent), so it must
+/// wait for x. Nothing happens for a normal launch (stream stays null).
+struct SlowX {
+  cudaStream_t stream = nullptr;
+  float *src = nullptr;
+  SlowX(bool early, const std::vector<float> &x, float *dx) {
+    if (!early)
+      return;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    src = upload(x);
+    CHECK_CUDA(cudaMemset(dx, 0xff, sizeof(float) * x.size()));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    slowProducer<<<1, 256, 0, stream>>>(src, dx, int64_t(x.size()));
+  }
+  ~SlowX() {
+    if (!stream)
+      return;
+    cudaStreamSynchronize(stream);
+    cudaFree(src);
+    cudaStreamDestroy(stream);
+  }
+};
 
 } // namespace sparsec::test
 

@@ -42,42 +42,6 @@ void report(bool ok, const char *line, double err) {
 }
 
 
-/// The producer of an early-launch case: lets the next kernel launch at
-/// once, then writes x only after about 50 us, over NaNs.
-__global__ void slowProducer(const float *src, float *x, int64_t n) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  const long long t0 = clock64();
-  while (clock64() - t0 < 100000)
-    __nanosleep(1000);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    x[i] = src[i];
-}
-
-/// The early-launch set-up: x (at dx) is first filled with NaNs, then
-/// written by slowProducer on `stream`, which the kernel under test is
-/// launched on right behind it (programmatically dependent), so it must
-/// wait for x. Nothing happens for a normal launch (stream stays null).
-struct SlowX {
-  cudaStream_t stream = nullptr;
-  float *src = nullptr;
-  SlowX(bool early, const std::vector<float> &x, float *dx) {
-    if (!early)
-      return;
-    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    src = upload(x);
-    CHECK_CUDA(cudaMemset(dx, 0xff, sizeof(float) * x.size()));
-    CHECK_CUDA(cudaDeviceSynchronize());
-    slowProducer<<<1, 256, 0, stream>>>(src, dx, int64_t(x.size()));
-  }
-  ~SlowX() {
-    if (!stream)
-      return;
-    cudaStreamSynchronize(stream);
-    cudaFree(src);
-    cudaStreamDestroy(stream);
-  }
-};
-
 /// `offset` elements in front of x and w make them (and, with odd K, their
 /// rows) miss 16-byte alignment: the element-load kernel. `early`: x is
 /// written by a slow kernel just before a programmatic dependent launch of
@@ -510,6 +474,9 @@ int main() {
   attentionCase(2, 4, 4, 3, 100, 64, 32, Mask::boolean, true, rng);  // causal, Dv != D
   attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::additive, true, rng);  // scalar staging
   attentionCase(1, 2, 2, 8, 0, 128, 128, Mask::none, true, rng);     // prefill-like
+  attentionCase(1, 32, 32, 1, 200, 64, 64, Mask::none, false, rng); // a block a row, 2 passes
+  attentionCase(1, 32, 32, 1, 255, 128, 128, Mask::none, false, rng); // 256 keys, a block a row
+  attentionCase(2, 8, 2, 1, 256, 64, 64, Mask::additive, false, rng); // 257 keys: split
   attentionCase(1, 32, 32, 1, 1024, 64, 64, Mask::none, false, rng); // long past
   attentionCase(1, 32, 32, 1, 2046, 128, 128, Mask::none, false, rng); // 4 passes a block
   attentionCase(2, 8, 4, 1, 600, 80, 80, Mask::boolean, false, rng); // 3 elements a lane

@@ -180,6 +180,16 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
                            RowsInit{}, 0));
     std::vector<float> hUp2 = download(dH2, sentinel.size());
     report(hUp2 == hUp, "sparseUp (listed)", f, d, tokens, sparsity, wtype, 0.0);
+    // Launched early, right behind a slow kernel that writes x over NaNs.
+    CHECK_CUDA(cudaMemcpy(dH2, sentinel.data(), sentinel.size() * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    {
+      SlowX slow(true, x, dX);
+      CHECK_CUDA(sparseUp<W>(dX, tokens, dWt, d, dBias, listedUp, true, dH2, f,
+                             RowsInit{}, slow.stream, nullptr, nullptr, true));
+    }
+    report(download(dH2, sentinel.size()) == hUp, "sparseUp (listed, early launch)",
+           f, d, tokens, sparsity, wtype, 0.0);
     for (void *p : {(void *)listedUp.list, (void *)listedUp.count, (void *)dH2})
       cudaFree(p);
   }
@@ -214,6 +224,16 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
   CHECK_CUDA(sparseDown<W>(dHin, tokens, f, dW, d, listed, dY, 0));
   const double errList = errAgainstDense(download(dY, y0.size()));
   report(errList < 1e-4, "sparseDown (list)", f, d, tokens, sparsity, wtype, errList);
+  // Launched early, right behind a slow kernel that writes h over NaNs.
+  CHECK_CUDA(cudaMemcpy(dY, y0.data(), y0.size() * sizeof(float), cudaMemcpyHostToDevice));
+  {
+    SlowX slow(true, h, dHin);
+    CHECK_CUDA(sparseDown<W>(dHin, tokens, f, dW, d, listed, dY, slow.stream, 0,
+                             nullptr, true));
+  }
+  const double errEarly = errAgainstDense(download(dY, y0.size()));
+  report(errEarly < 1e-4, "sparseDown (list, early launch)", f, d, tokens, sparsity,
+         wtype, errEarly);
 
   // Exact mode from the activations alone: the index kernel writes the base.
   CHECK_CUDA(cudaMemset(dY, 0xff, y0.size() * sizeof(float)));
@@ -283,13 +303,19 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
   IndexView ix = makeIndex(f);
   CHECK_CUDA(cudaMalloc(&ix.list, sizeof(int32_t) * f));
   CHECK_CUDA(cudaMalloc(&ix.count, sizeof(int32_t)));
-  // Twice: the second call must not depend on anything the first left.
+  // Three times: the second call must not depend on anything the first
+  // left; the third is launched early, right behind a slow kernel that
+  // writes x over NaNs.
   bool ok = true;
   int decided = 0, on = 0, countDiff = 0;
-  for (int call = 0; call < 2; ++call) {
+  for (int call = 0; call < 3; ++call) {
     CHECK_CUDA(cudaMemset(dMask, 0x55, size_t(maskRows) * f));
-    CHECK_CUDA(predictIndex<W>(dX, tokens, dW1, d, r, dW2, f, dBias, threshold,
-                               dScratch, ix, dMask, maskRows, 0));
+    {
+      SlowX slow(call == 2, x, dX);
+      CHECK_CUDA(predictIndex<W>(dX, tokens, dW1, d, r, dW2, f, dBias, threshold,
+                                 dScratch, ix, dMask, maskRows, slow.stream,
+                                 call == 2));
+    }
     std::vector<uint8_t> mask = download(dMask, size_t(maskRows) * f);
     bool wellFormed;
     std::vector<int32_t> got = listOf(ix, wellFormed);

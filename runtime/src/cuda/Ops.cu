@@ -1477,10 +1477,12 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
         w1.dtype == DType::f16
             ? predictIndex<__half>(x.as<float>(), int(M), w1.as<__half>(), int(D),
                                    int(R), w2.as<__half>(), int(N), b, threshold,
-                                   scratch, ix, r.as<uint8_t>(), int(M), d.stream)
+                                   scratch, ix, r.as<uint8_t>(), int(M), d.stream,
+                                   d.earlyLaunch)
             : predictIndex<float>(x.as<float>(), int(M), w1.as<float>(), int(D),
                                   int(R), w2.as<float>(), int(N), b, threshold,
-                                  scratch, ix, r.as<uint8_t>(), int(M), d.stream);
+                                  scratch, ix, r.as<uint8_t>(), int(M), d.stream,
+                                   d.earlyLaunch);
     if (!check(ctx, e, "predictor"))
       return false;
     index.site = indexSite;
@@ -1571,7 +1573,7 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
                  upFor(w.dtype, x.as<float>(), int(M), w.data, int(K), b,
                        indexView(d, index.site, N, index.listed),
                        act == Activation::relu, r.as<float>(), int(N),
-                       RowsInit{}, d.stream),
+                       RowsInit{}, d.stream, nullptr, nullptr, d.earlyLaunch),
                  "sparse_linear (up projection)");
   }
   // Dense computation with the per-token mask applied.
@@ -1666,7 +1668,8 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
   const RowsInit init{r.as<float>(), b, res, int(M), int(N)};
   if (index.fromInput) {
     // Exact mode: the set of x's non-zeros and y's base in one kernel.
-    if (!check(ctx, indexFromActivations(x.as<float>(), int(M), ix, init, d.stream),
+    if (!check(ctx, indexFromActivations(x.as<float>(), int(M), ix, init, d.stream,
+                                    d.earlyLaunch),
                "sparse_linear (index)"))
       return false;
   } else {
@@ -1677,7 +1680,8 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
   }
   return check(ctx,
                downFor(w.dtype, x.as<float>(), int(M), int(K), w.data, int(N), ix,
-                       r.as<float>(), d.stream, 0, d.densityCounts),
+                       r.as<float>(), d.stream, 0, d.densityCounts,
+                       d.earlyLaunch),
                "sparse_linear (down projection)");
 }
 
@@ -1726,13 +1730,14 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
   if (!check(ctx,
              upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(up.K),
                    up.bias, ix, act == Activation::relu, hr.as<float>(),
-                   int(up.N), init, d.stream),
+                   int(up.N), init, d.stream, nullptr, nullptr,
+                   d.earlyLaunch),
              "sparse_linear (up projection)"))
     return false;
   return check(ctx,
                downFor(wDown.dtype, hr.as<float>(), int(M), int(up.N),
                        wDown.data, int(down.N), ix, y.as<float>(), d.stream, 0,
-                       d.densityCounts),
+                       d.densityCounts, d.earlyLaunch),
                "sparse_linear (down projection)");
 }
 

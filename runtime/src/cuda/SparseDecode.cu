@@ -236,6 +236,7 @@ __global__ void __launch_bounds__(kThreads)
     indexKernel(const float *__restrict__ h, const uint8_t *__restrict__ flags,
                 int tokens, IndexView ix, RowsInit init) {
   pdlTrigger();
+  pdlWait(); // early launches: h comes from the kernel before
   __shared__ int firstHalf[kWarps / 2];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = ix.neurons;
@@ -268,6 +269,7 @@ __global__ void __launch_bounds__(kThreads)
                      const W *__restrict__ w, int d, IndexView ix, float *y,
                      unsigned long long *density) {
   pdlTrigger();
+  pdlWait(); // early launches: the set and h come from the kernels before
   constexpr int V = Vec<W>::N;
   constexpr int Tile = 32 * V; // columns per block
   constexpr int Unroll = 4; // rows in flight per warp
@@ -396,6 +398,7 @@ __global__ void __launch_bounds__(kThreads)
                    bool relu, float *h, int ldh, RowsInit init, int32_t *list,
                    int32_t *count) {
   pdlTrigger();
+  pdlWait(); // early launches: x, the set and the residual come from before
   constexpr int V = Vec<W>::N;
   constexpr int Unroll = 16; // 16-byte loads in flight per lane (4 KB/warp)
   constexpr int Chunk = Unroll * 32 * V; // columns per warp step
@@ -405,7 +408,9 @@ __global__ void __launch_bounds__(kThreads)
   const int S = segmentsOf(ix.neurons);
   int *prefix = reinterpret_cast<int *>(xs + stagedFloats(T, d));
   const int lane = threadIdx.x % 32;
-  int i = blockIdx.x * kWarps + threadIdx.x / 32; // the warp's first row
+  // Rows go round the blocks first (row i: block i % grid, warp i / grid),
+  // so that every SM streams about the same number of rows.
+  int i = blockIdx.x + gridDim.x * (threadIdx.x / 32); // the warp's first row
   InitWriter base;
   base.begin(init);
   int n, j = 0;
@@ -420,7 +425,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (count && blockIdx.x == 0 && threadIdx.x == 0)
     *count = n;
-  if (n <= blockIdx.x * kWarps) {
+  if (n <= int(blockIdx.x)) {
     base.end(init);
     return; // no selected neuron for this block
   }
@@ -557,6 +562,7 @@ __global__ void __launch_bounds__(kThreads)
                         int d, int r, PredictGrid g, float *part,
                         float *hidden, unsigned *done, int32_t *listCount) {
   pdlTrigger();
+  pdlWait(); // early launches: x comes from the kernel before
   constexpr int V = Vec<W>::N;
   constexpr int Tile = 32 * V;
   __shared__ float partial[kWarps][Tile];
@@ -689,6 +695,7 @@ __global__ void __launch_bounds__(kColsThreads)
                             const W *__restrict__ w1, int d, int r,
                             float *hidden, int32_t *listCount) {
   pdlTrigger();
+  pdlWait(); // early launches: x comes from the kernel before
   constexpr int C = kColsPerBlock;
   constexpr int Warps = kColsThreads / 32;
   constexpr int Unroll = T <= 4 ? 4 : 2; // rows in flight (registers)
@@ -783,6 +790,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int q = threadIdx.x, j = s * kSegment + q;
   const float bj = q < kSegment && j < f && bias ? bias[j] : 0.0f;
+  pdlWait(); // early launches: the hidden vector comes from the kernel before
   for (int k = threadIdx.x; k < T * r; k += kThreads)
     hidden[k] = __ldcg(hiddenIn + k);
   __syncthreads();
@@ -907,24 +915,24 @@ cudaError_t indexFromFlags(const uint8_t *flags, IndexView ix,
 }
 
 cudaError_t indexFromActivations(const float *h, int tokens, IndexView ix,
-                                 RowsInit init, cudaStream_t stream) {
+                                 RowsInit init, cudaStream_t stream,
+                                 bool early) {
   const int segments = indexSegments(ix.neurons);
   const int blocks = std::max(1, (segments + kWarps / 2 - 1) / (kWarps / 2));
-  indexKernel<false><<<blocks, kThreads, 0, stream>>>(h, nullptr, tokens, ix,
-                                                      init);
-  return cudaGetLastError();
+  cudaError_t e = launchKernel(indexKernel<false>, dim3(blocks), dim3(kThreads),
+                               0, stream, early, h, nullptr, tokens, ix, init);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 template <typename W>
 cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
                      const float *bias, IndexView ix, bool relu, float *h,
                      int ldh, RowsInit init, cudaStream_t stream,
-                     int32_t *list, int32_t *count) {
-  // Enough warps for every selected neuron at once up to the SMs' capacity
-  // (x is staged in shared memory once per block).
+                     int32_t *list, int32_t *count, bool early) {
+  // One resident wave (x is staged in shared memory once per block), at
+  // most a block per selected neuron; the kernel deals the rows round the
+  // blocks.
   const int capacity = ix.neurons;
-  int blocks = std::max(1, std::min((capacity + kWarps - 1) / kWarps,
-                                    4 * multiprocessorCount()));
   size_t smem = sizeof(float) * size_t(stagedFloats(tokens, d)) +
                 sizeof(int) * size_t(indexSegments(capacity) + 1);
   if (smem > 200 * 1024)
@@ -940,9 +948,14 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
     cudaError_t e = allowShared(kernel, smem);
     if (e != cudaSuccess)
       return e;
-    kernel<<<blocks, kThreads, smem, stream>>>(x, wt, d, bias, ix, relu, h,
-                                               ldh, init, list, count);
-    return cudaGetLastError();
+    int perSM = 1;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kernel, kThreads, smem);
+    const int blocks = std::max(
+        1, std::min(capacity, std::max(1, perSM) * multiprocessorCount()));
+    e = launchKernel(kernel, dim3(blocks), dim3(kThreads), smem, stream,
+                     early, x, wt, d, bias, ix, relu, h, ldh, init, list,
+                     count);
+    return e != cudaSuccess ? e : cudaGetLastError();
   });
 }
 
@@ -962,7 +975,7 @@ int downSplits(int d, int capacity, int vec, int tokens, int residentBlocks) {
 template <typename W>
 cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
                        IndexView ix, float *y, cudaStream_t stream, int splits,
-                       unsigned long long *density) {
+                       unsigned long long *density, bool early) {
   constexpr int V = Vec<W>::N;
   const int capacity = ix.neurons;
   bool fast = aligned(w, d);
@@ -991,8 +1004,9 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
     if (e != cudaSuccess)
       return e;
     dim3 grid((d + 32 * V - 1) / (32 * V), s);
-    kernel<<<grid, kThreads, smem, stream>>>(h, ldh, w, d, ix, y, density);
-    return cudaGetLastError();
+    e = launchKernel(kernel, grid, dim3(kThreads), smem, stream, early, h, ldh,
+                     w, d, ix, y, density);
+    return e != cudaSuccess ? e : cudaGetLastError();
   });
 }
 
@@ -1015,7 +1029,8 @@ template <typename W>
 cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                          int r, const W *w2, int f, const float *bias,
                          float threshold, float *scratch, IndexView ix,
-                         uint8_t *mask, int maskRows, cudaStream_t stream) {
+                         uint8_t *mask, int maskRows, cudaStream_t stream,
+                         bool early) {
   if (tokens == 0 || f == 0)
     return cudaSuccess;
   const PredictGrid g = predictGrid<W>(d, r);
@@ -1038,16 +1053,21 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                         : cudaSuccess;
     if (e != cudaSuccess)
       return e;
-    if (r <= kColsMaxRank)
-      predictHiddenColsKernel<W, T>
-          <<<(r + kColsPerBlock - 1) / kColsPerBlock, kColsThreads, 0, stream>>>(
-              x, w1, d, r, hidden, ix.list ? ix.count : nullptr);
-    else
-      predictHiddenKernel<W, T><<<dim3(g.blocks, g.tiles), kThreads, 0, stream>>>(
-          x, w1, d, r, g, part, hidden, done, ix.list ? ix.count : nullptr);
-    selectKernel<<<indexSegments(f), kThreads, smem, stream>>>(
-        hidden, r, w2, f, bias, threshold, ix, mask, maskRows);
-    return cudaGetLastError();
+    int32_t *listCount = ix.list ? ix.count : nullptr;
+    e = r <= kColsMaxRank
+            ? launchKernel(predictHiddenColsKernel<W, T>,
+                           dim3((r + kColsPerBlock - 1) / kColsPerBlock),
+                           dim3(kColsThreads), 0, stream, early, x, w1, d, r,
+                           hidden, listCount)
+            : launchKernel(predictHiddenKernel<W, T>, dim3(g.blocks, g.tiles),
+                           dim3(kThreads), 0, stream, early, x, w1, d, r, g,
+                           part, hidden, done, listCount);
+    if (e != cudaSuccess)
+      return e;
+    e = launchKernel(selectKernel, dim3(indexSegments(f)), dim3(kThreads), smem,
+                     stream, early, hidden, r, w2, f, bias, threshold, ix, mask,
+                     maskRows);
+    return e != cudaSuccess ? e : cudaGetLastError();
   });
 }
 
@@ -1055,13 +1075,13 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
   template cudaError_t sparseUp<W>(const float *, int, const W *, int,         \
                                    const float *, IndexView, bool, float *,    \
                                    int, RowsInit, cudaStream_t, int32_t *,     \
-                                   int32_t *);                                 \
+                                   int32_t *, bool);                           \
   template cudaError_t sparseDown<W>(const float *, int, int, const W *, int,  \
                                      IndexView, float *, cudaStream_t, int,    \
-                                     unsigned long long *);                    \
+                                     unsigned long long *, bool);              \
   template cudaError_t predictIndex<W>(                                        \
       const float *, int, const W *, int, int, const W *, int, const float *,  \
-      float, float *, IndexView, uint8_t *, int, cudaStream_t);
+      float, float *, IndexView, uint8_t *, int, cudaStream_t, bool);
 SPARSEC_INSTANTIATE(__half)
 SPARSEC_INSTANTIATE(float)
 #undef SPARSEC_INSTANTIATE

@@ -82,6 +82,11 @@ struct RowsInit {
   int n = 0;
 };
 
+/// Every kernel here waits (griddepcontrol.wait) before it reads what an
+/// earlier kernel wrote, so each call's `early` may make its kernels
+/// programmatic dependent launches (see DenseDecode.h); the predictor's
+/// select kernel requests its weights before that wait.
+
 /// Streaming multiprocessors of the current device (cached).
 int multiprocessorCount();
 
@@ -93,7 +98,8 @@ cudaError_t indexFromFlags(const uint8_t *flags, IndexView ix,
 /// [tokens, ix.neurons] is non-zero (exact mode: the union over a decode
 /// batch), and `init`; one kernel.
 cudaError_t indexFromActivations(const float *h, int tokens, IndexView ix,
-                                 RowsInit init, cudaStream_t stream);
+                                 RowsInit init, cudaStream_t stream,
+                                 bool early = false);
 
 /// h[t, j] for t < tokens and j in ix; other entries of h untouched. x
 /// [tokens, d], wt [F, d], bias [F] or null. relu applies max(., 0). Also
@@ -104,7 +110,8 @@ template <typename W>
 cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
                      const float *bias, IndexView ix, bool relu, float *h,
                      int ldh, RowsInit init, cudaStream_t stream,
-                     int32_t *list = nullptr, int32_t *count = nullptr);
+                     int32_t *list = nullptr, int32_t *count = nullptr,
+                     bool early = false);
 
 /// y[t, :] += sum over j in ix of h[t, j] * w[j, :]; h [tokens, ldh], w [F,
 /// d], y [tokens, d]. `splits` > 0 overrides how many blocks share the
@@ -115,7 +122,8 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
 template <typename W>
 cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
                        IndexView ix, float *y, cudaStream_t stream,
-                       int splits = 0, unsigned long long *density = nullptr);
+                       int splits = 0, unsigned long long *density = nullptr,
+                       bool early = false);
 
 /// fp32 elements of predictIndex's scratch. Its last elements are
 /// counters that must be zero before the first call (predictIndex leaves
@@ -137,7 +145,8 @@ template <typename W>
 cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                          int r, const W *w2, int f, const float *bias,
                          float threshold, float *scratch, IndexView ix,
-                         uint8_t *mask, int maskRows, cudaStream_t stream);
+                         uint8_t *mask, int maskRows, cudaStream_t stream,
+                         bool early = false);
 
 } // namespace sparsec::rt::cuda
 
