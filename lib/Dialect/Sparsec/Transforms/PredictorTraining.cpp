@@ -178,21 +178,31 @@ template <typename F> void parallelRows(int64_t n, F &&fn) {
     t.join();
 }
 
-/// c[m, n] = a[m, k] . b[k, n], all row-major float; rows of c in parallel,
-/// i-k-j order so the inner loop vectorises.
+/// c[m, n] = a[m, k] . b[k, n], all row-major float; rows of c in parallel.
+/// Each element sums its k products in increasing k, as the plain i-k-j
+/// loop would, but tiles of kRowTile rows x kColTile columns of c stay in
+/// cache while k runs, so b streams from memory once per kRowTile rows
+/// instead of once per row.
 void matmul(const float *a, const float *b, float *c, int64_t m, int64_t k,
             int64_t n) {
+  constexpr int64_t kRowTile = 16, kColTile = 1024;
   parallelRows(m, [&](int64_t begin, int64_t end) {
     std::fill(c + begin * n, c + end * n, 0.0f);
-    for (int64_t i = begin; i < end; ++i) {
-      float *ci = c + i * n;
-      for (int64_t p = 0; p < k; ++p) {
-        float x = a[i * k + p];
-        if (x == 0.0f)
-          continue;
-        const float *bp = b + p * n;
-        for (int64_t j = 0; j < n; ++j)
-          ci[j] += x * bp[j];
+    for (int64_t i0 = begin; i0 < end; i0 += kRowTile) {
+      const int64_t i1 = std::min(end, i0 + kRowTile);
+      for (int64_t j0 = 0; j0 < n; j0 += kColTile) {
+        const int64_t j1 = std::min(n, j0 + kColTile);
+        for (int64_t p = 0; p < k; ++p) {
+          const float *bp = b + p * n;
+          for (int64_t i = i0; i < i1; ++i) {
+            const float x = a[i * k + p];
+            if (x == 0.0f)
+              continue;
+            float *ci = c + i * n;
+            for (int64_t j = j0; j < j1; ++j)
+              ci[j] += x * bp[j];
+          }
+        }
       }
     }
   });
@@ -328,17 +338,23 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
   const float *w = pb.weight.data();
 
   // S = X^T X / m over the fitting split, and its square root.
+  // Each row of S is updated by a block of samples at a time while it is in
+  // cache (every element still sums its samples in increasing order).
   Matrix s(size_t(d * d), 0.0);
   parallelRows(d, [&](int64_t pBegin, int64_t pEnd) {
-    for (int64_t i = 0; i < fitEnd; ++i) {
-      const float *xi = x + i * d;
+    constexpr int64_t kSampleBlock = 64;
+    for (int64_t i0 = 0; i0 < fitEnd; i0 += kSampleBlock) {
+      const int64_t i1 = std::min(fitEnd, i0 + kSampleBlock);
       for (int64_t p = pBegin; p < pEnd; ++p) {
-        double xp = xi[p];
-        if (xp == 0.0)
-          continue;
         double *sp = &s[size_t(p * d)];
-        for (int64_t q = 0; q < d; ++q)
-          sp[q] += xp * xi[q];
+        for (int64_t i = i0; i < i1; ++i) {
+          const float *xi = x + i * d;
+          double xp = xi[p];
+          if (xp == 0.0)
+            continue;
+          for (int64_t q = 0; q < d; ++q)
+            sp[q] += xp * xi[q];
+        }
       }
     }
   });
@@ -405,11 +421,12 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
     randomizedBasis(l, w, d, n, ranks.back(), w2Rows, sigma2, basis);
   }
 
-  // Pre-activations of every sample, z = x W + b.
-  std::vector<float> z(size_t(m * n));
-  matmul(x, w, z.data(), m, d, n);
+  // Pre-activations of the fitting samples (the error spread below is
+  // measured on them only), z = x W + b.
+  std::vector<float> z(size_t(fitEnd * n));
+  matmul(x, w, z.data(), fitEnd, d, n);
   if (!pb.bias.empty())
-    for (int64_t i = 0; i < m; ++i)
+    for (int64_t i = 0; i < fitEnd; ++i)
       for (int64_t j = 0; j < n; ++j)
         z[size_t(i * n + j)] += pb.bias[size_t(j)];
 
