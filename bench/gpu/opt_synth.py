@@ -610,11 +610,15 @@ def torch_decode(model, prompt, new):
 def torch_generate_static(model, prompt, new):
     """transformers' generate with a static KV cache, which compiles the
     decoding forward pass (torch.compile, mode reduce-overhead: CUDA
-    graphs), the documented fast path for decoding. Decode tokens/s from two timed runs
-    (new and 1 new tokens) after a warm-up that compiles; (tokens/s, tokens)."""
+    graphs), the documented fast path for decoding. Decode steps/s from two timed runs
+    (new and 1 new tokens) after a warm-up that compiles; (steps/s, tokens of
+    the first row). `prompt` is one list of ids or a batch of equal-length
+    lists (a batch of B decodes B tokens a step)."""
     import torch
     from transformers import CompileConfig
-    ids = torch.tensor(prompt, device="cuda")[None]
+    ids = torch.tensor(prompt, device="cuda")
+    if ids.dim() == 1:
+        ids = ids[None]
     # generate compiles the decoding forward itself for a static cache.
     kw = dict(do_sample=False, cache_implementation="static", pad_token_id=0,
               compile_config=CompileConfig(mode="reduce-overhead", fullgraph=True))
@@ -780,6 +784,11 @@ def cmd_bench(args):
             print(f"torch.compile (generate, static cache, reduce-overhead): decode "
                   f"{tps:.1f} tokens/s; greedy tokens equal to sparsec dense: "
                   f"{same}/{len(toks)}", flush=True)
+            # The same sweep compiled (one compilation per batch shape).
+            for bsz, plen, ids in sweep_prompts(args):
+                tps, _ = torch_generate_static(model, ids.tolist(), args.sweep_new)
+                print(f"sweep torch.compile batch {bsz} prompt {plen}: decode "
+                      f"{tps * bsz:.1f} tokens/s ({tps:.1f} steps/s)", flush=True)
     except Exception as e:  # report, keep the sparsec rows
         print(f"pytorch peer failed: {e!r}", flush=True)
 
