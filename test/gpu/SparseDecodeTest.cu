@@ -190,6 +190,23 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
     }
     report(download(dH2, sentinel.size()) == hUp, "sparseUp (listed, early launch)",
            f, d, tokens, sparsity, wtype, 0.0);
+    // With a per-token mask: h[t, j] is 0 where token t did not select j.
+    std::vector<uint8_t> tokenMask(size_t(tokens) * f);
+    for (auto &m : tokenMask)
+      m = rng() % 2;
+    uint8_t *dTokenMask = upload(tokenMask);
+    CHECK_CUDA(cudaMemcpy(dH2, sentinel.data(), sentinel.size() * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    CHECK_CUDA(sparseUp<W>(dX, tokens, dWt, d, dBias, listedUp, true, dH2, f,
+                           RowsInit{}, 0, nullptr, nullptr, false, dTokenMask));
+    std::vector<float> masked = hUp;
+    for (int t = 0; t < tokens; ++t)
+      for (int j = 0; j < f; ++j)
+        if (flags[j] && !tokenMask[size_t(t) * f + j])
+          masked[size_t(t) * f + j] = 0.0f;
+    report(download(dH2, sentinel.size()) == masked, "sparseUp (listed, token mask)",
+           f, d, tokens, sparsity, wtype, 0.0);
+    cudaFree(dTokenMask);
     for (void *p : {(void *)listedUp.list, (void *)listedUp.count, (void *)dH2})
       cudaFree(p);
   }
@@ -268,7 +285,8 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
   for (float &v : x) v = val(rng);
   for (float &v : bias) v = val(rng) * 4.0f;
   const float threshold = 2.0f;
-  std::vector<int> expect(f, 0); // 1 on, 0 off, -1 too close to call
+  // Per token and neuron: 1 on, 0 off, -1 too close to call.
+  std::vector<int> expect(size_t(tokens) * f, 0);
   std::vector<double> hidden(size_t(tokens) * r, 0.0), hiddenAbs(size_t(tokens) * r, 0.0);
   for (int t = 0; t < tokens; ++t)
     for (int i = 0; i < d; ++i)
@@ -277,8 +295,7 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
         hidden[size_t(t) * r + e] += p;
         hiddenAbs[size_t(t) * r + e] += std::fabs(p);
       }
-  for (int j = 0; j < f; ++j) {
-    bool on = false, close = false;
+  for (int j = 0; j < f; ++j)
     for (int t = 0; t < tokens; ++t) {
       double logit = bias[j], magnitude = std::fabs(bias[j]);
       for (int e = 0; e < r; ++e) {
@@ -286,13 +303,11 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
         logit += hidden[size_t(t) * r + e] * w;
         magnitude += hiddenAbs[size_t(t) * r + e] * std::fabs(w);
       }
-      on |= logit > threshold;
       // fp32 sums on the device: too close to call within 1e-5 of the sum
       // of the magnitudes.
-      close |= std::fabs(logit - threshold) < 1e-5 * magnitude + 1e-4;
+      const bool close = std::fabs(logit - threshold) < 1e-5 * magnitude + 1e-4;
+      expect[size_t(t) * f + j] = close ? -1 : logit > threshold;
     }
-    expect[j] = close ? -1 : on;
-  }
   W *dW1 = upload(w1), *dW2 = upload(w2);
   float *dX = upload(x), *dBias = upload(bias), *dScratch = nullptr;
   CHECK_CUDA(cudaMalloc(&dScratch, sizeof(float) * predictScratchFloats(tokens, d, r)));
@@ -320,21 +335,24 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
     bool wellFormed;
     std::vector<int32_t> got = listOf(ix, wellFormed);
     ok &= wellFormed;
+    // Row t of the mask is token t's own selection; the set is their union.
     decided = on = 0;
-    for (int j = 0; j < f; ++j) {
-      for (int m = 1; m < maskRows; ++m)
-        ok &= mask[size_t(m) * f + j] == mask[j];
-      if (expect[j] >= 0) {
+    for (size_t k = 0; k < expect.size(); ++k)
+      if (expect[k] >= 0) {
         ++decided;
-        on += expect[j];
-        ok &= mask[j] == expect[j];
+        on += expect[k];
+        ok &= mask[k] == expect[k];
       }
-    }
     std::vector<int32_t> fromMask;
-    for (int j = 0; j < f; ++j)
-      if (mask[j])
+    for (int j = 0; j < f; ++j) {
+      bool any = false;
+      for (int m = 0; m < maskRows; ++m)
+        any |= mask[size_t(m) * f + j] != 0;
+      if (any)
         fromMask.push_back(j);
-    ok &= got == fromMask && decided > f * 9 / 10 && on > 0 && on < decided;
+    }
+    ok &= got == fromMask && decided > int(expect.size()) * 9 / 10 && on > 0 &&
+          on < decided;
     countDiff = int(got.size()) - int(fromMask.size());
     // The list: the same set (segments in any order).
     const int listCount = download(ix.count, 1)[0];

@@ -1470,8 +1470,9 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
   if (decode) {
     float *scratch = static_cast<float *>(ib.scratch.ptr);
     // The set as segments and as one list (which the up and down kernels
-    // read without scanning); every row of the mask gets the union over the
-    // tokens (what the step computes).
+    // read without scanning): the union over the tokens, which the step
+    // computes; mask row t is token t's own selection, which the up
+    // projection keeps (a token's result does not depend on its batch).
     const IndexView ix = indexView(d, indexSite, N, /*listed=*/true);
     cudaError_t e =
         w1.dtype == DType::f16
@@ -1509,6 +1510,12 @@ bool decodeIndex(const IndexSet &index, int64_t M, int64_t N, Activation act) {
   return index.site >= 0 && !index.fromInput && index.tokens == M &&
          M <= kMaxTokens && index.neurons == N &&
          (act == Activation::none || act == Activation::relu);
+}
+
+/// The per-token rows of an active mask [M, N] for a decode batch of
+/// several tokens (null for one token or a mask of one row).
+const uint8_t *tokenMask(const Tensor &active, int64_t M, int64_t N) {
+  return M > 1 && active.numel() == M * N ? active.as<uint8_t>() : nullptr;
 }
 
 template <typename... A>
@@ -1573,7 +1580,8 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
                  upFor(w.dtype, x.as<float>(), int(M), w.data, int(K), b,
                        indexView(d, index.site, N, index.listed),
                        act == Activation::relu, r.as<float>(), int(N),
-                       RowsInit{}, d.stream, nullptr, nullptr, d.earlyLaunch),
+                       RowsInit{}, d.stream, nullptr, nullptr, d.earlyLaunch,
+                       tokenMask(active, M, N)),
                  "sparse_linear (up projection)");
   }
   // Dense computation with the per-token mask applied.
@@ -1731,7 +1739,7 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
              upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(up.K),
                    up.bias, ix, act == Activation::relu, hr.as<float>(),
                    int(up.N), init, d.stream, nullptr, nullptr,
-                   d.earlyLaunch),
+                   d.earlyLaunch, tokenMask(active, M, up.N)),
              "sparse_linear (up projection)"))
     return false;
   return check(ctx,

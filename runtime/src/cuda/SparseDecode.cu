@@ -396,7 +396,7 @@ __global__ void __launch_bounds__(kThreads)
     sparseUpKernel(const float *__restrict__ x, const W *__restrict__ wt,
                    int d, const float *__restrict__ bias, IndexView ix,
                    bool relu, float *h, int ldh, RowsInit init, int32_t *list,
-                   int32_t *count) {
+                   int32_t *count, const uint8_t *__restrict__ tokenMask) {
   pdlTrigger();
   pdlWait(); // early launches: x, the set and the residual come from before
   constexpr int V = Vec<W>::N;
@@ -517,7 +517,8 @@ __global__ void __launch_bounds__(kThreads)
       float sum = warpSum(acc[t]);
       if (lane == 0) {
         sum += b;
-        h[int64_t(t) * ldh + j] = relu ? fmaxf(sum, 0.0f) : sum;
+        const bool kept = !tokenMask || tokenMask[int64_t(t) * ix.neurons + j];
+        h[int64_t(t) * ldh + j] = !kept ? 0.0f : relu ? fmaxf(sum, 0.0f) : sum;
       }
     }
   }
@@ -829,18 +830,28 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   // Threads 0..63 decide the segment's neurons (the other warps take part
   // in the ballots and barrier with nothing selected).
+  // Mask row t < T gets token t's own selection (as the prefill's per-token
+  // masks and the CPU backend); rows past T the union.
   bool on = false;
   if (q < kSegment && j < f) {
+    bool mine[T];
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       float l = bj;
 #pragma unroll
       for (int k = 0; k < kWarps; ++k)
         l += logits[k][t][q];
-      on |= l > threshold;
+      mine[t] = l > threshold;
+      on |= mine[t];
     }
-    for (int m = 0; mask && m < maskRows; ++m)
-      mask[int64_t(m) * f + j] = on;
+    if (mask) {
+#pragma unroll
+      for (int t = 0; t < T; ++t)
+        if (t < maskRows)
+          mask[int64_t(t) * f + j] = mine[t];
+      for (int m = T; m < maskRows; ++m)
+        mask[int64_t(m) * f + j] = on;
+    }
   }
   // The segment (warps 0 and 1) and, with ix.list, the same neurons at a
   // place in the list reserved with one atomic (segments land in the order
@@ -928,7 +939,8 @@ template <typename W>
 cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
                      const float *bias, IndexView ix, bool relu, float *h,
                      int ldh, RowsInit init, cudaStream_t stream,
-                     int32_t *list, int32_t *count, bool early) {
+                     int32_t *list, int32_t *count, bool early,
+                     const uint8_t *tokenMask) {
   // One resident wave (x is staged in shared memory once per block), at
   // most a block per selected neuron; the kernel deals the rows round the
   // blocks.
@@ -954,7 +966,7 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
         1, std::min(capacity, std::max(1, perSM) * multiprocessorCount()));
     e = launchKernel(kernel, dim3(blocks), dim3(kThreads), smem, stream,
                      early, x, wt, d, bias, ix, relu, h, ldh, init, list,
-                     count);
+                     count, tokenMask);
     return e != cudaSuccess ? e : cudaGetLastError();
   });
 }
@@ -1075,7 +1087,7 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
   template cudaError_t sparseUp<W>(const float *, int, const W *, int,         \
                                    const float *, IndexView, bool, float *,    \
                                    int, RowsInit, cudaStream_t, int32_t *,     \
-                                   int32_t *, bool);                           \
+                                   int32_t *, bool, const uint8_t *);          \
   template cudaError_t sparseDown<W>(const float *, int, int, const W *, int,  \
                                      IndexView, float *, cudaStream_t, int,    \
                                      unsigned long long *, bool);              \

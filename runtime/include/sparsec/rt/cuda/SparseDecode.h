@@ -105,13 +105,15 @@ cudaError_t indexFromActivations(const float *h, int tokens, IndexView ix,
 /// [tokens, d], wt [F, d], bias [F] or null. relu applies max(., 0). Also
 /// writes `init` (for the sparseDown that follows) and, where `list` and
 /// `count` are given (F and 1 ints), the set as one list (IndexView::list).
+/// `tokenMask` (or null): [tokens, F] bytes; h[t, j] is 0 where it is 0
+/// (each token keeps its own predicted neurons within the batch's union).
 /// W: __half or float.
 template <typename W>
 cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
                      const float *bias, IndexView ix, bool relu, float *h,
                      int ldh, RowsInit init, cudaStream_t stream,
                      int32_t *list = nullptr, int32_t *count = nullptr,
-                     bool early = false);
+                     bool early = false, const uint8_t *tokenMask = nullptr);
 
 /// y[t, :] += sum over j in ix of h[t, j] * w[j, :]; h [tokens, ldh], w [F,
 /// d], y [tokens, d]. `splits` > 0 overrides how many blocks share the
@@ -134,8 +136,9 @@ size_t predictScratchFloats(int tokens, int d, int r);
 /// into its epilogue: neuron j is selected when, for any token t, (x[t] .
 /// w1) . w2[:, j] + bias[j] > threshold. w1 [d, r], w2 [r, f] (k-major, as
 /// the CPU kernels), bias [f] or null, ix.neurons == f. `mask` (or null):
-/// `maskRows` rows of f bytes, each set to the selection (the union over
-/// the tokens). `scratch` has predictScratchFloats(tokens, d, r) floats.
+/// `maskRows` rows of f bytes: row t < tokens token t's own selection, any
+/// further row the union over the tokens (the set computed). `scratch`
+/// has predictScratchFloats(tokens, d, r) floats.
 /// Two kernels, no memset; the segments are in increasing order. With
 /// ix.list and ix.count (F and 1 ints), the set is also written as one
 /// list: each segment's neurons in increasing order, the segments in the
