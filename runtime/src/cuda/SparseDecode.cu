@@ -42,6 +42,21 @@ __device__ inline void loadRow(const W *row, int c, int d,
   }
 }
 
+/// acc[t][c] += a[u][t] * w[u][c] for every u, t, c (unrolled): U rows'
+/// weights w, each scaled by its per-token value a.
+template <int U, int T, int C>
+__device__ __forceinline__ void addScaledRows(float (&acc)[T][C],
+                                              const float (&a)[U][T],
+                                              const float (&w)[U][C]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        acc[t][c] = fmaf(a[u][t], w[u][c], acc[t][c]);
+}
+
 /// Sums the kWarps warps' partial rows (acc[t][0..V) of each lane covers
 /// columns lane * V + v of the block's tile) and adds them to out[t * ld +
 /// base + c] for columns below `limit`: one atomic per column and token, or
@@ -302,13 +317,7 @@ __global__ void __launch_bounds__(kThreads)
           a[u][t] = 0.0f;
       }
     }
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u)
-#pragma unroll
-      for (int t = 0; t < T; ++t)
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-          acc[t][v] = fmaf(a[u][t], wv[u][v], acc[t][v]);
+    addScaledRows(acc, a, wv);
   };
   int n;
   if (Compact) {
@@ -728,13 +737,7 @@ __global__ void __launch_bounds__(kColsThreads)
       for (int t = 0; t < T; ++t)
         xv[u][t] = i < d ? x[int64_t(t) * d + i] : 0.0f;
     }
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u)
-#pragma unroll
-      for (int t = 0; t < T; ++t)
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-          acc[t][c] = fmaf(xv[u][t], wv[u][c], acc[t][c]);
+    addScaledRows(acc, xv, wv);
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
