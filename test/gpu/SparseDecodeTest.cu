@@ -318,9 +318,23 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
   IndexView ix = makeIndex(f);
   CHECK_CUDA(cudaMalloc(&ix.list, sizeof(int32_t) * f));
   CHECK_CUDA(cudaMalloc(&ix.count, sizeof(int32_t)));
-  // Three times: the second call must not depend on anything the first
-  // left; the third is launched early, right behind a slow kernel that
-  // writes x over NaNs.
+  // First a call with kMaxTokens tokens on the same scratch (a decode
+  // batch before this step): its partial sums must not land on this
+  // call's counters. Then three times: the second call must not depend on
+  // anything the first left; the third is launched early, right behind a
+  // slow kernel that writes x over NaNs.
+  if (tokens < kMaxTokens) {
+    std::vector<float> xBatch(size_t(kMaxTokens) * d);
+    for (float &v : xBatch) v = val(rng);
+    float *dXBatch = upload(xBatch);
+    uint8_t *dMaskBatch = nullptr;
+    CHECK_CUDA(cudaMalloc(&dMaskBatch, size_t(kMaxTokens) * f));
+    CHECK_CUDA(predictIndex<W>(dXBatch, kMaxTokens, dW1, d, r, dW2, f, dBias,
+                               threshold, dScratch, ix, dMaskBatch, kMaxTokens, 0));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    cudaFree(dXBatch);
+    cudaFree(dMaskBatch);
+  }
   bool ok = true;
   int decided = 0, on = 0, countDiff = 0;
   for (int call = 0; call < 3; ++call) {

@@ -1029,7 +1029,10 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
 /// vector [T][r] (sized for either weight type), then one counter per
 /// column tile (zero between calls).
 size_t predictCounterOffset(int tokens, int d, int r) {
-  const size_t perBlock = size_t(tokens) * size_t(r);
+  // Sized for kMaxTokens, so that the counters stay in one place whatever
+  // the token count of a call: a call with more tokens writes its partial
+  // sums where a smaller one's counters would be otherwise.
+  const size_t perBlock = size_t(std::max(tokens, kMaxTokens)) * size_t(r);
   return size_t(std::max(predictGrid<__half>(d, r).blocks,
                          predictGrid<float>(d, r).blocks) + 1) * perBlock;
 }
@@ -1057,10 +1060,14 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
     auto selectKernel = predictSelectKernel<W, T>;
-    // The select kernel's static shared memory is at most 16 KB.
+    // The select kernel's static shared memory (the logits, at most 16 KB)
+    // and the hidden vector must stay under the default 48 KB, or the
+    // kernel must be allowed more (T = 8 at rank 1024: 16 + 32 KB).
+    const size_t staticBytes =
+        sizeof(float) * kWarps * T * kSegment + sizeof(int) * (kWarps / 2);
     if (smem > 160 * 1024)
       return cudaErrorInvalidValue;
-    cudaError_t e = smem > 32 * 1024
+    cudaError_t e = smem + staticBytes > 48 * 1024
                         ? cudaFuncSetAttribute(
                               selectKernel,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,

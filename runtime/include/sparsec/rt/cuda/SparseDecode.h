@@ -129,7 +129,9 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
 
 /// fp32 elements of predictIndex's scratch. Its last elements are
 /// counters that must be zero before the first call (predictIndex leaves
-/// them at zero): zero the scratch when it is allocated.
+/// them at zero): zero the scratch when it is allocated. They stay at the
+/// same place for any token count up to kMaxTokens, so one scratch serves
+/// calls of different token counts.
 size_t predictScratchFloats(int tokens, int d, int r);
 
 /// The DejaVu predictor of a decode step with the index construction fused
