@@ -494,6 +494,35 @@ def run(args):
                    f"{name} greedy 64 bytes with early launches: "
                    f"{sum(x == y for x, y in zip(r.stdout, base.stdout))}/64 equal to "
                    f"normal launches; " + (stats[-1] if stats else ""))
+    # Decode batches above 8 tokens take the batched path (cuBLAS; in
+    # predicted mode the predictor's GEMMs and per-token masks): their steps
+    # must replay one graph too (every step makes the same allocations),
+    # and every row of a batch of one prompt repeated decodes its greedy
+    # bytes.
+    batch_ids = os.path.join(args.dir, "batch12_ids.npy")
+    np.save(batch_ids, np.tile(np.load(prompt), (12, 1)))
+    for name in ("kv", "kv_pred"):
+        if name not in have:
+            continue
+        one = run_binary(args, name, "generate", "--prompt-ids", prompt,
+                         "--max-new-tokens", "16")
+        r = run_binary(args, name, "generate", "--prompt-ids", batch_ids,
+                       "--max-new-tokens", "16", env={"SPARSEC_CUDA_PROFILE": "1"})
+        err = r.stderr.decode(errors="replace")
+        replayed = [l for l in err.splitlines() if "replayed steps" in l]
+        notes = [l for l in err.splitlines() if l.startswith("sparsec cuda graphs:")]
+        # Batches print each row's ids on a line; one prompt prints bytes.
+        want = " ".join(str(c) for c in one.stdout)
+        rows = r.stdout.decode(errors="replace").splitlines() if r.returncode == 0 else []
+        same = sum(row.strip() == want for row in rows)
+        # Predicted mode selects a batch's neurons with the GEMM path, a
+        # single token's with the decode kernels: rows may differ there.
+        res.record(r.returncode == 0 and bool(replayed) and not notes and
+                   (same == 12 or name == "kv_pred") and len(rows) == 12,
+                   f"{name} batch 12 x 16 bytes: graphs replayed "
+                   f"({replayed[0].split(':', 1)[-1].strip() if replayed else 'none'}); "
+                   f"{len(notes)} graph notes; {same}/12 rows equal to batch 1"
+                   + (f"; {notes[0]}" if notes else ""))
     # No-cache export: generate reruns the whole sequence per byte.
     if "nc17" in have:
         r = run_binary(args, "nc17", "generate", "--prompt-ids", prompt,

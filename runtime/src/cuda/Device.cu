@@ -11,6 +11,7 @@
 #include "sparsec/rt/cuda/Ops.h"
 
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -175,6 +176,22 @@ void Device::dropGraphs() {
 }
 
 namespace {
+/// With SPARSEC_CUDA_PROFILE: why a capture or replay is given up (the
+/// first 20 times a process), on stderr.
+void graphNote(Device &d, const char *fmt, ...) {
+  static int notes = 0;
+  if (!d.profile || notes >= 20)
+    return;
+  ++notes;
+  std::fprintf(stderr, "sparsec cuda graphs: %s: ",
+               d.mode == Mode::capture ? "capture" : "replay");
+  va_list args;
+  va_start(args, fmt);
+  std::vfprintf(stderr, fmt, args);
+  va_end(args);
+  std::fputc('\n', stderr);
+}
+
 /// Records (capture) or compares (replay) one allocation size.
 bool trackAlloc(Device &d, size_t bytes) {
   if (!d.current)
@@ -183,8 +200,16 @@ bool trackAlloc(Device &d, size_t bytes) {
     d.current->allocs.push_back(bytes);
   } else if (d.mode == Mode::replay) {
     if (d.allocCursor >= d.current->allocs.size() ||
-        d.current->allocs[d.allocCursor] != bytes)
+        d.current->allocs[d.allocCursor] != bytes) {
+      if (!d.mismatch)
+        graphNote(d, "allocation %zu of the step asks for %zu bytes, the "
+                     "captured step asked for %zu",
+                  d.allocCursor, bytes,
+                  d.allocCursor < d.current->allocs.size()
+                      ? d.current->allocs[d.allocCursor]
+                      : size_t(0));
       d.mismatch = true;
+    }
     ++d.allocCursor;
   }
   return true;
@@ -202,6 +227,8 @@ bool grow(Context &ctx, Device &d, Buf &buf, size_t bytes, Alloc alloc,
   if (bytes <= buf.bytes)
     return true;
   if (d.mode != Mode::eager) {
+    if (!d.mismatch)
+      graphNote(d, "a buffer of %zu bytes must grow to %zu", buf.bytes, bytes);
     d.mismatch = true;
     return true;
   }
@@ -347,6 +374,8 @@ Tensor weight(Context &ctx, uint32_t index, DType dtype, int rank,
     if (bytes == 0)
       return t;
     if (d->mode != Mode::eager) {
+      if (!d->mismatch)
+        graphNote(*d, "weight %u is not on the device yet", unsigned(index));
       d->mismatch = true; // not during a capture
       return t;
     }
@@ -491,6 +520,8 @@ bool endSegment(Context &ctx, Device &d, bool last) {
       cudaGraphDestroy(graph);
     cudaGetLastError();
     if (!ok || e != cudaSuccess || !graph || d.mismatch) {
+      if (e != cudaSuccess)
+        graphNote(d, "segment %zu: %s", d.segment, cudaGetErrorString(e));
       if (exec)
         cudaGraphExecDestroy(exec);
       d.restart = true;
@@ -501,6 +532,11 @@ bool endSegment(Context &ctx, Device &d, bool last) {
     if (d.mismatch || d.segment >= g.segments.size() ||
         (last && (d.allocCursor != g.allocs.size() ||
                   d.segment + 1 != g.segments.size()))) {
+      if (!d.mismatch)
+        graphNote(d, "the step made %zu allocations and %zu segments, the "
+                     "captured one %zu and %zu",
+                  d.allocCursor, d.segment + 1, g.allocs.size(),
+                  g.segments.size());
       d.restart = true;
       return false;
     }
@@ -524,6 +560,8 @@ bool toHost(Context &ctx, const Tensor &x, int site, Tensor &out) {
     return ctx.fail("internal error: negative host copy site");
   if (size_t(site) >= d.hostCopies.size()) {
     if (d.mode != Mode::eager) {
+      if (!d.mismatch)
+        graphNote(d, "host copy site %d is new", site);
       d.mismatch = true; // created eagerly, never during a capture
       return true;
     }

@@ -1462,7 +1462,10 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
                        "predictor scratch")) {
     return false;
   }
-  if (M == 0 || !d.launching()) {
+  // A replay of a decode step launches nothing here; the batched path
+  // still calls its GEMMs, which record the allocations they make in
+  // every step (a replay compares them with the capture's).
+  if (M == 0 || (decode && !d.launching())) {
     index.site = decode ? indexSite : -1;
     index.listed = decode;
     return true;
@@ -1498,6 +1501,8 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
       !gemm(ctx, d, hidden, M, R, w2, false, N, nullptr, Activation::none,
             logits))
     return false;
+  if (!d.launching())
+    return true;
   thresholdKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(
       logits, M * N, int(N), b, threshold, r.as<uint8_t>());
   return launched(ctx, "predictor threshold");
