@@ -176,11 +176,12 @@ void Device::dropGraphs() {
 }
 
 namespace {
-/// With SPARSEC_CUDA_PROFILE: why a capture or replay is given up (the
-/// first 20 times a process), on stderr.
+/// With SPARSEC_CUDA_PROFILE: why a capture or replay is given up (its
+/// first cause, before `mismatch` is set; the first 20 times a process), on
+/// stderr.
 void graphNote(Device &d, const char *fmt, ...) {
   static int notes = 0;
-  if (!d.profile || notes >= 20)
+  if (!d.profile || d.mismatch || notes >= 20)
     return;
   ++notes;
   std::fprintf(stderr, "sparsec cuda graphs: %s: ",
@@ -201,13 +202,12 @@ bool trackAlloc(Device &d, size_t bytes) {
   } else if (d.mode == Mode::replay) {
     if (d.allocCursor >= d.current->allocs.size() ||
         d.current->allocs[d.allocCursor] != bytes) {
-      if (!d.mismatch)
-        graphNote(d, "allocation %zu of the step asks for %zu bytes, the "
-                     "captured step asked for %zu",
-                  d.allocCursor, bytes,
-                  d.allocCursor < d.current->allocs.size()
-                      ? d.current->allocs[d.allocCursor]
-                      : size_t(0));
+      graphNote(d, "allocation %zu of the step asks for %zu bytes, the "
+                   "captured step asked for %zu",
+                d.allocCursor, bytes,
+                d.allocCursor < d.current->allocs.size()
+                    ? d.current->allocs[d.allocCursor]
+                    : size_t(0));
       d.mismatch = true;
     }
     ++d.allocCursor;
@@ -227,8 +227,7 @@ bool grow(Context &ctx, Device &d, Buf &buf, size_t bytes, Alloc alloc,
   if (bytes <= buf.bytes)
     return true;
   if (d.mode != Mode::eager) {
-    if (!d.mismatch)
-      graphNote(d, "a buffer of %zu bytes must grow to %zu", buf.bytes, bytes);
+    graphNote(d, "a buffer of %zu bytes must grow to %zu", buf.bytes, bytes);
     d.mismatch = true;
     return true;
   }
@@ -374,8 +373,7 @@ Tensor weight(Context &ctx, uint32_t index, DType dtype, int rank,
     if (bytes == 0)
       return t;
     if (d->mode != Mode::eager) {
-      if (!d->mismatch)
-        graphNote(*d, "weight %u is not on the device yet", unsigned(index));
+      graphNote(*d, "weight %u is not on the device yet", unsigned(index));
       d->mismatch = true; // not during a capture
       return t;
     }
@@ -532,11 +530,10 @@ bool endSegment(Context &ctx, Device &d, bool last) {
     if (d.mismatch || d.segment >= g.segments.size() ||
         (last && (d.allocCursor != g.allocs.size() ||
                   d.segment + 1 != g.segments.size()))) {
-      if (!d.mismatch)
-        graphNote(d, "the step made %zu allocations and %zu segments, the "
-                     "captured one %zu and %zu",
-                  d.allocCursor, d.segment + 1, g.allocs.size(),
-                  g.segments.size());
+      graphNote(d, "the step made %zu allocations and %zu segments, the "
+                   "captured one %zu and %zu",
+                d.allocCursor, d.segment + 1, g.allocs.size(),
+                g.segments.size());
       d.restart = true;
       return false;
     }
@@ -560,8 +557,7 @@ bool toHost(Context &ctx, const Tensor &x, int site, Tensor &out) {
     return ctx.fail("internal error: negative host copy site");
   if (size_t(site) >= d.hostCopies.size()) {
     if (d.mode != Mode::eager) {
-      if (!d.mismatch)
-        graphNote(d, "host copy site %d is new", site);
+      graphNote(d, "host copy site %d is new", site);
       d.mismatch = true; // created eagerly, never during a capture
       return true;
     }
