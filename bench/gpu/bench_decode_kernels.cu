@@ -21,10 +21,16 @@
 // divided by 100 (the graph removes the CPU launch cost, as a decode step
 // captured in a graph would). "bound" is the active rows' bytes at the
 // device-to-device copy bandwidth measured in the same run.
-// Results are checked against cuBLAS (relative error printed; exit 1 when a
-// sparse result is off).
+// Results are checked against cuBLAS, up against a double-precision product
+// (relative error printed; exit 1 when a sparse result is off). Also printed:
+// an empty kernel's time in the same graphs (what a node costs however little
+// it does), and down and up over "fresh" sets, each call of the graph taking
+// the next of 64 sets drawn from the same frequencies, so that rows not hot
+// enough to stay in the L2 come from DRAM (the other columns reuse one set,
+// whose rows the L2 keeps from call to call).
 //
 //   sparsec-bench-decode-kernels [--d 4096] [--ffn 16384] [--tokens 1]
+//                                [--sparsity S]   (S alone, no FFN step)
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,7 +54,11 @@
 using namespace sparsec::rt::cuda;
 using namespace sparsec::bench;
 
+constexpr int kFreshSets = 64;
+
 namespace {
+__global__ void emptyKernel() {}
+
 /// A segmented index set on the device: `idx` (increasing) if given, else
 /// empty buffers for a kernel to fill.
 IndexView deviceIndex(int f, const std::vector<int32_t> *list = nullptr) {
@@ -75,7 +85,9 @@ IndexView deviceIndex(int f, const std::vector<int32_t> *list = nullptr) {
 
 int main(int argc, char **argv) {
   int d = 4096, f = 16384, tokens = 1;
+  double only = -1; // --sparsity S: that sparsity alone, no FFN step table
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--sparsity")) only = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--d")) d = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--ffn")) f = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
@@ -111,12 +123,22 @@ int main(int argc, char **argv) {
   std::printf("GPU: %s, %d SMs, %.0f MB L2; device-to-device copy %.0f GB/s\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, bandwidth);
   std::printf("y = relu(h) . W, W %d x %d fp16, %d token(s); microseconds per call "
-              "(graph of 100, median of 5)\n\n", f, d, tokens);
+              "(graph of 100, median of 5)\n", f, d, tokens);
+  const double floorUs = timeUs([&] { emptyKernel<<<1, 32, 0, stream>>>(); }, g);
+  std::printf("an empty kernel: %.2f us (the cost of a graph node)\n\n", floorUs);
+  std::printf("\"fresh\": each of the graph's 100 calls takes the next of %d sets drawn "
+              "from the same neuron frequencies (hot rows stay in the L2, cold ones "
+              "come from DRAM); the other sparsec columns reuse one set, whose rows "
+              "stay in the L2 from call to call.\n\n", kFreshSets);
   std::printf("| sparsity | active | cuBLAS dense | cuSPARSE CSR | cuBLAS pre-gathered | "
-              "sparsec down | sparsec up | sparsec index | sparsec exact step | bound | down err |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "sparsec down | down, fresh | sparsec up | up, fresh | sparsec index | "
+              "sparsec exact step | bound | down err |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   bool ok = true;
-  for (double sparsity : {0.5, 0.9, 0.97, 0.99}) {
+  std::vector<double> sparsities = {0.5, 0.9, 0.97, 0.99};
+  if (only >= 0)
+    sparsities = {only};
+  for (double sparsity : sparsities) {
     // Power-law neuron frequencies scaled to the sparsity; every token of
     // the batch uses the union as its candidate set.
     std::vector<double> p(f);
@@ -128,6 +150,15 @@ int main(int argc, char **argv) {
     std::vector<int> perm(f);
     for (int j = 0; j < f; ++j) perm[j] = j;
     std::shuffle(perm.begin(), perm.end(), rng);
+    // Fresh sets: independent draws from the same frequencies.
+    std::vector<IndexView> fresh;
+    for (int k = 0; k < kFreshSets; ++k) {
+      std::vector<int32_t> set;
+      for (int j = 0; j < f; ++j)
+        if (coin(rng) < std::min(1.0, p[perm[j]] * scale))
+          set.push_back(j);
+      fresh.push_back(deviceIndex(f, &set));
+    }
     std::vector<float> h(size_t(tokens) * f, 0.0f);
     std::vector<uint8_t> flags(f, 0);
     std::vector<int32_t> idx;
@@ -236,6 +267,38 @@ int main(int argc, char **argv) {
     double upUs = timeUs([&] {
       sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream);
     }, g);
+    // The up result against a double-precision product on the set.
+    sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream);
+    {
+      std::vector<float> got = download(dHUp, size_t(tokens) * f);
+      double errUp = 0;
+      for (int t = 0; t < tokens; ++t)
+        for (int j : idx) {
+          double ref = 0;
+          for (int k = 0; k < d; ++k)
+            ref += double(x[size_t(t) * d + k]) * __half2float(wt[size_t(j) * d + k]);
+          ref = std::max(ref, 0.0);
+          errUp = std::max(errUp, std::fabs(ref - got[size_t(t) * f + j]) / (1.0 + std::fabs(ref)));
+        }
+      if (errUp > 1e-4) {
+        std::printf("up: relative error %.1e against the reference\n", errUp);
+        ok = false;
+      }
+    }
+    // Over fresh sets (h nonzero everywhere: each set picks its rows).
+    std::vector<float> hAll(size_t(tokens) * f);
+    for (float &v : hAll) v = __half2float(__float2half(std::fabs(val(rng)) + 0.01f));
+    float *dHAll = upload(hAll);
+    int next = 0;
+    auto downFresh = [&] {
+      sparseDown<__half>(dHAll, tokens, f, dW, d, fresh[next++ % kFreshSets], dY, stream);
+    };
+    auto upFresh = [&] {
+      sparseUp<__half>(dX, tokens, dWt, d, nullptr, fresh[next++ % kFreshSets], true, dHUp,
+                       f, RowsInit{}, stream);
+    };
+    double downFreshUs = timeUs(downFresh, g);
+    double upFreshUs = timeUs(upFresh, g);
     double indexUs = timeUs([&] { indexFromFlags(dFlags, ix2, stream); }, g);
     auto exact = [&] {
       indexFromActivations(dH, tokens, ix2, RowsInit{dY, nullptr, nullptr, tokens, d},
@@ -254,11 +317,16 @@ int main(int argc, char **argv) {
       std::snprintf(buf, sizeof(buf), "%.1f", us);
       return std::string(buf);
     };
-    std::printf("| %.0f %% | %d | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1e |\n",
+    std::printf("| %.0f %% | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1e |\n",
                 sparsity * 100, nnz, cell(denseUs).c_str(), cell(sparseUs).c_str(),
-                cell(gatheredUs).c_str(), cell(downUs).c_str(), cell(upUs).c_str(),
-                cell(indexUs).c_str(), cell(exactUs).c_str(), bound,
-                std::max(err, errExact));
+                cell(gatheredUs).c_str(), cell(downUs).c_str(), cell(downFreshUs).c_str(),
+                cell(upUs).c_str(), cell(upFreshUs).c_str(), cell(indexUs).c_str(),
+                cell(exactUs).c_str(), bound, std::max(err, errExact));
+
+    cudaFree(dHAll);
+    for (IndexView &v : fresh)
+      for (void *ptr : {(void *)v.idx, (void *)v.cnt, (void *)v.list, (void *)v.count})
+        cudaFree(ptr);
 
     // The down kernel's row split, swept (the default is chosen from the
     // multiprocessor count).
@@ -276,6 +344,10 @@ int main(int argc, char **argv) {
                       (void *)dYRef, (void *)dHUp, (void *)dRowPtr, (void *)dCols,
                       (void *)dVals, (void *)dYHalf, (void *)dWS, (void *)dHS})
       cudaFree(ptr);
+  }
+  if (only >= 0) {
+    std::printf("\n%s\n", ok ? "results match cuBLAS" : "MISMATCH against cuBLAS");
+    return ok ? 0 : 1;
   }
   // The whole FFN decode step (up + ReLU + down): cuBLAS dense against the
   // predicted mode (predictor with its fused index build, then the two

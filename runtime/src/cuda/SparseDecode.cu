@@ -62,10 +62,20 @@ __device__ __forceinline__ void addScaledRows(float (&acc)[T][C],
 /// base + c] for columns below `limit`: one atomic per column and token, or
 /// on sm_90 and later one 16-byte atomic per four columns where `out`, `ld`
 /// and `base` keep them aligned (a quarter of the atomic traffic).
+/// Where column c (< 32 * V) of a warp's tile sits in its partial-sum row:
+/// lane c / V's quad (c % V) / 4 goes to quad (c % V) / 4 * 32 + c / V, so
+/// that the warp stores (and the block reads) whole 16-byte quads with
+/// consecutive lanes at consecutive addresses (no bank conflicts; for V = 8
+/// the plain layout put the lanes 32 bytes apart).
+template <int V> __device__ __forceinline__ int partialSlot(int c) {
+  return ((c % V) / 4 * 32 + c / V) * 4 + c % 4;
+}
+
 template <int T, int V>
 __device__ void addWarpPartials(float (&partial)[kWarps][32 * V],
                                 const float (&acc)[T][V], float *out,
                                 int64_t ld, int base, int limit) {
+  static_assert(V % 4 == 0, "partial sums are stored by quads");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool quads = reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
@@ -76,23 +86,27 @@ __device__ void addWarpPartials(float (&partial)[kWarps][32 * V],
 #pragma unroll
   for (int t = 0; t < T; ++t) {
 #pragma unroll
-    for (int v = 0; v < V; ++v)
-      partial[warp][lane * V + v] = acc[t][v];
+    for (int h = 0; h < V / 4; ++h)
+      reinterpret_cast<float4 *>(partial[warp])[h * 32 + lane] =
+          make_float4(acc[t][4 * h], acc[t][4 * h + 1], acc[t][4 * h + 2],
+                      acc[t][4 * h + 3]);
     __syncthreads();
     float *row = out + int64_t(t) * ld + base;
     if (quads) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       for (int q = threadIdx.x; q < 8 * V; q += kThreads) {
         float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        // Thread q adds columns 4 q .. 4 q + 3 (a warp's atomics cover 512
+        // contiguous bytes), stored at quad partialSlot<V>(4 q) / 4.
+        const int c = 4 * q, slot = partialSlot<V>(c) / 4;
 #pragma unroll
         for (int k = 0; k < kWarps; ++k) {
-          const float4 p = reinterpret_cast<const float4 *>(partial[k])[q];
+          const float4 p = reinterpret_cast<const float4 *>(partial[k])[slot];
           sum.x += p.x;
           sum.y += p.y;
           sum.z += p.z;
           sum.w += p.w;
         }
-        const int c = 4 * q;
         if (base + c + 3 < limit) {
           atomicAdd(reinterpret_cast<float4 *>(row + c), sum);
         } else {
@@ -107,7 +121,7 @@ __device__ void addWarpPartials(float (&partial)[kWarps][32 * V],
         float sum = 0.0f;
 #pragma unroll
         for (int k = 0; k < kWarps; ++k)
-          sum += partial[k][c];
+          sum += partial[k][partialSlot<V>(c)];
         if (base + c < limit)
           atomicAdd(row + c, sum);
       }
@@ -388,6 +402,17 @@ __global__ void __launch_bounds__(kThreads)
 // Up projection: h[t, j] = act(x[t, :] . wt[j, :] + b[j]) for j in idx
 //===----------------------------------------------------------------------===//
 
+/// The layout of the up kernel's x stage for fp16 rows (d a multiple of
+/// 256): lane l of a warp reads columns 8 l .. 8 l + 7 of each group of
+/// 256, as two 16-byte quads, so the stage keeps every lane's first quad of
+/// a group together, then the second ones (partialSlot's order): the
+/// warp's reads are consecutive. Staged quad s holds x's quad stageSource(s)
+/// (the block loads x in that order and stores it contiguously).
+__device__ __forceinline__ int stageSource(int s) {
+  const int w = s % 64;
+  return s - w + (w < 32 ? 2 * w : 2 * (w - 32) + 1);
+}
+
 /// Floats of the up kernel's x stage (a multiple of 4, so that the prefix
 /// after it stays aligned).
 __host__ __device__ inline int stagedFloats(int tokens, int d) {
@@ -423,6 +448,15 @@ __global__ void __launch_bounds__(kThreads)
   InitWriter base;
   base.begin(init);
   int n, j = 0;
+  // fp16 rows: x sits in shared memory in the order the lanes read it
+  // (stageSource), so that a warp's 16-byte reads are consecutive.
+  const bool permuted = V == 8 && Aligned && d % (32 * V) == 0;
+  // The lane's quads within a group of 32 V columns: 2 lane, 2 lane + 1 in
+  // the plain layout (fp16), lane, 32 + lane permuted; lane for fp32.
+  int xOffset[V / 4];
+#pragma unroll
+  for (int k = 0; k < V / 4; ++k)
+    xOffset[k] = permuted ? k * 32 + lane : lane * (V / 4) + k;
   if (Listed) {
     const int first = i < ix.neurons ? ix.list[i] : 0;
     n = *ix.count;
@@ -461,9 +495,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int k0 = threadIdx.x; k0 < n4; k0 += 4 * kThreads) {
       float4 v[4];
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if (k0 + u * kThreads < n4)
-          v[u] = __ldg(x4 + k0 + u * kThreads);
+      for (int u = 0; u < 4; ++u) {
+        const int q = k0 + u * kThreads;
+        if (q < n4)
+          v[u] = __ldg(x4 + (permuted ? stageSource(q) : q));
+      }
 #pragma unroll
       for (int u = 0; u < 4; ++u)
         if (k0 + u * kThreads < n4)
@@ -486,13 +522,21 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (list && lane == 0)
       list[i] = j;
-    float acc[T];
+    // A accumulators a token: for one or two tokens the row's 128 products
+    // a lane would otherwise add in one dependent chain.
+    constexpr int A = T <= 2 ? 4 : 1;
+    float acc[T][A];
 #pragma unroll
     for (int t = 0; t < T; ++t)
-      acc[t] = 0.0f;
+#pragma unroll
+      for (int a = 0; a < A; ++a)
+        acc[t][a] = 0.0f;
     for (int c0 = lane * V; c0 < d; c0 += Chunk) {
       if (c0 != lane * V)
         loadChunk(row, c0, raw);
+      // x's quads of the chunk's first group of 32 V columns (d % 4 == 0
+      // on the aligned path, so a token's row starts on a quad).
+      const float4 *xGroup = reinterpret_cast<const float4 *>(xs) + (c0 - lane * V) / 4;
 #pragma unroll
       for (int u = 0; u < Unroll; ++u) {
         int c = c0 + u * 32 * V;
@@ -504,11 +548,12 @@ __global__ void __launch_bounds__(kThreads)
           for (int t = 0; t < T; ++t)
 #pragma unroll
             for (int v = 0; v < V; v += 4) {
-              float4 xv = *reinterpret_cast<const float4 *>(xs + t * d + c + v);
-              acc[t] = fmaf(xv.x, wv[v], acc[t]);
-              acc[t] = fmaf(xv.y, wv[v + 1], acc[t]);
-              acc[t] = fmaf(xv.z, wv[v + 2], acc[t]);
-              acc[t] = fmaf(xv.w, wv[v + 3], acc[t]);
+              // Quad v / 4 of the lane's columns in this 32 V group.
+              const float4 xv = xGroup[t * (d / 4) + u * 8 * V + xOffset[v / 4]];
+              acc[t][0] = fmaf(xv.x, wv[v], acc[t][0]);
+              acc[t][1 % A] = fmaf(xv.y, wv[v + 1], acc[t][1 % A]);
+              acc[t][2 % A] = fmaf(xv.z, wv[v + 2], acc[t][2 % A]);
+              acc[t][3 % A] = fmaf(xv.w, wv[v + 3], acc[t][3 % A]);
             }
         } else if (c < d) {
           loadRow<W, false>(row, c, d, wv);
@@ -517,13 +562,17 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int v = 0; v < V; ++v)
               if (c + v < d)
-                acc[t] = fmaf(xs[t * d + c + v], wv[v], acc[t]);
+                acc[t][0] = fmaf(xs[t * d + c + v], wv[v], acc[t][0]);
         }
       }
     }
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      float sum = warpSum(acc[t]);
+      float own = acc[t][0];
+#pragma unroll
+      for (int a = 1; a < A; ++a)
+        own += acc[t][a];
+      float sum = warpSum(own);
       if (lane == 0) {
         sum += b;
         const bool kept = !tokenMask || tokenMask[int64_t(t) * ix.neurons + j];
