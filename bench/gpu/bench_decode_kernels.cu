@@ -420,6 +420,81 @@ int main(int argc, char **argv) {
         cudaFree(ptr);
     }
     CHECK_CUDA(cudaGetLastError());
+
+    // The predictor's own selection at the sparsity (its threshold set to
+    // the logits' quantile, computed here): three kernels for predictor +
+    // up (predictIndex, sparseUp over its list with the token masks) against
+    // predictUp's two, each followed by sparseDown over the list.
+    std::printf("\nPredicted FFN step over the predictor's own selection (threshold at "
+                "the logits' quantile), microseconds: predictor + up + down (4 kernels) "
+                "against predictUp + down (3 kernels)\n\n");
+    std::printf("| sparsity | predictor rank | selected | cuBLAS dense FFN | 4 kernels | "
+                "3 kernels (fused) | fused vs 4 |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (double sparsity : {0.9, 0.97}) {
+      for (int rank : {64, 256}) {
+        std::vector<__half> p1(size_t(d) * rank), p2(size_t(rank) * f);
+        for (auto &v : p1) v = __float2half(val(rng) * 0.02f);
+        for (auto &v : p2) v = __float2half(val(rng) * 0.02f);
+        // Host logits; a neuron's score is its largest logit over the tokens.
+        std::vector<double> hid(size_t(tokens) * rank, 0.0), score(f, -1e30);
+        for (int t = 0; t < tokens; ++t)
+          for (int i = 0; i < d; ++i)
+            for (int e = 0; e < rank; ++e)
+              hid[size_t(t) * rank + e] += double(x[size_t(t) * d + i]) *
+                                           __half2float(p1[size_t(i) * rank + e]);
+        for (int t = 0; t < tokens; ++t) {
+          std::vector<double> l(f, 0.0);
+          for (int e = 0; e < rank; ++e) {
+            const double hv = hid[size_t(t) * rank + e];
+            for (int j = 0; j < f; ++j)
+              l[j] += hv * __half2float(p2[size_t(e) * f + j]);
+          }
+          for (int j = 0; j < f; ++j)
+            score[j] = std::max(score[j], l[j]);
+        }
+        std::vector<double> sorted(score);
+        std::sort(sorted.begin(), sorted.end());
+        const float threshold = float(sorted[size_t(sparsity * (f - 1))]);
+        __half *dP1 = upload(p1), *dP2 = upload(p2);
+        const size_t sf = predictScratchFloats(tokens, d, rank);
+        float *dScratch = alloc<float>(sf);
+        CHECK_CUDA(cudaMemset(dScratch, 0, sizeof(float) * sf));
+        IndexView ixP = deviceIndex(f);
+        ixP.list = alloc<int32_t>(f);
+        ixP.count = alloc<int32_t>(1);
+        uint8_t *dMask = alloc<uint8_t>(size_t(tokens) * f);
+        const uint8_t *upMask = tokens > 1 ? dMask : nullptr;
+        const RowsInit init{dYd, nullptr, nullptr, tokens, d};
+        double fourUs = timeUs([&] {
+          predictIndex<__half>(dX, tokens, dP1, d, rank, dP2, f, nullptr, threshold,
+                               dScratch, ixP, dMask, tokens, stream);
+          sparseUp<__half>(dX, tokens, dWt, d, nullptr, ixP, true, dHf, f, init, stream,
+                           nullptr, nullptr, false, upMask);
+          sparseDown<__half>(dHf, tokens, f, dW, d, ixP, dYd, stream);
+        }, g);
+        const int selected = download(ixP.count, 1)[0];
+        std::vector<float> yFour = download(dYd, size_t(tokens) * d);
+        double threeUs = timeUs([&] {
+          predictUp<__half>(dX, tokens, dP1, d, rank, dP2, f, nullptr, threshold, dScratch,
+                            ixP, dMask, tokens, dWt, nullptr, true, dHf, f, init, stream);
+          sparseDown<__half>(dHf, tokens, f, dW, d, ixP, dYd, stream);
+        }, g);
+        // Same set and sums; only the order of the down kernel's atomics
+        // differs.
+        const double e = relErr(download(dYd, size_t(tokens) * d), yFour);
+        if (e > 1e-5) {
+          std::printf("fused step: relative error %.1e against the 4 kernels\n", e);
+          ok = false;
+        }
+        std::printf("| %.0f %% | %d | %d | %.1f | %.1f | %.1f | %.2fx |\n", sparsity * 100,
+                    rank, selected, denseFfnUs, fourUs, threeUs, fourUs / threeUs);
+        for (void *ptr : {(void *)dP1, (void *)dP2, (void *)dScratch, (void *)ixP.idx,
+                          (void *)ixP.cnt, (void *)ixP.list, (void *)ixP.count,
+                          (void *)dMask})
+          cudaFree(ptr);
+      }
+    }
+    CHECK_CUDA(cudaGetLastError());
   }
   std::printf("\n%s\n", ok ? "results match cuBLAS" : "MISMATCH against cuBLAS");
   return ok ? 0 : 1;

@@ -271,6 +271,92 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
                   (void *)dBiasD, (void *)dList, (void *)dListCount})
     cudaFree(p);
 }
+/// predictUp against predictIndex followed by sparseUp over its list with
+/// the per-token mask rows (what the runtime runs): the same segments, list
+/// (as a set), mask rows and base, and h bit for bit on the union (the same
+/// sums in the same order); h outside the union untouched. Called twice,
+/// the second time launched early behind a slow kernel that writes x.
+template <typename W>
+void runPredictUp(int f, int d, int r, int tokens, uint32_t seed) {
+  const char *wtype = sizeof(W) == 2 ? "fp16" : "fp32";
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> val(-1, 1);
+  std::vector<W> w1(size_t(d) * r), w2(size_t(r) * f), wt(size_t(f) * d);
+  for (auto &v : w1) v = fromFloat<W>(val(rng));
+  for (auto &v : w2) v = fromFloat<W>(val(rng));
+  for (auto &v : wt) v = fromFloat<W>(val(rng));
+  std::vector<float> x(size_t(tokens) * d), pbias(f), ubias(f), residual(size_t(tokens) * d),
+      dbias(d);
+  for (float &v : x) v = val(rng);
+  for (float &v : pbias) v = val(rng) * 4.0f;
+  for (float &v : ubias) v = val(rng);
+  for (float &v : residual) v = val(rng);
+  for (float &v : dbias) v = val(rng);
+  const float threshold = 2.0f;
+  W *dW1 = upload(w1), *dW2 = upload(w2), *dWt = upload(wt);
+  float *dX = upload(x), *dPB = upload(pbias), *dUB = upload(ubias), *dRes = upload(residual),
+        *dDB = upload(dbias);
+  const size_t scratchFloats = predictScratchFloats(tokens, d, r);
+  float *dScratch = nullptr;
+  CHECK_CUDA(cudaMalloc(&dScratch, sizeof(float) * scratchFloats));
+  CHECK_CUDA(cudaMemset(dScratch, 0, sizeof(float) * scratchFloats));
+  struct Result {
+    std::vector<int32_t> set, list;
+    std::vector<uint8_t> mask;
+    std::vector<float> h, base;
+    bool wellFormed = false;
+  };
+  const std::vector<float> sentinel(size_t(tokens) * f, -7.0f);
+  auto run = [&](bool fused, bool early) {
+    IndexView ix = makeIndex(f);
+    CHECK_CUDA(cudaMalloc(&ix.list, sizeof(int32_t) * f));
+    CHECK_CUDA(cudaMalloc(&ix.count, sizeof(int32_t)));
+    uint8_t *dMask = nullptr;
+    CHECK_CUDA(cudaMalloc(&dMask, size_t(tokens) * f));
+    CHECK_CUDA(cudaMemset(dMask, 0x55, size_t(tokens) * f));
+    float *dH = upload(sentinel);
+    float *dBase = upload(std::vector<float>(size_t(tokens) * d, -3.0f));
+    const RowsInit init{dBase, dDB, dRes, tokens, d};
+    if (fused) {
+      SlowX slow(early, x, dX);
+      CHECK_CUDA(predictUp<W>(dX, tokens, dW1, d, r, dW2, f, dPB, threshold, dScratch, ix,
+                              dMask, tokens, dWt, dUB, true, dH, f, init, slow.stream,
+                              early));
+    } else {
+      CHECK_CUDA(predictIndex<W>(dX, tokens, dW1, d, r, dW2, f, dPB, threshold, dScratch,
+                                 ix, dMask, tokens, 0));
+      CHECK_CUDA(sparseUp<W>(dX, tokens, dWt, d, dUB, ix, true, dH, f, init, 0, nullptr,
+                             nullptr, false, tokens > 1 ? dMask : nullptr));
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+    Result res;
+    res.set = listOf(ix, res.wellFormed);
+    const int count = download(ix.count, 1)[0];
+    res.list = download(ix.list, size_t(std::max(0, std::min(count, f))));
+    std::sort(res.list.begin(), res.list.end());
+    res.mask = download(dMask, size_t(tokens) * f);
+    res.h = download(dH, sentinel.size());
+    res.base = download(dBase, size_t(tokens) * d);
+    cudaFree(ix.list);
+    cudaFree(ix.count);
+    freeIndex(ix);
+    for (void *p : {(void *)dMask, (void *)dH, (void *)dBase})
+      cudaFree(p);
+    return res;
+  };
+  const Result ref = run(false, false);
+  bool ok = ref.wellFormed && !ref.set.empty() && int(ref.set.size()) < f;
+  for (bool early : {false, true}) {
+    const Result got = run(true, early);
+    ok &= got.wellFormed && got.set == ref.set && got.list == ref.list &&
+          got.mask == ref.mask && got.h == ref.h && got.base == ref.base;
+  }
+  report(ok, "predictUp", f, d, tokens, 1.0 - double(ref.set.size()) / f, wtype, 0.0);
+  for (void *p : {(void *)dW1, (void *)dW2, (void *)dWt, (void *)dX, (void *)dPB,
+                  (void *)dUB, (void *)dRes, (void *)dDB, (void *)dScratch})
+    cudaFree(p);
+}
+
 /// predictIndex against a double-precision reference: the flags (away from
 /// the threshold) and the index set, sorted and appended.
 template <typename W>
@@ -419,6 +505,14 @@ int main() {
   runPredict<__half>(3000, 512, 300, 3, seed++);
   runPredict<float>(1000, 256, 200, 8, seed++);
   runPredict<__half>(1000, 96, 4, 2, seed++);
+  // The fused predictor and up projection: decode shapes, odd row lengths
+  // (scalar tails, no permuted stage), ranks of both hidden kernels.
+  runPredictUp<__half>(16384, 4096, 64, 1, seed++);
+  runPredictUp<__half>(8192, 2048, 64, 2, seed++);
+  runPredictUp<float>(2048, 1024, 32, 1, seed++);
+  runPredictUp<__half>(1000, 77, 16, 3, seed++);
+  runPredictUp<float>(999, 130, 200, 8, seed++);
+  runPredictUp<__half>(4096, 1024, 256, 4, seed++);
   // A decode-sized case.
   runCase<__half>(16384, 4096, 1, 0.9, seed++);
   std::printf("%d passed, %d failed\n", passes, failures);

@@ -419,6 +419,132 @@ __host__ __device__ inline int stagedFloats(int tokens, int d) {
   return (tokens * d + 3) / 4 * 4;
 }
 
+/// 16-byte loads in flight a lane when a warp reads a row of the up
+/// projection (4 KB a warp at fp16).
+constexpr int kUpUnroll = 16;
+
+/// The lane's quads of x within a group of 32 V staged columns: 2 lane,
+/// 2 lane + 1 in the plain layout (fp16), lane, 32 + lane in the permuted
+/// one (stageSource); lane for fp32.
+template <typename W> struct XLanes {
+  static constexpr int V = Vec<W>::N;
+  int offset[V / 4];
+  __device__ XLanes(bool permuted, int lane) {
+#pragma unroll
+    for (int k = 0; k < V / 4; ++k)
+      offset[k] = permuted ? k * 32 + lane : lane * (V / 4) + k;
+  }
+};
+
+/// Whether x is staged in the lanes' order (fp16 rows, d a multiple of 256).
+template <typename W, bool Aligned> __device__ inline bool stagePermuted(int d) {
+  return Vec<W>::N == 8 && Aligned && d % (32 * Vec<W>::N) == 0;
+}
+
+/// The block stages x [T][d] into xs (16-byte loads, all in flight before
+/// the first store; in the lanes' order where `permuted`). No barrier.
+template <bool Aligned, int T>
+__device__ void stageX(const float *__restrict__ x, int d, float *xs,
+                       bool permuted) {
+  if (Aligned && (T * d) % 4 == 0) {
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    float4 *xs4 = reinterpret_cast<float4 *>(xs);
+    const int n4 = T * d / 4;
+    for (int k0 = threadIdx.x; k0 < n4; k0 += 4 * blockDim.x) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int q = k0 + u * blockDim.x;
+        if (q < n4)
+          v[u] = __ldg(x4 + (permuted ? stageSource(q) : q));
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (k0 + u * blockDim.x < n4)
+          xs4[k0 + u * blockDim.x] = v[u];
+    }
+  } else {
+    for (int k = threadIdx.x; k < T * d; k += blockDim.x)
+      xs[k] = __ldg(x + k);
+  }
+}
+
+/// Raw 16-byte words of the chunk of a row at column c0 (the lane's first
+/// column; the aligned part).
+template <typename W, bool Aligned>
+__device__ __forceinline__ void loadRowChunk(const W *row, int c0, int d,
+                                             uint4 (&raw)[kUpUnroll]) {
+  constexpr int V = Vec<W>::N;
+#pragma unroll
+  for (int u = 0; u < kUpUnroll; ++u) {
+    int c = c0 + u * 32 * V;
+    if (Aligned && c + V <= d)
+      raw[u] = __ldg(reinterpret_cast<const uint4 *>(row + c));
+  }
+}
+
+/// sum[t] = x[t] . row over the warp (every lane gets it); `raw` holds the
+/// row's first chunk (loadRowChunk at lane * V), the rest is loaded here.
+template <typename W, int T, bool Aligned>
+__device__ void rowDotX(const W *row, int d, const float *xs,
+                        const XLanes<W> &lanes, uint4 (&raw)[kUpUnroll],
+                        float (&sum)[T]) {
+  constexpr int V = Vec<W>::N;
+  constexpr int Chunk = kUpUnroll * 32 * V; // columns per warp step
+  const int lane = threadIdx.x % 32;
+  // A accumulators a token: for one or two tokens the row's 128 products
+  // a lane would otherwise add in one dependent chain.
+  constexpr int A = T <= 2 ? 4 : 1;
+  float acc[T][A];
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+      acc[t][a] = 0.0f;
+  for (int c0 = lane * V; c0 < d; c0 += Chunk) {
+    if (c0 != lane * V)
+      loadRowChunk<W, Aligned>(row, c0, d, raw);
+    // x's quads of the chunk's first group of 32 V columns (d % 4 == 0
+    // on the aligned path, so a token's row starts on a quad).
+    const float4 *xGroup = reinterpret_cast<const float4 *>(xs) + (c0 - lane * V) / 4;
+#pragma unroll
+    for (int u = 0; u < kUpUnroll; ++u) {
+      int c = c0 + u * 32 * V;
+      float wv[V];
+      if (Aligned && c + V <= d) {
+        Vec<W>::convert(raw[u], wv);
+#pragma unroll
+        for (int t = 0; t < T; ++t)
+#pragma unroll
+          for (int v = 0; v < V; v += 4) {
+            // Quad v / 4 of the lane's columns in this 32 V group.
+            const float4 xv = xGroup[t * (d / 4) + u * 8 * V + lanes.offset[v / 4]];
+            acc[t][0] = fmaf(xv.x, wv[v], acc[t][0]);
+            acc[t][1 % A] = fmaf(xv.y, wv[v + 1], acc[t][1 % A]);
+            acc[t][2 % A] = fmaf(xv.z, wv[v + 2], acc[t][2 % A]);
+            acc[t][3 % A] = fmaf(xv.w, wv[v + 3], acc[t][3 % A]);
+          }
+      } else if (c < d) {
+        loadRow<W, false>(row, c, d, wv);
+#pragma unroll
+        for (int t = 0; t < T; ++t)
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+            if (c + v < d)
+              acc[t][0] = fmaf(xs[t * d + c + v], wv[v], acc[t][0]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    float own = acc[t][0];
+#pragma unroll
+    for (int a = 1; a < A; ++a)
+      own += acc[t][a];
+    sum[t] = warpSum(own);
+  }
+}
+
 /// Listed: the set is ix.list / ix.count (no scan; the list has room for
 /// ix.neurons entries); otherwise the segments. Each warp requests its
 /// first row's weights (and with Listed, reads its list entry together with
@@ -434,8 +560,6 @@ __global__ void __launch_bounds__(kThreads)
   pdlTrigger();
   pdlWait(); // early launches: x, the set and the residual come from before
   constexpr int V = Vec<W>::N;
-  constexpr int Unroll = 16; // 16-byte loads in flight per lane (4 KB/warp)
-  constexpr int Chunk = Unroll * 32 * V; // columns per warp step
   extern __shared__ float4 upShared[]; // x [T][d], then the prefix [S + 1]
   __shared__ int warpTotals[kWarps];
   float *xs = reinterpret_cast<float *>(upShared);
@@ -450,13 +574,8 @@ __global__ void __launch_bounds__(kThreads)
   int n, j = 0;
   // fp16 rows: x sits in shared memory in the order the lanes read it
   // (stageSource), so that a warp's 16-byte reads are consecutive.
-  const bool permuted = V == 8 && Aligned && d % (32 * V) == 0;
-  // The lane's quads within a group of 32 V columns: 2 lane, 2 lane + 1 in
-  // the plain layout (fp16), lane, 32 + lane permuted; lane for fp32.
-  int xOffset[V / 4];
-#pragma unroll
-  for (int k = 0; k < V / 4; ++k)
-    xOffset[k] = permuted ? k * 32 + lane : lane * (V / 4) + k;
+  const bool permuted = stagePermuted<W, Aligned>(d);
+  const XLanes<W> lanes(permuted, lane);
   if (Listed) {
     const int first = i < ix.neurons ? ix.list[i] : 0;
     n = *ix.count;
@@ -472,111 +591,30 @@ __global__ void __launch_bounds__(kThreads)
     base.end(init);
     return; // no selected neuron for this block
   }
-  // Raw 16-byte words of one chunk of a row (the aligned part).
-  auto loadChunk = [&](const W *row, int c0, uint4 (&raw)[Unroll]) {
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u) {
-      int c = c0 + u * 32 * V;
-      if (Aligned && c + V <= d)
-        raw[u] = __ldg(reinterpret_cast<const uint4 *>(row + c));
-    }
-  };
-  uint4 raw[Unroll];
+  uint4 raw[kUpUnroll];
   float b = 0.0f;
   if (i < n) {
-    loadChunk(wt + int64_t(j) * d, lane * V, raw);
+    loadRowChunk<W, Aligned>(wt + int64_t(j) * d, lane * V, d, raw);
     b = bias ? bias[j] : 0.0f;
   }
-  // Stage x with 16-byte loads, all in flight before the first store.
-  if (Aligned && (T * d) % 4 == 0) {
-    const float4 *x4 = reinterpret_cast<const float4 *>(x);
-    float4 *xs4 = reinterpret_cast<float4 *>(xs);
-    const int n4 = T * d / 4;
-    for (int k0 = threadIdx.x; k0 < n4; k0 += 4 * kThreads) {
-      float4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int q = k0 + u * kThreads;
-        if (q < n4)
-          v[u] = __ldg(x4 + (permuted ? stageSource(q) : q));
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if (k0 + u * kThreads < n4)
-          xs4[k0 + u * kThreads] = v[u];
-    }
-  } else {
-    for (int k = threadIdx.x; k < T * d; k += kThreads)
-      xs[k] = __ldg(x + k);
-  }
+  stageX<Aligned, T>(x, d, xs, permuted);
   __syncthreads();
   for (bool firstRow = true; i < n; i += gridDim.x * kWarps, firstRow = false) {
-    const W *row;
-    if (firstRow) {
-      row = wt + int64_t(j) * d;
-    } else {
+    if (!firstRow) {
       j = Listed ? ix.list[i] : neuronAt(prefix, S, ix.idx, i);
-      row = wt + int64_t(j) * d;
-      loadChunk(row, lane * V, raw);
+      loadRowChunk<W, Aligned>(wt + int64_t(j) * d, lane * V, d, raw);
       b = bias ? bias[j] : 0.0f;
     }
     if (list && lane == 0)
       list[i] = j;
-    // A accumulators a token: for one or two tokens the row's 128 products
-    // a lane would otherwise add in one dependent chain.
-    constexpr int A = T <= 2 ? 4 : 1;
-    float acc[T][A];
-#pragma unroll
-    for (int t = 0; t < T; ++t)
-#pragma unroll
-      for (int a = 0; a < A; ++a)
-        acc[t][a] = 0.0f;
-    for (int c0 = lane * V; c0 < d; c0 += Chunk) {
-      if (c0 != lane * V)
-        loadChunk(row, c0, raw);
-      // x's quads of the chunk's first group of 32 V columns (d % 4 == 0
-      // on the aligned path, so a token's row starts on a quad).
-      const float4 *xGroup = reinterpret_cast<const float4 *>(xs) + (c0 - lane * V) / 4;
-#pragma unroll
-      for (int u = 0; u < Unroll; ++u) {
-        int c = c0 + u * 32 * V;
-        float wv[V];
-        if (Aligned && c + V <= d) {
-          Vec<W>::convert(raw[u], wv);
-          // 16-byte shared-memory reads (d % 4 == 0 keeps them aligned).
-#pragma unroll
-          for (int t = 0; t < T; ++t)
-#pragma unroll
-            for (int v = 0; v < V; v += 4) {
-              // Quad v / 4 of the lane's columns in this 32 V group.
-              const float4 xv = xGroup[t * (d / 4) + u * 8 * V + xOffset[v / 4]];
-              acc[t][0] = fmaf(xv.x, wv[v], acc[t][0]);
-              acc[t][1 % A] = fmaf(xv.y, wv[v + 1], acc[t][1 % A]);
-              acc[t][2 % A] = fmaf(xv.z, wv[v + 2], acc[t][2 % A]);
-              acc[t][3 % A] = fmaf(xv.w, wv[v + 3], acc[t][3 % A]);
-            }
-        } else if (c < d) {
-          loadRow<W, false>(row, c, d, wv);
-#pragma unroll
-          for (int t = 0; t < T; ++t)
-#pragma unroll
-            for (int v = 0; v < V; ++v)
-              if (c + v < d)
-                acc[t][0] = fmaf(xs[t * d + c + v], wv[v], acc[t][0]);
-        }
-      }
-    }
+    float sum[T];
+    rowDotX<W, T, Aligned>(wt + int64_t(j) * d, d, xs, lanes, raw, sum);
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      float own = acc[t][0];
-#pragma unroll
-      for (int a = 1; a < A; ++a)
-        own += acc[t][a];
-      float sum = warpSum(own);
       if (lane == 0) {
-        sum += b;
+        const float v = sum[t] + b;
         const bool kept = !tokenMask || tokenMask[int64_t(t) * ix.neurons + j];
-        h[int64_t(t) * ldh + j] = !kept ? 0.0f : relu ? fmaxf(sum, 0.0f) : sum;
+        h[int64_t(t) * ldh + j] = !kept ? 0.0f : relu ? fmaxf(v, 0.0f) : v;
       }
     }
   }
@@ -927,6 +965,153 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+
+/// predictSelectKernel and sparseUpKernel in one: one block per segment
+/// selects the segment's neurons (the same segments, list and mask rows)
+/// and then computes their up projection, a warp a selected row, from x
+/// staged in shared memory next to the hidden vector (token t gets 0 where
+/// it did not select the neuron itself); every thread of the grid writes
+/// its share of `init`. No list is read back: the round trip and the
+/// launch between selecting and streaming the rows are gone.
+template <typename W, int T, bool Aligned>
+__global__ void __launch_bounds__(kThreads)
+    selectUpKernel(const float *__restrict__ hiddenIn, int r,
+                   const W *__restrict__ w2, int f,
+                   const float *__restrict__ predBias, float threshold,
+                   IndexView ix, uint8_t *mask, int maskRows,
+                   const float *__restrict__ x, const W *__restrict__ wt, int d,
+                   const float *__restrict__ upBias, bool relu, float *h,
+                   int ldh, RowsInit init) {
+  pdlTrigger();
+  constexpr int V = Vec<W>::N;
+  extern __shared__ float4 selectUpShared[]; // x [T][d], hidden [T][r]
+  float *xs = reinterpret_cast<float *>(selectUpShared);
+  float *hidden = xs + stagedFloats(T, d);
+  __shared__ float logits[kWarps][T][kSegment];
+  __shared__ int firstHalf[4];
+  __shared__ int chosen[kSegment];         // the segment's selected neurons
+  __shared__ uint8_t chosenBy[kSegment];   // bit t: token t selected it
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int s = blockIdx.x;
+  const int j0 = s * kSegment + 2 * lane;
+  // w2's first rows and the biases do not depend on earlier kernels.
+  constexpr int Ahead = 8;
+  float pa[Ahead], pb[Ahead];
+#pragma unroll
+  for (int k = 0; k < Ahead; ++k) {
+    const int e = warp + k * kWarps;
+    const W *row = w2 + int64_t(e) * f;
+    pa[k] = e < r && j0 < f ? toFloat(row[j0]) : 0.0f;
+    pb[k] = e < r && j0 + 1 < f ? toFloat(row[j0 + 1]) : 0.0f;
+  }
+  const int q = threadIdx.x, j = s * kSegment + q;
+  const float bj = q < kSegment && j < f && predBias ? predBias[j] : 0.0f;
+  pdlWait(); // early launches: x, the hidden vector, the residual
+  InitWriter base;
+  base.begin(init);
+  const bool permuted = stagePermuted<W, Aligned>(d);
+  const XLanes<W> lanes(permuted, lane);
+  for (int k = threadIdx.x; k < T * r; k += kThreads)
+    hidden[k] = __ldcg(hiddenIn + k);
+  stageX<Aligned, T>(x, d, xs, permuted);
+  __syncthreads();
+  float acc[T][2];
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+    acc[t][0] = acc[t][1] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < Ahead; ++k) {
+    const int e = warp + k * kWarps;
+    if (e < r)
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        const float hv = hidden[t * r + e];
+        acc[t][0] = fmaf(hv, pa[k], acc[t][0]);
+        acc[t][1] = fmaf(hv, pb[k], acc[t][1]);
+      }
+  }
+#pragma unroll 16
+  for (int e = warp + Ahead * kWarps; e < r; e += kWarps) {
+    const W *row = w2 + int64_t(e) * f;
+    const float a = j0 < f ? toFloat(row[j0]) : 0.0f;
+    const float b = j0 + 1 < f ? toFloat(row[j0 + 1]) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const float hv = hidden[t * r + e];
+      acc[t][0] = fmaf(hv, a, acc[t][0]);
+      acc[t][1] = fmaf(hv, b, acc[t][1]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    logits[warp][t][2 * lane] = acc[t][0];
+    logits[warp][t][2 * lane + 1] = acc[t][1];
+  }
+  __syncthreads();
+  bool on = false;
+  unsigned by = 0;
+  if (q < kSegment && j < f) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float l = bj;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k)
+        l += logits[k][t][q];
+      if (l > threshold)
+        by |= 1u << t;
+    }
+    on = by != 0;
+    if (mask) {
+#pragma unroll
+      for (int t = 0; t < T; ++t)
+        if (t < maskRows)
+          mask[int64_t(t) * f + j] = (by >> t) & 1;
+      for (int m = T; m < maskRows; ++m)
+        mask[int64_t(m) * f + j] = on;
+    }
+  }
+  const unsigned ballot = __ballot_sync(0xffffffffu, on);
+  if (lane == 0 && warp < 2)
+    firstHalf[warp] = __popc(ballot);
+  __syncthreads();
+  const int total = firstHalf[0] + firstHalf[1];
+  if (threadIdx.x == 0) {
+    ix.cnt[s] = total;
+    firstHalf[2] = ix.list && total ? atomicAdd(ix.count, total) : 0;
+  }
+  __syncthreads();
+  if (warp < 2 && on) {
+    const int pos =
+        (warp ? firstHalf[0] : 0) + __popc(ballot & ((1u << lane) - 1));
+    ix.idx[s * kSegment + pos] = j;
+    if (ix.list)
+      ix.list[firstHalf[2] + pos] = j;
+    chosen[pos] = j;
+    chosenBy[pos] = uint8_t(by);
+  }
+  __syncthreads();
+  // The selected rows, a warp each (rows k = warp, warp + kWarps, ...).
+  for (int k = warp; k < total; k += kWarps) {
+    const int n = chosen[k];
+    const W *row = wt + int64_t(n) * d;
+    uint4 raw[kUpUnroll];
+    loadRowChunk<W, Aligned>(row, lane * V, d, raw);
+    const float b = upBias ? upBias[n] : 0.0f;
+    float sum[T];
+    rowDotX<W, T, Aligned>(row, d, xs, lanes, raw, sum);
+    if (lane == 0) {
+      const unsigned mine = chosenBy[k];
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        const float v = sum[t] + b;
+        h[int64_t(t) * ldh + n] =
+            !((mine >> t) & 1) ? 0.0f : relu ? fmaxf(v, 0.0f) : v;
+      }
+    }
+  }
+  base.end(init);
+}
+
 template <typename W> bool aligned(const W *p, int d) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 &&
          (int64_t(d) * sizeof(W)) % 16 == 0;
@@ -1092,6 +1277,72 @@ size_t predictScratchFloats(int tokens, int d, int r) {
                          predictGrid<float>(d, r).tiles));
 }
 
+namespace {
+/// Where the predictor's hidden vector [tokens][r] sits in its scratch.
+template <typename W> float *predictHidden(float *scratch, int tokens, int d, int r) {
+  return scratch + size_t(predictGrid<W>(d, r).blocks) * tokens * r;
+}
+
+/// The predictor's hidden vector (one pass for ranks up to kColsMaxRank,
+/// else partial sums and a last block); zeroes `listCount` (or not: null).
+template <typename W, int T>
+cudaError_t launchHidden(const float *x, const W *w1, int d, int r,
+                         float *scratch, int32_t *listCount,
+                         cudaStream_t stream, bool early) {
+  const PredictGrid g = predictGrid<W>(d, r);
+  float *part = scratch;
+  float *hidden = predictHidden<W>(scratch, T, d, r);
+  unsigned *done = reinterpret_cast<unsigned *>(
+      scratch + predictCounterOffset(T, d, r));
+  return r <= kColsMaxRank
+             ? launchKernel(predictHiddenColsKernel<W, T>,
+                            dim3((r + kColsPerBlock - 1) / kColsPerBlock),
+                            dim3(kColsThreads), 0, stream, early, x, w1, d, r,
+                            hidden, listCount)
+             : launchKernel(predictHiddenKernel<W, T>, dim3(g.blocks, g.tiles),
+                            dim3(kThreads), 0, stream, early, x, w1, d, r, g,
+                            part, hidden, done, listCount);
+}
+} // namespace
+
+template <typename W>
+cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
+                      const W *w2, int f, const float *predBias,
+                      float threshold, float *scratch, IndexView ix,
+                      uint8_t *mask, int maskRows, const W *wt,
+                      const float *upBias, bool relu, float *h, int ldh,
+                      RowsInit init, cudaStream_t stream, bool early) {
+  if (tokens == 0 || f == 0)
+    return cudaSuccess;
+  const size_t smem = sizeof(float) * (size_t(stagedFloats(tokens, d)) +
+                                       size_t(tokens) * size_t(r));
+  const bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  return withTokens(tokens, [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    auto kernel = fast ? selectUpKernel<W, T, true> : selectUpKernel<W, T, false>;
+    const size_t staticBytes = sizeof(float) * kWarps * T * kSegment +
+                               sizeof(int) * (4 + kSegment) + kSegment;
+    if (smem + staticBytes > 200 * 1024)
+      return cudaErrorInvalidValue; // x and the hidden vector do not fit
+    cudaError_t e = smem + staticBytes > 48 * 1024
+                        ? cudaFuncSetAttribute(
+                              kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(smem))
+                        : cudaSuccess;
+    if (e != cudaSuccess)
+      return e;
+    e = launchHidden<W, T>(x, w1, d, r, scratch, ix.list ? ix.count : nullptr,
+                           stream, early);
+    if (e != cudaSuccess)
+      return e;
+    e = launchKernel(kernel, dim3(indexSegments(f)), dim3(kThreads), smem,
+                     stream, early, predictHidden<W>(scratch, T, d, r), r, w2,
+                     f, predBias, threshold, ix, mask, maskRows, x, wt, d,
+                     upBias, relu, h, ldh, init);
+    return e != cudaSuccess ? e : cudaGetLastError();
+  });
+}
+
 template <typename W>
 cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                          int r, const W *w2, int f, const float *bias,
@@ -1100,11 +1351,7 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                          bool early) {
   if (tokens == 0 || f == 0)
     return cudaSuccess;
-  const PredictGrid g = predictGrid<W>(d, r);
-  float *part = scratch;
-  float *hidden = scratch + size_t(g.blocks) * tokens * r;
-  unsigned *done = reinterpret_cast<unsigned *>(
-      scratch + predictCounterOffset(tokens, d, r));
+  float *hidden = predictHidden<W>(scratch, tokens, d, r);
   const size_t smem = sizeof(float) * size_t(tokens) * size_t(r);
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
@@ -1124,15 +1371,8 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                         : cudaSuccess;
     if (e != cudaSuccess)
       return e;
-    int32_t *listCount = ix.list ? ix.count : nullptr;
-    e = r <= kColsMaxRank
-            ? launchKernel(predictHiddenColsKernel<W, T>,
-                           dim3((r + kColsPerBlock - 1) / kColsPerBlock),
-                           dim3(kColsThreads), 0, stream, early, x, w1, d, r,
-                           hidden, listCount)
-            : launchKernel(predictHiddenKernel<W, T>, dim3(g.blocks, g.tiles),
-                           dim3(kThreads), 0, stream, early, x, w1, d, r, g,
-                           part, hidden, done, listCount);
+    e = launchHidden<W, T>(x, w1, d, r, scratch, ix.list ? ix.count : nullptr,
+                           stream, early);
     if (e != cudaSuccess)
       return e;
     e = launchKernel(selectKernel, dim3(indexSegments(f)), dim3(kThreads), smem,
@@ -1152,7 +1392,11 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                                      unsigned long long *, bool);              \
   template cudaError_t predictIndex<W>(                                        \
       const float *, int, const W *, int, int, const W *, int, const float *,  \
-      float, float *, IndexView, uint8_t *, int, cudaStream_t, bool);
+      float, float *, IndexView, uint8_t *, int, cudaStream_t, bool);          \
+  template cudaError_t predictUp<W>(                                           \
+      const float *, int, const W *, int, int, const W *, int, const float *,  \
+      float, float *, IndexView, uint8_t *, int, const W *, const float *,     \
+      bool, float *, int, RowsInit, cudaStream_t, bool);
 SPARSEC_INSTANTIATE(__half)
 SPARSEC_INSTANTIATE(float)
 #undef SPARSEC_INSTANTIATE

@@ -153,6 +153,24 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                          uint8_t *mask, int maskRows, cudaStream_t stream,
                          bool early = false);
 
+/// predictIndex followed by sparseUp over its set, in two kernels instead
+/// of three: the hidden vector, then one block per segment that selects
+/// the segment's neurons (writing ix, its list and the mask rows exactly as
+/// predictIndex) and computes their up projection right away, a warp a
+/// row: h[t, j] = act(x[t] . wt[j] + upBias[j]) where token t selected j,
+/// 0 where only other tokens of the batch did; h elsewhere is not written.
+/// Also writes `init` (the base of the sparseDown that follows). x is the
+/// input of both the predictor and the up projection. Errors as the two
+/// calls it replaces; x [tokens, d] must fit in shared memory with the
+/// hidden vector.
+template <typename W>
+cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
+                      const W *w2, int f, const float *predBias,
+                      float threshold, float *scratch, IndexView ix,
+                      uint8_t *mask, int maskRows, const W *wt,
+                      const float *upBias, bool relu, float *h, int ldh,
+                      RowsInit init, cudaStream_t stream, bool early = false);
+
 } // namespace sparsec::rt::cuda
 
 #endif // SPARSEC_RT_CUDA_SPARSEDECODE_H
