@@ -370,6 +370,29 @@ private:
       return nullptr;
     return down;
   }
+  /// The up projection that predictor `p` is emitted with (one
+  /// cuda::predictFfn at the down projection's place): p's mask has one
+  /// user, an up projection over p's own input that fuses with its down
+  /// projection (fusedDown), and only weights come between p and it, so
+  /// nothing runs between the predictor's place and the FFN's. p's index
+  /// must be registered (indexOf) before this is asked.
+  SparseLinearOp fusedPredictUp(PredictOp p) {
+    if (!cuda() || isCpu(p) || !p.getResult().hasOneUse())
+      return nullptr;
+    auto up = dyn_cast<SparseLinearOp>(*p.getResult().getUsers().begin());
+    if (!up || up->getBlock() != p->getBlock() || up.getActive() != p.getResult() ||
+        up.getInput() != p.getInput())
+      return nullptr;
+    Operation *next = p->getNextNode();
+    while (next && isa<WeightOp>(next))
+      next = next->getNextNode();
+    if (next != up.getOperation() || !fusedDown(up))
+      return nullptr;
+    return up;
+  }
+  /// The arguments of a predictor emitted with its FFN, by up projection:
+  /// "x, w1, w2, bias, threshold, site, slot, mask, index".
+  DenseMap<Operation *, std::string> fusedPredicts;
   /// Up projections whose sparse_linear is emitted with their down
   /// projection (fusedDown), by the down projection.
   DenseMap<Operation *, SparseLinearOp> fusedUps;
@@ -970,12 +993,19 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         std::string ix = newIndex();
         std::string v = define(p.getResult());
         body << "  Tensor " << v << ";\n";
-        body << "  if (!cuda::predict(ctx, " << x << ", " << w1 << ", " << w2
-             << ", " << bias << ", "
-             << llvm::formatv("{0:e}f", p.getThreshold().convertToFloat()).str()
-             << ", " << indexSites++ << ", " << slot(op) << ", " << v << ", "
-             << ix << ")) return false;\n";
         indexOf[p.getResult()] = ix;
+        const std::string args =
+            x + ", " + w1 + ", " + w2 + ", " + bias + ", " +
+            llvm::formatv("{0:e}f", p.getThreshold().convertToFloat()).str() +
+            ", " + std::to_string(indexSites++) + ", " +
+            std::to_string(slot(op)) + ", " + v + ", " + ix;
+        if (SparseLinearOp up = fusedPredictUp(p)) {
+          // Emitted with the FFN (cuda::predictFfn).
+          fusedPredicts[up.getOperation()] = args;
+          body << "  // (predicted with the FFN below)\n";
+          return success();
+        }
+        body << "  if (!cuda::predict(ctx, " << args << ")) return false;\n";
         return success();
       })
       .Case([&](SparseLinearOp s) -> LogicalResult {
@@ -1038,6 +1068,13 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           std::string x = dv(up.getInput()), wu = dv(up.getWeight()),
                       bu = dptr(up.getBias()), active = dv(up.getActive());
           std::string wd = dv(s.getWeight()), bd = dptr(s.getBias());
+          auto pred = fusedPredicts.find(up.getOperation());
+          if (pred != fusedPredicts.end())
+            return finish("predictFfn(ctx, " + pred->second + ", " + wu + ", " +
+                              bu + ", " + activationArg(up.getActivation()) +
+                              ", " + std::to_string(slot(up)) + ", " + wd +
+                              ", " + bd + ", " + pitTile + ", ",
+                          ", " + name(up.getResult()));
           return finish("sparseFfn(ctx, " + x + ", " + wu + ", " + bu + ", " +
                         active + ", " + ix + ", " +
                         activationArg(up.getActivation()) + ", " +

@@ -1416,9 +1416,43 @@ bool slice(Context &ctx, const Tensor &data, const Tensor &starts,
 // Sparse ops
 //===----------------------------------------------------------------------===//
 
-bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
-             const Tensor *bias, float threshold, int indexSite, int outSlot,
-             Tensor &out, IndexSet &index) {
+namespace {
+/// A decode step's predictIndex call, held back so that the FFN after it
+/// can launch it as predictUp (the selection and the up projection in one
+/// kernel).
+struct DeferredPredict {
+  bool pending = false;
+  const float *x = nullptr;
+  int tokens = 0, d = 0, r = 0, f = 0;
+  const void *w1 = nullptr, *w2 = nullptr;
+  DType wtype = DType::f32;
+  const float *bias = nullptr;
+  float threshold = 0.0f;
+  float *scratch = nullptr;
+  IndexView ix;
+  uint8_t *mask = nullptr;
+  int maskRows = 0;
+};
+
+/// Launches a held-back predictor as predictIndex.
+cudaError_t launchPredictIndex(const DeferredPredict &p, Device &d) {
+  return p.wtype == DType::f16
+             ? predictIndex<__half>(p.x, p.tokens, static_cast<const __half *>(p.w1),
+                                    p.d, p.r, static_cast<const __half *>(p.w2), p.f,
+                                    p.bias, p.threshold, p.scratch, p.ix, p.mask,
+                                    p.maskRows, d.stream, d.earlyLaunch)
+             : predictIndex<float>(p.x, p.tokens, static_cast<const float *>(p.w1),
+                                   p.d, p.r, static_cast<const float *>(p.w2), p.f,
+                                   p.bias, p.threshold, p.scratch, p.ix, p.mask,
+                                   p.maskRows, d.stream, d.earlyLaunch);
+}
+
+/// predict; with `defer`, a decode step's kernels are not launched but
+/// described there (the caller launches them).
+bool predictImpl(Context &ctx, const Tensor &x, const Tensor &w1,
+                 const Tensor &w2, const Tensor *bias, float threshold,
+                 int indexSite, int outSlot, Tensor &out, IndexSet &index,
+                 DeferredPredict *defer) {
   Device &d = dev(ctx);
   const char *op = "predict";
   if (!requireF32(ctx, op, "input", x) || !weightType(ctx, op, w1) ||
@@ -1476,22 +1510,29 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
     // read without scanning): the union over the tokens, which the step
     // computes; mask row t is token t's own selection, which the up
     // projection keeps (a token's result does not depend on its batch).
-    const IndexView ix = indexView(d, indexSite, N, /*listed=*/true);
-    cudaError_t e =
-        w1.dtype == DType::f16
-            ? predictIndex<__half>(x.as<float>(), int(M), w1.as<__half>(), int(D),
-                                   int(R), w2.as<__half>(), int(N), b, threshold,
-                                   scratch, ix, r.as<uint8_t>(), int(M), d.stream,
-                                   d.earlyLaunch)
-            : predictIndex<float>(x.as<float>(), int(M), w1.as<float>(), int(D),
-                                  int(R), w2.as<float>(), int(N), b, threshold,
-                                  scratch, ix, r.as<uint8_t>(), int(M), d.stream,
-                                   d.earlyLaunch);
-    if (!check(ctx, e, "predictor"))
-      return false;
+    DeferredPredict p;
+    p.pending = true;
+    p.x = x.as<float>();
+    p.tokens = int(M);
+    p.d = int(D);
+    p.r = int(R);
+    p.f = int(N);
+    p.w1 = w1.data;
+    p.w2 = w2.data;
+    p.wtype = w1.dtype;
+    p.bias = b;
+    p.threshold = threshold;
+    p.scratch = scratch;
+    p.ix = indexView(d, indexSite, N, /*listed=*/true);
+    p.mask = r.as<uint8_t>();
+    p.maskRows = int(M);
     index.site = indexSite;
     index.listed = true;
-    return true;
+    if (defer) {
+      *defer = p;
+      return true;
+    }
+    return check(ctx, launchPredictIndex(p, d), "predictor");
   }
   // Prefill: two GEMMs and a threshold, per token.
   float *hidden = static_cast<float *>(ib.prefill.ptr);
@@ -1506,6 +1547,14 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
   thresholdKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(
       logits, M * N, int(N), b, threshold, r.as<uint8_t>());
   return launched(ctx, "predictor threshold");
+}
+} // namespace
+
+bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
+             const Tensor *bias, float threshold, int indexSite, int outSlot,
+             Tensor &out, IndexSet &index) {
+  return predictImpl(ctx, x, w1, w2, bias, threshold, indexSite, outSlot, out,
+                     index, nullptr);
 }
 
 namespace {
@@ -1698,16 +1747,28 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                "sparse_linear (down projection)");
 }
 
-bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
-               const Tensor *bUp, const Tensor &active, const IndexSet &index,
-               Activation act, int hSlot, const Tensor &wDown,
-               const Tensor *bDown, int pitTile, const Tensor *residual,
-               int outSlot, Tensor &out, Tensor &h) {
+namespace {
+/// sparseFfn; `pred` (or null): the predictor of `active` and `index`,
+/// held back, which this call launches, as predictUp where it can.
+bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
+                   const Tensor *bUp, const Tensor &active,
+                   const IndexSet &index, Activation act, int hSlot,
+                   const Tensor &wDown, const Tensor *bDown, int pitTile,
+                   const Tensor *residual, int outSlot, Tensor &out, Tensor &h,
+                   const DeferredPredict *pred) {
   Device &d = dev(ctx);
   LinearShape up, down;
+  // The held-back predictor as its own kernels (wherever this call does
+  // not fuse it).
+  auto flush = [&]() {
+    return !pred || !pred->pending ||
+           check(ctx, launchPredictIndex(*pred, d), "predictor");
+  };
   if (!linearOperands(ctx, "sparse_linear", x, wUp, bUp, true, up))
     return false;
   if (!decodeIndex(index, up.M, up.N, act) || !index.listed) {
+    if (!flush())
+      return false;
     // Not a decode step over a predicted set (predict lists every decode
     // set): the two ops one after the other.
     IndexSet hIndex;
@@ -1733,25 +1794,95 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
   out = y;
   const int64_t M = up.M;
   if (M == 0 || down.N == 0 || !d.launching())
-    return true;
+    return flush();
   d.countsDensity = true;
   // h outside the set is never read (only the down projection reads h), so
   // it is not zeroed; the up kernel writes y's base. Both kernels read the
   // predictor's list.
   const IndexView ix = indexView(d, index.site, up.N, /*listed=*/true);
-  const RowsInit init{y.as<float>(), down.bias, res, int(M), int(down.N)};
-  if (!check(ctx,
-             upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(up.K),
-                   up.bias, ix, act == Activation::relu, hr.as<float>(),
-                   int(up.N), init, d.stream, nullptr, nullptr,
-                   d.earlyLaunch, tokenMask(active, M, up.N)),
-             "sparse_linear (up projection)"))
+  // The up kernel writes y's base as it goes; where y's memory holds the
+  // mask rows the up kernel reads (a slot the plan freed after the up
+  // projection), the base is written after it instead.
+  const auto *ab = static_cast<const char *>(active.data);
+  const auto *yb = static_cast<const char *>(y.data);
+  const bool maskInY = tokenMask(active, M, up.N) && ab < yb + y.bytes() &&
+                       yb < ab + active.bytes();
+  const RowsInit init = maskInY ? RowsInit{}
+                                : RowsInit{y.as<float>(), down.bias, res, int(M),
+                                           int(down.N)};
+  // predictUp: the predictor of this set read the same x and has weights
+  // of the up projection's type, and x fits in shared memory.
+  const bool fuse = pred && pred->pending && pred->x == x.as<float>() &&
+                    pred->tokens == M && pred->f == up.N && pred->d == up.K &&
+                    pred->wtype == wUp.dtype &&
+                    predictUpFits(pred->tokens, pred->d, pred->r);
+  if (fuse) {
+    // The mask's only reader is the up projection computed here: predictUp
+    // keeps each token's selection to itself and writes no mask rows (the
+    // mask's slot may be y's).
+    DeferredPredict p = *pred;
+    p.mask = nullptr;
+    p.maskRows = 0;
+    const RowsInit fusedInit{y.as<float>(), down.bias, res, int(M), int(down.N)};
+    cudaError_t e =
+        p.wtype == DType::f16
+            ? predictUp<__half>(p.x, p.tokens, static_cast<const __half *>(p.w1), p.d,
+                                p.r, static_cast<const __half *>(p.w2), p.f, p.bias,
+                                p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
+                                wUp.as<__half>(), up.bias, act == Activation::relu,
+                                hr.as<float>(), int(up.N), fusedInit, d.stream,
+                                d.earlyLaunch)
+            : predictUp<float>(p.x, p.tokens, static_cast<const float *>(p.w1), p.d,
+                               p.r, static_cast<const float *>(p.w2), p.f, p.bias,
+                               p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
+                               wUp.as<float>(), up.bias, act == Activation::relu,
+                               hr.as<float>(), int(up.N), fusedInit, d.stream,
+                               d.earlyLaunch);
+    if (!check(ctx, e, "predictor and up projection"))
+      return false;
+  } else if (!flush() ||
+             !check(ctx,
+                    upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(up.K),
+                          up.bias, ix, act == Activation::relu, hr.as<float>(),
+                          int(up.N), init, d.stream, nullptr, nullptr,
+                          d.earlyLaunch, tokenMask(active, M, up.N)),
+                    "sparse_linear (up projection)")) {
     return false;
+  } else if (maskInY) {
+    fillRowsKernel<<<blocksFor(M * down.N), kBlock, 0, d.stream>>>(
+        y.as<float>(), M * down.N, int(down.N), down.bias, res);
+    if (!launched(ctx, "sparse_linear (bias)"))
+      return false;
+  }
   return check(ctx,
                downFor(wDown.dtype, hr.as<float>(), int(M), int(up.N),
                        wDown.data, int(down.N), ix, y.as<float>(), d.stream, 0,
                        d.densityCounts, d.earlyLaunch),
                "sparse_linear (down projection)");
+}
+} // namespace
+
+bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
+               const Tensor *bUp, const Tensor &active, const IndexSet &index,
+               Activation act, int hSlot, const Tensor &wDown,
+               const Tensor *bDown, int pitTile, const Tensor *residual,
+               int outSlot, Tensor &out, Tensor &h) {
+  return sparseFfnImpl(ctx, x, wUp, bUp, active, index, act, hSlot, wDown,
+                       bDown, pitTile, residual, outSlot, out, h, nullptr);
+}
+
+bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
+                const Tensor &w2, const Tensor *pBias, float threshold,
+                int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
+                const Tensor &wUp, const Tensor *bUp, Activation act,
+                int hSlot, const Tensor &wDown, const Tensor *bDown,
+                int pitTile, const Tensor *residual, int outSlot, Tensor &out,
+                Tensor &h) {
+  DeferredPredict pred;
+  return predictImpl(ctx, x, w1, w2, pBias, threshold, indexSite, maskSlot,
+                     mask, index, &pred) &&
+         sparseFfnImpl(ctx, x, wUp, bUp, mask, index, act, hSlot, wDown, bDown,
+                       pitTile, residual, outSlot, out, h, &pred);
 }
 
 } // namespace sparsec::rt::cuda

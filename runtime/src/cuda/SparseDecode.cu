@@ -1278,6 +1278,24 @@ size_t predictScratchFloats(int tokens, int d, int r) {
 }
 
 namespace {
+/// selectUpKernel's shared memory: x and the hidden vector (dynamic), the
+/// logits and the segment's selection (static).
+size_t selectUpDynamicBytes(int tokens, int d, int r) {
+  return sizeof(float) * (size_t(stagedFloats(tokens, d)) + size_t(tokens) * size_t(r));
+}
+size_t selectUpStaticBytes(int tokens) {
+  return sizeof(float) * kWarps * size_t(tokens) * kSegment +
+         sizeof(int) * (4 + kSegment) + kSegment;
+}
+} // namespace
+
+bool predictUpFits(int tokens, int d, int r) {
+  return tokens >= 1 && tokens <= kMaxTokens &&
+         selectUpDynamicBytes(tokens, d, r) + selectUpStaticBytes(tokens) <=
+             200 * 1024;
+}
+
+namespace {
 /// Where the predictor's hidden vector [tokens][r] sits in its scratch.
 template <typename W> float *predictHidden(float *scratch, int tokens, int d, int r) {
   return scratch + size_t(predictGrid<W>(d, r).blocks) * tokens * r;
@@ -1314,15 +1332,13 @@ cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
                       RowsInit init, cudaStream_t stream, bool early) {
   if (tokens == 0 || f == 0)
     return cudaSuccess;
-  const size_t smem = sizeof(float) * (size_t(stagedFloats(tokens, d)) +
-                                       size_t(tokens) * size_t(r));
+  const size_t smem = selectUpDynamicBytes(tokens, d, r);
   const bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
     auto kernel = fast ? selectUpKernel<W, T, true> : selectUpKernel<W, T, false>;
-    const size_t staticBytes = sizeof(float) * kWarps * T * kSegment +
-                               sizeof(int) * (4 + kSegment) + kSegment;
-    if (smem + staticBytes > 200 * 1024)
+    const size_t staticBytes = selectUpStaticBytes(T);
+    if (!predictUpFits(T, d, r))
       return cudaErrorInvalidValue; // x and the hidden vector do not fit
     cudaError_t e = smem + staticBytes > 48 * 1024
                         ? cudaFuncSetAttribute(

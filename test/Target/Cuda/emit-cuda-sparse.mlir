@@ -1,8 +1,9 @@
 // RUN: sparsec-opt %s "--sparsec-schedule-pipeline=sparse-weights=f16 dense-weights=f16" | sparsec-translate --sparsec-to-cuda | FileCheck %s
 
 // A predicted FFN then an exact one on the CUDA target: the predictor's
-// index set feeds the up projection and the down projection, emitted as one
-// cuda::sparseFfn (its up kernel writes the down projection's base); the
+// index set feeds the up projection and the down projection, emitted with
+// the predictor as one cuda::predictFfn (its up kernel writes the down
+// projection's base); the
 // exact FFN's down projection builds its index set from the ReLU output.
 // The residual add after it stays an add: the plan puts the sum in the
 // down projection's input slot, which its kernels still read while they
@@ -37,7 +38,11 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK: const Tensor [[W2:v[0-9]+]] = cuda::weight(ctx, {{[0-9]+}}, DType::f16, 2,
 // CHECK: if (!cuda::upload(ctx, in[0], 0, [[X:u[0-9]+]])) return false;
 // CHECK: cuda::IndexSet [[PIX:ix[0-9]+]];
-// CHECK: if (!cuda::predict(ctx, [[X]], [[W1]], [[W2]], &[[PB]], 5.000000e-01f, 0, {{[0-9]+}}, [[M:v[0-9]+]], [[PIX]])) return false;
+// The predictor reads the up projection's input and feeds only it: it is
+// emitted with the FFN (cuda::predictFfn; a decode step launches the
+// selection and the up projection as one kernel).
+// CHECK: Tensor [[M:v[0-9]+]];
+// CHECK-NEXT: // (predicted with the FFN below)
 // CHECK: const Tensor [[UT:v[0-9]+]] = cuda::weight(ctx, {{[0-9]+}}, DType::f16, 2,
 // CHECK: Tensor [[H:v[0-9]+]];
 // CHECK-NEXT: // (computed with the down projection below)
@@ -45,7 +50,7 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK-NOT: nonzeroIndex
 // Batched calls of the first down projection use 32 x 1 PIT tiles, the
 // second (no pit_tile) the dense kernel.
-// CHECK: if (!cuda::sparseFfn(ctx, [[X]], [[UT]], nullptr, [[M]], [[PIX]], ops::Activation::relu, {{[0-9]+}}, [[D]], nullptr, 32, nullptr, {{[0-9]+}}, [[Y:v[0-9]+]], [[H]])) return false;
+// CHECK: if (!cuda::predictFfn(ctx, [[X]], [[W1]], [[W2]], &[[PB]], 5.000000e-01f, 0, {{[0-9]+}}, [[M]], [[PIX]], [[UT]], nullptr, ops::Activation::relu, {{[0-9]+}}, [[D]], nullptr, 32, nullptr, {{[0-9]+}}, [[Y:v[0-9]+]], [[H]])) return false;
 // The dense linear's weight is float16 too (dense-weights=f16).
 // CHECK: const Tensor [[WD:v[0-9]+]] = cuda::weight(ctx, {{[0-9]+}}, DType::f16, 2,
 // CHECK: if (!cuda::linear(ctx, [[Y]], [[WD]], nullptr, ops::Activation::relu, {{[0-9]+}}, [[H2:v[0-9]+]])) return false;

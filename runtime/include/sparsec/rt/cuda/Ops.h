@@ -192,6 +192,18 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
                ops::Activation act, int hSlot, const Tensor &wDown,
                const Tensor *bDown, int pitTile, const Tensor *residual,
                int outSlot, Tensor &out, Tensor &h);
+/// predict (into maskSlot: `mask`, `index`) followed by the sparseFfn over
+/// its set, for an FFN whose predictor reads the up projection's input x:
+/// a decode step launches predictUp (the predictor's selection and the up
+/// projection in one kernel) and the down projection, three kernels
+/// instead of four; anything else runs predict and sparseFfn.
+bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
+                const Tensor &w2, const Tensor *pBias, float threshold,
+                int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
+                const Tensor &wUp, const Tensor *bUp, ops::Activation act,
+                int hSlot, const Tensor &wDown, const Tensor *bDown,
+                int pitTile, const Tensor *residual, int outSlot, Tensor &out,
+                Tensor &h);
 
 } // namespace sparsec::rt::cuda
 

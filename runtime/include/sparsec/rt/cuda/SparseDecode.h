@@ -170,6 +170,9 @@ cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
                       uint8_t *mask, int maskRows, const W *wt,
                       const float *upBias, bool relu, float *h, int ldh,
                       RowsInit init, cudaStream_t stream, bool early = false);
+/// Whether predictUp takes `tokens` tokens of d inputs with a rank-r
+/// predictor (x and the hidden vector in shared memory).
+bool predictUpFits(int tokens, int d, int r);
 
 } // namespace sparsec::rt::cuda
 
