@@ -523,6 +523,28 @@ def run(args):
                    f"({replayed[0].split(':', 1)[-1].strip() if replayed else 'none'}); "
                    f"{len(notes)} graph notes; {same}/12 rows equal to batch 1"
                    + (f"; {notes[0]}" if notes else ""))
+    # Predicted decode batches of 2 and 4 (the neuron-granular kernels; 2
+    # tokens fuse the predictor's selection with the up projection, 4 run
+    # them apart): each token keeps its own neurons, so every row of one
+    # prompt repeated decodes the batch-1 bytes.
+    for name in ("kv_pred", "kv_pred_f16"):
+        if name not in have:
+            continue
+        one = run_binary(args, name, "generate", "--prompt-ids", prompt,
+                         "--max-new-tokens", "16")
+        want = " ".join(str(c) for c in one.stdout)
+        for b in (2, 4):
+            ids = os.path.join(args.dir, f"batch{b}_ids.npy")
+            np.save(ids, np.tile(np.load(prompt), (b, 1)))
+            r = run_binary(args, name, "generate", "--prompt-ids", ids,
+                           "--max-new-tokens", "16")
+            rows = r.stdout.decode(errors="replace").splitlines() if r.returncode == 0 else []
+            same = sum(row.strip() == want for row in rows)
+            err = r.stderr.decode(errors="replace").strip().splitlines()
+            res.record(one.returncode == 0 and r.returncode == 0 and len(rows) == b and
+                       same == b,
+                       f"{name} batch {b} x 16 bytes: {same}/{b} rows equal to batch 1; "
+                       + (err[-1] if err else ""))
     # No-cache export: generate reruns the whole sequence per byte.
     if "nc17" in have:
         r = run_binary(args, "nc17", "generate", "--prompt-ids", prompt,

@@ -194,9 +194,9 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
                int outSlot, Tensor &out, Tensor &h);
 /// predict (into maskSlot: `mask`, `index`) followed by the sparseFfn over
 /// its set, for an FFN whose predictor reads the up projection's input x:
-/// a decode step launches predictUp (the predictor's selection and the up
-/// projection in one kernel) and the down projection, three kernels
-/// instead of four; anything else runs predict and sparseFfn.
+/// a decode step of 1 or 2 tokens launches predictUp (the predictor's
+/// selection and the up projection in one kernel) and the down projection,
+/// three kernels instead of four; anything else runs predict and sparseFfn.
 bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
                 const Tensor &w2, const Tensor *pBias, float threshold,
                 int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
