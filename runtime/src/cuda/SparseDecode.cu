@@ -849,59 +849,72 @@ __global__ void __launch_bounds__(kColsThreads)
     *listCount = 0;
 }
 
-/// One block per segment of kSegment neurons: the hidden vector into
-/// shared memory, each warp's share of the rank (rows e = warp, warp +
-/// kWarps, ...) of the logits of the segment's neurons (two per lane),
-/// reduced in shared memory, then the threshold, the segment and the mask
-/// rows.
+/// The first rows of w2 a select block's warp reads, and the segment's
+/// biases: requested before the block waits for the hidden vector (they do
+/// not depend on earlier kernels), so both arrive in one round trip.
+struct SelectAhead {
+  static constexpr int Rows = 8;
+  float pa[Rows], pb[Rows];
+  float bj = 0.0f;
+  template <typename W>
+  __device__ void load(const W *__restrict__ w2, int r, int f,
+                       const float *__restrict__ bias) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int j0 = blockIdx.x * kSegment + 2 * lane;
+#pragma unroll
+    for (int k = 0; k < Rows; ++k) {
+      const int e = warp + k * kWarps;
+      const W *row = w2 + int64_t(e) * f;
+      pa[k] = e < r && j0 < f ? toFloat(row[j0]) : 0.0f;
+      pb[k] = e < r && j0 + 1 < f ? toFloat(row[j0 + 1]) : 0.0f;
+    }
+    const int q = threadIdx.x, j = blockIdx.x * kSegment + q;
+    bj = q < kSegment && j < f && bias ? bias[j] : 0.0f;
+  }
+};
+
+/// Shared memory of selectSegment.
+template <int T> struct SelectShared {
+  float logits[kWarps][T][kSegment];
+  int firstHalf[4];
+};
+
+/// Segment blockIdx.x of the predictor's selection, by the whole block,
+/// with the hidden vector [T][r] in shared memory: each warp's share of the
+/// rank (rows e = warp, warp + kWarps, ...) of the logits of the segment's
+/// neurons (two per lane), reduced in shared memory, then the threshold,
+/// the segment, the mask rows and the segment's neurons at a place in the
+/// list reserved with one atomic (segments land in the order their blocks
+/// get there; the hidden kernel zeroed ix.count). With `chosen`, position
+/// k of the segment's set also goes to chosen[k] and the tokens that
+/// selected it (bit t) to chosenBy[k]. Returns the segment's count (after
+/// a barrier: chosen is complete).
 template <typename W, int T>
-__global__ void __launch_bounds__(kThreads)
-    predictSelectKernel(const float *__restrict__ hiddenIn, int r,
-                        const W *__restrict__ w2, int f,
-                        const float *__restrict__ bias, float threshold,
-                        IndexView ix, uint8_t *mask, int maskRows) {
-  pdlTrigger();
-  extern __shared__ float hidden[]; // [T][r]
-  __shared__ float logits[kWarps][T][kSegment];
-  __shared__ int firstHalf[kWarps / 2];
+__device__ int selectSegment(const float *hidden, int r,
+                             const W *__restrict__ w2, int f, float threshold,
+                             const SelectAhead &ahead, SelectShared<T> &sh,
+                             IndexView ix, uint8_t *mask, int maskRows,
+                             int *chosen, uint8_t *chosenBy) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int s = blockIdx.x;
   const int j0 = s * kSegment + 2 * lane;
-  // The first Ahead rows of w2 each warp reads, and the segment's biases,
-  // are requested before the hidden vector is staged (they do not depend
-  // on it), so both arrive in one memory round trip.
-  constexpr int Ahead = 8;
-  float pa[Ahead], pb[Ahead];
-#pragma unroll
-  for (int k = 0; k < Ahead; ++k) {
-    const int e = warp + k * kWarps;
-    const W *row = w2 + int64_t(e) * f;
-    pa[k] = e < r && j0 < f ? toFloat(row[j0]) : 0.0f;
-    pb[k] = e < r && j0 + 1 < f ? toFloat(row[j0 + 1]) : 0.0f;
-  }
-  const int q = threadIdx.x, j = s * kSegment + q;
-  const float bj = q < kSegment && j < f && bias ? bias[j] : 0.0f;
-  pdlWait(); // early launches: the hidden vector comes from the kernel before
-  for (int k = threadIdx.x; k < T * r; k += kThreads)
-    hidden[k] = __ldcg(hiddenIn + k);
-  __syncthreads();
   float acc[T][2];
 #pragma unroll
   for (int t = 0; t < T; ++t)
     acc[t][0] = acc[t][1] = 0.0f;
 #pragma unroll
-  for (int k = 0; k < Ahead; ++k) {
+  for (int k = 0; k < SelectAhead::Rows; ++k) {
     const int e = warp + k * kWarps;
     if (e < r)
 #pragma unroll
       for (int t = 0; t < T; ++t) {
         const float hv = hidden[t * r + e];
-        acc[t][0] = fmaf(hv, pa[k], acc[t][0]);
-        acc[t][1] = fmaf(hv, pb[k], acc[t][1]);
+        acc[t][0] = fmaf(hv, ahead.pa[k], acc[t][0]);
+        acc[t][1] = fmaf(hv, ahead.pb[k], acc[t][1]);
       }
   }
 #pragma unroll 16
-  for (int e = warp + Ahead * kWarps; e < r; e += kWarps) {
+  for (int e = warp + SelectAhead::Rows * kWarps; e < r; e += kWarps) {
     const W *row = w2 + int64_t(e) * f;
     const float a = j0 < f ? toFloat(row[j0]) : 0.0f;
     const float b = j0 + 1 < f ? toFloat(row[j0 + 1]) : 0.0f;
@@ -914,57 +927,82 @@ __global__ void __launch_bounds__(kThreads)
   }
 #pragma unroll
   for (int t = 0; t < T; ++t) {
-    logits[warp][t][2 * lane] = acc[t][0];
-    logits[warp][t][2 * lane + 1] = acc[t][1];
+    sh.logits[warp][t][2 * lane] = acc[t][0];
+    sh.logits[warp][t][2 * lane + 1] = acc[t][1];
   }
   __syncthreads();
   // Threads 0..63 decide the segment's neurons (the other warps take part
-  // in the ballots and barrier with nothing selected).
-  // Mask row t < T gets token t's own selection (as the prefill's per-token
-  // masks and the CPU backend); rows past T the union.
-  bool on = false;
+  // in the ballots and barriers with nothing selected). Mask row t < T
+  // gets token t's own selection (as the prefill's per-token masks and the
+  // CPU backend); rows past T the union.
+  const int q = threadIdx.x, j = s * kSegment + q;
+  unsigned by = 0;
   if (q < kSegment && j < f) {
-    bool mine[T];
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      float l = bj;
+      float l = ahead.bj;
 #pragma unroll
       for (int k = 0; k < kWarps; ++k)
-        l += logits[k][t][q];
-      mine[t] = l > threshold;
-      on |= mine[t];
+        l += sh.logits[k][t][q];
+      if (l > threshold)
+        by |= 1u << t;
     }
     if (mask) {
 #pragma unroll
       for (int t = 0; t < T; ++t)
         if (t < maskRows)
-          mask[int64_t(t) * f + j] = mine[t];
+          mask[int64_t(t) * f + j] = (by >> t) & 1;
       for (int m = T; m < maskRows; ++m)
-        mask[int64_t(m) * f + j] = on;
+        mask[int64_t(m) * f + j] = by != 0;
     }
   }
-  // The segment (warps 0 and 1) and, with ix.list, the same neurons at a
-  // place in the list reserved with one atomic (segments land in the order
-  // their blocks get there; the hidden kernel zeroed ix.count).
+  const bool on = by != 0;
   const unsigned ballot = __ballot_sync(0xffffffffu, on);
   if (lane == 0 && warp < 2)
-    firstHalf[warp] = __popc(ballot);
+    sh.firstHalf[warp] = __popc(ballot);
   __syncthreads();
-  const int total = firstHalf[0] + firstHalf[1];
+  const int total = sh.firstHalf[0] + sh.firstHalf[1];
   if (threadIdx.x == 0) {
     ix.cnt[s] = total;
-    firstHalf[2] = ix.list && total ? atomicAdd(ix.count, total) : 0;
+    sh.firstHalf[2] = ix.list && total ? atomicAdd(ix.count, total) : 0;
   }
   __syncthreads();
   if (warp < 2 && on) {
     const int pos =
-        (warp ? firstHalf[0] : 0) + __popc(ballot & ((1u << lane) - 1));
+        (warp ? sh.firstHalf[0] : 0) + __popc(ballot & ((1u << lane) - 1));
     ix.idx[s * kSegment + pos] = j;
     if (ix.list)
-      ix.list[firstHalf[2] + pos] = j;
+      ix.list[sh.firstHalf[2] + pos] = j;
+    if (chosen) {
+      chosen[pos] = j;
+      chosenBy[pos] = uint8_t(by);
+    }
   }
+  if (chosen)
+    __syncthreads();
+  return total;
 }
 
+/// One block per segment of kSegment neurons: the hidden vector into
+/// shared memory, then selectSegment.
+template <typename W, int T>
+__global__ void __launch_bounds__(kThreads)
+    predictSelectKernel(const float *__restrict__ hiddenIn, int r,
+                        const W *__restrict__ w2, int f,
+                        const float *__restrict__ bias, float threshold,
+                        IndexView ix, uint8_t *mask, int maskRows) {
+  pdlTrigger();
+  extern __shared__ float hidden[]; // [T][r]
+  __shared__ SelectShared<T> sh;
+  SelectAhead ahead;
+  ahead.load(w2, r, f, bias);
+  pdlWait(); // early launches: the hidden vector comes from the kernel before
+  for (int k = threadIdx.x; k < T * r; k += kThreads)
+    hidden[k] = __ldcg(hiddenIn + k);
+  __syncthreads();
+  selectSegment<W, T>(hidden, r, w2, f, threshold, ahead, sh, ix, mask,
+                      maskRows, nullptr, nullptr);
+}
 
 /// predictSelectKernel and sparseUpKernel in one: one block per segment
 /// selects the segment's neurons (the same segments, list and mask rows)
@@ -987,25 +1025,12 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ float4 selectUpShared[]; // x [T][d], hidden [T][r]
   float *xs = reinterpret_cast<float *>(selectUpShared);
   float *hidden = xs + stagedFloats(T, d);
-  __shared__ float logits[kWarps][T][kSegment];
-  __shared__ int firstHalf[4];
-  __shared__ int chosen[kSegment];         // the segment's selected neurons
-  __shared__ uint8_t chosenBy[kSegment];   // bit t: token t selected it
+  __shared__ SelectShared<T> sh;
+  __shared__ int chosen[kSegment];       // the segment's selected neurons
+  __shared__ uint8_t chosenBy[kSegment]; // bit t: token t selected it
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int s = blockIdx.x;
-  const int j0 = s * kSegment + 2 * lane;
-  // w2's first rows and the biases do not depend on earlier kernels.
-  constexpr int Ahead = 8;
-  float pa[Ahead], pb[Ahead];
-#pragma unroll
-  for (int k = 0; k < Ahead; ++k) {
-    const int e = warp + k * kWarps;
-    const W *row = w2 + int64_t(e) * f;
-    pa[k] = e < r && j0 < f ? toFloat(row[j0]) : 0.0f;
-    pb[k] = e < r && j0 + 1 < f ? toFloat(row[j0 + 1]) : 0.0f;
-  }
-  const int q = threadIdx.x, j = s * kSegment + q;
-  const float bj = q < kSegment && j < f && predBias ? predBias[j] : 0.0f;
+  SelectAhead ahead;
+  ahead.load(w2, r, f, predBias);
   pdlWait(); // early launches: x, the hidden vector, the residual
   InitWriter base;
   base.begin(init);
@@ -1015,81 +1040,8 @@ __global__ void __launch_bounds__(kThreads)
     hidden[k] = __ldcg(hiddenIn + k);
   stageX<Aligned, T>(x, d, xs, permuted);
   __syncthreads();
-  float acc[T][2];
-#pragma unroll
-  for (int t = 0; t < T; ++t)
-    acc[t][0] = acc[t][1] = 0.0f;
-#pragma unroll
-  for (int k = 0; k < Ahead; ++k) {
-    const int e = warp + k * kWarps;
-    if (e < r)
-#pragma unroll
-      for (int t = 0; t < T; ++t) {
-        const float hv = hidden[t * r + e];
-        acc[t][0] = fmaf(hv, pa[k], acc[t][0]);
-        acc[t][1] = fmaf(hv, pb[k], acc[t][1]);
-      }
-  }
-#pragma unroll 16
-  for (int e = warp + Ahead * kWarps; e < r; e += kWarps) {
-    const W *row = w2 + int64_t(e) * f;
-    const float a = j0 < f ? toFloat(row[j0]) : 0.0f;
-    const float b = j0 + 1 < f ? toFloat(row[j0 + 1]) : 0.0f;
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      const float hv = hidden[t * r + e];
-      acc[t][0] = fmaf(hv, a, acc[t][0]);
-      acc[t][1] = fmaf(hv, b, acc[t][1]);
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-    logits[warp][t][2 * lane] = acc[t][0];
-    logits[warp][t][2 * lane + 1] = acc[t][1];
-  }
-  __syncthreads();
-  bool on = false;
-  unsigned by = 0;
-  if (q < kSegment && j < f) {
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      float l = bj;
-#pragma unroll
-      for (int k = 0; k < kWarps; ++k)
-        l += logits[k][t][q];
-      if (l > threshold)
-        by |= 1u << t;
-    }
-    on = by != 0;
-    if (mask) {
-#pragma unroll
-      for (int t = 0; t < T; ++t)
-        if (t < maskRows)
-          mask[int64_t(t) * f + j] = (by >> t) & 1;
-      for (int m = T; m < maskRows; ++m)
-        mask[int64_t(m) * f + j] = on;
-    }
-  }
-  const unsigned ballot = __ballot_sync(0xffffffffu, on);
-  if (lane == 0 && warp < 2)
-    firstHalf[warp] = __popc(ballot);
-  __syncthreads();
-  const int total = firstHalf[0] + firstHalf[1];
-  if (threadIdx.x == 0) {
-    ix.cnt[s] = total;
-    firstHalf[2] = ix.list && total ? atomicAdd(ix.count, total) : 0;
-  }
-  __syncthreads();
-  if (warp < 2 && on) {
-    const int pos =
-        (warp ? firstHalf[0] : 0) + __popc(ballot & ((1u << lane) - 1));
-    ix.idx[s * kSegment + pos] = j;
-    if (ix.list)
-      ix.list[firstHalf[2] + pos] = j;
-    chosen[pos] = j;
-    chosenBy[pos] = uint8_t(by);
-  }
-  __syncthreads();
+  const int total = selectSegment<W, T>(hidden, r, w2, f, threshold, ahead, sh,
+                                        ix, mask, maskRows, chosen, chosenBy);
   // The selected rows, a warp each (rows k = warp, warp + kWarps, ...).
   for (int k = warp; k < total; k += kWarps) {
     const int n = chosen[k];
@@ -1285,7 +1237,7 @@ size_t selectUpDynamicBytes(int tokens, int d, int r) {
 }
 size_t selectUpStaticBytes(int tokens) {
   return sizeof(float) * kWarps * size_t(tokens) * kSegment +
-         sizeof(int) * (4 + kSegment) + kSegment;
+         sizeof(int) * (4 + kSegment) + kSegment; // SelectShared<T>, chosen
 }
 } // namespace
 
@@ -1375,8 +1327,7 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
     // The select kernel's static shared memory (the logits, at most 16 KB)
     // and the hidden vector must stay under the default 48 KB, or the
     // kernel must be allowed more (T = 8 at rank 1024: 16 + 32 KB).
-    const size_t staticBytes =
-        sizeof(float) * kWarps * T * kSegment + sizeof(int) * (kWarps / 2);
+    const size_t staticBytes = sizeof(SelectShared<T>);
     if (smem > 160 * 1024)
       return cudaErrorInvalidValue;
     cudaError_t e = smem + staticBytes > 48 * 1024
