@@ -1084,10 +1084,11 @@ template <typename F> cudaError_t withTokens(int tokens, F &&f) {
   return cudaErrorInvalidValue;
 }
 
-/// Allows `smem` bytes of dynamic shared memory for `kernel` when above the
-/// default 48 KB.
-template <typename K> cudaError_t allowShared(K kernel, size_t smem) {
-  if (smem <= 48 * 1024)
+/// Allows `smem` bytes of dynamic shared memory for `kernel` when they and
+/// its `staticBytes` of static shared memory pass the default 48 KB.
+template <typename K>
+cudaError_t allowShared(K kernel, size_t smem, size_t staticBytes = 0) {
+  if (smem + staticBytes <= 48 * 1024)
     return cudaSuccess;
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               int(smem));
@@ -1236,8 +1237,13 @@ size_t selectUpDynamicBytes(int tokens, int d, int r) {
   return sizeof(float) * (size_t(stagedFloats(tokens, d)) + size_t(tokens) * size_t(r));
 }
 size_t selectUpStaticBytes(int tokens) {
-  return sizeof(float) * kWarps * size_t(tokens) * kSegment +
-         sizeof(int) * (4 + kSegment) + kSegment; // SelectShared<T>, chosen
+  size_t bytes = 0; // selectUpKernel's SelectShared<T>, chosen and chosenBy
+  withTokens(tokens, [&](auto t) {
+    bytes = sizeof(SelectShared<decltype(t)::value>) +
+            kSegment * (sizeof(int) + sizeof(uint8_t));
+    return cudaSuccess;
+  });
+  return bytes;
 }
 } // namespace
 
@@ -1289,14 +1295,9 @@ cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
     auto kernel = fast ? selectUpKernel<W, T, true> : selectUpKernel<W, T, false>;
-    const size_t staticBytes = selectUpStaticBytes(T);
     if (!predictUpFits(T, d, r))
       return cudaErrorInvalidValue; // x and the hidden vector do not fit
-    cudaError_t e = smem + staticBytes > 48 * 1024
-                        ? cudaFuncSetAttribute(
-                              kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(smem))
-                        : cudaSuccess;
+    cudaError_t e = allowShared(kernel, smem, selectUpStaticBytes(T));
     if (e != cudaSuccess)
       return e;
     e = launchHidden<W, T>(x, w1, d, r, scratch, ix.list ? ix.count : nullptr,
@@ -1327,15 +1328,9 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
     // The select kernel's static shared memory (the logits, at most 16 KB)
     // and the hidden vector must stay under the default 48 KB, or the
     // kernel must be allowed more (T = 8 at rank 1024: 16 + 32 KB).
-    const size_t staticBytes = sizeof(SelectShared<T>);
     if (smem > 160 * 1024)
       return cudaErrorInvalidValue;
-    cudaError_t e = smem + staticBytes > 48 * 1024
-                        ? cudaFuncSetAttribute(
-                              selectKernel,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(smem))
-                        : cudaSuccess;
+    cudaError_t e = allowShared(selectKernel, smem, sizeof(SelectShared<T>));
     if (e != cudaSuccess)
       return e;
     e = launchHidden<W, T>(x, w1, d, r, scratch, ix.list ? ix.count : nullptr,
