@@ -494,27 +494,43 @@ def run(args):
                    f"{name} greedy 64 bytes with early launches: "
                    f"{sum(x == y for x, y in zip(r.stdout, base.stdout))}/64 equal to "
                    f"normal launches; " + (stats[-1] if stats else ""))
+    def batch_of_prompt(b):
+        """The reference prompt repeated b times (an ids file)."""
+        path = os.path.join(args.dir, f"batch{b}_ids.npy")
+        np.save(path, np.tile(np.load(prompt), (b, 1)))
+        return path
+
+    batch1 = {}
+
+    def batch1_row(name):
+        """(ok, the 16 greedy bytes of one prompt as a batch prints a row)."""
+        if name not in batch1:
+            one = run_binary(args, name, "generate", "--prompt-ids", prompt,
+                             "--max-new-tokens", "16")
+            # Batches print each row's ids on a line; one prompt prints bytes.
+            batch1[name] = (one.returncode == 0, " ".join(str(c) for c in one.stdout))
+        return batch1[name]
+
+    def rows_equal(r, want):
+        """The rows a batch decoded, and how many equal `want`."""
+        rows = r.stdout.decode(errors="replace").splitlines() if r.returncode == 0 else []
+        return rows, sum(row.strip() == want for row in rows)
+
     # Decode batches above 8 tokens take the batched path (cuBLAS; in
     # predicted mode the predictor's GEMMs and per-token masks): their steps
     # must replay one graph too (every step makes the same allocations),
     # and every row of a batch of one prompt repeated decodes its greedy
     # bytes.
-    batch_ids = os.path.join(args.dir, "batch12_ids.npy")
-    np.save(batch_ids, np.tile(np.load(prompt), (12, 1)))
+    batch_ids = batch_of_prompt(12)
     for name in ("kv", "kv_pred"):
         if name not in have:
             continue
-        one = run_binary(args, name, "generate", "--prompt-ids", prompt,
-                         "--max-new-tokens", "16")
         r = run_binary(args, name, "generate", "--prompt-ids", batch_ids,
                        "--max-new-tokens", "16", env={"SPARSEC_CUDA_PROFILE": "1"})
         err = r.stderr.decode(errors="replace")
         replayed = [l for l in err.splitlines() if "replayed steps" in l]
         notes = [l for l in err.splitlines() if l.startswith("sparsec cuda graphs:")]
-        # Batches print each row's ids on a line; one prompt prints bytes.
-        want = " ".join(str(c) for c in one.stdout)
-        rows = r.stdout.decode(errors="replace").splitlines() if r.returncode == 0 else []
-        same = sum(row.strip() == want for row in rows)
+        rows, same = rows_equal(r, batch1_row(name)[1])
         # Predicted mode selects a batch's neurons with the GEMM path, a
         # single token's with the decode kernels: rows may differ there.
         res.record(r.returncode == 0 and bool(replayed) and not notes and
@@ -530,19 +546,13 @@ def run(args):
     for name in ("kv_pred", "kv_pred_f16"):
         if name not in have:
             continue
-        one = run_binary(args, name, "generate", "--prompt-ids", prompt,
-                         "--max-new-tokens", "16")
-        want = " ".join(str(c) for c in one.stdout)
+        one_ok, want = batch1_row(name)
         for b in (2, 4):
-            ids = os.path.join(args.dir, f"batch{b}_ids.npy")
-            np.save(ids, np.tile(np.load(prompt), (b, 1)))
-            r = run_binary(args, name, "generate", "--prompt-ids", ids,
+            r = run_binary(args, name, "generate", "--prompt-ids", batch_of_prompt(b),
                            "--max-new-tokens", "16")
-            rows = r.stdout.decode(errors="replace").splitlines() if r.returncode == 0 else []
-            same = sum(row.strip() == want for row in rows)
+            rows, same = rows_equal(r, want)
             err = r.stderr.decode(errors="replace").strip().splitlines()
-            res.record(one.returncode == 0 and r.returncode == 0 and len(rows) == b and
-                       same == b,
+            res.record(one_ok and r.returncode == 0 and len(rows) == b and same == b,
                        f"{name} batch {b} x 16 bytes: {same}/{b} rows equal to batch 1; "
                        + (err[-1] if err else ""))
     # No-cache export: generate reruns the whole sequence per byte.
