@@ -80,9 +80,16 @@ struct Proj {
 
 int main(int argc, char **argv) {
   std::string shape = "6.7b";
+  int tokens = 1; // of the projection table
   for (int i = 1; i + 1 < argc; i += 2)
     if (!std::strcmp(argv[i], "--shape"))
       shape = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--tokens"))
+      tokens = std::atoi(argv[i + 1]);
+  if (tokens < 1 || tokens > kGemvRowsTokens) {
+    std::fprintf(stderr, "error: --tokens takes 1 to %d\n", kGemvRowsTokens);
+    return 1;
+  }
   int d, f, heads;
   if (shape == "6.7b") {
     d = 4096, f = 16384, heads = 32;
@@ -115,9 +122,9 @@ int main(int argc, char **argv) {
   std::printf("GPU: %s, %d SMs; read bandwidth %.0f GB/s (4 GiB reduction)\n",
               prop.name, prop.multiProcessorCount, readBw);
   std::printf("OPT-%s shapes: d %d, FFN %d, %d heads of %d, vocabulary %d; "
-              "fp16 weights, batch 1; microseconds per call (graph of 100, "
-              "median of 5)\n\n",
-              shape.c_str(), d, f, heads, head, vocab);
+              "fp16 weights, batch %d (projections; the rest batch 1); "
+              "microseconds per call (graph of 100, median of 5)\n\n",
+              shape.c_str(), d, f, heads, head, vocab, tokens);
 
   const Proj projs[] = {{"q / k / v / out", d, d}, {"qkv (merged)", 3 * d, d},
                         {"FFN up", f, d},         {"FFN down", d, f},
@@ -133,7 +140,7 @@ int main(int argc, char **argv) {
   for (auto &v : w)
     v = __float2half(val(rng) * 0.05f);
   __half *dW = upload(w);
-  std::vector<float> x(f);
+  std::vector<float> x(size_t(tokens) * f);
   for (float &v : x)
     v = val(rng);
   std::vector<__half> xh(x.size());
@@ -143,7 +150,8 @@ int main(int argc, char **argv) {
   }
   float *dX = upload(x);
   __half *dXh = upload(xh);
-  float *dY = alloc<float>(vocab), *dYRef = alloc<float>(vocab);
+  float *dY = alloc<float>(size_t(tokens) * vocab),
+        *dYRef = alloc<float>(size_t(tokens) * vocab);
   float one = 1.0f, zero = 0.0f;
 
   std::printf("| projection | N x K | MB | sparsec gemvRows | TB/s | %% of read "
@@ -156,14 +164,14 @@ int main(int argc, char **argv) {
     auto next = [&] { return dW + (call++ % copies) * size; };
     double ours = timeUs(
         [&] {
-          gemvRows<__half>(dX, 1, next(), p.K, p.N, nullptr, kNone, nullptr,
-                           dY, stream);
+          gemvRows<__half>(dX, tokens, next(), p.K, p.N, nullptr, kNone,
+                           nullptr, dY, stream);
         },
         g);
-    // Y^T [N, 1] = Wt[N, K] . x[K]: W stored [N, K] row-major is column-major
+    // Y^T [N, M] = Wt[N, K] . x^T[K, M]: W stored [N, K] row-major is column-major
     // [K, N], so op T.
     auto cub = [&] {
-      cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, p.N, 1, p.K, &one, next(),
+      cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, p.N, tokens, p.K, &one, next(),
                    CUDA_R_16F, p.K, dXh, CUDA_R_16F, p.K, &zero, dYRef,
                    CUDA_R_32F, p.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     };
@@ -171,9 +179,10 @@ int main(int argc, char **argv) {
     call = 0;
     cub();
     call = 0;
-    gemvRows<__half>(dX, 1, next(), p.K, p.N, nullptr, kNone, nullptr, dY,
-                     stream);
-    double err = relErr(download(dY, p.N), download(dYRef, p.N));
+    gemvRows<__half>(dX, tokens, next(), p.K, p.N, nullptr, kNone, nullptr,
+                     dY, stream);
+    double err = relErr(download(dY, size_t(tokens) * p.N),
+                        download(dYRef, size_t(tokens) * p.N));
     ok &= err < 2e-3;
     std::printf("| %s | %d x %d | %.1f | %.1f | %.2f | %.0f %% | %.1f | %.2f | %.1e |\n",
                 p.name, p.N, p.K, bytes / 1e6, ours, bytes / (ours * 1e6),

@@ -23,7 +23,22 @@ namespace {
 //===----------------------------------------------------------------------===//
 
 constexpr int kRowsThreads = 256; // 8 warps per block
-constexpr int kRowsPerBlock = 4;
+/// Rows a block owns for M tokens: 2 for one token (twice the blocks, so the
+/// last wave of a 4096-row weight leaves fewer SMs idle: 3-4 % faster on
+/// the H200 at OPT-6.7B shapes), 4 above (each chunk of x a thread loads
+/// serves 4 rows; at 2 tokens 2 rows were as often slower as faster) and
+/// with a folded norm (each block also sums all of x: 5 % slower with 2).
+/// SPARSEC_GEMV_ROWS_PER_BLOCK (compile-time, for experiments) sets it for
+/// every M.
+__host__ __device__ constexpr int gemvRowsPerBlock(int M, bool norm) {
+#ifdef SPARSEC_GEMV_ROWS_PER_BLOCK
+  return (void)M, (void)norm, SPARSEC_GEMV_ROWS_PER_BLOCK;
+#else
+  return M == 1 && !norm ? 2 : 4;
+#endif
+}
+static_assert(gemvRowsPerBlock(kGemvRowsTokens, true) * kGemvRowsTokens <= 256,
+              "the epilogue gives each of a block's threads one output");
 
 /// V consecutive weights of a row as floats: one 16-byte load (Vec<W>,
 /// DeviceMath.cuh) or, for rows that are not 16-byte aligned, one element.
@@ -72,10 +87,10 @@ template <typename W> struct RowsTargets {
   GemvNorm norm; // read by the Norm kernels
 };
 
-/// Block b computes neurons [4b, 4b + 4) for all M tokens: thread t takes
-/// chunks t, t + 256, ... of the four rows (4 loads in flight per chunk
-/// step, two steps unrolled), then warp shuffles and one shared-memory pass
-/// reduce the M x 4 sums. `Early` (a programmatic dependent launch): the
+/// Block b computes neurons [Rb, Rb + R) for all M tokens (R =
+/// gemvRowsPerBlock(M, Norm)): thread t takes chunks t, t + 256, ... of the R rows
+/// (R loads in flight per chunk step, two steps unrolled), then warp
+/// shuffles and one shared-memory pass reduce the M x R sums. `Early` (a programmatic dependent launch): the
 /// weights depend on no earlier kernel, so the first step's loads are
 /// issued before pdlWait and overlap the kernel before (at K <= 2048 fp16
 /// that is all of them); x is read after it.
@@ -99,7 +114,7 @@ __global__ void SPARSEC_GEMV_BOUNDS(Norm)
 gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
   pdlTrigger();
   using C = Chunk<W, Vec>;
-  constexpr int V = C::V, R = kRowsPerBlock;
+  constexpr int V = C::V, R = gemvRowsPerBlock(M, Norm);
   // This block's weight (compile-time indices: the targets stay in the
   // parameter space).
   const W *wt = t.wt[0];
@@ -611,6 +626,7 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
   if (tokens > kGemvRowsTokens || count < 1 || count > kGemvGroupMax)
     return cudaErrorInvalidValue;
   constexpr int V = 16 / int(sizeof(W));
+  const int rowsPerBlock = gemvRowsPerBlock(tokens, norm != nullptr);
   RowsTargets<W> t{};
   t.count = count;
   if (norm) {
@@ -633,7 +649,7 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
     t.y[g] = y[g];
     t.N[g] = N[g];
     t.firstBlock[g] = blocks;
-    blocks += (N[g] + kRowsPerBlock - 1) / kRowsPerBlock;
+    blocks += (N[g] + rowsPerBlock - 1) / rowsPerBlock;
     vec = vec && aligned16(wt[g]);
   }
   if (blocks == 0)

@@ -7,11 +7,12 @@
 // latency and bandwidth:
 //
 //   gemvRows         y[t, n] = act(x[t, :] . wt[n, :] + bias[n]) (+ res[t, n])
-//                    over a neuron-major weight wt [N, K]: each block owns 4
-//                    whole rows and its 256 threads stream them with 16-byte
-//                    loads (every load of a row in flight at once), reduce in
-//                    registers, shuffles and shared memory, and apply the
-//                    epilogue. No split-K, no atomics, one launch.
+//                    over a neuron-major weight wt [N, K]: each block owns 2
+//                    (one token) or 4 whole rows and its 256 threads stream
+//                    them with 16-byte loads (every load of a row in flight
+//                    at once), reduce in registers, shuffles and shared
+//                    memory, and apply the epilogue. No split-K, no atomics,
+//                    one launch.
 //   decodeAttention  softmax(q k^T * scale + mask) v for a few query rows
 //                    over a past (the cache) and the new keys, split over
 //                    the key axis (flash-decoding): each warp reads 4 keys
