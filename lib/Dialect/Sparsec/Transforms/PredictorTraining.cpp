@@ -178,6 +178,43 @@ template <typename F> void parallelRows(int64_t n, F &&fn) {
     t.join();
 }
 
+/// The hot loops below come in AVX-512, AVX2 and baseline x86-64 versions,
+/// chosen at run time (target_clones). This file is compiled with
+/// -ffp-contract=off, so no version fuses a multiply and an add: each
+/// computes every element with the same operations in the same order, and
+/// the predictors do not depend on the CPU.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SPARSEC_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SPARSEC_CPU_CLONES
+#endif
+
+/// Rows [begin, end) of c[m, n] = a[m, k] . b[k, n] (matmul).
+SPARSEC_CPU_CLONES
+void matmulRows(const float *__restrict a, const float *__restrict b,
+                float *__restrict c, int64_t begin, int64_t end, int64_t k,
+                int64_t n) {
+  constexpr int64_t kRowTile = 16, kColTile = 1024;
+  std::fill(c + begin * n, c + end * n, 0.0f);
+  for (int64_t i0 = begin; i0 < end; i0 += kRowTile) {
+    const int64_t i1 = std::min(end, i0 + kRowTile);
+    for (int64_t j0 = 0; j0 < n; j0 += kColTile) {
+      const int64_t j1 = std::min(n, j0 + kColTile);
+      for (int64_t p = 0; p < k; ++p) {
+        const float *bp = b + p * n;
+        for (int64_t i = i0; i < i1; ++i) {
+          const float x = a[i * k + p];
+          if (x == 0.0f)
+            continue;
+          float *ci = c + i * n;
+          for (int64_t j = j0; j < j1; ++j)
+            ci[j] += x * bp[j];
+        }
+      }
+    }
+  }
+}
+
 /// c[m, n] = a[m, k] . b[k, n], all row-major float; rows of c in parallel.
 /// Each element sums its k products in increasing k, as the plain i-k-j
 /// loop would, but tiles of kRowTile rows x kColTile columns of c stay in
@@ -185,28 +222,26 @@ template <typename F> void parallelRows(int64_t n, F &&fn) {
 /// instead of once per row.
 void matmul(const float *a, const float *b, float *c, int64_t m, int64_t k,
             int64_t n) {
-  constexpr int64_t kRowTile = 16, kColTile = 1024;
   parallelRows(m, [&](int64_t begin, int64_t end) {
-    std::fill(c + begin * n, c + end * n, 0.0f);
-    for (int64_t i0 = begin; i0 < end; i0 += kRowTile) {
-      const int64_t i1 = std::min(end, i0 + kRowTile);
-      for (int64_t j0 = 0; j0 < n; j0 += kColTile) {
-        const int64_t j1 = std::min(n, j0 + kColTile);
-        for (int64_t p = 0; p < k; ++p) {
-          const float *bp = b + p * n;
-          for (int64_t i = i0; i < i1; ++i) {
-            const float x = a[i * k + p];
-            if (x == 0.0f)
-              continue;
-            float *ci = c + i * n;
-            for (int64_t j = j0; j < j1; ++j)
-              ci[j] += x * bp[j];
-          }
-        }
-      }
-    }
+    matmulRows(a, b, c, begin, end, k, n);
   });
 }
+
+/// Row p of S += x_i^T x_i over samples [i0, i1) (x [., d]), columns p..d-1
+/// only (in double, samples in increasing order).
+SPARSEC_CPU_CLONES
+void accumulateGramRow(double *__restrict sp, const float *__restrict x,
+                       int64_t p, int64_t d, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const float *xi = x + i * d;
+    const double xp = xi[p];
+    if (xp == 0.0)
+      continue;
+    for (int64_t q = p; q < d; ++q)
+      sp[q] += xp * double(xi[q]);
+  }
+}
+
 /// The Gram matrix a a^T [rows, rows] of a [rows, n], in double.
 Matrix gram(const float *a, int64_t rows, int64_t n) {
   Matrix out(size_t(rows * rows), 0.0);
@@ -339,27 +374,27 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
 
   // S = X^T X / m over the fitting split, and its square root.
   // Each row of S is updated by a block of samples at a time while it is in
-  // cache (every element still sums its samples in increasing order).
+  // cache (every element still sums its samples in increasing order). S is
+  // symmetric: row p sums columns q >= p and the lower half is mirrored;
+  // rows go to the threads in pairs (p, d - 1 - p) of equal work.
   Matrix s(size_t(d * d), 0.0);
-  parallelRows(d, [&](int64_t pBegin, int64_t pEnd) {
+  parallelRows((d + 1) / 2, [&](int64_t pairBegin, int64_t pairEnd) {
     constexpr int64_t kSampleBlock = 64;
     for (int64_t i0 = 0; i0 < fitEnd; i0 += kSampleBlock) {
       const int64_t i1 = std::min(fitEnd, i0 + kSampleBlock);
-      for (int64_t p = pBegin; p < pEnd; ++p) {
-        double *sp = &s[size_t(p * d)];
-        for (int64_t i = i0; i < i1; ++i) {
-          const float *xi = x + i * d;
-          double xp = xi[p];
-          if (xp == 0.0)
-            continue;
-          for (int64_t q = 0; q < d; ++q)
-            sp[q] += xp * xi[q];
-        }
+      for (int64_t pair = pairBegin; pair < pairEnd; ++pair) {
+        accumulateGramRow(&s[size_t(pair * d)], x, pair, d, i0, i1);
+        const int64_t q = d - 1 - pair;
+        if (q != pair)
+          accumulateGramRow(&s[size_t(q * d)], x, q, d, i0, i1);
       }
     }
   });
-  for (double &v : s)
-    v /= double(fitEnd);
+  for (int64_t p = 0; p < d; ++p)
+    for (int64_t q = p; q < d; ++q) {
+      const double v = s[size_t(p * d + q)] / double(fitEnd);
+      s[size_t(p * d + q)] = s[size_t(q * d + p)] = v;
+    }
   // S + eps I = L L^T (Cholesky; the ridge keeps it definite when inputs
   // are rank-deficient, as LayerNorm outputs are). M = L^T W then has
   // M^T M = W^T S W = (X W)^T (X W) / m up to the ridge, so the right
@@ -375,13 +410,17 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
       diag -= l[size_t(j * d + k)] * l[size_t(j * d + k)];
     const double ljj = std::sqrt(std::max(diag, ridge));
     l[size_t(j * d + j)] = ljj;
-    for (int64_t i = j + 1; i < d; ++i) {
-      double v = s[size_t(i * d + j)];
-      const double *li = &l[size_t(i * d)], *lj = &l[size_t(j * d)];
-      for (int64_t k = 0; k < j; ++k)
-        v -= li[k] * lj[k];
-      l[size_t(i * d + j)] = v / ljj;
-    }
+    // The rows below the diagonal are independent: in parallel.
+    parallelRows(d - j - 1, [&](int64_t begin, int64_t end) {
+      const double *lj = &l[size_t(j * d)];
+      for (int64_t i = j + 1 + begin; i < j + 1 + end; ++i) {
+        double v = s[size_t(i * d + j)];
+        const double *li = &l[size_t(i * d)];
+        for (int64_t k = 0; k < j; ++k)
+          v -= li[k] * lj[k];
+        l[size_t(i * d + j)] = v / ljj;
+      }
+    });
   }
   std::vector<int64_t> ranks = opts.ranks;
   const bool exactBasis = d <= opts.exactBasisLimit;
