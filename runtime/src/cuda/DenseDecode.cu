@@ -26,18 +26,21 @@ constexpr int kRowsThreads = 256; // 8 warps per block
 /// Rows a block owns for M tokens: 2 for one token (twice the blocks, so the
 /// last wave of a 4096-row weight leaves fewer SMs idle: 3-4 % faster on
 /// the H200 at OPT-6.7B shapes), 4 above (each chunk of x a thread loads
-/// serves 4 rows; at 2 tokens 2 rows were as often slower as faster) and
-/// with a folded norm (each block also sums all of x: 5 % slower with 2).
+/// serves 4 rows; at 2 tokens 2 rows were as often slower as faster), with
+/// a folded norm (each block also sums all of x: 5 % slower with 2) and for
+/// early launches (a layer's GEMVs took 155.5 us with 2, 105.1 with 4).
 /// SPARSEC_GEMV_ROWS_PER_BLOCK (compile-time, for experiments) sets it for
 /// every M.
-__host__ __device__ constexpr int gemvRowsPerBlock(int M, bool norm) {
+__host__ __device__ constexpr int gemvRowsPerBlock(int M, bool norm,
+                                                   bool early) {
 #ifdef SPARSEC_GEMV_ROWS_PER_BLOCK
-  return (void)M, (void)norm, SPARSEC_GEMV_ROWS_PER_BLOCK;
+  return (void)M, (void)norm, (void)early, SPARSEC_GEMV_ROWS_PER_BLOCK;
 #else
-  return M == 1 && !norm ? 2 : 4;
+  return M == 1 && !norm && !early ? 2 : 4;
 #endif
 }
-static_assert(gemvRowsPerBlock(kGemvRowsTokens, true) * kGemvRowsTokens <= 256,
+static_assert(gemvRowsPerBlock(kGemvRowsTokens, true, true) *
+                      kGemvRowsTokens <= 256,
               "the epilogue gives each of a block's threads one output");
 
 /// V consecutive weights of a row as floats: one 16-byte load (Vec<W>,
@@ -88,12 +91,13 @@ template <typename W> struct RowsTargets {
 };
 
 /// Block b computes neurons [Rb, Rb + R) for all M tokens (R =
-/// gemvRowsPerBlock(M, Norm)): thread t takes chunks t, t + 256, ... of the R rows
-/// (R loads in flight per chunk step, two steps unrolled), then warp
-/// shuffles and one shared-memory pass reduce the M x R sums. `Early` (a programmatic dependent launch): the
-/// weights depend on no earlier kernel, so the first step's loads are
-/// issued before pdlWait and overlap the kernel before (at K <= 2048 fp16
-/// that is all of them); x is read after it.
+/// gemvRowsPerBlock(M, Norm, Early)): thread t takes chunks t, t + 256, ...
+/// of the R rows (R loads in flight per chunk step, two steps unrolled),
+/// then warp shuffles and one shared-memory pass reduce the M x R sums.
+/// `Early` (a programmatic dependent launch): the weights depend on no
+/// earlier kernel, so the first step's loads are issued before pdlWait and
+/// overlap the kernel before (at K <= 2048 fp16 that is all of them); x is
+/// read after it.
 /// `Norm` (GemvNorm): each thread also sums x - x[0] and its square over
 /// its chunks, and multiplies x - x[0] by the norm's scale before the dot
 /// products; the block reduction adds the row sums, and the epilogue turns
@@ -114,7 +118,7 @@ __global__ void SPARSEC_GEMV_BOUNDS(Norm)
 gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
   pdlTrigger();
   using C = Chunk<W, Vec>;
-  constexpr int V = C::V, R = gemvRowsPerBlock(M, Norm);
+  constexpr int V = C::V, R = gemvRowsPerBlock(M, Norm, Early);
   // This block's weight (compile-time indices: the targets stay in the
   // parameter space).
   const W *wt = t.wt[0];
@@ -626,7 +630,7 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
   if (tokens > kGemvRowsTokens || count < 1 || count > kGemvGroupMax)
     return cudaErrorInvalidValue;
   constexpr int V = 16 / int(sizeof(W));
-  const int rowsPerBlock = gemvRowsPerBlock(tokens, norm != nullptr);
+  const int rowsPerBlock = gemvRowsPerBlock(tokens, norm != nullptr, early);
   RowsTargets<W> t{};
   t.count = count;
   if (norm) {
