@@ -189,7 +189,11 @@ template <typename F> void parallelRows(int64_t n, F &&fn) {
 #define SPARSEC_CPU_CLONES
 #endif
 
-/// Rows [begin, end) of c[m, n] = a[m, k] . b[k, n] (matmul).
+/// Rows [begin, end) of c[m, n] = a[m, k] . b[k, n] (matmul). Each element
+/// sums its k products in increasing k, as the plain i-k-j loop would, but
+/// tiles of kRowTile rows x kColTile columns of c stay in cache while k
+/// runs, so b streams from memory once per kRowTile rows instead of once
+/// per row.
 SPARSEC_CPU_CLONES
 void matmulRows(const float *__restrict a, const float *__restrict b,
                 float *__restrict c, int64_t begin, int64_t end, int64_t k,
@@ -215,11 +219,8 @@ void matmulRows(const float *__restrict a, const float *__restrict b,
   }
 }
 
-/// c[m, n] = a[m, k] . b[k, n], all row-major float; rows of c in parallel.
-/// Each element sums its k products in increasing k, as the plain i-k-j
-/// loop would, but tiles of kRowTile rows x kColTile columns of c stay in
-/// cache while k runs, so b streams from memory once per kRowTile rows
-/// instead of once per row.
+/// c[m, n] = a[m, k] . b[k, n], all row-major float; rows of c in parallel
+/// (matmulRows).
 void matmul(const float *a, const float *b, float *c, int64_t m, int64_t k,
             int64_t n) {
   parallelRows(m, [&](int64_t begin, int64_t end) {
