@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace sparsec::rt::cuda {
 namespace {
@@ -292,6 +293,151 @@ cudaError_t launchRowsM(dim3 grid, const float *x, int K, Activation act,
                               dim3{kRowsThreads}, 0, s, true, x, K, act, t)
                : launchKernel(gemvRowsKernel<W, M, Vec, false>, grid,
                               dim3{kRowsThreads}, 0, s, false, x, K, act, t);
+}
+
+//===----------------------------------------------------------------------===//
+// gemvRows on tensor cores (3-8 tokens, fp16 weights)
+//===----------------------------------------------------------------------===//
+
+/// Tokens from which gemvRows runs gemvMmaKernel (fp16 weights, 16-byte
+/// aligned rows, K a multiple of 32, no folded norm).
+constexpr int kMmaMinTokens = 3;
+constexpr int kMmaRows = 16;  // rows a block owns
+constexpr int kMmaWarps = 8;  // warps a block; they split K
+constexpr int kMmaUnroll = 4; // 32-wide k steps a warp has in flight
+
+/// One m16n8k16 tensor-core product, fp16 in, fp32 accumulate.
+__device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0,
+                                         unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  __trap(); // sparsec builds sm_90; no silent zeros elsewhere
+#endif
+}
+
+/// x as the sum of two fp16 pairs: hi = fp16(x), lo = fp16(x - hi). The
+/// products with hi and with lo are exact in the fp32 accumulators, so two
+/// tensor-core products give x about 22 bits, as close to the fp32 x of
+/// gemvRowsKernel as its own summation order (x rounded to fp16 alone put
+/// errors near 1e-3 on the kernel test's sums). |x| past 65504 overflows
+/// to inf, as in the prefill's fp16 GEMMs (Ops.cu rounds x to fp16).
+__device__ __forceinline__ void splitHalf2(float a, float b, unsigned &hi,
+                                           unsigned &lo) {
+  const __half2 h = __floats2half2_rn(a, b);
+  const float2 f = __half22float2(h);
+  const __half2 l = __floats2half2_rn(a - f.x, b - f.y);
+  hi = *reinterpret_cast<const unsigned *>(&h);
+  lo = *reinterpret_cast<const unsigned *>(&l);
+}
+
+/// y[t, n] for up to 8 tokens on tensor cores: block b owns rows [16b,
+/// 16b + 16) of its weight (RowsTargets, as gemvRowsKernel), its 8 warps
+/// take interleaved 32-wide steps of K. In a step, lane (g, q) (g = lane /
+/// 4, q = lane % 4) loads 8 halves of rows g and g + 8 at k = 32 s + 8 q
+/// (16 bytes each) and 8 floats of token g's x at the same k, and the warp
+/// runs two m16n8k16 products for x's high fp16 parts and two for its low
+/// parts (splitHalf2): the k order inside a step is permuted the same way
+/// for the weights and x, so the sum is the same. x of tokens past
+/// M is zero. Each weight byte is read once and each x chunk serves 16 rows
+/// (gemvRowsKernel's threads reload x for every 4 rows: at 8 tokens its x
+/// traffic is 8 times its weight traffic). The warps' 16 x 8 sums meet in
+/// shared memory; the epilogue (bias, activation, residual) as in
+/// gemvRowsKernel.
+template <bool Early>
+__global__ void __launch_bounds__(kMmaWarps * 32)
+gemvMmaKernel(const float *x, int M, int K, Activation act,
+              RowsTargets<__half> t) {
+  pdlTrigger();
+  const __half *wt = t.wt[0];
+  const float *bias = t.bias[0], *residual = t.residual[0];
+  float *y = t.y[0];
+  int N = t.N[0], first = 0;
+#pragma unroll
+  for (int g = 1; g < kGemvGroupMax; ++g)
+    if (g < t.count && int(blockIdx.x) >= t.firstBlock[g]) {
+      wt = t.wt[g];
+      bias = t.bias[g];
+      residual = t.residual[g];
+      y = t.y[g];
+      N = t.N[g];
+      first = t.firstBlock[g];
+    }
+  const int n0 = (int(blockIdx.x) - first) * kMmaRows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const uint4 *rowA = reinterpret_cast<const uint4 *>(
+      wt + int64_t(min(n0 + g, N - 1)) * K);
+  const uint4 *rowB = reinterpret_cast<const uint4 *>(
+      wt + int64_t(min(n0 + g + 8, N - 1)) * K);
+  const bool hasToken = g < M;
+  const float4 *xg = reinterpret_cast<const float4 *>(x + int64_t(g) * K);
+  if constexpr (Early)
+    pdlWait(); // x comes from the kernel before
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int steps = K / 32;
+  for (int s0 = warp; s0 < steps; s0 += kMmaWarps * kMmaUnroll) {
+    uint4 wa[kMmaUnroll], wb[kMmaUnroll];
+    float4 xa[kMmaUnroll], xb[kMmaUnroll];
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      const int s = s0 + u * kMmaWarps;
+      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (s < steps) {
+        const int c16 = s * 4 + q; // 16-byte chunk of the row
+        wa[u] = __ldg(rowA + c16);
+        wb[u] = __ldg(rowB + c16);
+        xa[u] = hasToken ? (Early ? __ldcg(xg + 2 * c16) : __ldg(xg + 2 * c16)) : zero;
+        xb[u] = hasToken ? (Early ? __ldcg(xg + 2 * c16 + 1) : __ldg(xg + 2 * c16 + 1)) : zero;
+      } else {
+        wa[u] = wb[u] = make_uint4(0, 0, 0, 0);
+        xa[u] = xb[u] = zero;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      // Halves 0-3 of the chunk: the first pair of products, 4-7: the
+      // second; x's high parts into c, its low parts into d.
+      unsigned h0, l0, h1, l1, h2, l2, h3, l3;
+      splitHalf2(xa[u].x, xa[u].y, h0, l0);
+      splitHalf2(xa[u].z, xa[u].w, h1, l1);
+      splitHalf2(xb[u].x, xb[u].y, h2, l2);
+      splitHalf2(xb[u].z, xb[u].w, h3, l3);
+      mma16816(c, wa[u].x, wb[u].x, wa[u].y, wb[u].y, h0, h1);
+      mma16816(d, wa[u].x, wb[u].x, wa[u].y, wb[u].y, l0, l1);
+      mma16816(c, wa[u].z, wb[u].z, wa[u].w, wb[u].w, h2, h3);
+      mma16816(d, wa[u].z, wb[u].z, wa[u].w, wb[u].w, l2, l3);
+    }
+  }
+  // c[0], c[1]: row g, tokens 2q, 2q + 1; c[2], c[3]: row g + 8.
+  __shared__ float red[kMmaWarps][4][32];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    red[warp][i][lane] = c[i] + d[i];
+  __syncthreads();
+  if (warp != 0)
+    return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; ++w)
+      v += red[w][i][lane];
+    const int n = n0 + g + (i >= 2 ? 8 : 0), m = 2 * q + (i & 1);
+    if (n < N && m < M) {
+      float s = v + (bias ? __ldg(bias + n) : 0.0f);
+      s = activate(act, s);
+      if (residual)
+        s += Early ? __ldcg(residual + int64_t(m) * N + n)
+                   : __ldg(residual + int64_t(m) * N + n);
+      y[int64_t(m) * N + n] = s;
+    }
+  }
 }
 
 template <typename W, bool Vec>
@@ -630,7 +776,13 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
   if (tokens > kGemvRowsTokens || count < 1 || count > kGemvGroupMax)
     return cudaErrorInvalidValue;
   constexpr int V = 16 / int(sizeof(W));
-  const int rowsPerBlock = gemvRowsPerBlock(tokens, norm != nullptr, early);
+  // Tensor cores from kMmaMinTokens tokens (fp16 weights, aligned rows).
+  bool mma = std::is_same_v<W, __half> && tokens >= kMmaMinTokens && !norm &&
+             K % 32 == 0 && aligned16(x);
+  for (int g = 0; mma && g < count; ++g)
+    mma = aligned16(wt[g]);
+  const int rowsPerBlock =
+      mma ? kMmaRows : gemvRowsPerBlock(tokens, norm != nullptr, early);
   RowsTargets<W> t{};
   t.count = count;
   if (norm) {
@@ -658,6 +810,17 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
   }
   if (blocks == 0)
     return cudaSuccess;
+  if constexpr (std::is_same_v<W, __half>) {
+    if (mma) {
+      const dim3 grid{unsigned(blocks)}, block{kMmaWarps * 32};
+      cudaError_t e =
+          early ? launchKernel(gemvMmaKernel<true>, grid, block, 0, stream,
+                               true, x, tokens, K, act, t)
+                : launchKernel(gemvMmaKernel<false>, grid, block, 0, stream,
+                               false, x, tokens, K, act, t);
+      return e != cudaSuccess ? e : cudaGetLastError();
+    }
+  }
   cudaError_t e =
       vec ? launchRows<W, true>(tokens, x, K, act, t, blocks, stream, early,
                                 norm != nullptr)
