@@ -618,6 +618,10 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
     if (j0 >= jEnd)
       break;
     float kv[kAttnGroup][NI], vv[kAttnGroup][NI];
+    // The mask entries are requested with the keys and values (one memory
+    // round trip for all): off = past jEnd or masked out by a boolean mask.
+    float mk[kAttnGroup];
+    bool off[kAttnGroup];
 #pragma unroll
     for (int t = 0; t < kAttnGroup; ++t) {
       const int64_t j = min(j0 + t, jEnd - 1); // past jEnd: masked below
@@ -629,6 +633,14 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
         kv[t][e] = d < D ? kr[d] : 0.0f;
         vv[t][e] = d < Dv ? vr[d] : 0.0f;
       }
+      off[t] = j0 + t >= jEnd;
+      mk[t] = 0.0f;
+      if (!off[t]) {
+        if (a.maskF)
+          mk[t] = a.maskF[mRow + j * a.mStr[3]];
+        else if (a.maskB)
+          off[t] = !a.maskB[mRow + j * a.mStr[3]];
+      }
     }
     float s[kAttnGroup];
     float mNew = m;
@@ -638,14 +650,8 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
 #pragma unroll
       for (int e = 0; e < NI; ++e)
         dot += q[e] * kv[t][e];
-      s[t] = warpSum(dot) * a.scale;
-      const int64_t j = j0 + t;
-      if (j >= jEnd)
-        s[t] = -INFINITY;
-      else if (a.maskF)
-        s[t] += a.maskF[mRow + j * a.mStr[3]];
-      else if (a.maskB && !a.maskB[mRow + j * a.mStr[3]])
-        s[t] = -INFINITY;
+      const float sum = warpSum(dot); // every lane takes part
+      s[t] = off[t] ? -INFINITY : sum * a.scale + mk[t];
       // A NaN stays (fmaxf would drop it, also on a later key).
       mNew = (mNew != mNew || s[t] != s[t]) ? NAN : fmaxf(mNew, s[t]);
     }
@@ -725,26 +731,55 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   if (!last)
     return;
   __threadfence();
+  // The merge in two memory round trips: warp 0 reads every chunk's (max,
+  // sum) at once (chunks <= kAttnMaxChunks = 32, a lane each) and makes the
+  // chunks' weights; then each thread reads its element of every chunk,
+  // those loads all in flight together.
+  const int nChunks = int(chunks);
   const float *parts = scratch + row * chunks * (Dv + 2);
-  float MM = -INFINITY;
-  bool nan = false;
-  for (int64_t c = 0; c < chunks; ++c) {
-    const float mc = __ldcg(parts + c * (Dv + 2));
-    nan |= mc != mc;
-    MM = fmaxf(MM, mc);
+  __shared__ float cw[kAttnMaxChunks];
+  __shared__ float mergeDen, mergeMax;
+  __shared__ bool mergeNaN;
+  if (warp == 0) {
+    const bool has = lane < nChunks;
+    const float mc = has ? __ldcg(parts + lane * (Dv + 2)) : -INFINITY;
+    const float lc = has ? __ldcg(parts + lane * (Dv + 2) + 1) : 0.0f;
+    const bool nan = __any_sync(0xffffffffu, mc != mc);
+    float mm = mc != mc ? -INFINITY : mc;
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2)
+      mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, o));
+    const float w = mc == -INFINITY || mm == -INFINITY || nan ? 0.0f
+                                                              : expf(mc - mm);
+    const float den = warpSum(w * lc);
+    if (has)
+      cw[lane] = w;
+    if (lane == 0) {
+      mergeDen = den;
+      mergeMax = mm;
+      mergeNaN = nan;
+    }
   }
+  __syncthreads();
+  const float den = mergeDen, MM = mergeMax;
+  const bool nan = mergeNaN;
   for (int d = threadIdx.x; d < Dv; d += kAttnThreads) {
-    float num = 0.0f, den = 0.0f;
-    if (!nan && MM != -INFINITY)
-      for (int64_t c = 0; c < chunks; ++c) {
-        const float *pc = parts + c * (Dv + 2);
-        const float mc = __ldcg(pc);
-        if (mc == -INFINITY)
-          continue;
-        const float w = expf(mc - MM);
-        den += w * __ldcg(pc + 1);
-        num += w * __ldcg(pc + 2 + d);
+    float num = 0.0f;
+    if (!nan && MM != -INFINITY) {
+      constexpr int Batch = 8;
+      for (int c0 = 0; c0 < nChunks; c0 += Batch) {
+        float v[Batch];
+#pragma unroll
+        for (int u = 0; u < Batch; ++u)
+          v[u] = c0 + u < nChunks
+                     ? __ldcg(parts + (c0 + u) * (Dv + 2) + 2 + d)
+                     : 0.0f;
+#pragma unroll
+        for (int u = 0; u < Batch; ++u)
+          if (c0 + u < nChunks)
+            num += cw[c0 + u] * v[u];
       }
+    }
     a.out[row * Dv + d] = nan ? NAN : (MM == -INFINITY ? 0.0f : num / den);
   }
 }
