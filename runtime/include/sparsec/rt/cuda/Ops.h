@@ -133,6 +133,8 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
 bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
                int outSlot, Tensor &out);
 
+/// A view of x with the new shape (no copy; the memory plan keeps x live as
+/// long as the view). `outSlot` is the slot the plan gave the result.
 bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,
                int outSlot, Tensor &out);
 /// `shape` is a host int64 tensor.
