@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace sparsec::rt::cuda {
 
@@ -1279,6 +1280,28 @@ cudaError_t launchHidden(const float *x, const W *w1, int d, int r,
                             dim3(kThreads), 0, stream, early, x, w1, d, r, g,
                             part, hidden, done, listCount);
 }
+
+/// The predictor's kernels: the hidden vector (zeroing the list's count
+/// where there is a list), then `select`, one block per segment of the f
+/// neurons, with `smem` bytes of dynamic and `staticBytes` of static shared
+/// memory and `args`.
+template <typename W, int T, typename... Params, typename... Args>
+cudaError_t launchPredict(void (*select)(Params...), size_t smem,
+                          size_t staticBytes, const float *x, const W *w1,
+                          int d, int r, float *scratch, const IndexView &ix,
+                          int f, cudaStream_t stream, bool early,
+                          Args &&...args) {
+  cudaError_t e = allowShared(select, smem, staticBytes);
+  if (e != cudaSuccess)
+    return e;
+  e = launchHidden<W, T>(x, w1, d, r, scratch, ix.list ? ix.count : nullptr,
+                         stream, early);
+  if (e != cudaSuccess)
+    return e;
+  e = launchKernel(select, dim3(indexSegments(f)), dim3(kThreads), smem,
+                   stream, early, std::forward<Args>(args)...);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
 } // namespace
 
 template <typename W>
@@ -1297,18 +1320,11 @@ cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
     auto kernel = fast ? selectUpKernel<W, T, true> : selectUpKernel<W, T, false>;
     if (!predictUpFits(T, d, r))
       return cudaErrorInvalidValue; // x and the hidden vector do not fit
-    cudaError_t e = allowShared(kernel, smem, selectUpStaticBytes(T));
-    if (e != cudaSuccess)
-      return e;
-    e = launchHidden<W, T>(x, w1, d, r, scratch, ix.list ? ix.count : nullptr,
-                           stream, early);
-    if (e != cudaSuccess)
-      return e;
-    e = launchKernel(kernel, dim3(indexSegments(f)), dim3(kThreads), smem,
-                     stream, early, predictHidden<W>(scratch, T, d, r), r, w2,
-                     f, predBias, threshold, ix, mask, maskRows, x, wt, d,
-                     upBias, relu, h, ldh, init);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    return launchPredict<W, T>(kernel, smem, selectUpStaticBytes(T), x, w1, d,
+                               r, scratch, ix, f, stream, early,
+                               predictHidden<W>(scratch, T, d, r), r, w2, f,
+                               predBias, threshold, ix, mask, maskRows, x, wt,
+                               d, upBias, relu, h, ldh, init);
   });
 }
 
@@ -1330,17 +1346,9 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
     // kernel must be allowed more (T = 8 at rank 1024: 16 + 32 KB).
     if (smem > 160 * 1024)
       return cudaErrorInvalidValue;
-    cudaError_t e = allowShared(selectKernel, smem, sizeof(SelectShared<T>));
-    if (e != cudaSuccess)
-      return e;
-    e = launchHidden<W, T>(x, w1, d, r, scratch, ix.list ? ix.count : nullptr,
-                           stream, early);
-    if (e != cudaSuccess)
-      return e;
-    e = launchKernel(selectKernel, dim3(indexSegments(f)), dim3(kThreads), smem,
-                     stream, early, hidden, r, w2, f, bias, threshold, ix, mask,
-                     maskRows);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    return launchPredict<W, T>(selectKernel, smem, sizeof(SelectShared<T>), x,
+                               w1, d, r, scratch, ix, f, stream, early, hidden,
+                               r, w2, f, bias, threshold, ix, mask, maskRows);
   });
 }
 
