@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "PredictorTraining.h"
+#include "sparsec/Training/PredictorTraining.h"
 
 #include <gtest/gtest.h>
 

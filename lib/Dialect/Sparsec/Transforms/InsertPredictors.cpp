@@ -4,8 +4,9 @@
 //
 // For every FFN up projection `relu(linear(x, W, b))` whose site has
 // (layer input, active mask) samples in the profile, trains a low-rank
-// predictor (PredictorTraining.h), keeps the cheapest rank that reaches the
-// target recall and, when it beats exact mode, rewrites
+// predictor (sparsec/Training/PredictorTraining.h), keeps the cheapest
+// rank that reaches the target recall and, when it beats exact mode,
+// rewrites
 //   %h = sparsec.linear %x, %W, %b
 // into
 //   %m = sparsec.predict %x, %w1, %w2, %pb            (trained globals)
@@ -17,7 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "MatchUtils.h"
-#include "PredictorTraining.h"
+#include "sparsec/Training/PredictorTraining.h"
 #include "SparsitySites.h"
 #include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
 #include "sparsec/Weights/WeightStore.h"

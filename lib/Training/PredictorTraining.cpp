@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "PredictorTraining.h"
+#include "sparsec/Training/PredictorTraining.h"
 
 #include <algorithm>
 #include <cmath>

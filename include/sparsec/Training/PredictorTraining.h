@@ -21,8 +21,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef SPARSEC_LIB_DIALECT_SPARSEC_TRANSFORMS_PREDICTORTRAINING_H
-#define SPARSEC_LIB_DIALECT_SPARSEC_TRANSFORMS_PREDICTORTRAINING_H
+#ifndef SPARSEC_TRAINING_PREDICTORTRAINING_H
+#define SPARSEC_TRAINING_PREDICTORTRAINING_H
 
 #include <cstdint>
 #include <functional>
@@ -71,4 +71,4 @@ bool trainPredictors(const PredictorProblem &problem,
 
 } // namespace sparsec
 
-#endif // SPARSEC_LIB_DIALECT_SPARSEC_TRANSFORMS_PREDICTORTRAINING_H
+#endif // SPARSEC_TRAINING_PREDICTORTRAINING_H
