@@ -299,8 +299,14 @@ OpFoldResult CompareOp::fold(FoldAdaptor a) {
 OpFoldResult ShapeOp::fold(FoldAdaptor) {
   auto in = getInput().getType();
   int64_t rank = in.getRank();
-  int64_t start = getStart() < 0 ? getStart() + rank : getStart();
-  int64_t end = getEnd() ? (*getEnd() < 0 ? *getEnd() + rank : *getEnd()) : rank;
+  // I64Attr's accessors are unsigned: read them as int64_t before the
+  // sign matters (a negative start or end counts from the back).
+  int64_t start = static_cast<int64_t>(getStart());
+  int64_t end = getEnd() ? static_cast<int64_t>(*getEnd()) : rank;
+  if (start < 0)
+    start += rank;
+  if (end < 0)
+    end += rank;
   start = std::clamp<int64_t>(start, 0, rank);
   end = std::clamp<int64_t>(end, start, rank);
   SmallVector<APInt> dims;
@@ -321,7 +327,12 @@ OpFoldResult GatherOp::fold(FoldAdaptor adaptor) {
   if (!data || !idx || !foldable(getType()) || !data.getType().hasStaticShape())
     return {};
   ArrayRef<int64_t> dshape = data.getType().getShape();
-  int64_t axis = getAxis() < 0 ? getAxis() + dshape.size() : getAxis();
+  const int64_t rank = static_cast<int64_t>(dshape.size());
+  int64_t axis = static_cast<int64_t>(getAxis()); // I64Attr reads unsigned
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return {};
   int64_t outer = 1, inner = 1, n = dshape[axis];
   for (int64_t i = 0; i < axis; ++i)
     outer *= dshape[i];
@@ -382,7 +393,12 @@ OpFoldResult ConcatOp::fold(FoldAdaptor adaptor) {
   if (!foldable(getType()))
     return {};
   ArrayRef<int64_t> shape = getType().getShape();
-  int64_t axis = getAxis() < 0 ? getAxis() + shape.size() : getAxis();
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = static_cast<int64_t>(getAxis()); // I64Attr reads unsigned
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return {};
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < axis; ++i)
     outer *= shape[i];

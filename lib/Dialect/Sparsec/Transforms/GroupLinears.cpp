@@ -149,7 +149,8 @@ struct GroupLinearsPass
     Norm n;
     if (auto ln = dyn_cast<LayerNormOp>(op)) {
       int64_t rank = ln.getInput().getType().getRank();
-      if (ln.getAxis() != -1 && ln.getAxis() != rank - 1)
+      const int64_t axis = static_cast<int64_t>(ln.getAxis()); // I64Attr
+      if (axis != -1 && axis != rank - 1)
         return std::nullopt;
       n.scale = ln.getScale();
       n.bias = ln.getBias();

@@ -58,3 +58,26 @@ func.func @keeps_dynamic(%x: tensor<?x8xf32>) -> tensor<2xi64> {
   %s = sparsec.shape %x : tensor<?x8xf32> -> tensor<2xi64>
   return %s : tensor<2xi64>
 }
+
+// Negative axes, start and end count from the back (ONNX keeps them
+// negative through the importer); they used to be read unsigned, and a
+// negative concat axis crashed the folder.
+// CHECK-LABEL: func.func @negative_axes
+func.func @negative_axes(%x: tensor<2x3x5xf32>) -> (tensor<2xi64>, tensor<2xi64>, tensor<2x2xi64>, tensor<2x3xi64>) {
+  // CHECK-DAG: sparsec.constant dense<[3, 5]> : tensor<2xi64>
+  // CHECK-DAG: sparsec.constant dense<[2, 3]> : tensor<2xi64>
+  // CHECK-DAG: sparsec.constant dense<{{\[}}[3, 1], [6, 4]]> : tensor<2x2xi64>
+  // CHECK-DAG: sparsec.constant dense<{{\[}}[7, 9, 10], [8, 11, 12]]> : tensor<2x3xi64>
+  // CHECK-NOT: sparsec.shape
+  // CHECK-NOT: sparsec.gather
+  // CHECK-NOT: sparsec.concat
+  %s = sparsec.shape %x {start = -2 : i64} : tensor<2x3x5xf32> -> tensor<2xi64>
+  %s2 = sparsec.shape %x {start = 0 : i64, end = -1 : i64} : tensor<2x3x5xf32> -> tensor<2xi64>
+  %c = sparsec.constant dense<[[1, 2, 3], [4, 5, 6]]> : tensor<2x3xi64>
+  %i = sparsec.constant dense<[2, 0]> : tensor<2xi64>
+  %g = sparsec.gather %c, %i {axis = -1 : i64} : tensor<2x3xi64>, tensor<2xi64> -> tensor<2x2xi64>
+  %a = sparsec.constant dense<[[7], [8]]> : tensor<2x1xi64>
+  %b = sparsec.constant dense<[[9, 10], [11, 12]]> : tensor<2x2xi64>
+  %k = sparsec.concat %a, %b {axis = -1 : i64} : (tensor<2x1xi64>, tensor<2x2xi64>) -> tensor<2x3xi64>
+  return %s, %s2, %g, %k : tensor<2xi64>, tensor<2xi64>, tensor<2x2xi64>, tensor<2x3xi64>
+}
