@@ -351,3 +351,12 @@ func.func @pit_bad_tile(%x: tensor<1x16xf32>, %w: tensor<16x8xf32>) -> tensor<1x
   %y = sparsec.sparse_linear %x, %w {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>, pit_tile = 12 : i64} : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
+
+// -----
+
+// A negative axis is reported as written (not as its unsigned reading).
+func.func @softmax_negative_axis(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{axis -3 out of range for rank 2}}
+  %y = sparsec.softmax %a {axis = -3 : i64} : tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}

@@ -431,7 +431,8 @@ LogicalResult LayerNormOp::verify() {
   auto in = getInput().getType();
   int64_t axis = normalizeAxis(getAxis(), in.getRank());
   if (axis < 0 || axis >= in.getRank())
-    return emitOpError("axis ") << getAxis() << " out of range for rank "
+    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
+                                << " out of range for rank "
                                 << in.getRank();
   ArrayRef<int64_t> normalized = in.getShape().drop_front(axis);
   auto checkParam = [&](Value v, StringRef what) -> LogicalResult {
@@ -468,7 +469,8 @@ LogicalResult SoftmaxOp::verify() {
   int64_t rank = getType().getRank();
   int64_t axis = normalizeAxis(getAxis(), rank);
   if (axis < 0 || axis >= rank)
-    return emitOpError("axis ") << getAxis() << " out of range for rank "
+    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
+                                << " out of range for rank "
                                 << rank;
   return success();
 }
@@ -602,7 +604,8 @@ LogicalResult GatherOp::verify() {
   int64_t rank = getData().getType().getRank();
   int64_t axis = normalizeAxis(getAxis(), rank);
   if (axis < 0 || axis >= rank)
-    return emitOpError("axis ") << getAxis() << " out of range for rank "
+    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
+                                << " out of range for rank "
                                 << rank;
   if (getType().getRank() != rank - 1 + getIndices().getType().getRank())
     return emitOpError("result rank must be data rank - 1 + indices rank");
@@ -724,7 +727,8 @@ LogicalResult ConcatOp::verify() {
   int64_t rank = getType().getRank();
   int64_t axis = normalizeAxis(getAxis(), rank);
   if (axis < 0 || axis >= rank)
-    return emitOpError("axis ") << getAxis() << " out of range for rank "
+    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
+                                << " out of range for rank "
                                 << rank;
   for (Value v : getInputs()) {
     auto t = rankedType(v);
