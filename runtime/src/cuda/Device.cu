@@ -401,14 +401,19 @@ Tensor weight(Context &ctx, uint32_t index, DType dtype, int rank,
 }
 
 namespace {
-/// Uploads up to this size are a kernel reading the pinned staging buffer
-/// (host memory that kernels can address, unified addressing) instead of a
-/// copy-engine transfer. In replayed decode steps traced on an H200
-/// (bench/gpu/step_trace.py) a kernel started about 0.1 us after the kernel
-/// before it but 4-10 us after a copy node, and the first attention waited
-/// far longer after the mask's copy; untraced, an OPT-1.3B step took 1150.2
-/// us with upload kernels against 1171.5 us with copies.
-constexpr size_t kKernelUploadMax = 64 * 1024;
+/// Uploads up to kKernelUploadMax bytes are a kernel reading the pinned
+/// staging buffer (host memory that kernels can address, unified
+/// addressing) instead of a copy-engine transfer. In replayed decode steps
+/// traced on an H200 (bench/gpu/step_trace.py) a kernel started about 0.1
+/// us after the kernel before it but 4-10 us after a copy node, and the
+/// first attention waited far longer after the mask's copy; untraced, an
+/// OPT-1.3B step took 1150.2 us with upload kernels against 1171.5 us with
+/// copies (uploads of 8, 8 and 676 bytes). 4 KB is one 16-byte load a
+/// thread of one block, so the host memory is one round trip (a thread
+/// looping over more pieces would wait for each in turn); larger uploads
+/// (batched masks, the CPU parts' results of hybrid builds) stay copies.
+constexpr size_t kKernelUploadMax = 4096;
+constexpr int kUploadThreads = 256;
 
 __global__ void uploadKernel(const unsigned char *__restrict__ src,
                              unsigned char *__restrict__ dst, size_t bytes) {
@@ -467,7 +472,7 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
   if (!d.launching())
     return true;
   if (bytes <= kKernelUploadMax) {
-    uploadKernel<<<1, 256, 0, d.stream>>>(
+    uploadKernel<<<1, kUploadThreads, 0, d.stream>>>(
         static_cast<const unsigned char *>(d.staging[size_t(site)].ptr),
         static_cast<unsigned char *>(out.data), bytes);
     return check(ctx, cudaGetLastError(), "upload");
