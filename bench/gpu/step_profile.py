@@ -10,7 +10,8 @@ run starts every step) and prints the last decode step by kernel: launches,
 total microseconds, bytes read and achieved bandwidth, plus the step's sum.
 The per-kernel times are measured in isolation with cold caches (ncu's
 default cache control), so the sum is the step's GPU time without launch
-gaps; `SPARSEC_CUDA_PROFILE=1` on a normal run gives the time with them.
+gaps; `SPARSEC_CUDA_PROFILE=1` on a normal run gives the time with them,
+and step_trace.py each kernel's time as the replayed graph runs.
 """
 import argparse
 import csv
