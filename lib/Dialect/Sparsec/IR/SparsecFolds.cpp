@@ -299,14 +299,8 @@ OpFoldResult CompareOp::fold(FoldAdaptor a) {
 OpFoldResult ShapeOp::fold(FoldAdaptor) {
   auto in = getInput().getType();
   int64_t rank = in.getRank();
-  // I64Attr's accessors are unsigned: read them as int64_t before the
-  // sign matters (a negative start or end counts from the back).
-  int64_t start = static_cast<int64_t>(getStart());
-  int64_t end = getEnd() ? static_cast<int64_t>(*getEnd()) : rank;
-  if (start < 0)
-    start += rank;
-  if (end < 0)
-    end += rank;
+  int64_t start = normalizeAxis(getStart(), rank);
+  int64_t end = getEnd() ? normalizeAxis(*getEnd(), rank) : rank;
   start = std::clamp<int64_t>(start, 0, rank);
   end = std::clamp<int64_t>(end, start, rank);
   SmallVector<APInt> dims;
@@ -328,9 +322,7 @@ OpFoldResult GatherOp::fold(FoldAdaptor adaptor) {
     return {};
   ArrayRef<int64_t> dshape = data.getType().getShape();
   const int64_t rank = static_cast<int64_t>(dshape.size());
-  int64_t axis = static_cast<int64_t>(getAxis()); // I64Attr reads unsigned
-  if (axis < 0)
-    axis += rank;
+  const int64_t axis = normalizeAxis(getAxis(), rank);
   if (axis < 0 || axis >= rank)
     return {};
   int64_t outer = 1, inner = 1, n = dshape[axis];
@@ -394,9 +386,7 @@ OpFoldResult ConcatOp::fold(FoldAdaptor adaptor) {
     return {};
   ArrayRef<int64_t> shape = getType().getShape();
   const int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t axis = static_cast<int64_t>(getAxis()); // I64Attr reads unsigned
-  if (axis < 0)
-    axis += rank;
+  const int64_t axis = normalizeAxis(getAxis(), rank);
   if (axis < 0 || axis >= rank)
     return {};
   int64_t outer = 1, inner = 1;
@@ -448,9 +438,7 @@ OpFoldResult SliceOp::fold(FoldAdaptor adaptor) {
   if (s.size() != ax.size() || e.size() != ax.size() || st.size() != ax.size())
     return {};
   for (size_t i = 0; i < ax.size(); ++i) {
-    int64_t a = ax[i].getSExtValue();
-    if (a < 0)
-      a += rank;
+    const int64_t a = normalizeAxis(ax[i].getSExtValue(), rank);
     if (a < 0 || a >= rank)
       return {};
     int64_t dim = shape[a], k = st[i].getSExtValue();

@@ -25,10 +25,6 @@ static RankedTensorType rankedType(Value v) {
   return cast<RankedTensorType>(v.getType());
 }
 
-static int64_t normalizeAxis(int64_t axis, int64_t rank) {
-  return axis < 0 ? axis + rank : axis;
-}
-
 static bool compatibleDims(int64_t a, int64_t b) {
   return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
 }

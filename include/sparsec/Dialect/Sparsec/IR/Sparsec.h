@@ -26,6 +26,13 @@
 #include "sparsec/Dialect/Sparsec/IR/SparsecAttrs.h.inc"
 
 namespace sparsec {
+/// An axis as ONNX writes it (negative values count from the back) as an
+/// index into `rank` dims; out of range stays out of range. Takes int64_t:
+/// I64Attr accessors return the value unsigned, which this reads signed.
+inline int64_t normalizeAxis(int64_t axis, int64_t rank) {
+  return axis < 0 ? axis + rank : axis;
+}
+
 /// ONNX Slice semantics along one dimension of size `dim` (static): clamps
 /// `start`/`end` (negative values count from the end) for a non-zero
 /// `step`, sets `begin` to the first index read and returns how many
