@@ -91,6 +91,28 @@ template <typename W> struct RowsTargets {
   GemvNorm norm; // read by the Norm kernels
 };
 
+/// One member of RowsTargets: the one block blockIdx.x works for.
+template <typename W> struct RowsTarget {
+  const W *wt;
+  const float *bias, *residual, *wScale, *wBias;
+  float *y;
+  int N, first; // first: the member's first block
+};
+
+/// The member of `t` that block blockIdx.x works for (compile-time
+/// indices: the targets stay in the parameter space).
+template <typename W>
+__device__ __forceinline__ RowsTarget<W> rowsTarget(const RowsTargets<W> &t) {
+  RowsTarget<W> r{t.wt[0], t.bias[0], t.residual[0], t.norm.wScale[0],
+                  t.norm.wBias[0], t.y[0], t.N[0], 0};
+#pragma unroll
+  for (int g = 1; g < kGemvGroupMax; ++g)
+    if (g < t.count && int(blockIdx.x) >= t.firstBlock[g])
+      r = RowsTarget<W>{t.wt[g], t.bias[g], t.residual[g], t.norm.wScale[g],
+                        t.norm.wBias[g], t.y[g], t.N[g], t.firstBlock[g]};
+  return r;
+}
+
 /// Block b computes neurons [Rb, Rb + R) for all M tokens (R =
 /// gemvRowsPerBlock(M, Norm, Early)): thread t takes chunks t, t + 256, ...
 /// of the R rows (R loads in flight per chunk step, two steps unrolled),
@@ -120,25 +142,12 @@ gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
   pdlTrigger();
   using C = Chunk<W, Vec>;
   constexpr int V = C::V, R = gemvRowsPerBlock(M, Norm, Early);
-  // This block's weight (compile-time indices: the targets stay in the
-  // parameter space).
-  const W *wt = t.wt[0];
-  const float *bias = t.bias[0], *residual = t.residual[0];
-  const float *wScale = t.norm.wScale[0], *wBias = t.norm.wBias[0];
-  float *y = t.y[0];
-  int N = t.N[0], first = 0;
-#pragma unroll
-  for (int g = 1; g < kGemvGroupMax; ++g)
-    if (g < t.count && int(blockIdx.x) >= t.firstBlock[g]) {
-      wt = t.wt[g];
-      bias = t.bias[g];
-      residual = t.residual[g];
-      wScale = t.norm.wScale[g];
-      wBias = t.norm.wBias[g];
-      y = t.y[g];
-      N = t.N[g];
-      first = t.firstBlock[g];
-    }
+  const RowsTarget<W> tg = rowsTarget(t);
+  const W *wt = tg.wt;
+  const float *bias = tg.bias, *residual = tg.residual;
+  const float *wScale = tg.wScale, *wBias = tg.wBias;
+  float *y = tg.y;
+  const int N = tg.N, first = tg.first;
   const int n0 = (int(blockIdx.x) - first) * R;
   const int chunks = K / V;
   const W *rows[R];
@@ -354,20 +363,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
 gemvMmaKernel(const float *x, int M, int K, Activation act,
               RowsTargets<__half> t) {
   pdlTrigger();
-  const __half *wt = t.wt[0];
-  const float *bias = t.bias[0], *residual = t.residual[0];
-  float *y = t.y[0];
-  int N = t.N[0], first = 0;
-#pragma unroll
-  for (int g = 1; g < kGemvGroupMax; ++g)
-    if (g < t.count && int(blockIdx.x) >= t.firstBlock[g]) {
-      wt = t.wt[g];
-      bias = t.bias[g];
-      residual = t.residual[g];
-      y = t.y[g];
-      N = t.N[g];
-      first = t.firstBlock[g];
-    }
+  const RowsTarget<__half> tg = rowsTarget(t);
+  const __half *wt = tg.wt;
+  const float *bias = tg.bias, *residual = tg.residual;
+  float *y = tg.y;
+  const int N = tg.N, first = tg.first;
   const int n0 = (int(blockIdx.x) - first) * kMmaRows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q = lane & 3;
@@ -745,10 +745,7 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
     const float mc = has ? __ldcg(parts + lane * (Dv + 2)) : -INFINITY;
     const float lc = has ? __ldcg(parts + lane * (Dv + 2) + 1) : 0.0f;
     const bool nan = __any_sync(0xffffffffu, mc != mc);
-    float mm = mc != mc ? -INFINITY : mc;
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2)
-      mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, o));
+    const float mm = warpMax(mc != mc ? -INFINITY : mc);
     const float w = mc == -INFINITY || mm == -INFINITY || nan ? 0.0f
                                                               : expf(mc - mm);
     const float den = warpSum(w * lc);

@@ -414,6 +414,8 @@ namespace {
 /// (batched masks, the CPU parts' results of hybrid builds) stay copies.
 constexpr size_t kKernelUploadMax = 4096;
 constexpr int kUploadThreads = 256;
+static_assert(kKernelUploadMax <= 16 * kUploadThreads,
+              "one 16-byte load a thread");
 
 __global__ void uploadKernel(const unsigned char *__restrict__ src,
                              unsigned char *__restrict__ dst, size_t bytes) {
