@@ -193,6 +193,13 @@ int main() {
   // Larger, with the residual aliasing nothing.
   run({512, 2048, 1024, 32, 0.1, true, false, false, true, false, true, 128});
   run({512, 2048, 1024, 16, 0.02, false, true, true, false, false, false, 256});
+  // K not a multiple of 4: the unsorted SRead's one-column-a-thread path
+  // (the others load 4 columns a thread).
+  run({70, 203, 136, 32, 0.3, false});
+  run({48, 333, 128, 16, 0.2, false, true, true, true, false, false});
+  // Larger K at both loaders (4 columns a thread and, K odd, one).
+  run({512, 4096, 256, 32, 0.05, false, true, false, true, false, true});
+  run({256, 4095, 264, 8, 0.1, false, false, true, false, true, false});
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

@@ -15,6 +15,9 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <type_traits>
+
 namespace sparsec::rt::cuda {
 namespace {
 
@@ -105,28 +108,96 @@ __global__ void __launch_bounds__(kSReadThreads)
     count[b] = base;
 }
 
-/// The unsorted SRead: a wide grid (token block, 256 columns) whose warps
-/// append to the block's set with one atomic each; count must be zero.
+/// V adjacent columns [k0, k0 + V) of the token block's rows as fp16 pairs
+/// (as loadColumn), loaded with one V-element vector load a row; K is a
+/// multiple of V and x is aligned to V elements (launchSRead checks).
+template <int V> struct VecOf;
+template <> struct VecOf<4> {
+  using F = float4;
+  using H = uint2; // 4 halfs
+};
+__device__ __forceinline__ void unpack4(float4 v, float (&f)[4]) {
+  f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+}
+__device__ __forceinline__ void unpack4(uint2 v, float (&f)[4]) {
+  __half2 lo = *reinterpret_cast<__half2 *>(&v.x),
+          hi = *reinterpret_cast<__half2 *>(&v.y);
+  f[0] = __low2float(lo), f[1] = __high2float(lo);
+  f[2] = __low2float(hi), f[3] = __high2float(hi);
+}
 template <typename X, int T>
+__device__ __forceinline__ void loadColumns4(const X *__restrict__ x, int K,
+                                             int row0, int rows, int k0,
+                                             unsigned (&v)[4][T / 2],
+                                             bool (&any)[4]) {
+  using Vec = std::conditional_t<std::is_same_v<X, float>, VecOf<4>::F,
+                                 VecOf<4>::H>;
+  Vec raw[T];
+  const bool in = k0 < K;
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+    if (in && t < rows)
+      raw[t] = __ldg(reinterpret_cast<const Vec *>(x + size_t(row0 + t) * K + k0));
+    else
+      raw[t] = Vec{};
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    any[j] = false;
+#pragma unroll
+  for (int t = 0; t < T; t += 2) {
+    float f0[4], f1[4];
+    unpack4(raw[t], f0);
+    unpack4(raw[t + 1], f1);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      __half2 h = __floats2half2_rn(f0[j], f1[j]);
+      v[j][t / 2] = *reinterpret_cast<unsigned *>(&h);
+      any[j] |= (f0[j] != 0.0f) | (f1[j] != 0.0f);
+    }
+  }
+}
+
+/// The unsorted SRead: a wide grid (token block, 256 threads x V columns)
+/// whose warps append to the block's set with one atomic each; count must
+/// be zero. V = 4: one 16-byte (fp32) or 8-byte (fp16) load per row and
+/// thread, for K a multiple of 4; V = 1 otherwise.
+template <typename X, int T, int V>
 __global__ void __launch_bounds__(256)
     pitSReadWideKernel(const X *__restrict__ x, int M, int K, int cap,
                        int32_t *__restrict__ idx, int32_t *__restrict__ count,
                        __half *__restrict__ xg) {
   const int b = blockIdx.y, row0 = b * T;
   const int rows = min(T, M - row0);
-  const int k = blockIdx.x * 256 + threadIdx.x;
+  const int k0 = (blockIdx.x * 256 + threadIdx.x) * V;
   const int lane = threadIdx.x & 31;
-  unsigned v[T / 2];
-  const bool any = loadColumn<X, T>(x, K, row0, rows, k, v);
-  const unsigned ballot = __ballot_sync(0xffffffffu, any);
+  unsigned v[V][T / 2];
+  bool any[V];
+  if constexpr (V == 1)
+    any[0] = loadColumn<X, T>(x, K, row0, rows, k0, v[0]);
+  else
+    loadColumns4<X, T>(x, K, row0, rows, k0, v, any);
+  int mine = 0;
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    mine += any[j];
+  int incl = mine; // inclusive prefix over the warp's lanes
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    int t = __shfl_up_sync(0xffffffffu, incl, o);
+    incl += lane >= o ? t : 0;
+  }
+  const int total = __shfl_sync(0xffffffffu, incl, 31);
   int first = 0;
-  if (lane == 0 && ballot)
-    first = atomicAdd(count + b, __popc(ballot));
+  if (lane == 0 && total)
+    first = atomicAdd(count + b, total);
   first = __shfl_sync(0xffffffffu, first, 0);
-  if (!any)
-    return;
-  const int pos = first + __popc(ballot & ((1u << lane) - 1u));
-  storeColumn<T>(idx + size_t(b) * cap, xg + size_t(b) * cap * T, pos, k, v);
+  int pos = first + incl - mine;
+  int32_t *bidx = idx + size_t(b) * cap;
+  __half *bxg = xg + size_t(b) * cap * T;
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    if (any[j])
+      storeColumn<T>(bidx, bxg, pos++, k0 + j, v[j]);
 }
 
 //===----------------------------------------------------------------------===//
@@ -379,9 +450,15 @@ cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
       cudaMemsetAsync(ws.count, 0, sizeof(int32_t) * blocks, stream);
   if (e != cudaSuccess)
     return e;
-  dim3 grid{unsigned((K + 255) / 256), blocks};
-  pitSReadWideKernel<X, T><<<grid, 256, 0, stream>>>(x, int(M), int(K), cap,
-                                                     ws.idx, ws.count, ws.xg);
+  if (K % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & (4 * sizeof(X) - 1)) == 0) {
+    dim3 grid{unsigned((K + 1023) / 1024), blocks};
+    pitSReadWideKernel<X, T, 4><<<grid, 256, 0, stream>>>(
+        x, int(M), int(K), cap, ws.idx, ws.count, ws.xg);
+  } else {
+    dim3 grid{unsigned((K + 255) / 256), blocks};
+    pitSReadWideKernel<X, T, 1><<<grid, 256, 0, stream>>>(
+        x, int(M), int(K), cap, ws.idx, ws.count, ws.xg);
+  }
   return cudaGetLastError();
 }
 
