@@ -41,6 +41,24 @@ void report(bool ok, const char *what, int f, int d, int tokens,
   (ok ? passes : failures)++;
 }
 
+/// sparseUp over a list runs on tensor cores for 3-8 tokens of fp16 rows
+/// (16-byte aligned, d a multiple of 32), which adds in another order than
+/// the CUDA-core kernels: h from there is compared within 1e-5 relative,
+/// anything else bit for bit. An entry left at the sentinel or written
+/// where it should not be still differs by far more.
+template <typename W> bool tensorCoreUp(int d, int tokens) {
+  return sizeof(W) == 2 && tokens >= 3 && d % 32 == 0;
+}
+bool sameH(const std::vector<float> &a, const std::vector<float> &b,
+           bool exact) {
+  if (exact || a.size() != b.size())
+    return a == b;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(std::fabs(double(a[i]) - b[i]) <= 1e-5 * (1.0 + std::fabs(double(b[i])))))
+      return false;
+  return true;
+}
+
 IndexView makeIndex(int n) {
   IndexView ix;
   ix.neurons = n;
@@ -179,7 +197,9 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
     CHECK_CUDA(sparseUp<W>(dX, tokens, dWt, d, dBias, listedUp, true, dH2, f,
                            RowsInit{}, 0));
     std::vector<float> hUp2 = download(dH2, sentinel.size());
-    report(hUp2 == hUp, "sparseUp (listed)", f, d, tokens, sparsity, wtype, 0.0);
+    const bool exactUp = !tensorCoreUp<W>(d, tokens);
+    report(sameH(hUp2, hUp, exactUp), "sparseUp (listed)", f, d, tokens,
+           sparsity, wtype, 0.0);
     // Launched early, right behind a slow kernel that writes x over NaNs.
     CHECK_CUDA(cudaMemcpy(dH2, sentinel.data(), sentinel.size() * sizeof(float),
                           cudaMemcpyHostToDevice));
@@ -188,8 +208,8 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
       CHECK_CUDA(sparseUp<W>(dX, tokens, dWt, d, dBias, listedUp, true, dH2, f,
                              RowsInit{}, slow.stream, nullptr, nullptr, true));
     }
-    report(download(dH2, sentinel.size()) == hUp, "sparseUp (listed, early launch)",
-           f, d, tokens, sparsity, wtype, 0.0);
+    report(sameH(download(dH2, sentinel.size()), hUp, exactUp),
+           "sparseUp (listed, early launch)", f, d, tokens, sparsity, wtype, 0.0);
     // With a per-token mask: h[t, j] is 0 where token t did not select j.
     std::vector<uint8_t> tokenMask(size_t(tokens) * f);
     for (auto &m : tokenMask)
@@ -204,8 +224,8 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
       for (int j = 0; j < f; ++j)
         if (flags[j] && !tokenMask[size_t(t) * f + j])
           masked[size_t(t) * f + j] = 0.0f;
-    report(download(dH2, sentinel.size()) == masked, "sparseUp (listed, token mask)",
-           f, d, tokens, sparsity, wtype, 0.0);
+    report(sameH(download(dH2, sentinel.size()), masked, exactUp),
+           "sparseUp (listed, token mask)", f, d, tokens, sparsity, wtype, 0.0);
     cudaFree(dTokenMask);
     for (void *p : {(void *)listedUp.list, (void *)listedUp.count, (void *)dH2})
       cudaFree(p);
@@ -274,7 +294,9 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
 /// predictUp against predictIndex followed by sparseUp over its list with
 /// the per-token mask rows (what the runtime runs): the same segments, list
 /// (as a set), mask rows and base, and h bit for bit on the union (the same
-/// sums in the same order); h outside the union untouched. Called twice,
+/// sums in the same order; within 1e-5 where sparseUp runs on tensor cores,
+/// 3-8 fp16 tokens, which the runtime never pairs with predictUp: it fuses
+/// 1-2 tokens); h outside the union untouched. Called twice,
 /// the second time launched early behind a slow kernel that writes x.
 template <typename W>
 void runPredictUp(int f, int d, int r, int tokens, uint32_t seed) {
@@ -349,7 +371,9 @@ void runPredictUp(int f, int d, int r, int tokens, uint32_t seed) {
   for (bool early : {false, true}) {
     const Result got = run(true, early);
     ok &= got.wellFormed && got.set == ref.set && got.list == ref.list &&
-          got.mask == ref.mask && got.h == ref.h && got.base == ref.base;
+          got.mask == ref.mask &&
+          sameH(got.h, ref.h, !tensorCoreUp<W>(d, tokens)) &&
+          got.base == ref.base;
   }
   report(ok, "predictUp", f, d, tokens, 1.0 - double(ref.set.size()) / f, wtype, 0.0);
   for (void *p : {(void *)dW1, (void *)dW2, (void *)dWt, (void *)dX, (void *)dPB,

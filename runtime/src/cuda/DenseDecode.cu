@@ -308,56 +308,13 @@ cudaError_t launchRowsM(dim3 grid, const float *x, int K, Activation act,
 // gemvRows on tensor cores (3-8 tokens, fp16 weights)
 //===----------------------------------------------------------------------===//
 
-/// Tokens from which gemvRows runs gemvMmaKernel (fp16 weights, 16-byte
-/// aligned rows, K a multiple of 32, no folded norm).
-constexpr int kMmaMinTokens = 3;
-constexpr int kMmaRows = 16;  // rows a block owns
-constexpr int kMmaWarps = 8;  // warps a block; they split K
-constexpr int kMmaUnroll = 4; // 32-wide k steps a warp has in flight
-
-/// One m16n8k16 tensor-core product, fp16 in, fp32 accumulate.
-__device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0,
-                                         unsigned a1, unsigned a2, unsigned a3,
-                                         unsigned b0, unsigned b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap(); // sparsec builds sm_90; no silent zeros elsewhere
-#endif
-}
-
-/// x as the sum of two fp16 pairs: hi = fp16(x), lo = fp16(x - hi). The
-/// products with hi and with lo are exact in the fp32 accumulators, so two
-/// tensor-core products give x about 22 bits, as close to the fp32 x of
-/// gemvRowsKernel as its own summation order (x rounded to fp16 alone put
-/// errors near 1e-3 on the kernel test's sums). |x| past 65504 overflows
-/// to inf, as in the prefill's fp16 GEMMs (Ops.cu rounds x to fp16).
-__device__ __forceinline__ void splitHalf2(float a, float b, unsigned &hi,
-                                           unsigned &lo) {
-  const __half2 h = __floats2half2_rn(a, b);
-  const float2 f = __half22float2(h);
-  const __half2 l = __floats2half2_rn(a - f.x, b - f.y);
-  hi = *reinterpret_cast<const unsigned *>(&h);
-  lo = *reinterpret_cast<const unsigned *>(&l);
-}
-
 /// y[t, n] for up to 8 tokens on tensor cores: block b owns rows [16b,
-/// 16b + 16) of its weight (RowsTargets, as gemvRowsKernel), its 8 warps
-/// take interleaved 32-wide steps of K. In a step, lane (g, q) (g = lane /
-/// 4, q = lane % 4) loads 8 halves of rows g and g + 8 at k = 32 s + 8 q
-/// (16 bytes each) and 8 floats of token g's x at the same k, and the warp
-/// runs two m16n8k16 products for x's high fp16 parts and two for its low
-/// parts (splitHalf2): the k order inside a step is permuted the same way
-/// for the weights and x, so the sum is the same. x of tokens past
-/// M is zero. Each weight byte is read once and each x chunk serves 16 rows
+/// 16b + 16) of its weight (RowsTargets, as gemvRowsKernel), mmaRows16
+/// (DeviceMath.cuh) computes their products with x, and the first warp
+/// applies the epilogue (bias, activation, residual) as gemvRowsKernel.
+/// Each weight byte is read once and each x chunk serves 16 rows
 /// (gemvRowsKernel's threads reload x for every 4 rows: at 8 tokens its x
-/// traffic is 8 times its weight traffic). The warps' 16 x 8 sums meet in
-/// shared memory; the epilogue (bias, activation, residual) as in
-/// gemvRowsKernel.
+/// traffic is 8 times its weight traffic).
 template <bool Early>
 __global__ void __launch_bounds__(kMmaWarps * 32)
 gemvMmaKernel(const float *x, int M, int K, Activation act,
@@ -369,58 +326,15 @@ gemvMmaKernel(const float *x, int M, int K, Activation act,
   float *y = tg.y;
   const int N = tg.N, first = tg.first;
   const int n0 = (int(blockIdx.x) - first) * kMmaRows;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
   const int g = lane >> 2, q = lane & 3;
-  const uint4 *rowA = reinterpret_cast<const uint4 *>(
-      wt + int64_t(min(n0 + g, N - 1)) * K);
-  const uint4 *rowB = reinterpret_cast<const uint4 *>(
-      wt + int64_t(min(n0 + g + 8, N - 1)) * K);
-  const bool hasToken = g < M;
-  const float4 *xg = reinterpret_cast<const float4 *>(x + int64_t(g) * K);
+  const __half *rowA = wt + int64_t(min(n0 + g, N - 1)) * K;
+  const __half *rowB = wt + int64_t(min(n0 + g + 8, N - 1)) * K;
   if constexpr (Early)
     pdlWait(); // x comes from the kernel before
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const int steps = K / 32;
-  for (int s0 = warp; s0 < steps; s0 += kMmaWarps * kMmaUnroll) {
-    uint4 wa[kMmaUnroll], wb[kMmaUnroll];
-    float4 xa[kMmaUnroll], xb[kMmaUnroll];
-#pragma unroll
-    for (int u = 0; u < kMmaUnroll; ++u) {
-      const int s = s0 + u * kMmaWarps;
-      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (s < steps) {
-        const int c16 = s * 4 + q; // 16-byte chunk of the row
-        wa[u] = __ldg(rowA + c16);
-        wb[u] = __ldg(rowB + c16);
-        xa[u] = hasToken ? (Early ? __ldcg(xg + 2 * c16) : __ldg(xg + 2 * c16)) : zero;
-        xb[u] = hasToken ? (Early ? __ldcg(xg + 2 * c16 + 1) : __ldg(xg + 2 * c16 + 1)) : zero;
-      } else {
-        wa[u] = wb[u] = make_uint4(0, 0, 0, 0);
-        xa[u] = xb[u] = zero;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kMmaUnroll; ++u) {
-      // Halves 0-3 of the chunk: the first pair of products, 4-7: the
-      // second; x's high parts into c, its low parts into d.
-      unsigned h0, l0, h1, l1, h2, l2, h3, l3;
-      splitHalf2(xa[u].x, xa[u].y, h0, l0);
-      splitHalf2(xa[u].z, xa[u].w, h1, l1);
-      splitHalf2(xb[u].x, xb[u].y, h2, l2);
-      splitHalf2(xb[u].z, xb[u].w, h3, l3);
-      mma16816(c, wa[u].x, wb[u].x, wa[u].y, wb[u].y, h0, h1);
-      mma16816(d, wa[u].x, wb[u].x, wa[u].y, wb[u].y, l0, l1);
-      mma16816(c, wa[u].z, wb[u].z, wa[u].w, wb[u].w, h2, h3);
-      mma16816(d, wa[u].z, wb[u].z, wa[u].w, wb[u].w, l2, l3);
-    }
-  }
-  // c[0], c[1]: row g, tokens 2q, 2q + 1; c[2], c[3]: row g + 8.
   __shared__ float red[kMmaWarps][4][32];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    red[warp][i][lane] = c[i] + d[i];
-  __syncthreads();
-  if (warp != 0)
+  mmaRows16<Early>(rowA, rowB, x, M, K, red);
+  if (threadIdx.x >= 32)
     return;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {

@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 namespace sparsec::rt::cuda {
@@ -622,6 +623,57 @@ __global__ void __launch_bounds__(kThreads)
   base.end(init);
 }
 
+/// Listed up projection of 3-8 tokens with fp16 weights on tensor cores:
+/// the listed rows go 16 at a time to the blocks (group r of the list: block
+/// r % grid), mmaRows16 computes their products with every token's x (each
+/// x chunk read once for 16 rows; sparseUpKernel reads x from shared memory
+/// once per row and token, which bounds it by shared-memory bandwidth at 8
+/// tokens), and the first warp writes h[t, j] as sparseUpKernel does (bias,
+/// ReLU, the token's own mask row, `list` where asked). The base for the
+/// down projection as in sparseUpKernel.
+__global__ void __launch_bounds__(kMmaWarps * 32)
+    sparseUpMmaKernel(const float *__restrict__ x, int M,
+                      const __half *__restrict__ wt, int d,
+                      const float *__restrict__ bias, IndexView ix, bool relu,
+                      float *h, int ldh, RowsInit init, int32_t *list,
+                      int32_t *count, const uint8_t *__restrict__ tokenMask) {
+  pdlTrigger();
+  pdlWait(); // early launches: x, the list and the residual come from before
+  __shared__ float red[kMmaWarps][4][32];
+  InitWriter base;
+  base.begin(init);
+  const int n = *ix.count;
+  if (count && blockIdx.x == 0 && threadIdx.x == 0)
+    *count = n;
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, q = lane & 3;
+  for (int r0 = blockIdx.x * kMmaRows; r0 < n; r0 += gridDim.x * kMmaRows) {
+    const int iA = r0 + g, iB = r0 + g + 8;
+    const int jA = ix.list[min(iA, n - 1)], jB = ix.list[min(iB, n - 1)];
+    mmaRows16<false>(wt + int64_t(jA) * d, wt + int64_t(jB) * d, x, M, d, red);
+    if (threadIdx.x < 32) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kMmaWarps; ++w)
+          v += red[w][k][lane];
+        const int i = k >= 2 ? iB : iA, j = k >= 2 ? jB : jA;
+        const int t = 2 * q + (k & 1);
+        if (i < n && t < M) {
+          const float s = v + (bias ? bias[j] : 0.0f);
+          const bool kept = !tokenMask || tokenMask[int64_t(t) * ix.neurons + j];
+          h[int64_t(t) * ldh + j] = !kept ? 0.0f : relu ? fmaxf(s, 0.0f) : s;
+        }
+        if (list && q == 0 && (k == 0 || k == 2) && i < n)
+          list[i] = j;
+      }
+    }
+    __syncthreads(); // red is reused by the next group
+  }
+  base.end(init);
+}
+
 //===----------------------------------------------------------------------===//
 // Predictor: hidden = x . w1 (partial sums per block of rows), then the
 // logits hidden . w2 + bias, the threshold and the segments.
@@ -1141,6 +1193,23 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
   if (smem > 200 * 1024)
     return cudaErrorInvalidValue; // x does not fit in shared memory
   bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if constexpr (std::is_same_v<W, __half>) {
+    // 3-8 tokens over a list: tensor cores (fp16 rows, 16-byte aligned).
+    if (tokens >= kMmaMinTokens && tokens <= kMaxTokens && ix.list &&
+        ix.count && fast && d % 32 == 0) {
+      int perSM = 1;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &perSM, sparseUpMmaKernel, kMmaWarps * 32, 0);
+      const int groups = (capacity + kMmaRows - 1) / kMmaRows;
+      const int blocks = std::max(
+          1, std::min(groups, std::max(1, perSM) * multiprocessorCount()));
+      cudaError_t e = launchKernel(sparseUpMmaKernel, dim3(blocks),
+                                   dim3(kMmaWarps * 32), 0, stream, early, x,
+                                   tokens, wt, d, bias, ix, relu, h, ldh, init,
+                                   list, count, tokenMask);
+      return e != cudaSuccess ? e : cudaGetLastError();
+    }
+  }
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
     const bool listed = ix.list && ix.count;

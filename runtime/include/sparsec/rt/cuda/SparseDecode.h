@@ -16,7 +16,8 @@
 //   sparseUp          h[t, j] = act(x[t, :] . Wt[j, :] + b[j]) for j in the
 //                     set. Wt is the neuron-major up projection [F, d]: one
 //                     contiguous row per selected neuron, read with 16-byte
-//                     loads by one warp.
+//                     loads by one warp; over a list with 3-8 tokens of
+//                     fp16 rows, 16 rows a block on tensor cores instead.
 //   sparseDown        y[t, :] += sum over j in the set of h[t, j] * W[j, :]
 //                     W is the down projection [F, d] (neuron-major too):
 //                     whole 512-byte row segments per warp, fp32 partial sums
