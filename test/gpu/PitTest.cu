@@ -193,11 +193,13 @@ int main() {
   // Larger, with the residual aliasing nothing.
   run({512, 2048, 1024, 32, 0.1, true, false, false, true, false, true, 128});
   run({512, 2048, 1024, 16, 0.02, false, true, true, false, false, false, 256});
-  // K not a multiple of 4: the unsorted SRead's one-column-a-thread path
-  // (the others load 4 columns a thread).
+  // K odd: the unsorted SRead's one-column-a-thread path (the others load
+  // 8 bytes a thread and row: 2 fp32 or 4 fp16 columns); K = 202 in fp32
+  // takes the 2-column loads.
   run({70, 203, 136, 32, 0.3, false});
+  run({40, 202, 64, 8, 0.4, false, false, false, true, true, false});
   run({48, 333, 128, 16, 0.2, false, true, true, true, false, false});
-  // Larger K at both loaders (4 columns a thread and, K odd, one).
+  // Larger K at both loaders (fp16 4 columns a thread; K odd, one).
   run({512, 4096, 256, 32, 0.05, false, true, false, true, false, true});
   run({256, 4095, 264, 8, 0.1, false, false, true, false, true, false});
   std::printf("%d passed, %d failed\n", passes, failures);

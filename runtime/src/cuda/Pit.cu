@@ -15,8 +15,6 @@
 
 #include <cuda_fp16.h>
 
-#include <algorithm>
-#include <type_traits>
 
 namespace sparsec::rt::cuda {
 namespace {
@@ -108,48 +106,45 @@ __global__ void __launch_bounds__(kSReadThreads)
     count[b] = base;
 }
 
-/// V adjacent columns [k0, k0 + V) of the token block's rows as fp16 pairs
-/// (as loadColumn), loaded with one V-element vector load a row; K is a
-/// multiple of V and x is aligned to V elements (launchSRead checks).
-template <int V> struct VecOf;
-template <> struct VecOf<4> {
-  using F = float4;
-  using H = uint2; // 4 halfs
-};
-__device__ __forceinline__ void unpack4(float4 v, float (&f)[4]) {
-  f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+/// 8 bytes of x as floats: 2 fp32 or 4 fp16 values.
+template <typename X> constexpr int kPerLoad = 8 / int(sizeof(X));
+__device__ __forceinline__ void unpack8(uint2 u, const float *, float (&f)[2]) {
+  f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y);
 }
-__device__ __forceinline__ void unpack4(uint2 v, float (&f)[4]) {
-  __half2 lo = *reinterpret_cast<__half2 *>(&v.x),
-          hi = *reinterpret_cast<__half2 *>(&v.y);
+__device__ __forceinline__ void unpack8(uint2 u, const __half *, float (&f)[4]) {
+  __half2 lo = *reinterpret_cast<__half2 *>(&u.x),
+          hi = *reinterpret_cast<__half2 *>(&u.y);
   f[0] = __low2float(lo), f[1] = __high2float(lo);
   f[2] = __low2float(hi), f[3] = __high2float(hi);
 }
-template <typename X, int T>
-__device__ __forceinline__ void loadColumns4(const X *__restrict__ x, int K,
+
+/// V = kPerLoad<X> adjacent columns [k0, k0 + V) of the token block's rows
+/// as fp16 pairs (as loadColumn), one 8-byte load a row; K is a multiple
+/// of V and x 8-byte aligned (launchSRead checks). 8 bytes keep a thread's
+/// T loads in flight within 64 registers at T = 32.
+template <typename X, int T, int V>
+__device__ __forceinline__ void loadColumnsV(const X *__restrict__ x, int K,
                                              int row0, int rows, int k0,
-                                             unsigned (&v)[4][T / 2],
-                                             bool (&any)[4]) {
-  using Vec = std::conditional_t<std::is_same_v<X, float>, VecOf<4>::F,
-                                 VecOf<4>::H>;
-  Vec raw[T];
+                                             unsigned (&v)[V][T / 2],
+                                             bool (&any)[V]) {
+  static_assert(V == kPerLoad<X>, "one 8-byte load a row");
+  uint2 raw[T];
   const bool in = k0 < K;
 #pragma unroll
   for (int t = 0; t < T; ++t)
-    if (in && t < rows)
-      raw[t] = __ldg(reinterpret_cast<const Vec *>(x + size_t(row0 + t) * K + k0));
-    else
-      raw[t] = Vec{};
+    raw[t] = in && t < rows
+                 ? __ldg(reinterpret_cast<const uint2 *>(x + size_t(row0 + t) * K + k0))
+                 : make_uint2(0u, 0u);
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+  for (int j = 0; j < V; ++j)
     any[j] = false;
 #pragma unroll
   for (int t = 0; t < T; t += 2) {
-    float f0[4], f1[4];
-    unpack4(raw[t], f0);
-    unpack4(raw[t + 1], f1);
+    float f0[V], f1[V];
+    unpack8(raw[t], x, f0);
+    unpack8(raw[t + 1], x, f1);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < V; ++j) {
       __half2 h = __floats2half2_rn(f0[j], f1[j]);
       v[j][t / 2] = *reinterpret_cast<unsigned *>(&h);
       any[j] |= (f0[j] != 0.0f) | (f1[j] != 0.0f);
@@ -159,8 +154,8 @@ __device__ __forceinline__ void loadColumns4(const X *__restrict__ x, int K,
 
 /// The unsorted SRead: a wide grid (token block, 256 threads x V columns)
 /// whose warps append to the block's set with one atomic each; count must
-/// be zero. V = 4: one 16-byte (fp32) or 8-byte (fp16) load per row and
-/// thread, for K a multiple of 4; V = 1 otherwise.
+/// be zero. V = kPerLoad<X> (2 fp32 or 4 fp16 columns, one 8-byte load a
+/// row) when K is a multiple of it; V = 1 otherwise.
 template <typename X, int T, int V>
 __global__ void __launch_bounds__(256)
     pitSReadWideKernel(const X *__restrict__ x, int M, int K, int cap,
@@ -175,29 +170,30 @@ __global__ void __launch_bounds__(256)
   if constexpr (V == 1)
     any[0] = loadColumn<X, T>(x, K, row0, rows, k0, v[0]);
   else
-    loadColumns4<X, T>(x, K, row0, rows, k0, v, any);
-  int mine = 0;
+    loadColumnsV<X, T, V>(x, K, row0, rows, k0, v, any);
+  // Positions column-major over the warp (all lanes' column j before any
+  // lane's column j + 1): the lanes storing column j write consecutive
+  // entries, so each store instruction covers one contiguous run of xg.
+  unsigned ballots[V];
+  int total = 0;
 #pragma unroll
-  for (int j = 0; j < V; ++j)
-    mine += any[j];
-  int incl = mine; // inclusive prefix over the warp's lanes
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    int t = __shfl_up_sync(0xffffffffu, incl, o);
-    incl += lane >= o ? t : 0;
+  for (int j = 0; j < V; ++j) {
+    ballots[j] = __ballot_sync(0xffffffffu, any[j]);
+    total += __popc(ballots[j]);
   }
-  const int total = __shfl_sync(0xffffffffu, incl, 31);
   int first = 0;
   if (lane == 0 && total)
     first = atomicAdd(count + b, total);
   first = __shfl_sync(0xffffffffu, first, 0);
-  int pos = first + incl - mine;
   int32_t *bidx = idx + size_t(b) * cap;
   __half *bxg = xg + size_t(b) * cap * T;
+  const unsigned below = (1u << lane) - 1u;
 #pragma unroll
-  for (int j = 0; j < V; ++j)
+  for (int j = 0; j < V; ++j) {
     if (any[j])
-      storeColumn<T>(bidx, bxg, pos++, k0 + j, v[j]);
+      storeColumn<T>(bidx, bxg, first + __popc(ballots[j] & below), k0 + j, v[j]);
+    first += __popc(ballots[j]);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -450,9 +446,10 @@ cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
       cudaMemsetAsync(ws.count, 0, sizeof(int32_t) * blocks, stream);
   if (e != cudaSuccess)
     return e;
-  if (K % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & (4 * sizeof(X) - 1)) == 0) {
-    dim3 grid{unsigned((K + 1023) / 1024), blocks};
-    pitSReadWideKernel<X, T, 4><<<grid, 256, 0, stream>>>(
+  constexpr int V = kPerLoad<X>;
+  if (K % V == 0 && (reinterpret_cast<uintptr_t>(x) & 7) == 0) {
+    dim3 grid{unsigned((K + 256 * V - 1) / (256 * V)), blocks};
+    pitSReadWideKernel<X, T, V><<<grid, 256, 0, stream>>>(
         x, int(M), int(K), cap, ws.idx, ws.count, ws.xg);
   } else {
     dim3 grid{unsigned((K + 255) / 256), blocks};
