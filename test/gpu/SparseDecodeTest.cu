@@ -515,6 +515,12 @@ int main() {
   runCase<__half>(1001, 77, 1, 0.8, seed++);
   runCase<float>(999, 13, 2, 0.7, seed++);
   runCase<__half>(3000, 1030, 4, 0.95, seed++);
+  // The listed down projection of 3-8 tokens on tensor cores: a ragged
+  // last column tile (1032 = 8 x 128 + 8), every row (sparsity 0), no row
+  // (sparsity 1).
+  runCase<__half>(3000, 1032, 5, 0.5, seed++);
+  runCase<__half>(2048, 384, 8, 0.0, seed++);
+  runCase<__half>(2048, 256, 6, 1.0, seed++);
   runPredict<__half>(1000, 64, 16, 1, seed++);
   runPredict<float>(1000, 64, 16, 3, seed++);
   runPredict<__half>(4099, 130, 40, 8, seed++);

@@ -122,6 +122,43 @@ cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+/// Shared-memory staging for tensor-core tiles (sm_80+): 16-byte (or 4-byte)
+/// asynchronous copies that zero-fill past `bytes`, and ldmatrix of 8 x 8
+/// fp16 tiles, transposed.
+__device__ __forceinline__ unsigned smemAddr(const void *p) {
+  return unsigned(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cpAsync16(void *dst, const void *src,
+                                          int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   smemAddr(dst)),
+               "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+/// 4 bytes; cp.async.ca (the only kind of that size) goes through L1.
+__device__ __forceinline__ void cpAsync4(void *dst, const void *src,
+                                         int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                   smemAddr(dst)),
+               "l"(src), "r"(bytes));
+}
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldmatrixX4T(unsigned (&r)[4], const void *p) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(smemAddr(p)));
+}
+__device__ __forceinline__ void ldmatrixX2T(unsigned (&r)[2], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smemAddr(p)));
+}
+
 /// One m16n8k16 tensor-core product, fp16 in, fp32 accumulate.
 __device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0,
                                          unsigned a1, unsigned a2, unsigned a3,

@@ -200,32 +200,6 @@ __global__ void __launch_bounds__(256)
 // Tensor-core primitives (sm_80+)
 //===----------------------------------------------------------------------===//
 
-__device__ __forceinline__ unsigned smemAddr(const void *p) {
-  return unsigned(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cpAsync16(void *dst, const void *src,
-                                          int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   smemAddr(dst)),
-               "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldmatrixX4T(unsigned (&r)[4], const void *p) {
-  asm volatile(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-      : "r"(smemAddr(p)));
-}
-__device__ __forceinline__ void ldmatrixX2T(unsigned (&r)[2], const void *p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smemAddr(p)));
-}
 __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4],
                                          const unsigned (&b)[2]) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "

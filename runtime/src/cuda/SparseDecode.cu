@@ -400,6 +400,156 @@ __global__ void __launch_bounds__(kThreads)
   addWarpPartials<T, V>(partial, acc, y, d, blockIdx.x * Tile, d);
 }
 
+/// The listed down projection of 3-8 tokens with fp16 rows on tensor cores:
+/// y[t, c] += sum over the list's rows j of h[t, j] w[j, c]. A block of
+/// kDownMmaWarps warps owns kDownMmaCols output columns and a contiguous
+/// share of the list (blockIdx.y of gridDim.y); it stages kBK rows of w
+/// (those columns) and their h values [row][token] into shared memory with
+/// cp.async, kDownStages chunks in flight, and multiplies with the output
+/// columns as the MMA's M (ldmatrix.trans of the staged rows) and the
+/// tokens as its N; h goes in as two fp16 parts (splitHalf2), so the sum
+/// keeps about 22 bits of h, as the CUDA-core kernel's fp32. Rows past the
+/// share and tokens past M are zero-filled. The block's [M, columns]
+/// partial sums go to y with one float4 atomic per quad, as
+/// sparseDownKernel's do. A chunk's row numbers are read one chunk ahead.
+constexpr int kDownMmaWarps = 4;
+constexpr int kDownMmaCols = 32 * kDownMmaWarps; // each warp 32 columns
+constexpr int kDownBK = 32;                      // rows a chunk
+constexpr int kDownStages = 3;
+constexpr int kDownWS = kDownMmaCols + 8; // halfs a staged row (ldmatrix rows apart)
+constexpr int kDownHS = 12;               // floats a staged h row (conflict-free reads)
+
+__global__ void __launch_bounds__(kDownMmaWarps * 32)
+    sparseDownMmaKernel(const float *__restrict__ h, int M, int ldh,
+                        const __half *__restrict__ w, int d, IndexView ix,
+                        float *y, unsigned long long *density) {
+  pdlTrigger();
+  pdlWait(); // early launches: the list and h come from the kernels before
+  constexpr int kThreadsD = kDownMmaWarps * 32;
+  constexpr int SEGS = kDownMmaCols / 8;            // 16-byte pieces a row
+  constexpr int WROWS = kDownBK * SEGS / kThreadsD; // w rows a thread copies
+  constexpr int WSTEP = kThreadsD / SEGS;
+  constexpr int HROWS = kDownBK * 8 / kThreadsD;    // h rows a thread copies
+  constexpr int HSTEP = kThreadsD / 8;
+  static_assert(kDownBK * SEGS % kThreadsD == 0 && kDownBK * 8 % kThreadsD == 0,
+                "whole rows per thread");
+  __shared__ __align__(16) __half ws[kDownStages][kDownBK][kDownWS];
+  __shared__ __align__(16) float hs[kDownStages][kDownBK][kDownHS];
+  __shared__ __align__(16) float ys[8][kDownMmaCols + 4];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const int c0 = blockIdx.x * kDownMmaCols;
+  const int n = *ix.count;
+  if (density && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) {
+    atomicAdd(density, (unsigned long long)(int64_t(n) * M));
+    atomicAdd(density + 1, (unsigned long long)(int64_t(ix.neurons) * M));
+  }
+  const int r0 = int(int64_t(n) * blockIdx.y / gridDim.y);
+  const int r1 = int(int64_t(n) * (blockIdx.y + 1) / gridDim.y);
+  if (r0 == r1)
+    return; // no rows: nothing to add
+  const int chunks = (r1 - r0 + kDownBK - 1) / kDownBK;
+
+  // Row numbers of chunk c for this thread's w copies and h copies.
+  const int wq = tid % SEGS, wr = tid / SEGS;   // w: piece wq of rows wr + i WSTEP
+  const int ht = tid % 8, hr = tid / 8;         // h: token ht of rows hr + i HSTEP
+  auto fetch = [&](int c, int (&jw)[WROWS], int (&jh)[HROWS]) {
+#pragma unroll
+    for (int i = 0; i < WROWS; ++i) {
+      const int k = r0 + c * kDownBK + wr + i * WSTEP;
+      jw[i] = k < r1 ? ix.list[k] : -1;
+    }
+#pragma unroll
+    for (int i = 0; i < HROWS; ++i) {
+      const int k = r0 + c * kDownBK + hr + i * HSTEP;
+      jh[i] = k < r1 ? ix.list[k] : -1;
+    }
+  };
+  auto load = [&](int stage, const int (&jw)[WROWS], const int (&jh)[HROWS]) {
+    const int col = c0 + wq * 8;
+#pragma unroll
+    for (int i = 0; i < WROWS; ++i) {
+      const bool ok = jw[i] >= 0 && col < d;
+      cpAsync16(&ws[stage][wr + i * WSTEP][wq * 8],
+                ok ? w + int64_t(jw[i]) * d + col : w, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < HROWS; ++i) {
+      const bool ok = jh[i] >= 0 && ht < M;
+      cpAsync4(&hs[stage][hr + i * HSTEP][ht],
+               ok ? h + int64_t(ht) * ldh + jh[i] : h, ok ? 4 : 0);
+    }
+  };
+
+  float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  int jw[WROWS], jh[HROWS];
+  fetch(0, jw, jh);
+#pragma unroll
+  for (int s = 0; s < kDownStages - 1; ++s) {
+    if (s < chunks) {
+      load(s, jw, jh);
+      if (s + 1 < chunks)
+        fetch(s + 1, jw, jh);
+    }
+    cpAsyncCommit();
+  }
+  for (int c = 0; c < chunks; ++c) {
+    cpAsyncWait<kDownStages - 2>();
+    __syncthreads();
+    const int next = c + kDownStages - 1;
+    if (next < chunks) {
+      load(next % kDownStages, jw, jh);
+      if (next + 1 < chunks)
+        fetch(next + 1, jw, jh);
+    }
+    cpAsyncCommit();
+    const int st = c % kDownStages;
+#pragma unroll
+    for (int kk = 0; kk < kDownBK; kk += 16) {
+      unsigned a[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+        ldmatrixX4T(a[mi], &ws[st][kk + (lane & 7) + ((lane >> 4) << 3)]
+                              [warp * 32 + mi * 16 + ((lane >> 3) & 1) * 8]);
+      // B [k][token]: token g, rows kk + 2q, + 1 (b0) and + 8, + 9 (b1).
+      unsigned b0h, b0l, b1h, b1l;
+      splitHalf2(hs[st][kk + 2 * q][g], hs[st][kk + 2 * q + 1][g], b0h, b0l);
+      splitHalf2(hs[st][kk + 2 * q + 8][g], hs[st][kk + 2 * q + 9][g], b1h, b1l);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        mma16816(acc[mi], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0h, b1h);
+        mma16816(acc[mi], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0l, b1l);
+      }
+    }
+  }
+  cpAsyncWait<0>();
+
+  // acc[mi][r]: column warp * 32 + mi * 16 + g (+ 8 for r >= 2), token
+  // 2q + (r & 1). Through ys [token][column] to float4 atomics.
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      ys[2 * q + (r & 1)][warp * 32 + mi * 16 + g + (r >= 2 ? 8 : 0)] = acc[mi][r];
+  __syncthreads();
+  for (int p = tid; p < M * (kDownMmaCols / 4); p += kThreadsD) {
+    const int t = p / (kDownMmaCols / 4), c = (p % (kDownMmaCols / 4)) * 4;
+    if (c0 + c >= d)
+      continue;
+    const float4 v = *reinterpret_cast<const float4 *>(&ys[t][c]);
+    float *dst = y + int64_t(t) * d + c0 + c;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float4 *>(dst), v);
+#else
+    atomicAdd(dst, v.x);
+    atomicAdd(dst + 1, v.y);
+    atomicAdd(dst + 2, v.z);
+    atomicAdd(dst + 3, v.w);
+#endif
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Up projection: h[t, j] = act(x[t, :] . wt[j, :] + b[j]) for j in idx
 //===----------------------------------------------------------------------===//
@@ -1251,6 +1401,23 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
   constexpr int V = Vec<W>::N;
   const int capacity = ix.neurons;
   bool fast = aligned(w, d);
+  if constexpr (std::is_same_v<W, __half>) {
+    // 3-8 tokens over a list: tensor cores (fp16 rows, 16-byte aligned, y
+    // aligned for float4 atomics). About four blocks an SM in all, at
+    // least 64 rows of the capacity a block.
+    if (tokens >= kMmaMinTokens && tokens <= kMaxTokens && ix.list &&
+        ix.count && fast && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+      const int tiles = (d + kDownMmaCols - 1) / kDownMmaCols;
+      const int s =
+          splits > 0 ? splits
+                     : std::max(1, std::min((capacity + 63) / 64,
+                                            4 * multiprocessorCount() / tiles));
+      cudaError_t e = launchKernel(sparseDownMmaKernel, dim3(tiles, s),
+                                   dim3(kDownMmaWarps * 32), 0, stream, early,
+                                   h, tokens, ldh, w, d, ix, y, density);
+      return e != cudaSuccess ? e : cudaGetLastError();
+    }
+  }
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
     const bool compact = ix.list && ix.count;

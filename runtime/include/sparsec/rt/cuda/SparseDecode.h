@@ -121,7 +121,9 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
 /// selected rows of one column tile (0: chosen from the multiprocessor
 /// count). `density` (or null): two device counters that get += |ix| *
 /// tokens (the (token, neuron) pairs computed) and F * tokens (what a dense
-/// kernel computes).
+/// kernel computes). 3-8 tokens over a list with fp16 rows (16-byte
+/// aligned, y too) run on tensor cores (the sums' order differs from the
+/// CUDA-core kernel's; both add in a varying order through atomics).
 template <typename W>
 cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
                        IndexView ix, float *y, cudaStream_t stream,
