@@ -295,8 +295,7 @@ LogicalResult importLayerNorm(ImportContext &c, const onnx::NodeProto &) {
   Value x = c.operand(0);
   auto xt = cast<RankedTensorType>(x.getType());
   int64_t rank = xt.getRank();
-  if (axis < 0)
-    axis += rank;
+  axis = normalizeAxis(axis, rank); // in range: the layer_norm op verified it
   SmallVector<int64_t> axes, statShape(xt.getShape());
   for (int64_t i = axis; i < rank; ++i) {
     axes.push_back(i);
@@ -409,9 +408,7 @@ LogicalResult importSplit(ImportContext &c, const onnx::NodeProto &n) {
   if (failed(requireOperands(c, 1)))
     return failure();
   auto in = cast<RankedTensorType>(c.operand(0).getType());
-  int64_t axis = c.attrInt("axis", 0);
-  if (axis < 0)
-    axis += in.getRank();
+  const int64_t axis = normalizeAxis(c.attrInt("axis", 0), in.getRank());
   if (axis < 0 || axis >= in.getRank())
     return c.error() << "Split axis out of range";
   SmallVector<int64_t> sizes;

@@ -373,6 +373,67 @@ static std::optional<std::string> invalidSpatialAttrs(const onnx::NodeProto &nod
   return std::nullopt;
 }
 
+/// libonnx's LayerNormalization inference writes the Mean / InvStdDev
+/// shapes from dim `axis` on with no range check, so a negative axis below
+/// -rank crashes it. Where such outputs exist, the axes are checked first:
+/// inference over a copy whose LayerNormalization nodes keep only Y (that
+/// part reads no axis; not strict, so one bad node elsewhere does not hide
+/// the ranks) gives the inputs' ranks.
+static LogicalResult checkLayerNormAxes(MLIRContext &context,
+                                        const onnx::ModelProto &model,
+                                        Location fileLoc) {
+  auto withStats = [](const onnx::NodeProto &n) {
+    return n.op_type() == "LayerNormalization" && n.output_size() > 1;
+  };
+  if (llvm::none_of(model.graph().node(), withStats))
+    return success();
+  onnx::ModelProto copy = model;
+  for (onnx::NodeProto &n : *copy.mutable_graph()->mutable_node())
+    if (withStats(n))
+      while (n.output_size() > 1)
+        n.mutable_output()->RemoveLast();
+  try {
+    onnx::ShapeInferenceOptions opts(/*check_type=*/false, /*strict_mode=*/0,
+                                     /*data_prop=*/true);
+    onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(),
+                                       opts);
+  } catch (const std::exception &) {
+    // What could be inferred is kept; the real pass reports the error.
+  }
+  llvm::StringMap<int64_t> ranks;
+  auto note = [&](const onnx::ValueInfoProto &vi) {
+    if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape())
+      ranks[vi.name()] = vi.type().tensor_type().shape().dim_size();
+  };
+  const onnx::GraphProto &g = copy.graph();
+  for (const auto &vi : g.input())
+    note(vi);
+  for (const auto &vi : g.value_info())
+    note(vi);
+  for (const auto &init : g.initializer())
+    ranks[init.name()] = init.dims_size();
+  bool bad = false;
+  for (auto [index, node] : llvm::enumerate(model.graph().node())) {
+    if (!withStats(node) || node.input_size() < 1)
+      continue;
+    auto it = ranks.find(node.input(0));
+    if (it == ranks.end())
+      continue; // unknown rank: ONNX's inference skips the node
+    int64_t axis = -1;
+    for (const auto &a : node.attribute())
+      if (a.name() == "axis")
+        axis = a.i();
+    const int64_t rank = it->second;
+    if (axis < -rank || axis >= rank) {
+      emitError(nodeLocation(context, node, int(index), fileLoc))
+          << "node '" << node.name() << "' (LayerNormalization): axis " << axis
+          << " out of range for rank " << rank;
+      bad = true;
+    }
+  }
+  return failure(bad);
+}
+
 LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
                                        int64_t opset, Location fileLoc) {
   const auto &table = getHandlerTable();
@@ -452,6 +513,8 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
     return nullptr;
 
   if (options.onnxShapeInference) {
+    if (failed(checkLayerNormAxes(context, model, fileLoc)))
+      return nullptr;
     // ONNX reports inconsistent shapes by throwing; keep the message.
     try {
       onnx::ShapeInferenceOptions opts(/*check_type=*/false,

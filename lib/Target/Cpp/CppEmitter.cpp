@@ -688,9 +688,7 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
       })
       .Case([&](FlattenOp f) -> LogicalResult {
         auto it = f.getInput().getType();
-        int64_t axis = static_cast<int64_t>(f.getAxis());
-        if (axis < 0)
-          axis += it.getRank();
+        const int64_t axis = normalizeAxis(f.getAxis(), it.getRank());
         std::string outer = "1", inner = "1";
         for (int64_t i = 0; i < it.getRank(); ++i)
           (i < axis ? outer : inner) += " * " + dim(f.getInput(), i);

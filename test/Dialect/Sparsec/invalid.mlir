@@ -360,3 +360,19 @@ func.func @softmax_negative_axis(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
   %y = sparsec.softmax %a {axis = -3 : i64} : tensor<2x3xf32>
   return %y : tensor<2x3xf32>
 }
+
+// -----
+
+func.func @cumsum_axis(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{axis -3 out of range for rank 2}}
+  %y = sparsec.cumsum %a {axis = -3 : i64} : tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @flatten_axis(%a: tensor<2x3xf32>) -> tensor<1x6xf32> {
+  // expected-error @+1 {{axis 3 out of range for rank 2}}
+  %y = sparsec.flatten %a {axis = 3 : i64} : tensor<2x3xf32> -> tensor<1x6xf32>
+  return %y : tensor<1x6xf32>
+}

@@ -335,6 +335,21 @@ def case_conv_zero_stride():
                  [init("w", f32(4, 3, 3, 3))], opset=13)
 
 
+def case_layernorm_bad_axis():
+    # libonnx's LayerNormalization inference indexes the Mean shape with an
+    # out-of-range negative axis (a crash); it is rejected before that runs.
+    nodes = [helper.make_node("LayerNormalization", ["x", "g"], ["y", "mean"], axis=-5,
+                              name="bad_ln")]
+    return model(nodes, [vi("x", F, [2, 8])], [vi("y", F, [2, 8]), vi("mean", F, None)],
+                 [init("g", f32(8))], opset=17)
+
+
+def case_cumsum_bad_axis():
+    nodes = [helper.make_node("CumSum", ["x", "ax"], ["y"], name="bad_cumsum")]
+    return model(nodes, [vi("x", F, [2, 8])], [vi("y", F, [2, 8])],
+                 [init("ax", np.array(-9, np.int64))], opset=17)
+
+
 RAW_CASES = {
     # Not protobuf at all.
     "not_onnx": lambda: b"this is plainly not a protobuf model\n",

@@ -471,6 +471,31 @@ LogicalResult SoftmaxOp::verify() {
   return success();
 }
 
+LogicalResult CumSumOp::verify() {
+  auto type = dyn_cast<RankedTensorType>(getInput().getType());
+  if (!type)
+    return success();
+  const int64_t rank = type.getRank();
+  const int64_t axis = normalizeAxis(getAxis(), rank);
+  if (axis < 0 || axis >= rank)
+    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
+                                << " out of range for rank " << rank;
+  return success();
+}
+
+/// Flatten's axis may also be the rank itself (everything in the outer dim).
+LogicalResult FlattenOp::verify() {
+  auto type = dyn_cast<RankedTensorType>(getInput().getType());
+  if (!type)
+    return success();
+  const int64_t rank = type.getRank();
+  const int64_t axis = normalizeAxis(getAxis(), rank);
+  if (axis < 0 || axis > rank)
+    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
+                                << " out of range for rank " << rank;
+  return success();
+}
+
 LogicalResult AttentionOp::verify() {
   auto q = getQuery().getType(), k = getKey().getType(),
        v = getValue().getType();

@@ -393,6 +393,7 @@ def Sparsec_CumSumOp : Sparsec_Op<"cumsum", [Pure, SameOperandsAndResultType]> {
                        UnitAttr:$exclusive, UnitAttr:$reverse);
   let results = (outs Sparsec_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
 }
 
 def Sparsec_TriluOp : Sparsec_Op<"trilu", [Pure, SameOperandsAndResultType]> {
@@ -508,6 +509,7 @@ def Sparsec_FlattenOp : Sparsec_Op<"flatten", [Pure, InferShape]> {
   let arguments = (ins Sparsec_Tensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
   let results = (outs Sparsec_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
 }
 
 def Sparsec_ExpandOp : Sparsec_Op<"expand", [Pure, InferShape]> {
