@@ -94,10 +94,19 @@ Type ImportContext::tensorType(const onnx::TypeProto &type) const {
   if (!tt.has_shape())
     return UnrankedTensorType::get(elt);
   SmallVector<int64_t> dims;
-  for (const auto &d : tt.shape().dim())
-    dims.push_back(d.has_dim_value() && d.dim_value() >= 0
-                       ? d.dim_value()
-                       : ShapedType::kDynamic);
+  int64_t elements = 1;
+  for (const auto &d : tt.shape().dim()) {
+    const bool known = d.has_dim_value() && d.dim_value() >= 0;
+    dims.push_back(known ? d.dim_value() : ShapedType::kDynamic);
+    // A shape past 2^48 elements (ONNX's inference computes them from
+    // constants, e.g. ConstantOfShape) is not taken as a type: the op's
+    // own inference, which rejects it by name, decides instead.
+    if (known && d.dim_value() != 0) {
+      if (elements > (int64_t(1) << 48) / d.dim_value())
+        return {};
+      elements *= d.dim_value();
+    }
+  }
   return RankedTensorType::get(dims, elt);
 }
 

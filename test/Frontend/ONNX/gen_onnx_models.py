@@ -350,6 +350,14 @@ def case_cumsum_bad_axis():
                  [init("ax", np.array(-9, np.int64))], opset=17)
 
 
+def case_constant_of_shape_huge():
+    # 2^62 x 2 elements: ONNX's inference makes that a static shape, and
+    # the compiler used to hang on it.
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["y"], name="huge")]
+    return model(nodes, [vi("x", F, [2])], [vi("y", F, None)],
+                 [init("s", np.array([2**62, 2], np.int64))], opset=17)
+
+
 RAW_CASES = {
     # Not protobuf at all.
     "not_onnx": lambda: b"this is plainly not a protobuf model\n",

@@ -1011,7 +1011,8 @@ LogicalResult RangeOp::inferReturnTypeComponents(
 }
 
 LogicalResult ConstantOfShapeOp::inferReturnTypeComponents(
-    MLIRContext *, std::optional<Location>, ConstantOfShapeOp::Adaptor adaptor,
+    MLIRContext *, std::optional<Location> loc,
+    ConstantOfShapeOp::Adaptor adaptor,
     SmallVectorImpl<ShapedTypeComponents> &inferred) {
   auto typed = dyn_cast<TypedAttr>(adaptor.getValue());
   auto shapeType = rankedType(adaptor.getShape());
@@ -1021,6 +1022,20 @@ LogicalResult ConstantOfShapeOp::inferReturnTypeComponents(
   if (auto values = getPartialInts(adaptor.getShape()))
     if (values->size() == shape.size())
       shape.assign(values->begin(), values->end());
+  // Known sizes must make a valid, addressable tensor (a negative size made
+  // an invalid type that later stages looped on).
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    if (ShapedType::isDynamic(d))
+      continue;
+    if (d < 0)
+      return emitOptionalError(loc, "ConstantOfShape: negative dimension ", d);
+    if (d != 0 && elements > (int64_t(1) << 48) / d)
+      return emitOptionalError(loc, "ConstantOfShape: shape [",
+                               llvm::make_range(shape.begin(), shape.end()),
+                               "] has more than 2^48 elements");
+    elements *= d;
+  }
   inferred.emplace_back(shape, typed.getType());
   return success();
 }

@@ -35,3 +35,15 @@ func.func @pinned(%ids: tensor<?x?xi64> {sparsec.dims = ["batch", "seq"]}, %t: t
   %e = sparsec.embedding %t, %ids : tensor<7x16xf32>, tensor<?x?xi64> -> tensor<?x?x16xf32>
   return %e : tensor<?x?x16xf32>
 }
+
+// A constant shape with a negative size is not a type (it was refined to
+// tensor<-3x2xf32>, which later stages looped on): the dim stays dynamic
+// and the runtime rejects the shape when it runs.
+// CHECK-LABEL: func.func @negative_constant_shape
+// CHECK-SAME: -> tensor<?x2xf32>
+// CHECK: sparsec.constant_of_shape {{.*}} -> tensor<?x2xf32>
+func.func @negative_constant_shape() -> tensor<?x2xf32> {
+  %s = sparsec.constant dense<[-3, 2]> : tensor<2xi64>
+  %y = sparsec.constant_of_shape %s, 0.000000e+00 : f32 : tensor<2xi64> -> tensor<?x2xf32>
+  return %y : tensor<?x2xf32>
+}
