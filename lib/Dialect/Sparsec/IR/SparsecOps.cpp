@@ -419,17 +419,30 @@ LogicalResult ProfileCountOp::verify() {
   return success();
 }
 
+/// `axis` (negative counts from the end) checked against `rank`, reported
+/// on `op` as written when out of range; `inclusive` also allows rank itself
+/// (Flatten). Returns the normalized axis.
+static FailureOr<int64_t> verifiedAxis(Operation *op, int64_t axis,
+                                       int64_t rank, bool inclusive = false) {
+  const int64_t n = normalizeAxis(axis, rank);
+  if (n < 0 || n > rank || (n == rank && !inclusive)) {
+    op->emitOpError("axis ") << axis << " out of range for rank " << rank;
+    return failure();
+  }
+  return n;
+}
+
 //===----------------------------------------------------------------------===//
 // Normalisation, softmax, attention, embedding, conv
 //===----------------------------------------------------------------------===//
 
 LogicalResult LayerNormOp::verify() {
   auto in = getInput().getType();
-  int64_t axis = normalizeAxis(getAxis(), in.getRank());
-  if (axis < 0 || axis >= in.getRank())
-    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
-                                << " out of range for rank "
-                                << in.getRank();
+  FailureOr<int64_t> verified =
+      verifiedAxis(*this, static_cast<int64_t>(getAxis()), in.getRank());
+  if (failed(verified))
+    return failure();
+  const int64_t axis = *verified;
   ArrayRef<int64_t> normalized = in.getShape().drop_front(axis);
   auto checkParam = [&](Value v, StringRef what) -> LogicalResult {
     ArrayRef<int64_t> s = rankedType(v).getShape();
@@ -462,38 +475,19 @@ LogicalResult RmsNormOp::verify() {
 }
 
 LogicalResult SoftmaxOp::verify() {
-  int64_t rank = getType().getRank();
-  int64_t axis = normalizeAxis(getAxis(), rank);
-  if (axis < 0 || axis >= rank)
-    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
-                                << " out of range for rank "
-                                << rank;
-  return success();
+  return verifiedAxis(*this, static_cast<int64_t>(getAxis()),
+                      getType().getRank());
 }
 
 LogicalResult CumSumOp::verify() {
-  auto type = dyn_cast<RankedTensorType>(getInput().getType());
-  if (!type)
-    return success();
-  const int64_t rank = type.getRank();
-  const int64_t axis = normalizeAxis(getAxis(), rank);
-  if (axis < 0 || axis >= rank)
-    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
-                                << " out of range for rank " << rank;
-  return success();
+  return verifiedAxis(*this, static_cast<int64_t>(getAxis()),
+                      getInput().getType().getRank());
 }
 
 /// Flatten's axis may also be the rank itself (everything in the outer dim).
 LogicalResult FlattenOp::verify() {
-  auto type = dyn_cast<RankedTensorType>(getInput().getType());
-  if (!type)
-    return success();
-  const int64_t rank = type.getRank();
-  const int64_t axis = normalizeAxis(getAxis(), rank);
-  if (axis < 0 || axis > rank)
-    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
-                                << " out of range for rank " << rank;
-  return success();
+  return verifiedAxis(*this, static_cast<int64_t>(getAxis()),
+                      getInput().getType().getRank(), /*inclusive=*/true);
 }
 
 LogicalResult AttentionOp::verify() {
@@ -623,11 +617,8 @@ LogicalResult ReduceOp::inferReturnTypeComponents(
 
 LogicalResult GatherOp::verify() {
   int64_t rank = getData().getType().getRank();
-  int64_t axis = normalizeAxis(getAxis(), rank);
-  if (axis < 0 || axis >= rank)
-    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
-                                << " out of range for rank "
-                                << rank;
+  if (failed(verifiedAxis(*this, static_cast<int64_t>(getAxis()), rank)))
+    return failure();
   if (getType().getRank() != rank - 1 + getIndices().getType().getRank())
     return emitOpError("result rank must be data rank - 1 + indices rank");
   return success();
@@ -746,11 +737,11 @@ LogicalResult ConcatOp::verify() {
   if (getInputs().empty())
     return emitOpError("needs at least one input");
   int64_t rank = getType().getRank();
-  int64_t axis = normalizeAxis(getAxis(), rank);
-  if (axis < 0 || axis >= rank)
-    return emitOpError("axis ") << static_cast<int64_t>(getAxis())
-                                << " out of range for rank "
-                                << rank;
+  FailureOr<int64_t> verified =
+      verifiedAxis(*this, static_cast<int64_t>(getAxis()), rank);
+  if (failed(verified))
+    return failure();
+  const int64_t axis = *verified;
   for (Value v : getInputs()) {
     auto t = rankedType(v);
     if (t.getRank() != rank)
