@@ -15,7 +15,6 @@
 
 #include <cuda_fp16.h>
 
-
 namespace sparsec::rt::cuda {
 namespace {
 
@@ -197,17 +196,8 @@ __global__ void __launch_bounds__(256)
 }
 
 //===----------------------------------------------------------------------===//
-// Tensor-core primitives (sm_80+)
+// Epilogue stores (the tensor-core primitives are in DeviceMath.cuh)
 //===----------------------------------------------------------------------===//
-
-__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4],
-                                         const unsigned (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
-                 "r"(b[1]));
-}
 
 __device__ __forceinline__ void store4(float *p, float4 v) {
   *reinterpret_cast<float4 *>(p) = v;
@@ -359,7 +349,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
         for (int ni = 0; ni < NT; ++ni)
-          mma16816(acc[mi][ni], a[mi], bf[ni]);
+          mma16816(acc[mi][ni], a[mi][0], a[mi][1], a[mi][2], a[mi][3],
+                   bf[ni][0], bf[ni][1]);
     }
   }
   cpAsyncWait<0>();

@@ -291,6 +291,18 @@ __global__ void __launch_bounds__(kThreads)
 // Down projection: y[t, :] += sum_i h[t, idx[i]] * w[idx[i], :]
 //===----------------------------------------------------------------------===//
 
+/// The down projections' density counters (or null): += rows x tokens
+/// computed and neurons x tokens a dense kernel would, once per launch (by
+/// the first thread of block (0, 0)).
+__device__ __forceinline__ void countDensity(unsigned long long *density,
+                                             int rows, int neurons,
+                                             int tokens) {
+  if (density && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    atomicAdd(density, (unsigned long long)(int64_t(rows) * tokens));
+    atomicAdd(density + 1, (unsigned long long)(int64_t(neurons) * tokens));
+  }
+}
+
 /// Compact: the set is ix.list / ix.count, read straight from global
 /// memory (the list has room for ix.neurons entries); otherwise the
 /// segments, whose scan and the block's rows go to shared memory first.
@@ -386,10 +398,7 @@ __global__ void __launch_bounds__(kThreads)
       addRows(j, ok);
     }
   }
-  if (density && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
-    atomicAdd(density, (unsigned long long)(int64_t(n) * T));
-    atomicAdd(density + 1, (unsigned long long)(int64_t(ix.neurons) * T));
-  }
+  countDensity(density, n, ix.neurons, T);
   // A block with no rows has nothing to add (every warp of it knows: the
   // block's first warp has the lowest row).
   const bool empty = Compact ? blockIdx.y * kWarps >= n
@@ -403,7 +412,7 @@ __global__ void __launch_bounds__(kThreads)
 /// The listed down projection of 3-8 tokens with fp16 rows on tensor cores:
 /// y[t, c] += sum over the list's rows j of h[t, j] w[j, c]. A block of
 /// kDownMmaWarps warps owns kDownMmaCols output columns and a contiguous
-/// share of the list (blockIdx.y of gridDim.y); it stages kBK rows of w
+/// share of the list (blockIdx.y of gridDim.y); it stages kDownBK rows of w
 /// (those columns) and their h values [row][token] into shared memory with
 /// cp.async, kDownStages chunks in flight, and multiplies with the output
 /// columns as the MMA's M (ldmatrix.trans of the staged rows) and the
@@ -435,16 +444,14 @@ __global__ void __launch_bounds__(kDownMmaWarps * 32)
                 "whole rows per thread");
   __shared__ __align__(16) __half ws[kDownStages][kDownBK][kDownWS];
   __shared__ __align__(16) float hs[kDownStages][kDownBK][kDownHS];
-  __shared__ __align__(16) float ys[8][kDownMmaCols + 4];
+  static_assert(kMaxTokens == 8, "the tokens are the MMA's n8");
+  __shared__ __align__(16) float ys[kMaxTokens][kDownMmaCols + 4];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, q = lane & 3;
   const int c0 = blockIdx.x * kDownMmaCols;
   const int n = *ix.count;
-  if (density && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) {
-    atomicAdd(density, (unsigned long long)(int64_t(n) * M));
-    atomicAdd(density + 1, (unsigned long long)(int64_t(ix.neurons) * M));
-  }
+  countDensity(density, n, ix.neurons, M);
   const int r0 = int(int64_t(n) * blockIdx.y / gridDim.y);
   const int r1 = int(int64_t(n) * (blockIdx.y + 1) / gridDim.y);
   if (r0 == r1)
