@@ -102,7 +102,7 @@ Type ImportContext::tensorType(const onnx::TypeProto &type) const {
     // constants, e.g. ConstantOfShape) is not taken as a type: the op's
     // own inference, which rejects it by name, decides instead.
     if (known && d.dim_value() != 0) {
-      if (elements > (int64_t(1) << 48) / d.dim_value())
+      if (elements > kMaxStaticElements / d.dim_value())
         return {};
       elements *= d.dim_value();
     }

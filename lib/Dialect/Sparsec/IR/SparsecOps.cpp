@@ -1021,7 +1021,7 @@ LogicalResult ConstantOfShapeOp::inferReturnTypeComponents(
       continue;
     if (d < 0)
       return emitOptionalError(loc, "ConstantOfShape: negative dimension ", d);
-    if (d != 0 && elements > (int64_t(1) << 48) / d)
+    if (d != 0 && elements > kMaxStaticElements / d)
       return emitOptionalError(loc, "ConstantOfShape: shape [",
                                llvm::make_range(shape.begin(), shape.end()),
                                "] has more than 2^48 elements");

@@ -33,6 +33,11 @@ inline int64_t normalizeAxis(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+/// The most elements (2^48) a shape computed from constants may have to be
+/// taken as a static type; past it the importer and ConstantOfShape's
+/// inference reject the shape (compile hung on 2^63 elements).
+constexpr int64_t kMaxStaticElements = int64_t(1) << 48;
+
 /// ONNX Slice semantics along one dimension of size `dim` (static): clamps
 /// `start`/`end` (negative values count from the end) for a non-zero
 /// `step`, sets `begin` to the first index read and returns how many
