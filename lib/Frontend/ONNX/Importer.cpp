@@ -385,26 +385,34 @@ static std::optional<std::string> invalidSpatialAttrs(const onnx::NodeProto &nod
 /// libonnx's LayerNormalization inference writes the Mean / InvStdDev
 /// shapes from dim `axis` on with no range check, so a negative axis below
 /// -rank crashes it. Where such outputs exist, the axes are checked first:
-/// inference over a copy whose LayerNormalization nodes keep only Y (that
-/// part reads no axis; not strict, so one bad node elsewhere does not hide
-/// the ranks) gives the inputs' ranks.
+/// inference over the model with those nodes keeping only Y (that part
+/// reads no axis; not strict, so one bad node elsewhere does not hide the
+/// ranks) gives the inputs' ranks. The model is changed in place and put
+/// back (outputs, value_info, graph outputs) rather than copied, since a
+/// copy would duplicate every initializer's data.
 static LogicalResult checkLayerNormAxes(MLIRContext &context,
-                                        const onnx::ModelProto &model,
+                                        onnx::ModelProto &model,
                                         Location fileLoc) {
   auto withStats = [](const onnx::NodeProto &n) {
     return n.op_type() == "LayerNormalization" && n.output_size() > 1;
   };
   if (llvm::none_of(model.graph().node(), withStats))
     return success();
-  onnx::ModelProto copy = model;
-  for (onnx::NodeProto &n : *copy.mutable_graph()->mutable_node())
-    if (withStats(n))
+  onnx::GraphProto &g = *model.mutable_graph();
+  const auto valueInfo = g.value_info();
+  const auto graphOutputs = g.output();
+  std::vector<std::pair<int, google::protobuf::RepeatedPtrField<std::string>>>
+      stripped;
+  for (auto [index, n] : llvm::enumerate(*g.mutable_node()))
+    if (withStats(n)) {
+      stripped.emplace_back(int(index), n.output());
       while (n.output_size() > 1)
         n.mutable_output()->RemoveLast();
+    }
   try {
     onnx::ShapeInferenceOptions opts(/*check_type=*/false, /*strict_mode=*/0,
                                      /*data_prop=*/true);
-    onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(),
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
                                        opts);
   } catch (const std::exception &) {
     // What could be inferred is kept; the real pass reports the error.
@@ -414,15 +422,19 @@ static LogicalResult checkLayerNormAxes(MLIRContext &context,
     if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape())
       ranks[vi.name()] = vi.type().tensor_type().shape().dim_size();
   };
-  const onnx::GraphProto &g = copy.graph();
   for (const auto &vi : g.input())
     note(vi);
   for (const auto &vi : g.value_info())
     note(vi);
   for (const auto &init : g.initializer())
     ranks[init.name()] = init.dims_size();
+  // Put the model back as it came, for the real (strict) inference.
+  for (auto &[index, outputs] : stripped)
+    *g.mutable_node(index)->mutable_output() = outputs;
+  *g.mutable_value_info() = valueInfo;
+  *g.mutable_output() = graphOutputs;
   bool bad = false;
-  for (auto [index, node] : llvm::enumerate(model.graph().node())) {
+  for (auto [index, node] : llvm::enumerate(g.node())) {
     if (!withStats(node) || node.input_size() < 1)
       continue;
     auto it = ranks.find(node.input(0));
