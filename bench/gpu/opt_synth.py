@@ -149,13 +149,18 @@ def _make(name, cfg, density):
         return (norm_ppf(p)).astype(np.float32)  # h + b > 0 iff h > -b
     if part == "w1" and cfg.get("pred"):
         # x . w1 = sqrt(1 - A) * (x Q) u / sqrt(R) + sqrt(A) * x n / sqrt(d):
-        # Q [d, R] orthonormal, u and n i.i.d. N(0, 1), so for isotropic x
-        # of unit variance each pre-activation is about N(0, 1), its
-        # share 1 - A coming from R directions of x.
+        # Q [d, R] of random signs over sqrt(d) (R nearly orthogonal unit
+        # directions), u and n i.i.d. N(0, 1), so for isotropic x of unit
+        # variance each pre-activation is about N(0, 1), its share 1 - A
+        # coming from R directions of x. The product Q u is exact (u in
+        # steps of 2^-20, integers in float64 sums), so every machine's
+        # BLAS makes the same bytes: a float32 product (or a QR) rounds
+        # differently on different CPUs, and the pack's checksum breaks.
         r, a = cfg["pred"]
-        q, _ = np.linalg.qr(rng.standard_normal((d, r), dtype=np.float32))
-        w = q.astype(np.float32) @ rng.standard_normal((r, f), dtype=np.float32)
-        w *= np.float32(math.sqrt((1.0 - a) / r))
+        signs = rng.integers(0, 2, (d, r)).astype(np.float64) * 2.0 - 1.0
+        u = np.round(rng.standard_normal((r, f)) * 2.0 ** 20)
+        w = ((signs @ u) * 2.0 ** -20).astype(np.float32)
+        w *= np.float32(math.sqrt((1.0 - a) / (r * d)))
         w += rng.standard_normal((d, f), dtype=np.float32) * np.float32(math.sqrt(a / d))
         return w
     std = {"emb": 1.0, "pos": 0.1, "head": 1.0 / math.sqrt(d),
