@@ -313,7 +313,7 @@ int main(int argc, char **argv) {
     float *dQ = upload(qh), *dNew = upload(qh), *dOut = alloc<float>(qh.size());
     int *counters = alloc<int>(heads);
     CHECK_CUDA(cudaMemset(counters, 0, sizeof(int) * heads));
-    for (int T : {128, 256, 512, 1024, 2047}) {
+    for (int T : {128, 192, 256, 512, 1024, 2047}) {
       DecodeAttention a;
       a.q = dQ;
       a.pastK = dK;

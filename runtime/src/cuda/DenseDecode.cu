@@ -10,9 +10,12 @@
 
 #include "DeviceMath.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <cstdint>
 #include <type_traits>
 
@@ -486,8 +489,12 @@ __device__ __forceinline__ const float *keyRow(const float *past,
 /// running (max, sum, sum of p * v) over its passes (online softmax). The
 /// warps combine in shared memory; the block's partial result goes to
 /// scratch[row, c], and the last block of the row to finish merges them.
-/// NI = ceil(max(D, Dv) / 32) elements per lane.
-template <int NI>
+/// NI = ceil(max(D, Dv) / 32) elements per lane. Cluster: the row's
+/// blocks are one thread-block cluster (Hopper), and they merge through
+/// distributed shared memory instead: each leaves its partial result in
+/// its own shared memory, and after a cluster barrier block 0 reads them
+/// all (no scratch, no counter, no memory round trips for the merge).
+template <int NI, bool Cluster>
 __global__ void __launch_bounds__(kAttnThreads)
 decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
                       int *counters) {
@@ -613,8 +620,9 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   for (int w = 0; w < kAttnWarps; ++w)
     if (wm[w] != -INFINITY)
       L += expf(wm[w] - M) * wl[w];
-  float *part = scratch + (row * chunks + chunk) * (Dv + 2);
-  const bool single = chunks == 1;
+  __shared__ float own[Cluster ? kAttnMaxHead + 2 : 1];
+  float *part = Cluster ? own : scratch + (row * chunks + chunk) * (Dv + 2);
+  const bool single = !Cluster && chunks == 1;
   for (int d = threadIdx.x; d < Dv; d += kAttnThreads) {
     float num = 0.0f;
 #pragma unroll
@@ -628,6 +636,52 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   }
   if (single)
     return;
+  if constexpr (Cluster) {
+    if (threadIdx.x == 0) {
+      own[0] = M;
+      own[1] = L;
+    }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync(); // every block's partial result is in its shared memory
+    if (chunk == 0) {
+      const int nChunks = int(chunks);
+      __shared__ float cw[kAttnMaxChunks];
+      __shared__ float mergeDen, mergeMax;
+      __shared__ bool mergeNaN;
+      if (warp == 0) {
+        const bool has = lane < nChunks;
+        const float *rp = has ? cluster.map_shared_rank(own, lane) : own;
+        const float mc = has ? rp[0] : -INFINITY;
+        const float lc = has ? rp[1] : 0.0f;
+        const bool nan = __any_sync(0xffffffffu, mc != mc);
+        const float mm = warpMax(mc != mc ? -INFINITY : mc);
+        const float w = mc == -INFINITY || mm == -INFINITY || nan
+                            ? 0.0f
+                            : expf(mc - mm);
+        const float den = warpSum(w * lc);
+        if (has)
+          cw[lane] = w;
+        if (lane == 0) {
+          mergeDen = den;
+          mergeMax = mm;
+          mergeNaN = nan;
+        }
+      }
+      __syncthreads();
+      const float den = mergeDen, MM = mergeMax;
+      const bool nan = mergeNaN;
+      for (int d = threadIdx.x; d < Dv; d += kAttnThreads) {
+        float num = 0.0f;
+        if (!nan && MM != -INFINITY)
+          for (int c = 0; c < nChunks; ++c)
+            num += cw[c] * cluster.map_shared_rank(own, c)[2 + d];
+        a.out[row * Dv + d] = nan ? NAN : (MM == -INFINITY ? 0.0f : num / den);
+      }
+    }
+    cluster.sync(); // block 0 has read every block's shared memory
+    return;
+  }
   if (threadIdx.x == 0) {
     part[0] = M;
     part[1] = L;
@@ -864,6 +918,65 @@ size_t decodeAttentionScratchBytes(const DecodeAttention &a) {
          size_t(attentionChunks(a)) * size_t(a.Dv + 2);
 }
 
+namespace {
+/// Launches the cluster variant of decodeAttentionKernel<NI>: each query
+/// row's `chunks` blocks one cluster. Returns false (nothing launched)
+/// where the GPU cannot schedule clusters of that size for the kernel.
+template <int NI>
+bool launchAttentionCluster(const DecodeAttention &a, dim3 grid, int passes,
+                            cudaStream_t stream, bool early, cudaError_t &e) {
+  auto *kernel = decodeAttentionKernel<NI, true>;
+  // The largest cluster the kernel can have on this GPU (above 8 needs
+  // the non-portable opt-in), queried once.
+  static const int maxCluster = [&] {
+    if (cudaFuncSetAttribute(kernel,
+                             cudaFuncAttributeNonPortableClusterSizeAllowed,
+                             1) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3{1, kAttnMaxChunks};
+    config.blockDim = dim3{kAttnThreads};
+    int size = 0;
+    if (cudaOccupancyMaxPotentialClusterSize(&size, kernel, &config) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return size;
+  }();
+  if (int(grid.y) < 2 || int(grid.y) > maxCluster)
+    return false;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3{kAttnThreads};
+  config.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = grid.y;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = early ? 2 : 1;
+  e = cudaLaunchKernelEx(&config, kernel, a, passes,
+                         static_cast<float *>(nullptr),
+                         static_cast<int *>(nullptr));
+  return true;
+}
+
+/// SPARSEC_CUDA_ATTN_CLUSTER=0 turns the cluster merge off.
+bool attentionClusters() {
+  static const bool on = [] {
+    const char *p = std::getenv("SPARSEC_CUDA_ATTN_CLUSTER");
+    return !p || std::strcmp(p, "0") != 0;
+  }();
+  return on;
+}
+} // namespace
+
 cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
                             int *counters, cudaStream_t stream, bool early) {
   const int64_t rows = decodeAttentionRows(a);
@@ -876,22 +989,44 @@ cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
   const int passes = attentionPasses(a);
   const dim3 grid{static_cast<unsigned>(rows), static_cast<unsigned>(chunks)};
   const int ni = int((std::max(a.D, a.Dv) + 31) / 32);
-  cudaError_t e;
+  cudaError_t e = cudaSuccess;
+  // Where a pass a block covers the row (up to 512 keys) and the GPU can
+  // schedule the row's blocks as one cluster (up to 16 on an H200: 256
+  // keys), they merge as a cluster; otherwise through memory.
+  if (passes == 1 && attentionClusters()) {
+    bool launched = false;
+    switch (ni) {
+    case 1:
+      launched = launchAttentionCluster<1>(a, grid, passes, stream, early, e);
+      break;
+    case 2:
+      launched = launchAttentionCluster<2>(a, grid, passes, stream, early, e);
+      break;
+    case 3:
+      launched = launchAttentionCluster<3>(a, grid, passes, stream, early, e);
+      break;
+    default:
+      launched = launchAttentionCluster<4>(a, grid, passes, stream, early, e);
+      break;
+    }
+    if (launched)
+      return e != cudaSuccess ? e : cudaGetLastError();
+  }
   switch (ni) {
   case 1:
-    e = launchKernel(decodeAttentionKernel<1>, grid, dim3{kAttnThreads}, 0,
+    e = launchKernel(decodeAttentionKernel<1, false>, grid, dim3{kAttnThreads}, 0,
                      stream, early, a, passes, scratch, counters);
     break;
   case 2:
-    e = launchKernel(decodeAttentionKernel<2>, grid, dim3{kAttnThreads}, 0,
+    e = launchKernel(decodeAttentionKernel<2, false>, grid, dim3{kAttnThreads}, 0,
                      stream, early, a, passes, scratch, counters);
     break;
   case 3:
-    e = launchKernel(decodeAttentionKernel<3>, grid, dim3{kAttnThreads}, 0,
+    e = launchKernel(decodeAttentionKernel<3, false>, grid, dim3{kAttnThreads}, 0,
                      stream, early, a, passes, scratch, counters);
     break;
   default:
-    e = launchKernel(decodeAttentionKernel<4>, grid, dim3{kAttnThreads}, 0,
+    e = launchKernel(decodeAttentionKernel<4, false>, grid, dim3{kAttnThreads}, 0,
                      stream, early, a, passes, scratch, counters);
     break;
   }
