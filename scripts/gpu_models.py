@@ -23,7 +23,11 @@ agreement also reported):
   * CUDA graphs: `model eval` over 128-byte chunks (one signature, so
     replays from the third chunk on) agrees with the x86 build's top-1;
     hybrid builds decode the same bytes with graph segments as eagerly;
-  * early launches (SPARSEC_CUDA_PDL=1) decode the same bytes as normal ones.
+  * early launches (SPARSEC_CUDA_PDL=1) decode the same bytes as normal ones,
+    and so do one graph a step (SPARSEC_CUDA_SPLIT=0), no early launch at
+    all (SPARSEC_CUDA_PDL=0; by default the norms and the decode attention
+    launch early) and attention merged through memory
+    (SPARSEC_CUDA_ATTN_CLUSTER=0).
 """
 import argparse
 import glob
@@ -494,6 +498,26 @@ def run(args):
                    f"{name} greedy 64 bytes with early launches: "
                    f"{sum(x == y for x, y in zip(r.stdout, base.stdout))}/64 equal to "
                    f"normal launches; " + (stats[-1] if stats else ""))
+    # Runtime switches that must not change a byte: one graph a step instead
+    # of a split step, no early launch at all (by default the norms and the
+    # attention are early), decode attention merged through memory instead
+    # of as a cluster.
+    switches = (("one graph a step", {"SPARSEC_CUDA_SPLIT": "0"}),
+                ("normal launches only", {"SPARSEC_CUDA_PDL": "0"}),
+                ("attention merged through memory", {"SPARSEC_CUDA_ATTN_CLUSTER": "0"}))
+    for name in ("kv_f16", "kv_pred_f16", "kv_exact"):
+        if name not in have:
+            continue
+        base = run_binary(args, name, "generate", "--prompt-ids", prompt,
+                          "--max-new-tokens", "64")
+        for what, env in switches:
+            r = run_binary(args, name, "generate", "--prompt-ids", prompt,
+                           "--max-new-tokens", "64", env=env)
+            stats = r.stderr.decode(errors="replace").strip().splitlines()
+            res.record(r.returncode == 0 and base.returncode == 0 and r.stdout == base.stdout,
+                       f"{name} greedy 64 bytes with {what}: "
+                       f"{sum(x == y for x, y in zip(r.stdout, base.stdout))}/64 equal to "
+                       f"the default; " + (stats[-1] if stats else ""))
     def batch_of_prompt(b):
         """The reference prompt repeated b times (an ids file)."""
         path = os.path.join(args.dir, f"batch{b}_ids.npy")

@@ -59,6 +59,12 @@ struct GraphEntry {
   std::vector<size_t> allocs;
   int seen = 0;
   bool broken = false; // capture failed once: stay eager
+  /// Allocations the last eager run of this signature made (the step's
+  /// length in ops, roughly), from which a capture places its splits.
+  size_t eagerAllocs = 0;
+  /// Allocation indices before which the captured step closed a segment
+  /// and started the next (ascending; replays split at the same points).
+  std::vector<size_t> splits;
 };
 
 struct Device : Context::Backend {
@@ -175,6 +181,18 @@ struct Device : Context::Backend {
   GraphEntry *current = nullptr;
   size_t allocCursor = 0;
   size_t segment = 0; // the next segment of the captured or replayed step
+  /// Allocations of the current step so far (every mode), and the next
+  /// entry of the current graph's `splits`.
+  size_t stepAllocs = 0, nextSplit = 0;
+  /// SPARSEC_CUDA_SPLIT=0: a captured step is one graph between host
+  /// waits. By default a long step is cut into three graphs early on, so
+  /// the GPU runs the first part while the host walks the rest of the
+  /// replayed step (Device.cu, splitPoints).
+  bool splitSteps = true;
+  /// The one-block norms and the decode attention are programmatic
+  /// dependent launches (their launch overlaps the GEMV before them): on
+  /// by default where supported, off with SPARSEC_CUDA_PDL=0 (docs/GPU.md).
+  bool earlySmall = false;
   /// A capture or replay was abandoned mid-step (an allocation differs, or
   /// a segment failed to capture): the step body returns false without an
   /// error and runStep reruns it eagerly.

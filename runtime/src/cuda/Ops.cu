@@ -890,7 +890,7 @@ bool launchNorm(Context &ctx, Device &d, const char *op, const float *xs,
   if (rows == 0 || width == 0 || !d.launching())
     return true;
   if (!check(ctx, normRows(xs, rows, width, sc, b, epsilon, Rms, ys, d.stream,
-                           d.earlyLaunch),
+                           d.earlyLaunch || d.earlySmall),
              op))
     return false;
   return launched(ctx, op);
@@ -1177,7 +1177,8 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
       return true;
     return check(ctx,
                  decodeAttention(da, static_cast<float *>(d.attentionScratch.ptr),
-                                 d.gemvCounters, d.stream, d.earlyLaunch),
+                                 d.gemvCounters, d.stream,
+                                 d.earlyLaunch || d.earlySmall),
                  "attention");
   }
   if (r.numel() == 0 || !d.launching())
