@@ -7,7 +7,8 @@
 
 Builds bench/gpu/kernel_trace.cpp (a preload library over CUPTI's activity
 API) with g++, runs `MODEL generate` under it (CUDA graphs on, as in
-normal use) and splits the records of each replayed graph into its
+normal use, but one graph a step: SPARSEC_CUDA_SPLIT=0 unless set) and
+splits the records of each replayed graph into its
 launches (a launch starts at the graph's first node). For the replays
 after the first it prints, averaged per step: the span (first node's start
 to last node's end), the time some node ran (the union of the nodes'
@@ -161,7 +162,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         lib = build_tracer(tmp, a.cuda)
         trace = a.keep or os.path.join(tmp, "trace.csv")
+        # One graph a step (the runtime cuts long steps into three graphs),
+        # so that each launch found in the trace is a whole step.
         env = dict(os.environ, LD_PRELOAD=lib, SPARSEC_TRACE_OUT=trace)
+        env.setdefault("SPARSEC_CUDA_SPLIT", "0")
         r = subprocess.run([a.model, "generate", "--prompt-ids", a.prompt_ids,
                             "--max-new-tokens", str(a.new), "--threads", str(a.threads)],
                            capture_output=True, text=True, env=env)
