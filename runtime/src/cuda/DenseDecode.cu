@@ -481,6 +481,26 @@ __device__ __forceinline__ const float *keyRow(const float *past,
                : cur + (bh * Sk + (j - P)) * width;
 }
 
+/// Warp 0 of a row's merging block: lane c holds chunk c's (max, sum)
+/// (`has` false past the chunks); writes each chunk's weight exp(max_c -
+/// max) to cw[c] and the merged denominator, max and NaN flag.
+__device__ __forceinline__ void chunkWeights(float mc, float lc, bool has,
+                                             int lane, float *cw, float &den,
+                                             float &max, bool &nan) {
+  const bool n = __any_sync(0xffffffffu, mc != mc);
+  const float mm = warpMax(mc != mc ? -INFINITY : mc);
+  const float w =
+      mc == -INFINITY || mm == -INFINITY || n ? 0.0f : expf(mc - mm);
+  const float d = warpSum(w * lc);
+  if (has)
+    cw[lane] = w;
+  if (lane == 0) {
+    den = d;
+    max = mm;
+    nan = n;
+  }
+}
+
 /// Grid (rows, chunks): block (row, c) handles keys [c * keys, (c + 1) *
 /// keys) of query row `row`, `keys` = 16 * passes. In each pass each warp
 /// takes 4 keys: lane l holds elements l, l + 32, ... of q and of the 4
@@ -636,6 +656,11 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   }
   if (single)
     return;
+  // The merge's chunk weights, denominator, max and NaN flag.
+  __shared__ float cw[kAttnMaxChunks];
+  __shared__ float mergeDen, mergeMax;
+  __shared__ bool mergeNaN;
+  const int nChunks = int(chunks);
   if constexpr (Cluster) {
     if (threadIdx.x == 0) {
       own[0] = M;
@@ -645,28 +670,11 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync(); // every block's partial result is in its shared memory
     if (chunk == 0) {
-      const int nChunks = int(chunks);
-      __shared__ float cw[kAttnMaxChunks];
-      __shared__ float mergeDen, mergeMax;
-      __shared__ bool mergeNaN;
       if (warp == 0) {
         const bool has = lane < nChunks;
         const float *rp = has ? cluster.map_shared_rank(own, lane) : own;
-        const float mc = has ? rp[0] : -INFINITY;
-        const float lc = has ? rp[1] : 0.0f;
-        const bool nan = __any_sync(0xffffffffu, mc != mc);
-        const float mm = warpMax(mc != mc ? -INFINITY : mc);
-        const float w = mc == -INFINITY || mm == -INFINITY || nan
-                            ? 0.0f
-                            : expf(mc - mm);
-        const float den = warpSum(w * lc);
-        if (has)
-          cw[lane] = w;
-        if (lane == 0) {
-          mergeDen = den;
-          mergeMax = mm;
-          mergeNaN = nan;
-        }
+        chunkWeights(has ? rp[0] : -INFINITY, has ? rp[1] : 0.0f, has, lane,
+                     cw, mergeDen, mergeMax, mergeNaN);
       }
       __syncthreads();
       const float den = mergeDen, MM = mergeMax;
@@ -703,27 +711,12 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   // sum) at once (chunks <= kAttnMaxChunks = 32, a lane each) and makes the
   // chunks' weights; then each thread reads its element of every chunk,
   // those loads all in flight together.
-  const int nChunks = int(chunks);
   const float *parts = scratch + row * chunks * (Dv + 2);
-  __shared__ float cw[kAttnMaxChunks];
-  __shared__ float mergeDen, mergeMax;
-  __shared__ bool mergeNaN;
   if (warp == 0) {
     const bool has = lane < nChunks;
-    const float mc = has ? __ldcg(parts + lane * (Dv + 2)) : -INFINITY;
-    const float lc = has ? __ldcg(parts + lane * (Dv + 2) + 1) : 0.0f;
-    const bool nan = __any_sync(0xffffffffu, mc != mc);
-    const float mm = warpMax(mc != mc ? -INFINITY : mc);
-    const float w = mc == -INFINITY || mm == -INFINITY || nan ? 0.0f
-                                                              : expf(mc - mm);
-    const float den = warpSum(w * lc);
-    if (has)
-      cw[lane] = w;
-    if (lane == 0) {
-      mergeDen = den;
-      mergeMax = mm;
-      mergeNaN = nan;
-    }
+    chunkWeights(has ? __ldcg(parts + lane * (Dv + 2)) : -INFINITY,
+                 has ? __ldcg(parts + lane * (Dv + 2) + 1) : 0.0f, has, lane,
+                 cw, mergeDen, mergeMax, mergeNaN);
   }
   __syncthreads();
   const float den = mergeDen, MM = mergeMax;
@@ -975,6 +968,22 @@ bool attentionClusters() {
   }();
   return on;
 }
+/// Launches decodeAttentionKernel<NI>: where a pass a block covers the row
+/// (up to 512 keys) and the GPU can schedule the row's blocks as one
+/// cluster (up to 16 on an H200: 256 keys), they merge as a cluster;
+/// otherwise through memory.
+template <int NI>
+cudaError_t launchAttention(const DecodeAttention &a, dim3 grid, int passes,
+                            float *scratch, int *counters, cudaStream_t stream,
+                            bool early) {
+  cudaError_t e = cudaSuccess;
+  if (passes == 1 && attentionClusters() &&
+      launchAttentionCluster<NI>(a, grid, passes, stream, early, e))
+    return e;
+  return launchKernel(decodeAttentionKernel<NI, false>, grid,
+                      dim3{kAttnThreads}, 0, stream, early, a, passes, scratch,
+                      counters);
+}
 } // namespace
 
 cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
@@ -989,45 +998,19 @@ cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
   const int passes = attentionPasses(a);
   const dim3 grid{static_cast<unsigned>(rows), static_cast<unsigned>(chunks)};
   const int ni = int((std::max(a.D, a.Dv) + 31) / 32);
-  cudaError_t e = cudaSuccess;
-  // Where a pass a block covers the row (up to 512 keys) and the GPU can
-  // schedule the row's blocks as one cluster (up to 16 on an H200: 256
-  // keys), they merge as a cluster; otherwise through memory.
-  if (passes == 1 && attentionClusters()) {
-    bool launched = false;
-    switch (ni) {
-    case 1:
-      launched = launchAttentionCluster<1>(a, grid, passes, stream, early, e);
-      break;
-    case 2:
-      launched = launchAttentionCluster<2>(a, grid, passes, stream, early, e);
-      break;
-    case 3:
-      launched = launchAttentionCluster<3>(a, grid, passes, stream, early, e);
-      break;
-    default:
-      launched = launchAttentionCluster<4>(a, grid, passes, stream, early, e);
-      break;
-    }
-    if (launched)
-      return e != cudaSuccess ? e : cudaGetLastError();
-  }
+  cudaError_t e;
   switch (ni) {
   case 1:
-    e = launchKernel(decodeAttentionKernel<1, false>, grid, dim3{kAttnThreads}, 0,
-                     stream, early, a, passes, scratch, counters);
+    e = launchAttention<1>(a, grid, passes, scratch, counters, stream, early);
     break;
   case 2:
-    e = launchKernel(decodeAttentionKernel<2, false>, grid, dim3{kAttnThreads}, 0,
-                     stream, early, a, passes, scratch, counters);
+    e = launchAttention<2>(a, grid, passes, scratch, counters, stream, early);
     break;
   case 3:
-    e = launchKernel(decodeAttentionKernel<3, false>, grid, dim3{kAttnThreads}, 0,
-                     stream, early, a, passes, scratch, counters);
+    e = launchAttention<3>(a, grid, passes, scratch, counters, stream, early);
     break;
   default:
-    e = launchKernel(decodeAttentionKernel<4, false>, grid, dim3{kAttnThreads}, 0,
-                     stream, early, a, passes, scratch, counters);
+    e = launchAttention<4>(a, grid, passes, scratch, counters, stream, early);
     break;
   }
   return e != cudaSuccess ? e : cudaGetLastError();
