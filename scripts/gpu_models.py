@@ -471,53 +471,55 @@ def run(args):
 
     expect = open(os.path.join(refs, "ref_greedy_64.bin"), "rb").read()
     prompt = os.path.join(refs, "ref_input_ids.npy")
+    default64 = {}
+
+    def greedy64(name, env=None):
+        """`generate` of 64 bytes from the reference prompt; the default run
+        (no env) once per build."""
+        if env:
+            return run_binary(args, name, "generate", "--prompt-ids", prompt,
+                              "--max-new-tokens", "64", env=env)
+        if name not in default64:
+            default64[name] = run_binary(args, name, "generate", "--prompt-ids",
+                                         prompt, "--max-new-tokens", "64")
+        return default64[name]
+
     for name, must_match in (("kv", True), ("kv_exact", True), ("kv_f16", False),
                              ("kv_pred", False), ("kv_pred_f16", False),
                              ("nc17_kv", True), ("kv_pit", False),
                              ("kv_fold", True), ("kv_f16_fold", False)):
         if name not in have:
             continue
-        r = run_binary(args, name, "generate", "--prompt-ids", prompt,
-                       "--max-new-tokens", "64")
+        r = greedy64(name)
         got = r.stdout
         same = sum(x == y for x, y in zip(got, expect))
         stats = r.stderr.decode(errors="replace").strip().splitlines()
         line = f"{name} greedy 64 bytes: {same}/64 equal to ref_greedy_64.bin; " + \
             (stats[-1] if stats else "")
         res.record(r.returncode == 0 and (same == 64 or not must_match), line)
-    # Early (programmatic dependent) launches, opt-in: the same bytes.
-    for name in ("kv", "kv_f16", "kv_exact", "kv_fold"):
-        if name not in have:
-            continue
-        base = run_binary(args, name, "generate", "--prompt-ids", prompt,
-                          "--max-new-tokens", "64")
-        r = run_binary(args, name, "generate", "--prompt-ids", prompt,
-                       "--max-new-tokens", "64", env={"SPARSEC_CUDA_PDL": "1"})
+    def same_as_default(name, what, env):
+        """A runtime switch must not change a byte of the default run."""
+        base, r = greedy64(name), greedy64(name, env)
         stats = r.stderr.decode(errors="replace").strip().splitlines()
         res.record(r.returncode == 0 and base.returncode == 0 and r.stdout == base.stdout,
-                   f"{name} greedy 64 bytes with early launches: "
+                   f"{name} greedy 64 bytes with {what}: "
                    f"{sum(x == y for x, y in zip(r.stdout, base.stdout))}/64 equal to "
-                   f"normal launches; " + (stats[-1] if stats else ""))
-    # Runtime switches that must not change a byte: one graph a step instead
-    # of a split step, no early launch at all (by default the norms and the
-    # attention are early), decode attention merged through memory instead
-    # of as a cluster.
+                   f"the default; " + (stats[-1] if stats else ""))
+
+    # Every kernel launched early (opt-in; by default the norms and the
+    # attention are), one graph a step instead of a split step, no early
+    # launch at all, decode attention merged through memory instead of as a
+    # cluster.
+    for name in ("kv", "kv_f16", "kv_exact", "kv_fold"):
+        if name in have:
+            same_as_default(name, "early launches", {"SPARSEC_CUDA_PDL": "1"})
     switches = (("one graph a step", {"SPARSEC_CUDA_SPLIT": "0"}),
                 ("normal launches only", {"SPARSEC_CUDA_PDL": "0"}),
                 ("attention merged through memory", {"SPARSEC_CUDA_ATTN_CLUSTER": "0"}))
     for name in ("kv_f16", "kv_pred_f16", "kv_exact"):
-        if name not in have:
-            continue
-        base = run_binary(args, name, "generate", "--prompt-ids", prompt,
-                          "--max-new-tokens", "64")
-        for what, env in switches:
-            r = run_binary(args, name, "generate", "--prompt-ids", prompt,
-                           "--max-new-tokens", "64", env=env)
-            stats = r.stderr.decode(errors="replace").strip().splitlines()
-            res.record(r.returncode == 0 and base.returncode == 0 and r.stdout == base.stdout,
-                       f"{name} greedy 64 bytes with {what}: "
-                       f"{sum(x == y for x, y in zip(r.stdout, base.stdout))}/64 equal to "
-                       f"the default; " + (stats[-1] if stats else ""))
+        if name in have:
+            for what, env in switches:
+                same_as_default(name, what, env)
     def batch_of_prompt(b):
         """The reference prompt repeated b times (an ids file)."""
         path = os.path.join(args.dir, f"batch{b}_ids.npy")
