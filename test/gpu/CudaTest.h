@@ -61,14 +61,23 @@ inline double worse(double err, double e) {
 }
 
 /// The producer of an early-launch case: lets the next kernel launch at
-/// once, then writes x only after about 50 us, over NaNs.
+/// once; every block reads the NaNs x holds through L1 (ld.global.ca), so
+/// each SM's L1 may keep them while the kernel under test sits beside it;
+/// then block 0 writes x, after about 50 us. A kernel that reads x before
+/// its wait, or from a stale L1 line after it, sees NaNs.
 static __global__ void slowProducer(const float *src, float *x, int64_t n) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  float sink = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sink += __ldca(x + i);
   const long long t0 = clock64();
   while (clock64() - t0 < 100000)
     __nanosleep(1000);
+  __syncthreads();
+  if (blockIdx.x != 0)
+    return;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    x[i] = src[i];
+    x[i] = src[i] + (sink == 1.0f ? 1.0f : 0.0f); // x holds NaNs: sink too
 }
 
 /// The early-launch set-up: x (at dx) is first filled with NaNs, then
@@ -85,7 +94,9 @@ struct SlowX {
     src = upload(x);
     CHECK_CUDA(cudaMemset(dx, 0xff, sizeof(float) * x.size()));
     CHECK_CUDA(cudaDeviceSynchronize());
-    slowProducer<<<1, 256, 0, stream>>>(src, dx, int64_t(x.size()));
+    int sms = 0;
+    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    slowProducer<<<2 * sms, 256, 0, stream>>>(src, dx, int64_t(x.size()));
   }
   ~SlowX() {
     if (!stream)

@@ -32,9 +32,10 @@ constexpr int kRowsThreads = 256; // 8 warps per block
 /// the H200 at OPT-6.7B shapes), 4 above (each chunk of x a thread loads
 /// serves 4 rows; at 2 tokens 2 rows were as often slower as faster), with
 /// a folded norm (each block also sums all of x: 5 % slower with 2) and for
-/// early launches (a layer's GEMVs took 155.5 us with 2, 105.1 with 4).
-/// SPARSEC_GEMV_ROWS_PER_BLOCK (compile-time, for experiments) sets it for
-/// every M.
+/// early launches (a layer's GEMVs took 111.3 us with 2 rows and two steps
+/// of weights requested before the wait, 110.4 with 4 and one step;
+/// docs/GPU.md). SPARSEC_GEMV_ROWS_PER_BLOCK (compile-time, for
+/// experiments) sets it for every M.
 __host__ __device__ constexpr int gemvRowsPerBlock(int M, bool norm,
                                                    bool early) {
 #ifdef SPARSEC_GEMV_ROWS_PER_BLOCK
@@ -60,15 +61,20 @@ template <typename W, bool Vector> struct Chunk {
 };
 
 /// x comes from the kernel before. After an early launch it is read with
-/// coherent loads (ld.global.cg), which stay behind pdlWait; read-only-path
-/// loads (__ldg), which a normal launch uses, may be scheduled ahead of it.
-template <int V, bool Vec, bool Coherent>
+/// ordinary loads (ld.global.ca), which stay behind pdlWait (it makes the
+/// earlier kernels' writes visible) and hit in the L1 that an SM's blocks
+/// share; read-only-path loads (__ldg), which a normal launch uses, may be
+/// scheduled ahead of the wait. (L2 loads, ld.global.cg, as before
+/// 2026-12-01: every block fetched all of x from the L2, and a layer's
+/// GEMVs with the norm kernels took 127.7 us early against 103.7 normally
+/// on the H200; 104.4 with ld.global.ca. docs/GPU.md.)
+template <int V, bool Vec, bool Ordered>
 __device__ __forceinline__ void loadX(const float *p, float *o) {
   if constexpr (Vec && V % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < V; i += 4) {
       const float4 *q = reinterpret_cast<const float4 *>(p + i);
-      float4 f = Coherent ? __ldcg(q) : __ldg(q);
+      float4 f = Ordered ? __ldca(q) : __ldg(q);
       o[i] = f.x;
       o[i + 1] = f.y;
       o[i + 2] = f.z;
@@ -77,7 +83,7 @@ __device__ __forceinline__ void loadX(const float *p, float *o) {
   } else {
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      o[i] = Coherent ? __ldcg(p + i) : __ldg(p + i);
+      o[i] = Ordered ? __ldca(p + i) : __ldg(p + i);
   }
 }
 
