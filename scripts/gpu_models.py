@@ -25,8 +25,8 @@ agreement also reported):
     hybrid builds decode the same bytes with graph segments as eagerly;
   * early launches (SPARSEC_CUDA_PDL=1) decode the same bytes as normal ones,
     and so do one graph a step (SPARSEC_CUDA_SPLIT=0), no early launch at
-    all (SPARSEC_CUDA_PDL=0; by default the norms and the decode attention
-    launch early) and attention merged through memory
+    all (SPARSEC_CUDA_PDL=0; by default the norms, the decode attention and
+    the sparse decode kernels launch early) and attention merged through memory
     (SPARSEC_CUDA_ATTN_CLUSTER=0).
 """
 import argparse
@@ -506,8 +506,9 @@ def run(args):
                    f"{sum(x == y for x, y in zip(r.stdout, base.stdout))}/64 equal to "
                    f"the default; " + (stats[-1] if stats else ""))
 
-    # Every kernel launched early (opt-in; by default the norms and the
-    # attention are), one graph a step instead of a split step, no early
+    # Every kernel launched early (opt-in; by default the norms, the
+    # attention and the sparse kernels are), one graph a step instead of a
+    # split step, no early
     # launch at all, decode attention merged through memory instead of as a
     # cluster.
     for name in ("kv", "kv_f16", "kv_exact", "kv_fold"):

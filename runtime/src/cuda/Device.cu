@@ -10,11 +10,14 @@
 #include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
+#include <string>
 
 namespace sparsec::rt::cuda {
 
@@ -47,6 +50,15 @@ Device::~Device() {
                    t.steps, kinds[k], t.wallUs / t.steps, t.hostUs / t.steps,
                    t.gpuUs / t.steps);
     }
+    if (launchSteps > 0) {
+      std::string at;
+      for (double us : launchUs)
+        at += " " + std::to_string(int(us / launchSteps + 0.5));
+      std::fprintf(stderr,
+                   "sparsec cuda profile: replayed steps: graph launches "
+                   "reached after%s us of GPU time\n",
+                   at.c_str());
+    }
     for (size_t i = 0; i < firstSteps.size(); ++i)
       std::fprintf(stderr,
                    "sparsec cuda profile: step %zu (%s): wall %.1f us, host "
@@ -66,6 +78,8 @@ Device::~Device() {
     cudaEventDestroy(e.first);
     cudaEventDestroy(e.second);
   }
+  for (cudaEvent_t e : launchEvents)
+    cudaEventDestroy(e);
   if (stepStart)
     cudaEventDestroy(stepStart);
   if (stepEnd)
@@ -326,16 +340,59 @@ Device *device(Context &ctx) {
   if (const char *g = std::getenv("SPARSEC_CUDA_GRAPHS"))
     d->graphsEnabled = std::strcmp(g, "0") != 0;
   // Programmatic dependent launches need Hopper and kernels built for it:
-  // the norms and decode attention by default, everything with
-  // SPARSEC_CUDA_PDL=1, nothing with 0.
-  const bool early = earlyLaunchSupported();
-  d->earlySmall = early;
+  // by default the norms, decode attention and sparse decode kernels
+  // (SPARSEC_CUDA_PDL: 0 none, 1 all, or a list of small, gemv, sparse,
+  // joined by ',' or '+').
+  bool small = true, gemv = false, sparse = true;
   if (const char *p = std::getenv("SPARSEC_CUDA_PDL")) {
-    d->earlyLaunch = std::strcmp(p, "1") == 0 && early;
-    d->earlySmall = std::strcmp(p, "0") != 0 && early;
+    std::string v = p;
+    std::replace(v.begin(), v.end(), '+', ',');
+    small = gemv = sparse = v == "1";
+    if (v != "0" && v != "1") {
+      std::stringstream list(v);
+      for (std::string kind; std::getline(list, kind, ',');) {
+        if (kind == "small")
+          small = true;
+        else if (kind == "gemv")
+          gemv = true;
+        else if (kind == "sparse")
+          sparse = true;
+        else
+          std::fprintf(stderr,
+                       "sparsec: warning: SPARSEC_CUDA_PDL: unknown kind '%s' "
+                       "(0, 1, or a list of small, gemv, sparse)\n",
+                       kind.c_str());
+      }
+    }
   }
-  if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
-    d->splitSteps = std::strcmp(p, "0") != 0;
+  const bool early = earlyLaunchSupported();
+  d->earlySmall = small && early;
+  d->earlyGemv = gemv && early;
+  d->earlySparse = sparse && early;
+  if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT")) {
+    // 0: no cuts; 1: the default; or the divisors, largest first.
+    std::vector<int> div;
+    std::stringstream list(p);
+    bool ok = true;
+    for (std::string v; std::getline(list, v, ',');) {
+      char *end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      ok = ok && end && !*end && n >= 0 && n <= 4096 &&
+           (div.empty() || (n > 1 && n < div.back()));
+      div.push_back(int(n));
+    }
+    if (ok && div.size() == 1 && div[0] <= 1) {
+      if (div[0] == 0)
+        d->splitDivisors.clear();
+    } else if (ok && !div.empty() && div.back() > 1) {
+      d->splitDivisors = div;
+    } else {
+      std::fprintf(stderr,
+                   "sparsec: warning: SPARSEC_CUDA_SPLIT='%s' ignored (0, 1, "
+                   "or decreasing divisors above 1, such as 32,4)\n",
+                   p);
+    }
+  }
   if (const char *p = std::getenv("SPARSEC_CUDA_PROFILE"))
     d->profile = std::strcmp(p, "0") != 0 &&
                  cudaEventCreate(&d->stepStart) == cudaSuccess &&
@@ -594,11 +651,22 @@ bool endSegment(Context &ctx, Device &d, bool last) {
     if (!d.launched)
       markLaunch(d);
     closeIdle(d); // a CPU part's idle interval ends with this launch
+    if (d.mode == Mode::replay) {
+      const size_t i = d.segment - 1;
+      while (d.launchEvents.size() <= i) {
+        cudaEvent_t e = nullptr;
+        if (cudaEventCreate(&e) != cudaSuccess)
+          break;
+        d.launchEvents.push_back(e);
+      }
+      if (i < d.launchEvents.size())
+        cudaEventRecord(d.launchEvents[i], d.stream);
+    }
   }
   return check(ctx, cudaGraphLaunch(exec, d.stream), "cudaGraphLaunch");
 }
 
-/// Steps of at least this many allocations are split (Device::splitSteps).
+/// Steps of at least this many allocations are split (Device::splitDivisors).
 constexpr size_t kSplitMinAllocs = 48;
 
 /// Where a capture cuts a step that allocated `n` times when run eagerly:
@@ -610,10 +678,16 @@ constexpr size_t kSplitMinAllocs = 48;
 /// the next quarter of the walk, the third the rest, each walked while
 /// the graph before it runs (allocations track ops, and an op's GPU time
 /// is far above its host time in the steps that are long enough to cut).
-std::vector<size_t> splitPoints(size_t n) {
+std::vector<size_t> splitPoints(size_t n, const std::vector<int> &divisors) {
+  std::vector<size_t> at;
   if (n < kSplitMinAllocs)
-    return {};
-  return {std::max<size_t>(2, n / 32), n / 4};
+    return at;
+  for (int div : divisors) {
+    const size_t p = std::max<size_t>(2, n / size_t(div));
+    if (at.empty() || p > at.back())
+      at.push_back(p);
+  }
+  return at;
 }
 
 /// Called before each allocation of a step: at a split point of the
@@ -959,7 +1033,7 @@ bool runCapture(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
   d.nextSplit = 0;
   dropSegments(g);
   g.allocs.clear();
-  g.splits = d.splitSteps ? splitPoints(g.eagerAllocs) : std::vector<size_t>{};
+  g.splits = splitPoints(g.eagerAllocs, d.splitDivisors);
   const StepMarks marks(ctx);
   bool ok = beginSegment(ctx, d) && body(ctx, in, out) && endSegment(ctx, d, true);
   if (ok) {
@@ -1096,6 +1170,19 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
             .count();
     const double wallUs =
         std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (kind == 2 && d.launched) {
+      // Replays: the GPU time from the step's start to each graph launch.
+      if (d.launchUs.size() < d.segment)
+        d.launchUs.resize(d.segment, 0.0);
+      for (size_t i = 0; i < d.segment && i < d.launchEvents.size(); ++i) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, d.stepStart, d.launchEvents[i]) ==
+            cudaSuccess)
+          d.launchUs[i] += 1e3 * ms;
+      }
+      cudaGetLastError();
+      ++d.launchSteps;
+    }
     ++t.steps;
     t.gpuUs += 1e3 * gpuMs;
     t.hostUs += hostUs;

@@ -141,11 +141,6 @@ struct Device : Context::Backend {
 
   std::map<std::string, GraphEntry> graphs;
   bool graphsEnabled = true;
-  /// SPARSEC_CUDA_PDL=1: the decode GEMVs, norms and decode attention are
-  /// programmatic dependent launches (the GEMVs start streaming weights
-  /// while the kernel before them finishes). Off by default until the
-  /// coherent-load fix of the early GEMV has run on a GPU (docs/GPU.md).
-  bool earlyLaunch = false;
   /// SPARSEC_CUDA_PROFILE=1: per-step host / GPU / wall time by step kind,
   /// printed to stderr when the model is destroyed.
   struct StepTimes {
@@ -187,12 +182,21 @@ struct Device : Context::Backend {
   /// SPARSEC_CUDA_SPLIT=0: a captured step is one graph between host
   /// waits. By default a long step is cut into three graphs early on, so
   /// the GPU runs the first part while the host walks the rest of the
-  /// replayed step (Device.cu, splitPoints).
-  bool splitSteps = true;
-  /// The one-block norms and the decode attention are programmatic
-  /// dependent launches (their launch overlaps the GEMV before them): on
-  /// by default where supported, off with SPARSEC_CUDA_PDL=0 (docs/GPU.md).
-  bool earlySmall = false;
+  /// replayed step (Device.cu, splitPoints): before allocation n/32 and
+  /// n/4 of n; SPARSEC_CUDA_SPLIT=a,b,... cuts before n/a, n/b, ...
+  std::vector<int> splitDivisors{32, 4};
+  /// SPARSEC_CUDA_PROFILE: an event recorded before each graph launch of a
+  /// replayed step, and the GPU time from the step's start to each, summed
+  /// over the replays (segment i: launchUs[i]).
+  std::vector<cudaEvent_t> launchEvents;
+  std::vector<double> launchUs;
+  int launchSteps = 0;
+  /// Programmatic dependent launches (their launch overlaps the kernel
+  /// before; docs/GPU.md), where supported, by kind: the one-block norms
+  /// and the decode attention, the dense decode GEMVs, the sparse decode
+  /// kernels. SPARSEC_CUDA_PDL: 0 none, 1 all, or a comma-separated list of
+  /// small, gemv, sparse; by default small and sparse.
+  bool earlySmall = false, earlyGemv = false, earlySparse = false;
   /// A capture or replay was abandoned mid-step (an allocation differs, or
   /// a segment failed to capture): the step body returns false without an
   /// error and runStep reruns it eagerly.

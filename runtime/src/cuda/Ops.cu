@@ -333,9 +333,9 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
       return true;
     cudaError_t e =
         half ? gemvRows(x, int(M), w.as<__half>(), int(K), int(N), bias, act,
-                        residual, y, d.stream, d.earlyLaunch)
+                        residual, y, d.stream, d.earlyGemv)
              : gemvRows(x, int(M), w.as<float>(), int(K), int(N), bias, act,
-                        residual, y, d.stream, d.earlyLaunch);
+                        residual, y, d.stream, d.earlyGemv);
     return check(ctx, e, "gemv");
   }
   if (residual && act != Activation::none)
@@ -890,7 +890,7 @@ bool launchNorm(Context &ctx, Device &d, const char *op, const float *xs,
   if (rows == 0 || width == 0 || !d.launching())
     return true;
   if (!check(ctx, normRows(xs, rows, width, sc, b, epsilon, Rms, ys, d.stream,
-                           d.earlyLaunch || d.earlySmall),
+                           d.earlySmall),
              op))
     return false;
   return launched(ctx, op);
@@ -1034,13 +1034,13 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
     for (int g = 0; g < count; ++g)
       wt[g] = w[g]->as<__half>();
     e = gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr, y,
-                      d.stream, d.earlyLaunch, n);
+                      d.stream, d.earlyGemv, n);
   } else {
     const float *wt[kGemvGroupMax];
     for (int g = 0; g < count; ++g)
       wt[g] = w[g]->as<float>();
     e = gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr, y,
-                      d.stream, d.earlyLaunch, n);
+                      d.stream, d.earlyGemv, n);
   }
   return check(ctx, e, "grouped gemv");
 }
@@ -1178,7 +1178,7 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     return check(ctx,
                  decodeAttention(da, static_cast<float *>(d.attentionScratch.ptr),
                                  d.gemvCounters, d.stream,
-                                 d.earlyLaunch || d.earlySmall),
+                                 d.earlySmall),
                  "attention");
   }
   if (r.numel() == 0 || !d.launching())
@@ -1440,11 +1440,11 @@ cudaError_t launchPredictIndex(const DeferredPredict &p, Device &d) {
              ? predictIndex<__half>(p.x, p.tokens, static_cast<const __half *>(p.w1),
                                     p.d, p.r, static_cast<const __half *>(p.w2), p.f,
                                     p.bias, p.threshold, p.scratch, p.ix, p.mask,
-                                    p.maskRows, d.stream, d.earlyLaunch)
+                                    p.maskRows, d.stream, d.earlySparse)
              : predictIndex<float>(p.x, p.tokens, static_cast<const float *>(p.w1),
                                    p.d, p.r, static_cast<const float *>(p.w2), p.f,
                                    p.bias, p.threshold, p.scratch, p.ix, p.mask,
-                                   p.maskRows, d.stream, d.earlyLaunch);
+                                   p.maskRows, d.stream, d.earlySparse);
 }
 
 /// predict; with `defer`, a decode step's kernels are not launched but
@@ -1634,7 +1634,7 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
                  upFor(w.dtype, x.as<float>(), int(M), w.data, int(K), b,
                        indexView(d, index.site, N, index.listed),
                        act == Activation::relu, r.as<float>(), int(N),
-                       RowsInit{}, d.stream, nullptr, nullptr, d.earlyLaunch,
+                       RowsInit{}, d.stream, nullptr, nullptr, d.earlySparse,
                        tokenMask(active, M, N)),
                  "sparse_linear (up projection)");
   }
@@ -1731,7 +1731,7 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
   if (index.fromInput) {
     // Exact mode: the set of x's non-zeros and y's base in one kernel.
     if (!check(ctx, indexFromActivations(x.as<float>(), int(M), ix, init, d.stream,
-                                    d.earlyLaunch),
+                                    d.earlySparse),
                "sparse_linear (index)"))
       return false;
   } else {
@@ -1743,7 +1743,7 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
   return check(ctx,
                downFor(w.dtype, x.as<float>(), int(M), int(K), w.data, int(N), ix,
                        r.as<float>(), d.stream, 0, d.densityCounts,
-                       d.earlyLaunch),
+                       d.earlySparse),
                "sparse_linear (down projection)");
 }
 
@@ -1835,13 +1835,13 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
                                 p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
                                 wUp.as<__half>(), up.bias, act == Activation::relu,
                                 hr.as<float>(), int(up.N), fusedInit, d.stream,
-                                d.earlyLaunch)
+                                d.earlySparse)
             : predictUp<float>(p.x, p.tokens, static_cast<const float *>(p.w1), p.d,
                                p.r, static_cast<const float *>(p.w2), p.f, p.bias,
                                p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
                                wUp.as<float>(), up.bias, act == Activation::relu,
                                hr.as<float>(), int(up.N), fusedInit, d.stream,
-                               d.earlyLaunch);
+                               d.earlySparse);
     if (!check(ctx, e, "predictor and up projection"))
       return false;
   } else if (!flush() ||
@@ -1849,7 +1849,7 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
                     upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(up.K),
                           up.bias, ix, act == Activation::relu, hr.as<float>(),
                           int(up.N), init, d.stream, nullptr, nullptr,
-                          d.earlyLaunch, tokenMask(active, M, up.N)),
+                          d.earlySparse, tokenMask(active, M, up.N)),
                     "sparse_linear (up projection)")) {
     return false;
   } else if (maskInY) {
@@ -1861,7 +1861,7 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
   return check(ctx,
                downFor(wDown.dtype, hr.as<float>(), int(M), int(up.N),
                        wDown.data, int(down.N), ix, y.as<float>(), d.stream, 0,
-                       d.densityCounts, d.earlyLaunch),
+                       d.densityCounts, d.earlySparse),
                "sparse_linear (down projection)");
 }
 } // namespace
