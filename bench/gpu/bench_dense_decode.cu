@@ -14,11 +14,14 @@
 //              the weights' bytes over that time, and that rate as a share
 //              of the read bandwidth measured in the same run.
 //   chains     the GEMVs of one layer launched back to back (as in a
-//              step), normally and as programmatic dependent launches, with
-//              q, k and v as three launches or as one gemvRowsGroup launch
-//              (a sparsec.linear_group), and grouped with the two layer
-//              norms folded into the q/k/v group and the up projection (the
-//              norm kernels themselves are not in the other columns).
+//              step), with q, k and v as three launches or as one
+//              gemvRowsGroup launch (a sparsec.linear_group), with the two
+//              layer norm kernels, with the norms folded into the q/k/v
+//              group and the up projection, and as a whole layer (norm
+//              kernels and the attention over 192 positions too); launched
+//              normally, with the norms and attention as programmatic
+//              dependent launches (the runtime's default), and with every
+//              kernel so.
 //   attention  decodeAttention for one query row per head over a cache of
 //              T positions (fp32 keys and values).
 //   tiny       a kernel that touches d floats: what one more graph node
@@ -30,7 +33,8 @@
 // of a CUDA graph of `inner` calls divided by `inner`. gemvRows results are
 // checked against cuBLAS (exit 1 when a relative error passes 2e-3).
 //
-//   sparsec-bench-dense-decode [--shape 6.7b|1.3b]
+//   sparsec-bench-dense-decode [--shape 6.7b|1.3b] [--tokens M]
+//                              [--only layer]   (the chains alone)
 //
 //===----------------------------------------------------------------------===//
 
@@ -81,11 +85,19 @@ struct Proj {
 int main(int argc, char **argv) {
   std::string shape = "6.7b";
   int tokens = 1; // of the projection table
+  std::string only; // "layer": the layer chains alone
   for (int i = 1; i + 1 < argc; i += 2)
     if (!std::strcmp(argv[i], "--shape"))
       shape = argv[i + 1];
     else if (!std::strcmp(argv[i], "--tokens"))
       tokens = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--only"))
+      only = argv[i + 1];
+  if (!only.empty() && only != "layer") {
+    std::fprintf(stderr, "error: --only takes 'layer', not '%s'\n",
+                 only.c_str());
+    return 1;
+  }
   if (tokens < 1 || tokens > kGemvRowsTokens) {
     std::fprintf(stderr, "error: --tokens takes 1 to %d\n", kGemvRowsTokens);
     return 1;
@@ -154,10 +166,13 @@ int main(int argc, char **argv) {
         *dYRef = alloc<float>(size_t(tokens) * vocab);
   float one = 1.0f, zero = 0.0f;
 
-  std::printf("| projection | N x K | MB | sparsec gemvRows | TB/s | %% of read "
-              "bw | cuBLAS | TB/s | rel. err |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   bool ok = true;
+  if (only.empty())
+    std::printf("| projection | N x K | MB | sparsec gemvRows | TB/s | %% of read "
+                "bw | cuBLAS | TB/s | rel. err |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Proj &p : projs) {
+    if (!only.empty())
+      break;
     const double bytes = 2.0 * p.N * p.K;
     const size_t size = size_t(p.N) * p.K, copies = std::max<size_t>(1, maxW / size);
     size_t call = 0;
@@ -190,15 +205,18 @@ int main(int argc, char **argv) {
                 bytes / (theirs * 1e6), err);
   }
 
-  // One layer's GEMVs back to back (separate weights, as in a step), with
-  // normal and with early (programmatic dependent) launches.
+  // One layer's GEMVs back to back (separate weights, as in a step), alone,
+  // with the layer's two norm kernels and with its attention too (a whole
+  // layer but the cache append), launched normally, with the norms and the
+  // attention early (the runtime's default) and with everything early.
   {
     const size_t layerW = size_t(4) * d * d + size_t(2) * f * d;
     std::vector<__half> lw(layerW);
     for (auto &v : lw)
       v = __float2half(val(rng) * 0.05f);
     __half *dL = upload(lw);
-    float *y1 = alloc<float>(f), *y2 = alloc<float>(f);
+    float *y1 = alloc<float>(f), *y2 = alloc<float>(f),
+          *att = alloc<float>(d);
     const double bytes = 2.0 * layerW;
     // A layer norm's parameters, for the chains with norms: two norm
     // kernels a layer (before q, k, v and before up), or folded into those
@@ -226,11 +244,38 @@ int main(int argc, char **argv) {
       lnUp.wBias[0] = t + f;
       CHECK_CUDA(cudaStreamSynchronize(stream));
     }
+    // The attention of the whole layer: 191 cached positions and the new
+    // one (q, k, v from the q/k/v group), fp32 cache as the runtime's.
+    const int past = 191;
+    std::vector<float> kv(size_t(heads) * past * head);
+    for (float &v : kv)
+      v = val(rng);
+    float *dK = upload(kv), *dV = upload(kv);
+    int *counters = alloc<int>(heads);
+    CHECK_CUDA(cudaMemset(counters, 0, sizeof(int) * heads));
+    DecodeAttention a;
+    a.q = y1;
+    a.k = y1 + d;
+    a.v = y1 + 2 * d;
+    a.pastK = dK;
+    a.pastV = dV;
+    a.B = 1;
+    a.Hq = a.Hk = heads;
+    a.Sq = a.Sk = 1;
+    a.P = past;
+    a.D = a.Dv = head;
+    a.scale = 1.0f / std::sqrt(float(head));
+    a.out = att;
+    float *scratch = alloc<float>(decodeAttentionScratchBytes(a) / 4 + 1);
     enum Norms { kNoNorms, kNormKernels, kNormsFolded };
-    auto chain = [&](bool early, bool merged, Norms norms = kNoNorms) {
+    // gemvEarly: the GEMVs are early launches; smallEarly: the norms and
+    // the attention.
+    auto chain = [&](bool gemvEarly, bool smallEarly, bool merged,
+                     Norms norms = kNoNorms, bool attention = false) {
       const float *in = dX;
       if (norms == kNormKernels) {
-        normRows(dX, 1, d, dOnes, dZeros, 1e-5f, false, xn, stream, early);
+        normRows(dX, 1, d, dOnes, dZeros, 1e-5f, false, xn, stream,
+                 smallEarly);
         in = xn;
       }
       if (merged) {
@@ -239,52 +284,83 @@ int main(int argc, char **argv) {
         const int n3[] = {d, d, d};
         float *y3[] = {y1, y1 + d, y1 + 2 * d};
         gemvRowsGroup<__half>(in, 1, d, 3, w3, n3, nullptr, kNone, nullptr,
-                              y3, stream, early,
+                              y3, stream, gemvEarly,
                               norms == kNormsFolded ? &lnQkv : nullptr);
       } else {
         for (int i = 0; i < 3; ++i)
           gemvRows<__half>(in, 1, q + size_t(i) * d * d, d, d, nullptr,
-                           kNone, nullptr, y1 + i * d, stream,
-                           early);
+                           kNone, nullptr, y1 + i * d, stream, gemvEarly);
       }
-      gemvRows<__half>(y1, 1, o, d, d, nullptr, kNone,
-                       nullptr, y2, stream, early);
+      const float *outIn = y1;
+      if (attention) {
+        decodeAttention(a, scratch, counters, stream, smallEarly);
+        outIn = att;
+      }
+      gemvRows<__half>(outIn, 1, o, d, d, nullptr, kNone, nullptr, y2,
+                       stream, gemvEarly);
       if (norms == kNormsFolded) {
         const int nf = f;
         gemvRowsGroup<__half>(y2, 1, d, 1, &up, &nf, nullptr, kRelu, nullptr,
-                              &y1, stream, early, &lnUp);
+                              &y1, stream, gemvEarly, &lnUp);
       } else {
         const float *upIn = y2;
         if (norms == kNormKernels) {
-          normRows(y2, 1, d, dOnes, dZeros, 1e-5f, false, xn, stream, early);
+          normRows(y2, 1, d, dOnes, dZeros, 1e-5f, false, xn, stream,
+                   smallEarly);
           upIn = xn;
         }
         gemvRows<__half>(upIn, 1, up, d, f, nullptr, kRelu, nullptr, y1,
-                         stream, early);
+                         stream, gemvEarly);
       }
-      gemvRows<__half>(y1, 1, down, f, d, nullptr, kNone,
-                       nullptr, y2, stream, early);
+      gemvRows<__half>(y1, 1, down, f, d, nullptr, kNone, nullptr, y2,
+                       stream, gemvEarly);
     };
-    std::printf("\nOne layer's GEMVs back to back (%.1f MB of weights):\n\n"
+    std::printf("\nOne layer's GEMVs back to back (%.1f MB of weights); the "
+                "whole layer adds its attention over %d positions:\n\n"
                 "| launches | q, k, v separate | TB/s | q, k, v grouped | TB/s | "
-                "grouped + 2 norm kernels | TB/s | grouped, norms folded | TB/s |\n"
-                "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-                bytes / 1e6);
-    for (bool early : {false, true}) {
-      double sep = timeUs([&] { chain(early, false); }, g, 20);
-      double mer = timeUs([&] { chain(early, true); }, g, 20);
-      double nk = timeUs([&] { chain(early, true, kNormKernels); }, g, 20);
-      double nrm = timeUs([&] { chain(early, true, kNormsFolded); }, g, 20);
-      std::printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
-                  early ? "early (PDL)" : "normal", sep, bytes / (sep * 1e6),
-                  mer, bytes / (mer * 1e6), nk, bytes / (nk * 1e6), nrm,
-                  bytes / (nrm * 1e6));
+                "grouped + 2 norm kernels | TB/s | grouped, norms folded | "
+                "TB/s | whole layer | TB/s |\n"
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+                bytes / 1e6, past + 1);
+    const struct {
+      const char *name;
+      bool gemv, small;
+    } modes[] = {{"normal", false, false},
+                 {"norms, attention early (default)", false, true},
+                 {"all early (PDL)", true, true}};
+    for (const auto &m : modes) {
+      double sep = timeUs([&] { chain(m.gemv, m.small, false); }, g, 20);
+      double mer = timeUs([&] { chain(m.gemv, m.small, true); }, g, 20);
+      double nk = timeUs(
+          [&] { chain(m.gemv, m.small, true, kNormKernels); }, g, 20);
+      double nrm = timeUs(
+          [&] { chain(m.gemv, m.small, true, kNormsFolded); }, g, 20);
+      double lay = timeUs(
+          [&] { chain(m.gemv, m.small, true, kNormKernels, true); }, g, 20);
+      std::printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | "
+                  "%.2f | %.1f | %.2f |\n",
+                  m.name, sep, bytes / (sep * 1e6), mer, bytes / (mer * 1e6),
+                  nk, bytes / (nk * 1e6), nrm, bytes / (nrm * 1e6), lay,
+                  bytes / (lay * 1e6));
     }
+    // Every launch mode computes the same layer: y2 of the whole layer,
+    // normal against all early.
+    chain(false, false, true, kNormKernels, true);
+    std::vector<float> normal = download(y2, d);
+    chain(true, true, true, kNormKernels, true);
+    const double earlyErr = relErr(download(y2, d), normal);
+    std::printf("\nAll early against normal launches: relative error %.1e\n",
+                earlyErr);
+    ok &= earlyErr == 0.0;
+    cudaFree(dK);
+    cudaFree(dV);
+    cudaFree(counters);
+    cudaFree(scratch);
     // The folded chain against the one with norm kernels (same result up
     // to rounding): y2 of one chain each.
-    chain(false, true, kNormKernels);
+    chain(false, false, true, kNormKernels);
     std::vector<float> withKernels = download(y2, d);
-    chain(false, true, kNormsFolded);
+    chain(false, false, true, kNormsFolded);
     const double foldErr = relErr(download(y2, d), withKernels);
     std::printf("\nFolded against norm kernels: relative error %.1e\n", foldErr);
     ok &= foldErr < 1e-3;
@@ -295,10 +371,11 @@ int main(int argc, char **argv) {
     cudaFree(dL);
     cudaFree(y1);
     cudaFree(y2);
+    cudaFree(att);
   }
 
   // Decode attention: one query row per head over T cached positions.
-  {
+  if (only.empty()) {
     std::printf("\nDecode attention, %d heads of %d, fp32 cache:\n\n"
                 "| positions | us | cache MB | TB/s |\n|---:|---:|---:|---:|\n",
                 heads, head);
@@ -336,7 +413,7 @@ int main(int argc, char **argv) {
     }
   }
 
-  {
+  if (only.empty()) {
     float *t = alloc<float>(d);
     double us = timeUs(
         [&] { tinyKernel<<<(d + 255) / 256, 256, 0, stream>>>(t, d); }, g);
