@@ -665,7 +665,15 @@ def cmd_bench(args):
     variants = [("", {})]
     for v in args.variant or []:
         label, _, assigns = v.partition(":")
-        variants.append((label, dict(a.split("=", 1) for a in assigns.split(",") if a)))
+        # VAR=VALUE pairs split at the commas that start a new VAR= (a
+        # value may hold commas itself: SPARSEC_CUDA_SPLIT=64,8).
+        pairs = []
+        for piece in assigns.split(","):
+            if "=" in piece or not pairs:
+                pairs.append(piece)
+            else:
+                pairs[-1] += "," + piece
+        variants.append((label, dict(a.split("=", 1) for a in pairs if a)))
     inc = os.path.join(args.root, "runtime", "include")
     lib = os.path.join(args.lib)
     cache = {}
@@ -864,7 +872,8 @@ def main():
     b.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
     b.add_argument("--only", help="build names, comma-separated")
     b.add_argument("--variant", action="append",
-                   help="also run each build with LABEL:VAR=VALUE[,VAR=VALUE]")
+                   help="also run each build with LABEL:VAR=VALUE[,VAR=VALUE] (a "
+                        "value may hold commas: LABEL:SPARSEC_CUDA_SPLIT=64,8)")
     b.add_argument("--batches", help="also decode batches of these sizes, e.g. 1,4,16")
     b.add_argument("--prompts", default="128",
                    help="prompt lengths of the batch sweep, e.g. 128,1024")

@@ -120,6 +120,7 @@ def report(records, top):
     if not graphs:
         sys.exit("step_trace: no graph launches in the trace (CUDA graphs off, or "
                  "the run failed before its replays)")
+    timeline(records, graphs)
     for g, runs in sorted(graphs.items(), key=lambda kv: -len(kv[1])):
         if len(runs) < 2:
             continue
@@ -134,6 +135,51 @@ def report(records, top):
         for k, (c, d, idle) in sorted(per.items(), key=lambda kv: -kv[1][1])[:top]:
             print(f"  | {k} | {c:.0f} | {d:.1f} | {d / c:.2f} | {idle:.1f} |")
         print()
+
+
+def timeline(records, graphs):
+    """The whole GPU timeline of the replayed steps, graphs or not: the
+    cycle (from one launch of the most launched graph to the next), the
+    time some record ran, and the idle time by what ended it (a graph's
+    first node: the GPU waited for that launch; a node inside a graph; a
+    kernel or copy outside the graphs, launched directly)."""
+    g0 = max(graphs, key=lambda g: len(graphs[g]))
+    starts = sorted(min(r["start"] for r in run) for run in graphs[g0])
+    if len(starts) < 3:
+        return
+    lo, hi, steps = starts[1], starts[-1], len(starts) - 2
+    firsts = {id(min(run, key=lambda r: r["start"]))
+              for runs in graphs.values() for run in runs}
+    recs = sorted((r for r in records if lo <= r["start"] < hi), key=lambda r: r["start"])
+    idle = defaultdict(float)
+    outside = defaultdict(lambda: [0, 0.0])
+    frontier, busy = lo, 0.0
+    for r in recs:
+        if r["graph"] and id(r) in firsts:
+            key = f"before graph {r['graph']} starts (its launch)"
+        elif r["graph"]:
+            key = "between nodes of a graph"
+        else:
+            name = (short_name(r["name"]) if r["kind"] == "k"
+                    else f"{r['name']} {r['blocks']} B")
+            key = f"before {name} (outside graphs)"
+            outside[name][0] += 1
+            outside[name][1] += (r["end"] - r["start"]) / 1e3
+        idle[key] += max(0, r["start"] - frontier) / 1e3
+        busy += (max(r["end"], frontier) - max(r["start"], frontier)) / 1e3
+        frontier = max(frontier, r["end"])
+    cycle = (hi - lo) / 1e3 / steps
+    print(f"timeline of {steps} replayed steps (graph {g0}'s launches apart): "
+          f"{cycle:.1f} us a step, something running {busy / steps:.1f} us, "
+          f"idle {cycle - busy / steps:.1f} us")
+    print("  | idle, ended by | us a step |")
+    print("  |---|---:|")
+    for k, v in sorted(idle.items(), key=lambda kv: -kv[1]):
+        if v / steps >= 0.05:
+            print(f"  | {k} | {v / steps:.1f} |")
+    for name, (c, d) in sorted(outside.items(), key=lambda kv: -kv[1][1]):
+        print(f"  outside graphs: {name}: {c / steps:.1f} a step, {d / steps:.1f} us a step")
+    print()
 
 
 def main():
