@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Device.h"
+#include "Switches.h"
 #include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
 
@@ -16,7 +17,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 
 namespace sparsec::rt::cuda {
@@ -341,58 +341,27 @@ Device *device(Context &ctx) {
     d->graphsEnabled = std::strcmp(g, "0") != 0;
   // Programmatic dependent launches need Hopper and kernels built for it:
   // by default the norms, decode attention and sparse decode kernels
-  // (SPARSEC_CUDA_PDL: 0 none, 1 all, or a list of small, gemv, sparse,
-  // joined by ',' or '+').
-  bool small = true, gemv = false, sparse = true;
+  // (Switches.h: SPARSEC_CUDA_PDL).
+  EarlyKinds kinds;
   if (const char *p = std::getenv("SPARSEC_CUDA_PDL")) {
-    std::string v = p;
-    std::replace(v.begin(), v.end(), '+', ',');
-    small = gemv = sparse = v == "1";
-    if (v != "0" && v != "1") {
-      std::stringstream list(v);
-      for (std::string kind; std::getline(list, kind, ',');) {
-        if (kind == "small")
-          small = true;
-        else if (kind == "gemv")
-          gemv = true;
-        else if (kind == "sparse")
-          sparse = true;
-        else
-          std::fprintf(stderr,
-                       "sparsec: warning: SPARSEC_CUDA_PDL: unknown kind '%s' "
-                       "(0, 1, or a list of small, gemv, sparse)\n",
-                       kind.c_str());
-      }
-    }
+    std::vector<std::string> unknown;
+    kinds = parseEarlyKinds(p, unknown);
+    for (const std::string &k : unknown)
+      std::fprintf(stderr,
+                   "sparsec: warning: SPARSEC_CUDA_PDL: unknown kind '%s' "
+                   "(0, 1, or a list of small, gemv, sparse)\n",
+                   k.c_str());
   }
   const bool early = earlyLaunchSupported();
-  d->earlySmall = small && early;
-  d->earlyGemv = gemv && early;
-  d->earlySparse = sparse && early;
-  if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT")) {
-    // 0: no cuts; 1: the default; or the divisors, largest first.
-    std::vector<int> div;
-    std::stringstream list(p);
-    bool ok = true;
-    for (std::string v; std::getline(list, v, ',');) {
-      char *end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      ok = ok && end && !*end && n >= 0 && n <= 4096 &&
-           (div.empty() || (n > 1 && n < div.back()));
-      div.push_back(int(n));
-    }
-    if (ok && div.size() == 1 && div[0] <= 1) {
-      if (div[0] == 0)
-        d->splitDivisors.clear();
-    } else if (ok && !div.empty() && div.back() > 1) {
-      d->splitDivisors = div;
-    } else {
+  d->earlySmall = kinds.small && early;
+  d->earlyGemv = kinds.gemv && early;
+  d->earlySparse = kinds.sparse && early;
+  if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
+    if (!parseSplitDivisors(p, d->splitDivisors))
       std::fprintf(stderr,
                    "sparsec: warning: SPARSEC_CUDA_SPLIT='%s' ignored (0, 1, "
                    "or decreasing divisors above 1, such as 32,4)\n",
                    p);
-    }
-  }
   if (const char *p = std::getenv("SPARSEC_CUDA_PROFILE"))
     d->profile = std::strcmp(p, "0") != 0 &&
                  cudaEventCreate(&d->stepStart) == cudaSuccess &&
@@ -666,29 +635,16 @@ bool endSegment(Context &ctx, Device &d, bool last) {
   return check(ctx, cudaGraphLaunch(exec, d.stream), "cudaGraphLaunch");
 }
 
-/// Steps of at least this many allocations are split (Device::splitDivisors).
-constexpr size_t kSplitMinAllocs = 48;
-
-/// Where a capture cuts a step that allocated `n` times when run eagerly:
-/// before allocation n/32 and n/4. A replay walks the whole step on the
-/// host (every op recomputes its views and checks its allocations) before
-/// it could launch one graph, and the GPU would sit idle meanwhile: about
-/// 0.3 us an op, 80-100 us of an OPT-6.7B decode step. Cut, the first
-/// graph launches after a thirty-second of the walk; the second covers
-/// the next quarter of the walk, the third the rest, each walked while
-/// the graph before it runs (allocations track ops, and an op's GPU time
-/// is far above its host time in the steps that are long enough to cut).
-std::vector<size_t> splitPoints(size_t n, const std::vector<int> &divisors) {
-  std::vector<size_t> at;
-  if (n < kSplitMinAllocs)
-    return at;
-  for (int div : divisors) {
-    const size_t p = std::max<size_t>(2, n / size_t(div));
-    if (at.empty() || p > at.back())
-      at.push_back(p);
-  }
-  return at;
-}
+// Where a capture cuts a step (Switches.h, splitPoints): by default before
+// allocation n/32 and n/4 of the n its eager run made. A replay walks the
+// whole step on the host (every op recomputes its views and checks its
+// allocations) before it could launch one graph, and the GPU would sit
+// idle meanwhile: about 0.3 us an op, 80-100 us of an OPT-6.7B decode
+// step. Cut, the first graph launches after a thirty-second of the walk;
+// the second covers the next quarter of the walk, the third the rest, each
+// walked while the graph before it runs (allocations track ops, and an
+// op's GPU time is far above its host time in the steps that are long
+// enough to cut).
 
 /// Called before each allocation of a step: at a split point of the
 /// captured or replayed step, closes the segment (launching it) and opens

@@ -11,6 +11,7 @@
 #ifndef SPARSEC_RUNTIME_CUDA_DEVICE_H
 #define SPARSEC_RUNTIME_CUDA_DEVICE_H
 
+#include "Switches.h"
 #include "sparsec/rt/Runtime.h"
 
 #include <cublas_v2.h>
@@ -184,7 +185,7 @@ struct Device : Context::Backend {
   /// the GPU runs the first part while the host walks the rest of the
   /// replayed step (Device.cu, splitPoints): before allocation n/32 and
   /// n/4 of n; SPARSEC_CUDA_SPLIT=a,b,... cuts before n/a, n/b, ...
-  std::vector<int> splitDivisors{32, 4};
+  std::vector<int> splitDivisors = defaultSplitDivisors();
   /// SPARSEC_CUDA_PROFILE: an event recorded before each graph launch of a
   /// replayed step, and the GPU time from the step's start to each, summed
   /// over the replays (segment i: launchUs[i]).

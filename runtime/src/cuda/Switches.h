@@ -1,0 +1,105 @@
+//===- Switches.h - the CUDA runtime's environment switches -----*- C++ -*-===//
+//
+// Part of the sparsec project.
+//
+// Parsing of the experiment switches a CUDA model reads at start-up
+// (SPARSEC_CUDA_PDL, SPARSEC_CUDA_SPLIT) and the cut points of a step,
+// in plain C++ so that the unit tests check them without a GPU (internal).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPARSEC_RUNTIME_CUDA_SWITCHES_H
+#define SPARSEC_RUNTIME_CUDA_SWITCHES_H
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace sparsec::rt::cuda {
+
+/// Which kernels are programmatic dependent launches (docs/GPU.md): the
+/// one-block norms and the decode attention (`small`), the dense decode
+/// GEMVs (`gemv`), the sparse decode kernels (`sparse`).
+struct EarlyKinds {
+  bool small = true, gemv = false, sparse = true;
+};
+
+/// SPARSEC_CUDA_PDL: "0" none, "1" all, or kinds joined by ',' or '+'
+/// (small, gemv, sparse). Names it does not know go to `unknown`.
+inline EarlyKinds parseEarlyKinds(const std::string &value,
+                                  std::vector<std::string> &unknown) {
+  EarlyKinds k;
+  k.small = k.gemv = k.sparse = value == "1";
+  if (value == "0" || value == "1")
+    return k;
+  std::string v = value;
+  std::replace(v.begin(), v.end(), '+', ',');
+  std::stringstream list(v);
+  for (std::string kind; std::getline(list, kind, ',');) {
+    if (kind == "small")
+      k.small = true;
+    else if (kind == "gemv")
+      k.gemv = true;
+    else if (kind == "sparse")
+      k.sparse = true;
+    else
+      unknown.push_back(kind);
+  }
+  return k;
+}
+
+/// The cut divisors of a long step by default: before allocation n/32 and
+/// n/4 of n.
+inline std::vector<int> defaultSplitDivisors() { return {32, 4}; }
+
+/// SPARSEC_CUDA_SPLIT: "0" no cuts, "1" the default, or decreasing
+/// divisors above 1 ("128,16,4"). False, with `divisors` untouched, for
+/// anything else.
+inline bool parseSplitDivisors(const std::string &value,
+                               std::vector<int> &divisors) {
+  std::vector<int> div;
+  if (!value.empty() && value.back() == ',')
+    return false; // getline would drop the empty last piece
+  std::stringstream list(value);
+  for (std::string v; std::getline(list, v, ',');) {
+    char *end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || !end || *end || n < 0 || n > 4096 ||
+        (!div.empty() && (n <= 1 || n >= div.back())))
+      return false;
+    div.push_back(int(n));
+  }
+  if (div.size() == 1 && div[0] <= 1) {
+    divisors = div[0] == 0 ? std::vector<int>{} : defaultSplitDivisors();
+    return true;
+  }
+  if (div.empty() || div.back() <= 1)
+    return false;
+  divisors = div;
+  return true;
+}
+
+/// Steps of at least this many allocations are cut.
+constexpr size_t kSplitMinAllocs = 48;
+
+/// Where a capture cuts a step that allocated `n` times when run eagerly:
+/// before allocation n / d for each divisor d (at least 2, increasing).
+inline std::vector<size_t> splitPoints(size_t n,
+                                       const std::vector<int> &divisors) {
+  std::vector<size_t> at;
+  if (n < kSplitMinAllocs)
+    return at;
+  for (int div : divisors) {
+    const size_t p = std::max<size_t>(2, n / size_t(div));
+    if (at.empty() || p > at.back())
+      at.push_back(p);
+  }
+  return at;
+}
+
+} // namespace sparsec::rt::cuda
+
+#endif // SPARSEC_RUNTIME_CUDA_SWITCHES_H

@@ -1,0 +1,94 @@
+//===- CudaSwitchesTest.cpp - the CUDA runtime's environment switches ----===//
+//
+// Part of the sparsec project.
+//
+// SPARSEC_CUDA_PDL and SPARSEC_CUDA_SPLIT parsing and the cut points of a
+// step (runtime/src/cuda/Switches.h), which need no GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/Switches.h"
+
+#include <gtest/gtest.h>
+
+using namespace sparsec::rt::cuda;
+
+namespace {
+
+EarlyKinds kinds(const std::string &v, std::vector<std::string> *unknown = nullptr) {
+  std::vector<std::string> u;
+  EarlyKinds k = parseEarlyKinds(v, u);
+  if (unknown)
+    *unknown = u;
+  else
+    EXPECT_TRUE(u.empty()) << v;
+  return k;
+}
+
+TEST(CudaSwitches, EarlyKindsDefaultIsSmallAndSparse) {
+  EarlyKinds k;
+  EXPECT_TRUE(k.small);
+  EXPECT_FALSE(k.gemv);
+  EXPECT_TRUE(k.sparse);
+}
+
+TEST(CudaSwitches, EarlyKindsAllOrNone) {
+  EarlyKinds all = kinds("1"), none = kinds("0");
+  EXPECT_TRUE(all.small && all.gemv && all.sparse);
+  EXPECT_FALSE(none.small || none.gemv || none.sparse);
+}
+
+TEST(CudaSwitches, EarlyKindsLists) {
+  EarlyKinds k = kinds("small");
+  EXPECT_TRUE(k.small);
+  EXPECT_FALSE(k.gemv || k.sparse);
+  k = kinds("small+sparse");
+  EXPECT_TRUE(k.small && k.sparse);
+  EXPECT_FALSE(k.gemv);
+  k = kinds("gemv,sparse");
+  EXPECT_TRUE(k.gemv && k.sparse);
+  EXPECT_FALSE(k.small);
+}
+
+TEST(CudaSwitches, EarlyKindsUnknownNamesAreReported) {
+  std::vector<std::string> unknown;
+  EarlyKinds k = kinds("small,attention,+", &unknown);
+  EXPECT_TRUE(k.small);
+  EXPECT_FALSE(k.gemv || k.sparse);
+  ASSERT_EQ(unknown.size(), 2u);
+  EXPECT_EQ(unknown[0], "attention");
+  EXPECT_EQ(unknown[1], "");
+}
+
+TEST(CudaSwitches, SplitDivisors) {
+  std::vector<int> d = defaultSplitDivisors();
+  EXPECT_EQ(d, (std::vector<int>{32, 4}));
+  ASSERT_TRUE(parseSplitDivisors("0", d));
+  EXPECT_TRUE(d.empty());
+  ASSERT_TRUE(parseSplitDivisors("1", d));
+  EXPECT_EQ(d, defaultSplitDivisors());
+  ASSERT_TRUE(parseSplitDivisors("128,16,4", d));
+  EXPECT_EQ(d, (std::vector<int>{128, 16, 4}));
+  ASSERT_TRUE(parseSplitDivisors("64", d));
+  EXPECT_EQ(d, (std::vector<int>{64}));
+}
+
+TEST(CudaSwitches, SplitDivisorsRejected) {
+  for (const char *bad : {"", "x", "4,32", "16,16", "8,1", "0,4", "1,0", "32,",
+                          "5000", "-2", "3.5"}) {
+    std::vector<int> d{7, 3};
+    EXPECT_FALSE(parseSplitDivisors(bad, d)) << bad;
+    EXPECT_EQ(d, (std::vector<int>{7, 3})) << bad;
+  }
+}
+
+TEST(CudaSwitches, SplitPoints) {
+  // Short steps are one graph.
+  EXPECT_TRUE(splitPoints(kSplitMinAllocs - 1, {32, 4}).empty());
+  EXPECT_EQ(splitPoints(320, {32, 4}), (std::vector<size_t>{10, 80}));
+  // Never before allocation 2, and never twice at one point.
+  EXPECT_EQ(splitPoints(64, {256, 128, 4}), (std::vector<size_t>{2, 16}));
+  EXPECT_TRUE(splitPoints(320, {}).empty());
+}
+
+} // namespace
