@@ -168,6 +168,8 @@ def timeline(records, graphs):
         idle[key] += max(0, r["start"] - frontier) / 1e3
         busy += (max(r["end"], frontier) - max(r["start"], frontier)) / 1e3
         frontier = max(frontier, r["end"])
+    # The window ends where graph g0 is launched again.
+    idle[f"before graph {g0} starts (its launch)"] += max(0, hi - frontier) / 1e3
     cycle = (hi - lo) / 1e3 / steps
     print(f"timeline of {steps} replayed steps (graph {g0}'s launches apart): "
           f"{cycle:.1f} us a step, something running {busy / steps:.1f} us, "
