@@ -21,7 +21,9 @@
 //              kernels and the attention over 192 positions too); launched
 //              normally, with the norms and attention as programmatic
 //              dependent launches (the runtime's default), and with every
-//              kernel so.
+//              kernel so; and a whole layer whose out and down projections'
+//              last blocks write the norms' outputs (gemvRowsNormOut, an
+//              experiment: no norm kernels).
 //   attention  decodeAttention for one query row per head over a cache of
 //              T positions (fp32 keys and values).
 //   tiny       a kernel that touches d floats: what one more graph node
@@ -267,12 +269,25 @@ int main(int argc, char **argv) {
     a.scale = 1.0f / std::sqrt(float(head));
     a.out = att;
     float *scratch = alloc<float>(decodeAttentionScratchBytes(a) / 4 + 1);
-    enum Norms { kNoNorms, kNormKernels, kNormsFolded };
+    enum Norms { kNoNorms, kNormKernels, kNormsFolded, kNormsInLastBlocks };
+    // kNormsInLastBlocks: the out and down projections' last blocks write
+    // the next norm's output (gemvRowsNormOut), so the q/k/v group reads
+    // the previous chain's xn and the up projection xn2.
+    float *xn2 = alloc<float>(d);
+    unsigned *normCounters = alloc<unsigned>(2);
+    CHECK_CUDA(cudaMemset(normCounters, 0, 2 * sizeof(unsigned)));
+    GemvNormOut outNorm, downNorm;
+    outNorm.scale = downNorm.scale = dOnes;
+    outNorm.bias = downNorm.bias = dZeros;
+    outNorm.out = xn2;
+    downNorm.out = xn;
+    outNorm.counter = normCounters;
+    downNorm.counter = normCounters + 1;
     // gemvEarly: the GEMVs are early launches; smallEarly: the norms and
     // the attention.
     auto chain = [&](bool gemvEarly, bool smallEarly, bool merged,
                      Norms norms = kNoNorms, bool attention = false) {
-      const float *in = dX;
+      const float *in = norms == kNormsInLastBlocks ? xn : dX;
       if (norms == kNormKernels) {
         normRows(dX, 1, d, dOnes, dZeros, 1e-5f, false, xn, stream,
                  smallEarly);
@@ -296,9 +311,16 @@ int main(int argc, char **argv) {
         decodeAttention(a, scratch, counters, stream, smallEarly);
         outIn = att;
       }
-      gemvRows<__half>(outIn, 1, o, d, d, nullptr, kNone, nullptr, y2,
-                       stream, gemvEarly);
-      if (norms == kNormsFolded) {
+      if (norms == kNormsInLastBlocks)
+        gemvRowsNormOut<__half>(outIn, o, d, d, nullptr, kNone, nullptr, y2,
+                                outNorm, stream);
+      else
+        gemvRows<__half>(outIn, 1, o, d, d, nullptr, kNone, nullptr, y2,
+                         stream, gemvEarly);
+      if (norms == kNormsInLastBlocks) {
+        gemvRows<__half>(xn2, 1, up, d, f, nullptr, kRelu, nullptr, y1,
+                         stream, gemvEarly);
+      } else if (norms == kNormsFolded) {
         const int nf = f;
         gemvRowsGroup<__half>(y2, 1, d, 1, &up, &nf, nullptr, kRelu, nullptr,
                               &y1, stream, gemvEarly, &lnUp);
@@ -312,8 +334,12 @@ int main(int argc, char **argv) {
         gemvRows<__half>(upIn, 1, up, d, f, nullptr, kRelu, nullptr, y1,
                          stream, gemvEarly);
       }
-      gemvRows<__half>(y1, 1, down, f, d, nullptr, kNone, nullptr, y2,
-                       stream, gemvEarly);
+      if (norms == kNormsInLastBlocks)
+        gemvRowsNormOut<__half>(y1, down, f, d, nullptr, kNone, nullptr, y2,
+                                downNorm, stream);
+      else
+        gemvRows<__half>(y1, 1, down, f, d, nullptr, kNone, nullptr, y2,
+                         stream, gemvEarly);
     };
     std::printf("\nOne layer's GEMVs back to back (%.1f MB of weights); the "
                 "whole layer adds its attention over %d positions:\n\n"
@@ -343,6 +369,28 @@ int main(int argc, char **argv) {
                   nk, bytes / (nk * 1e6), nrm, bytes / (nrm * 1e6), lay,
                   bytes / (lay * 1e6));
     }
+    // The norms in the out and down projections' last blocks (an
+    // experiment, gemvRowsNormOut; the GEMVs launched normally).
+    {
+      const double nl = timeUs(
+          [&] { chain(false, false, true, kNormsInLastBlocks, true); }, g, 20);
+      const double nle = timeUs(
+          [&] { chain(false, true, true, kNormsInLastBlocks, true); }, g, 20);
+      std::printf("\nWhole layer with the norms in the out and down "
+                  "projections' last blocks (no norm kernels): %.1f us "
+                  "(%.2f TB/s), %.1f us (%.2f TB/s) with the attention "
+                  "early\n",
+                  nl, bytes / (nl * 1e6), nle, bytes / (nle * 1e6));
+      // Its norm against the norm kernel over the same row.
+      chain(false, false, true, kNormsInLastBlocks, true);
+      normRows(y2, 1, d, dOnes, dZeros, 1e-5f, false, xn2, stream);
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      const double lastErr = relErr(download(xn, d), download(xn2, d));
+      std::printf("Norm in the last block against the norm kernel: relative "
+                  "error %.1e\n",
+                  lastErr);
+      ok &= lastErr < 1e-5;
+    }
     // Every launch mode computes the same layer: y2 of the whole layer,
     // normal against all early.
     chain(false, false, true, kNormKernels, true);
@@ -356,6 +404,8 @@ int main(int argc, char **argv) {
     cudaFree(dV);
     cudaFree(counters);
     cudaFree(scratch);
+    cudaFree(xn2);
+    cudaFree(normCounters);
     // The folded chain against the one with norm kernels (same result up
     // to rounding): y2 of one chain each.
     chain(false, false, true, kNormKernels);

@@ -6,7 +6,8 @@
 // gemvRows: fp16 and fp32 neuron-major weights, 1..8 tokens, 16-byte and
 // element loads (odd K, offset pointers), bias, activation and residual,
 // against a double-precision product over the same (rounded) weights;
-// gemvRowsGroup (several weights over one x in one launch) likewise.
+// gemvRowsGroup (several weights over one x in one launch) likewise;
+// gemvRowsNormOut (the output row normalised by the last block).
 // decodeAttention: past + new keys, GQA, additive / boolean / no mask,
 // causal, several chunk counts (one chunk and merged chunks), vector and
 // scalar staging, the present's new rows, against a CPU softmax attention.
@@ -97,6 +98,124 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
   cudaFree(db);
   cudaFree(dres);
   cudaFree(dy);
+}
+
+/// gemvRowsNormOut: y = W x + bias + residual at one token, and the row
+/// normalised (layer or RMS norm, with or without a bias) by the block that
+/// finishes last, both against double precision; run three times on the
+/// same counter (it must be left zero for the next launch), the residual
+/// being y itself (in place, as a decode step's residual stream). N above
+/// kGemvNormOutWidth is refused.
+template <typename W>
+void normOutCase(int K, int N, bool rms, bool normBias, std::mt19937 &rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(K), bias(N), res(N), scale(N), nb(N);
+  std::vector<W> w(size_t(N) * K);
+  for (float &v : x)
+    v = g(rng);
+  for (W &v : w)
+    v = fromFloat<W>(g(rng) / std::sqrt(float(K)));
+  for (float &v : bias)
+    v = g(rng);
+  for (float &v : res)
+    v = 2.0f + g(rng); // a mean far from zero
+  for (float &v : scale)
+    v = 1.0f + 0.5f * g(rng);
+  for (float &v : nb)
+    v = g(rng);
+  float *dx = upload(x), *db = upload(bias), *dy = upload(res),
+        *ds = upload(scale), *dnb = upload(nb), *dout = nullptr;
+  W *dw = upload(w);
+  unsigned *counter = nullptr;
+  CHECK_CUDA(cudaMalloc(&dout, sizeof(float) * N));
+  CHECK_CUDA(cudaMalloc(&counter, sizeof(unsigned)));
+  CHECK_CUDA(cudaMemset(counter, 0, sizeof(unsigned)));
+  GemvNormOut o;
+  o.scale = ds;
+  o.bias = normBias ? dnb : nullptr;
+  o.rms = rms;
+  o.out = dout;
+  o.counter = counter;
+  // The reference after `calls` in-place calls: y_c = W x + b + y_{c-1}.
+  const int calls = 3;
+  std::vector<double> y(res.begin(), res.end());
+  std::vector<double> wx(N);
+  for (int n = 0; n < N; ++n) {
+    double s = bias[size_t(n)];
+    for (int k = 0; k < K; ++k)
+      s += double(x[size_t(k)]) * toFloat(w[size_t(n) * K + k]);
+    wx[size_t(n)] = s;
+  }
+  bool ok = true;
+  double errY = 0, errN = 0;
+  for (int c = 0; c < calls; ++c) {
+    CHECK_CUDA(gemvRowsNormOut(dx, dw, K, N, db, ops::Activation::none, dy, dy,
+                               o, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    for (int n = 0; n < N; ++n)
+      y[size_t(n)] += wx[size_t(n)];
+    double mean = 0, var = 0;
+    if (!rms) {
+      for (double v : y)
+        mean += v;
+      mean /= N;
+    }
+    for (double v : y)
+      var += (v - mean) * (v - mean);
+    const double inv = 1.0 / std::sqrt(var / N + o.epsilon);
+    std::vector<float> gy = download(dy, size_t(N)), gn = download(dout, size_t(N));
+    double scaleY = 1;
+    for (int n = 0; n < N; ++n) {
+      const double ref = (y[size_t(n)] - mean) * inv * scale[size_t(n)] +
+                         (normBias ? nb[size_t(n)] : 0.0);
+      errY = worse(errY, std::fabs(y[size_t(n)] - gy[size_t(n)]));
+      errN = worse(errN, std::fabs(ref - gn[size_t(n)]));
+      scaleY = std::max(scaleY, std::fabs(y[size_t(n)]));
+    }
+    ok = ok && errY <= 1e-5 * scaleY * std::sqrt(double(K)) / 8 + 1e-5 &&
+         errN <= 1e-4;
+  }
+  unsigned left = 1;
+  CHECK_CUDA(cudaMemcpy(&left, counter, sizeof left, cudaMemcpyDeviceToHost));
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "gemvRowsNormOut %s K=%d N=%d %s%s, %d calls in place "
+                "(y err %.2e), counter left %u",
+                sizeof(W) == 2 ? "fp16" : "fp32", K, N, rms ? "rms" : "layer",
+                normBias ? " with bias" : "", calls, errY, left);
+  report(ok && left == 0, line, errN);
+  cudaFree(dx);
+  cudaFree(db);
+  cudaFree(dy);
+  cudaFree(ds);
+  cudaFree(dnb);
+  cudaFree(dout);
+  cudaFree(dw);
+  cudaFree(counter);
+}
+
+void normOutRefusedCase() {
+  GemvNormOut o;
+  float *buf = nullptr;
+  unsigned *counter = nullptr;
+  CHECK_CUDA(cudaMalloc(&buf, sizeof(float) * 16));
+  CHECK_CUDA(cudaMalloc(&counter, sizeof(unsigned)));
+  o.scale = o.out = buf;
+  o.counter = counter;
+  const cudaError_t wide = gemvRowsNormOut<float>(
+      buf, buf, 4, kGemvNormOutWidth + 4, nullptr, ops::Activation::none,
+      nullptr, buf, o, nullptr);
+  o.counter = nullptr;
+  const cudaError_t noCounter = gemvRowsNormOut<float>(
+      buf, buf, 4, 4, nullptr, ops::Activation::none, nullptr, buf, o, nullptr);
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "gemvRowsNormOut refuses N above %d (%s) and a missing counter (%s)",
+                kGemvNormOutWidth, cudaGetErrorName(wide), cudaGetErrorName(noCounter));
+  report(wide == cudaErrorNotSupported && noCounter == cudaErrorInvalidValue,
+         line, 0.0);
+  cudaFree(buf);
+  cudaFree(counter);
 }
 
 /// A NaN score makes the row's output NaN, wherever the key falls: one
@@ -453,6 +572,14 @@ int main() {
   gemvCase<__half>(4, 16384, 1024, true, false, 0, rng);
   gemvCase<__half>(3, 4096, 1000, true, true, 0, rng);
   gemvCase<__half>(8, 2048, 520, false, true, 0, rng, true);
+
+  // A norm of the output row in the GEMV's last block: OPT-6.7B and 1.3B
+  // widths, a width not a multiple of the block's threads.
+  normOutCase<__half>(4096, 4096, false, true, rng);
+  normOutCase<__half>(16384, 4096, false, true, rng);
+  normOutCase<__half>(2048, 2048, true, false, rng);
+  normOutCase<float>(256, 1000, false, false, rng);
+  normOutRefusedCase();
 
   // Groups: q, k, v shapes; uneven members (a partial block of 4 rows at
   // each member's end); fp32; element loads.

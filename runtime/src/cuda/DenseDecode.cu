@@ -145,9 +145,10 @@ __device__ __forceinline__ RowsTarget<W> rowsTarget(const RowsTargets<W> &t) {
 #else
 #define SPARSEC_GEMV_BOUNDS(Norm) __launch_bounds__(kRowsThreads)
 #endif
-template <typename W, int M, bool Vec, bool Early, bool Norm = false>
-__global__ void SPARSEC_GEMV_BOUNDS(Norm)
-gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
+template <typename W, int M, bool Vec, bool Early, bool Norm>
+__device__ __forceinline__ void gemvRowsBody(const float *x, int K,
+                                             Activation act,
+                                             const RowsTargets<W> &t) {
   pdlTrigger();
   using C = Chunk<W, Vec>;
   constexpr int V = C::V, R = gemvRowsPerBlock(M, Norm, Early);
@@ -298,6 +299,12 @@ gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
   }
 }
 
+template <typename W, int M, bool Vec, bool Early, bool Norm = false>
+__global__ void SPARSEC_GEMV_BOUNDS(Norm)
+gemvRowsKernel(const float *x, int K, Activation act, RowsTargets<W> t) {
+  gemvRowsBody<W, M, Vec, Early, Norm>(x, K, act, t);
+}
+
 template <typename W, int M, bool Vec>
 cudaError_t launchRowsM(dim3 grid, const float *x, int K, Activation act,
                         const RowsTargets<W> &t, cudaStream_t s, bool early,
@@ -419,26 +426,28 @@ __global__ void normKernel(const float *x, const float *scale,
   }
 }
 
-/// The same for rows of up to 512 * PER elements: each row is read once
-/// into registers (all loads in flight), then reduced twice and written.
-constexpr int kNormThreads = 512;
-template <bool Rms, int PER>
-__global__ void __launch_bounds__(kNormThreads)
-normRegKernel(const float *x, const float *scale, const float *bias, int width,
-              float eps, float *y) {
-  pdlTrigger();
-  pdlWait(); // early launches: x comes from the kernel before
-  const float *row = x + int64_t(blockIdx.x) * width;
-  float *out = y + int64_t(blockIdx.x) * width;
-  // The scale and bias are requested with x, so that their loads do not
-  // wait for the two reductions.
-  float v[PER], sc[PER], bi[PER];
+/// A row of up to Threads * PER elements normalised by one block of
+/// Threads threads: the row is read once into registers (all loads in
+/// flight), then reduced twice and written. `Coherent`: the row was written
+/// by other blocks of the same kernel (read from L2, ld.global.cg), and the
+/// scale and bias are read only at the end (fewer registers).
+template <bool Rms, int PER, int Threads, bool Coherent>
+__device__ __forceinline__ void normRowInRegs(const float *row,
+                                              const float *scale,
+                                              const float *bias, int width,
+                                              float eps, float *out) {
+  // Otherwise the scale and bias are requested with x, so that their loads
+  // do not wait for the two reductions.
+  constexpr int P = Coherent ? 1 : PER;
+  float v[PER], sc[P], bi[P];
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
-    const int i = threadIdx.x + k * kNormThreads;
-    v[k] = i < width ? row[i] : 0.0f;
-    sc[k] = i < width ? __ldg(scale + i) : 0.0f;
-    bi[k] = bias && i < width ? __ldg(bias + i) : 0.0f;
+    const int i = threadIdx.x + k * Threads;
+    v[k] = i < width ? (Coherent ? __ldcg(row + i) : row[i]) : 0.0f;
+    if constexpr (!Coherent) {
+      sc[k] = i < width ? __ldg(scale + i) : 0.0f;
+      bi[k] = bias && i < width ? __ldg(bias + i) : 0.0f;
+    }
   }
   float mean = 0.0f;
   if (!Rms) {
@@ -451,17 +460,65 @@ normRegKernel(const float *x, const float *scale, const float *bias, int width,
   float q = 0.0f;
 #pragma unroll
   for (int k = 0; k < PER; ++k)
-    if (threadIdx.x + k * kNormThreads < width) {
+    if (threadIdx.x + k * Threads < width) {
       const float c = v[k] - mean;
       q += c * c;
     }
   const float inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
-    const int i = threadIdx.x + k * kNormThreads;
-    if (i < width)
+    const int i = threadIdx.x + k * Threads;
+    if (i >= width)
+      continue;
+    if constexpr (Coherent)
+      out[i] = (v[k] - mean) * inv * __ldg(scale + i) +
+               (bias ? __ldg(bias + i) : 0.0f);
+    else
       out[i] = (v[k] - mean) * inv * sc[k] + bi[k];
   }
+}
+
+/// normKernel for rows of up to 512 * PER elements (normRowInRegs).
+constexpr int kNormThreads = 512;
+template <bool Rms, int PER>
+__global__ void __launch_bounds__(kNormThreads)
+normRegKernel(const float *x, const float *scale, const float *bias, int width,
+              float eps, float *y) {
+  pdlTrigger();
+  pdlWait(); // early launches: x comes from the kernel before
+  normRowInRegs<Rms, PER, kNormThreads, false>(
+      x + int64_t(blockIdx.x) * width, scale, bias, width, eps,
+      y + int64_t(blockIdx.x) * width);
+}
+
+/// Resident blocks an SM asked of gemvRowsNormOutKernel: as many as the
+/// plain one-token GEMV gets (32 registers a thread), so that streaming the
+/// weights is not slowed by the rarely run norm's registers.
+constexpr int kNormOutMinBlocks = 8;
+
+/// gemvRows at one token whose block that finishes last normalises y
+/// (GemvNormOut): every block writes its rows, makes them visible
+/// (__threadfence) and counts itself in o.counter; the block that counts
+/// last reads the whole row from L2, normalises it into o.out and resets
+/// the counter (so the launch can be replayed in a graph).
+template <typename W, bool Rms>
+__global__ void __launch_bounds__(kRowsThreads, kNormOutMinBlocks)
+gemvRowsNormOutKernel(const float *x, int K, Activation act, RowsTargets<W> t,
+                      GemvNormOut o) {
+  gemvRowsBody<W, 1, true, false, false>(x, K, act, t);
+  __shared__ bool last;
+  __threadfence(); // this thread's outputs, before the block counts itself
+  __syncthreads();
+  if (threadIdx.x == 0)
+    last = atomicAdd(o.counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last)
+    return;
+  __threadfence();
+  normRowInRegs<Rms, kGemvNormOutWidth / kRowsThreads, kRowsThreads, true>(
+      t.y[0], o.scale, o.bias, t.N[0], o.epsilon, o.out);
+  if (threadIdx.x == 0)
+    *o.counter = 0;
 }
 
 bool aligned16(const void *p) {
@@ -829,6 +886,35 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
 }
 
 template <typename W>
+cudaError_t gemvRowsNormOut(const float *x, const W *wt, int K, int N,
+                            const float *bias, ops::Activation act,
+                            const float *residual, float *y,
+                            const GemvNormOut &norm, cudaStream_t stream) {
+  if (!norm.scale || !norm.out || !norm.counter || N <= 0 || K <= 0)
+    return cudaErrorInvalidValue;
+  constexpr int V = 16 / int(sizeof(W));
+  if (N > kGemvNormOutWidth || !aligned16(x) || !aligned16(wt) ||
+      !aligned16(norm.scale) || (int64_t(K) * int64_t(sizeof(W))) % 16 != 0 ||
+      K % V != 0)
+    return cudaErrorNotSupported;
+  RowsTargets<W> t{};
+  t.count = 1;
+  t.wt[0] = wt;
+  t.bias[0] = bias;
+  t.residual[0] = residual;
+  t.y[0] = y;
+  t.N[0] = N;
+  const int R = gemvRowsPerBlock(1, false, false);
+  const dim3 grid{unsigned((N + R - 1) / R)}, block{kRowsThreads};
+  const cudaError_t e =
+      norm.rms ? launchKernel(gemvRowsNormOutKernel<W, true>, grid, block, 0,
+                              stream, false, x, K, act, t, norm)
+               : launchKernel(gemvRowsNormOutKernel<W, false>, grid, block, 0,
+                              stream, false, x, K, act, t, norm);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+template <typename W>
 cudaError_t gemvNormTerms(const W *wt, int K, int N, const float *scale,
                           const float *bias, float *terms, cudaStream_t stream) {
   if (!scale || !terms || K <= 0 || N < 0)
@@ -887,7 +973,10 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
       const float *const *, ops::Activation, const float *const *,             \
       float *const *, cudaStream_t, bool, const GemvNorm *);                  \
   template cudaError_t gemvNormTerms<W>(const W *, int, int, const float *,    \
-                                        const float *, float *, cudaStream_t);
+                                        const float *, float *, cudaStream_t); \
+  template cudaError_t gemvRowsNormOut<W>(                                     \
+      const float *, const W *, int, int, const float *, ops::Activation,      \
+      const float *, float *, const GemvNormOut &, cudaStream_t);
 SPARSEC_GEMV_ROWS(__half)
 SPARSEC_GEMV_ROWS(float)
 #undef SPARSEC_GEMV_ROWS

@@ -59,6 +59,34 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
                      const float *residual, float *y, cudaStream_t stream,
                      bool early = false);
 
+/// The norm gemvRowsNormOut applies to its output row: out = (y - mean) /
+/// sqrt(var + epsilon) * scale + bias (layer norm), or y / sqrt(mean(y^2)
+/// + epsilon) * scale (rms; bias may be null either way).
+struct GemvNormOut {
+  const float *scale = nullptr; // [N]
+  const float *bias = nullptr;  // [N] or null
+  float epsilon = 1e-5f;
+  bool rms = false;
+  float *out = nullptr; // [N]
+  /// One zero-initialised counter a call site (left zero after the call).
+  unsigned *counter = nullptr;
+};
+
+/// Widest row gemvRowsNormOut normalises.
+constexpr int kGemvNormOutWidth = 4096;
+
+/// gemvRows at one token whose last block also normalises the output row y
+/// into norm.out (the norm that follows a projection with the residual,
+/// without a kernel of its own). An experiment measured by
+/// sparsec-bench-dense-decode, not used by the compiler: one token, 16-byte
+/// aligned x, wt rows and norm.scale, N <= kGemvNormOutWidth, normal
+/// launches (cudaErrorNotSupported otherwise).
+template <typename W>
+cudaError_t gemvRowsNormOut(const float *x, const W *wt, int K, int N,
+                            const float *bias, ops::Activation act,
+                            const float *residual, float *y,
+                            const GemvNormOut &norm, cudaStream_t stream);
+
 /// Most weights one gemvRowsGroup launch computes.
 constexpr int kGemvGroupMax = 4;
 
