@@ -287,6 +287,17 @@ int main(int argc, char **argv) {
     // the attention.
     auto chain = [&](bool gemvEarly, bool smallEarly, bool merged,
                      Norms norms = kNoNorms, bool attention = false) {
+      // The out and down projections (into y2), writing the next norm's
+      // output too with kNormsInLastBlocks.
+      auto toResidual = [&](const float *in, const __half *w, int K,
+                            const GemvNormOut &next) {
+        if (norms == kNormsInLastBlocks)
+          gemvRowsNormOut<__half>(in, w, K, d, nullptr, kNone, nullptr, y2,
+                                  next, stream);
+        else
+          gemvRows<__half>(in, 1, w, K, d, nullptr, kNone, nullptr, y2,
+                           stream, gemvEarly);
+      };
       const float *in = norms == kNormsInLastBlocks ? xn : dX;
       if (norms == kNormKernels) {
         normRows(dX, 1, d, dOnes, dZeros, 1e-5f, false, xn, stream,
@@ -311,12 +322,7 @@ int main(int argc, char **argv) {
         decodeAttention(a, scratch, counters, stream, smallEarly);
         outIn = att;
       }
-      if (norms == kNormsInLastBlocks)
-        gemvRowsNormOut<__half>(outIn, o, d, d, nullptr, kNone, nullptr, y2,
-                                outNorm, stream);
-      else
-        gemvRows<__half>(outIn, 1, o, d, d, nullptr, kNone, nullptr, y2,
-                         stream, gemvEarly);
+      toResidual(outIn, o, d, outNorm);
       if (norms == kNormsInLastBlocks) {
         gemvRows<__half>(xn2, 1, up, d, f, nullptr, kRelu, nullptr, y1,
                          stream, gemvEarly);
@@ -334,12 +340,7 @@ int main(int argc, char **argv) {
         gemvRows<__half>(upIn, 1, up, d, f, nullptr, kRelu, nullptr, y1,
                          stream, gemvEarly);
       }
-      if (norms == kNormsInLastBlocks)
-        gemvRowsNormOut<__half>(y1, down, f, d, nullptr, kNone, nullptr, y2,
-                                downNorm, stream);
-      else
-        gemvRows<__half>(y1, 1, down, f, d, nullptr, kNone, nullptr, y2,
-                         stream, gemvEarly);
+      toResidual(y1, down, f, downNorm);
     };
     std::printf("\nOne layer's GEMVs back to back (%.1f MB of weights); the "
                 "whole layer adds its attention over %d positions:\n\n"

@@ -497,28 +497,17 @@ normRegKernel(const float *x, const float *scale, const float *bias, int width,
 constexpr int kNormOutMinBlocks = 8;
 
 /// gemvRows at one token whose block that finishes last normalises y
-/// (GemvNormOut): every block writes its rows, makes them visible
-/// (__threadfence) and counts itself in o.counter; the block that counts
-/// last reads the whole row from L2, normalises it into o.out and resets
-/// the counter (so the launch can be replayed in a graph).
+/// (GemvNormOut): every block writes its rows and counts itself in
+/// o.counter (lastBlockToArrive); the last reads the whole row from L2 and
+/// normalises it into o.out.
 template <typename W, bool Rms>
 __global__ void __launch_bounds__(kRowsThreads, kNormOutMinBlocks)
 gemvRowsNormOutKernel(const float *x, int K, Activation act, RowsTargets<W> t,
                       GemvNormOut o) {
   gemvRowsBody<W, 1, true, false, false>(x, K, act, t);
-  __shared__ bool last;
-  __threadfence(); // this thread's outputs, before the block counts itself
-  __syncthreads();
-  if (threadIdx.x == 0)
-    last = atomicAdd(o.counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last)
-    return;
-  __threadfence();
-  normRowInRegs<Rms, kGemvNormOutWidth / kRowsThreads, kRowsThreads, true>(
-      t.y[0], o.scale, o.bias, t.N[0], o.epsilon, o.out);
-  if (threadIdx.x == 0)
-    *o.counter = 0;
+  if (lastBlockToArrive(o.counter, gridDim.x))
+    normRowInRegs<Rms, kGemvNormOutWidth / kRowsThreads, kRowsThreads, true>(
+        t.y[0], o.scale, o.bias, t.N[0], o.epsilon, o.out);
 }
 
 bool aligned16(const void *p) {
@@ -757,19 +746,8 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
     part[0] = M;
     part[1] = L;
   }
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int done = atomicAdd(&counters[row], 1);
-    last = done == int(chunks) - 1;
-    if (last)
-      counters[row] = 0; // ready for the next launch (graph replays)
-  }
-  __syncthreads();
-  if (!last)
+  if (!lastBlockToArrive(counters + row, int(chunks)))
     return;
-  __threadfence();
   // The merge in two memory round trips: warp 0 reads every chunk's (max,
   // sum) at once (chunks <= kAttnMaxChunks = 32, a lane each) and makes the
   // chunks' weights; then each thread reads its element of every chunk,

@@ -287,6 +287,29 @@ template <bool Max> __device__ float blockReduce(float v) {
   return r;
 }
 
+/// Whether this block is the last of `blocks` to arrive at *counter: each
+/// thread's earlier global writes are made visible first, and the last
+/// block resets the counter (ready for the next launch, or a graph
+/// replay). Every thread of the block gets the same answer; after true,
+/// the other blocks' writes are visible to reads that skip L1 (__ldcg).
+template <typename Counter>
+__device__ __forceinline__ bool lastBlockToArrive(Counter *counter,
+                                                  Counter blocks) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, Counter(1)) == blocks - 1;
+    if (last)
+      *counter = 0;
+  }
+  __syncthreads();
+  if (!last)
+    return false;
+  __threadfence();
+  return true;
+}
+
 } // namespace
 } // namespace sparsec::rt::cuda
 

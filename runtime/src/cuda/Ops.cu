@@ -248,19 +248,9 @@ gemvKernel(const float *x, const W *w, int K, int N, const float *bias,
   }
   if (!partial)
     return;
-  __shared__ bool last;
-  __threadfence(); // this block's partial sums are visible device-wide
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int done = atomicAdd(&counters[blockIdx.x], 1);
-    last = done == int(gridDim.y) - 1;
-    if (last)
-      counters[blockIdx.x] = 0; // ready for the next launch (graph replays)
-  }
-  __syncthreads();
-  if (!last)
+  // The last block of this column adds the partial sums.
+  if (!lastBlockToArrive(counters + blockIdx.x, int(gridDim.y)))
     return;
-  __threadfence();
   for (int e = threadIdx.x; e < M * kGemvCols; e += blockDim.x) {
     int m = e / kGemvCols, n = blockIdx.x * kGemvCols + e % kGemvCols;
     if (n >= N)
