@@ -248,8 +248,10 @@ int main(int argc, char **argv) {
     }
     // The attention of the whole layer: 191 cached positions and the new
     // one (q, k, v from the q/k/v group), fp32 cache as the runtime's.
-    const int past = 191;
-    std::vector<float> kv(size_t(heads) * past * head);
+    // (Up to 256: the runtime's padded cache at prompt 128 + 128 new
+    // tokens, 257 positions, in the prefetch table below.)
+    const int past = 191, maxPast = 256;
+    std::vector<float> kv(size_t(heads) * maxPast * head);
     for (float &v : kv)
       v = val(rng);
     float *dK = upload(kv), *dV = upload(kv);
@@ -268,7 +270,10 @@ int main(int argc, char **argv) {
     a.D = a.Dv = head;
     a.scale = 1.0f / std::sqrt(float(head));
     a.out = att;
-    float *scratch = alloc<float>(decodeAttentionScratchBytes(a) / 4 + 1);
+    DecodeAttention aMax = a;
+    aMax.P = maxPast;
+    float *scratch = alloc<float>(
+        std::max(decodeAttentionScratchBytes(a), decodeAttentionScratchBytes(aMax)) / 4 + 1);
     enum Norms { kNoNorms, kNormKernels, kNormsFolded, kNormsInLastBlocks };
     // kNormsInLastBlocks: the out and down projections' last blocks write
     // the next norm's output (gemvRowsNormOut), so the q/k/v group reads
@@ -391,6 +396,42 @@ int main(int argc, char **argv) {
                   "error %.1e\n",
                   lastErr);
       ok &= lastErr < 1e-5;
+    }
+    // The attention's past read before it waits for the q/k/v GEMVs
+    // (pastReady: the runtime's cache), at 192 positions and at the 257 of
+    // the runtime's padded cache after a 128-token prompt (256 + the new).
+    {
+      std::printf("\nWhole layer (q, k, v grouped, 2 norm kernels), the "
+                  "attention's past read after its wait or prefetched "
+                  "before it:\n\n| positions | launches | past after the "
+                  "wait | TB/s | past prefetched | TB/s |\n"
+                  "|---:|---|---:|---:|---:|---:|\n");
+      double prefErr = 0;
+      for (int P : {past, maxPast}) {
+        a.P = P;
+        for (const auto &m : {modes[1], modes[2]}) {
+          a.pastReady = false;
+          const double after = timeUs(
+              [&] { chain(m.gemv, m.small, true, kNormKernels, true); }, g, 20);
+          chain(m.gemv, m.small, true, kNormKernels, true);
+          std::vector<float> ref = download(att, d);
+          a.pastReady = true;
+          const double pre = timeUs(
+              [&] { chain(m.gemv, m.small, true, kNormKernels, true); }, g, 20);
+          chain(m.gemv, m.small, true, kNormKernels, true);
+          CHECK_CUDA(cudaStreamSynchronize(stream));
+          prefErr = std::max(prefErr, relErr(download(att, d), ref));
+          std::printf("| %d | %s | %.1f | %.2f | %.1f | %.2f |\n", P + 1,
+                      m.name, after, bytes / (after * 1e6), pre,
+                      bytes / (pre * 1e6));
+        }
+      }
+      a.P = past;
+      a.pastReady = false;
+      std::printf("\nPrefetched against after the wait: relative error "
+                  "%.1e\n",
+                  prefErr);
+      ok &= prefErr < 1e-6;
     }
     // Every launch mode computes the same layer: y2 of the whole layer,
     // normal against all early.

@@ -402,7 +402,7 @@ enum class Mask { none, additive, boolean };
 
 void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
                    Mask maskKind, bool causal, std::mt19937 &rng,
-                   bool early = false) {
+                   bool early = false, bool pastReady = false) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   const int Sk = Sq, T = P + Sk;
   std::vector<float> q(size_t(B) * Hq * Sq * D), pk(size_t(B) * Hk * P * D),
@@ -439,11 +439,18 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   a.mStr[1] = 0;
   a.mStr[2] = T;
   a.mStr[3] = 1;
-  a.q = upload(q);
+  // q and the new keys in one buffer, which an early case's slow producer
+  // writes: both must be read after the wait, the past (uploaded before)
+  // may be read before it with pastReady.
+  std::vector<float> qk(q);
+  qk.insert(qk.end(), k.begin(), k.end());
+  float *dqk = upload(qk);
+  a.q = dqk;
+  a.k = dqk + q.size();
   a.pastK = P ? upload(pk) : nullptr;
   a.pastV = P ? upload(pv) : nullptr;
-  a.k = upload(k);
   a.v = upload(v);
+  a.pastReady = pastReady;
   if (maskKind == Mask::additive)
     a.maskF = upload(maskF);
   if (maskKind == Mask::boolean)
@@ -463,9 +470,9 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   a.presentK = presK;
   a.presentV = presV;
   {
-    // Early: q is written over NaNs by a slow kernel the attention is
-    // launched right behind.
-    SlowX slow(early, q, const_cast<float *>(a.q));
+    // Early: q and k are written over NaNs by a slow kernel the attention
+    // is launched right behind.
+    SlowX slow(early, qk, dqk);
     // Twice: the counters must be back at zero after the first launch.
     for (int rep = 0; rep < 2; ++rep)
       CHECK_CUDA(decodeAttention(a, scratch, counters, slow.stream, early));
@@ -529,13 +536,14 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   bool countersZero = std::all_of(cnt.begin(), cnt.end(), [](int c) { return c == 0; });
   char line[200];
   std::snprintf(line, sizeof line,
-                "decodeAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d%s",
+                "decodeAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d%s%s",
                 B, Hq, Hk, Sq, P, D, Dv,
                 maskKind == Mask::none ? "none" : maskKind == Mask::additive ? "additive" : "bool",
-                causal, early ? " early launch" : "");
+                causal, early ? " early launch" : "",
+                pastReady ? ", past prefetched" : "");
   report(err < 2e-5 && presentErr == 0 && countersZero, line, std::max(err, presentErr));
-  for (const void *p : {static_cast<const void *>(a.q), static_cast<const void *>(a.pastK),
-                        static_cast<const void *>(a.pastV), static_cast<const void *>(a.k),
+  for (const void *p : {static_cast<const void *>(dqk), static_cast<const void *>(a.pastK),
+                        static_cast<const void *>(a.pastV),
                         static_cast<const void *>(a.v), static_cast<const void *>(a.maskF),
                         static_cast<const void *>(a.maskB)})
     if (p)
@@ -616,6 +624,15 @@ int main() {
   attentionCase(2, 8, 4, 1, 600, 80, 80, Mask::boolean, false, rng); // 3 elements a lane
   attentionCase(1, 32, 32, 1, 130, 64, 64, Mask::additive, false, rng, true);
   attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::boolean, true, rng, true);
+  // The past prefetched before the wait (pastReady): early behind the slow
+  // producer of q and k, and normally launched; one and several passes,
+  // memory and cluster merges, causal rows, no past.
+  attentionCase(1, 32, 32, 1, 256, 128, 128, Mask::additive, false, rng, true, true);
+  attentionCase(1, 32, 32, 1, 191, 128, 128, Mask::none, false, rng, true, true);
+  attentionCase(2, 8, 2, 1, 600, 80, 80, Mask::boolean, false, rng, true, true);
+  attentionCase(2, 4, 2, 3, 70, 30, 30, Mask::additive, true, rng, true, true);
+  attentionCase(1, 4, 4, 1, 0, 64, 64, Mask::none, false, rng, true, true);
+  attentionCase(1, 32, 32, 1, 256, 128, 128, Mask::none, false, rng, false, true);
   // NaN scores: the last key of a warp's group followed by keys past the
   // end (5 of 6), inside a group (2 of 6), in a later chunk (300 of 501).
   attentionNaNCase(5, 5, rng);

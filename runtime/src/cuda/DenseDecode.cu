@@ -578,6 +578,36 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
   const int64_t group = a.Hq / a.Hk, bh = b * a.Hk + h / group;
   const int64_t T = a.P + a.Sk;
+  int64_t jEnd = T;
+  if (a.causal) {
+    const int64_t lim = i + (T - a.Sq) + 1;
+    jEnd = lim < 0 ? 0 : lim < T ? lim : T;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // A pass's key and value rows: warp keys j0 .. j0 + 3 (clamped to jEnd -
+  // 1; those past it are masked below), the past rows (j < P) or the new.
+  float kv[kAttnGroup][NI], vv[kAttnGroup][NI];
+  auto loadRows = [&](int pass, bool past) {
+    const int64_t j0 = (chunk * passes + pass) * kAttnKeys + warp * kAttnGroup;
+#pragma unroll
+    for (int t = 0; t < kAttnGroup; ++t) {
+      const int64_t j = min(j0 + t, jEnd - 1);
+      if ((j < a.P) != past)
+        continue;
+      const float *kr = keyRow(a.pastK, a.k, bh, a.P, a.Sk, j, D);
+      const float *vr = keyRow(a.pastV, a.v, bh, a.P, a.Sk, j, Dv);
+#pragma unroll
+      for (int e = 0; e < NI; ++e) {
+        const int d = lane + 32 * e;
+        kv[t][e] = d < D ? kr[d] : 0.0f;
+        vv[t][e] = d < Dv ? vr[d] : 0.0f;
+      }
+    }
+  };
+  // pastReady: the first pass's past rows are requested before the wait.
+  const bool prefetched = a.pastReady && jEnd > 0;
+  if (prefetched)
+    loadRows(0, true);
   pdlWait(); // early launches: q, k, v come from the kernels before
   // The new rows of the present outputs: once per (b, kv head).
   if (chunk == 0 && i == 0 && h % group == 0) {
@@ -588,12 +618,6 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
       for (int64_t e = threadIdx.x; e < a.Sk * Dv; e += kAttnThreads)
         a.presentV[(bh * T + a.P) * Dv + e] = a.v[bh * a.Sk * Dv + e];
   }
-  int64_t jEnd = T;
-  if (a.causal) {
-    const int64_t lim = i + (T - a.Sq) + 1;
-    jEnd = lim < 0 ? 0 : lim < T ? lim : T;
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t mRow = b * a.mStr[0] + h * a.mStr[1] + i * a.mStr[2];
   float q[NI];
 #pragma unroll
@@ -610,22 +634,16 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
     const int64_t j0 = (chunk * passes + pass) * kAttnKeys + warp * kAttnGroup;
     if (j0 >= jEnd)
       break;
-    float kv[kAttnGroup][NI], vv[kAttnGroup][NI];
     // The mask entries are requested with the keys and values (one memory
     // round trip for all): off = past jEnd or masked out by a boolean mask.
+    if (!(prefetched && pass == 0))
+      loadRows(pass, true);
+    loadRows(pass, false);
     float mk[kAttnGroup];
     bool off[kAttnGroup];
 #pragma unroll
     for (int t = 0; t < kAttnGroup; ++t) {
       const int64_t j = min(j0 + t, jEnd - 1); // past jEnd: masked below
-      const float *kr = keyRow(a.pastK, a.k, bh, a.P, a.Sk, j, D);
-      const float *vr = keyRow(a.pastV, a.v, bh, a.P, a.Sk, j, Dv);
-#pragma unroll
-      for (int e = 0; e < NI; ++e) {
-        const int d = lane + 32 * e;
-        kv[t][e] = d < D ? kr[d] : 0.0f;
-        vv[t][e] = d < Dv ? vr[d] : 0.0f;
-      }
       off[t] = j0 + t >= jEnd;
       mk[t] = 0.0f;
       if (!off[t]) {

@@ -356,6 +356,10 @@ Device *device(Context &ctx) {
   d->earlySmall = kinds.small && early;
   d->earlyGemv = kinds.gemv && early;
   d->earlySparse = kinds.sparse && early;
+  // SPARSEC_CUDA_ATTN_PREFETCH=0: the decode attention reads a cached
+  // past only after its wait, like the rest of its inputs.
+  if (const char *p = std::getenv("SPARSEC_CUDA_ATTN_PREFETCH"))
+    d->prefetchPast = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
     if (!parseSplitDivisors(p, d->splitDivisors))
       std::fprintf(stderr,

@@ -198,6 +198,9 @@ struct Device : Context::Backend {
   /// kernels. SPARSEC_CUDA_PDL: 0 none, 1 all, or a comma-separated list of
   /// small, gemv, sparse; by default small and sparse.
   bool earlySmall = false, earlyGemv = false, earlySparse = false;
+  /// The decode attention over a KV cache requests its first pass's past
+  /// rows before it waits for the kernel before (DecodeAttention::pastReady).
+  bool prefetchPast = true;
   /// A capture or replay was abandoned mid-step (an allocation differs, or
   /// a segment failed to capture): the step body returns false without an
   /// error and runStep reruns it eagerly.

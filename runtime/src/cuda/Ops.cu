@@ -1134,6 +1134,10 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     return false;
   };
   const bool pastIsCache = isCache(pastK) && isCache(pastV);
+  // The cache is written between steps only (flushAppends, initCache),
+  // by normal launches before any kernel of this step: an early launch
+  // may read it before waiting for the kernel before.
+  da.pastReady = pastIsCache && d.prefetchPast;
   auto writePresent = [&](const Tensor *past, const Tensor &cur, int slot,
                           Tensor *present, int64_t width, const float *&src) {
     const int64_t shape[4] = {B, Hk, T, width};

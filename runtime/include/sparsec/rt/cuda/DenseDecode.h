@@ -158,6 +158,11 @@ struct DecodeAttention {
   float *out = nullptr;            // [B, Hq, Sq, Dv]
   /// [B, Hk, P + Sk, .]: rows P.. receive the new keys/values (or null).
   float *presentK = nullptr, *presentV = nullptr;
+  /// The past keys and values are complete before any kernel launched
+  /// with this one can start (a runtime KV cache, written between steps):
+  /// an early launch requests its first pass's past rows before it waits
+  /// for the kernel before, so they stream while that kernel finishes.
+  bool pastReady = false;
 };
 
 /// Whether decodeAttention handles these head sizes (D, Dv <= 128).
