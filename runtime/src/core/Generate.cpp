@@ -33,6 +33,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Argmax.h"
 #include "Cli.h"
 
 #include <algorithm>
@@ -64,7 +65,7 @@ int64_t capacityFor(int64_t needed, int64_t limit) {
 int64_t pickToken(const float *logits, int64_t vocab, const Options &opts,
                   std::mt19937_64 &rng) {
   if (opts.temperature <= 0.0)
-    return std::max_element(logits, logits + vocab) - logits;
+    return argmaxFirst(logits, vocab);
   std::vector<int64_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   // Only the top-k candidates need an order (all of them without top-k).
@@ -206,7 +207,11 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   std::vector<Tensor> inputs(size_t(desc.numInputs));
   std::vector<Tensor> outputs(size_t(desc.numOutputs));
   std::vector<int64_t> stepIds, mask;
-  std::vector<float> lastLogits; // the last position's logits of each row
+  // The last position's logits of each row, [batch, vocab]: the output
+  // itself where a step has one position (its rows are those), else
+  // gathered into `gathered`.
+  const float *lastLogits = nullptr;
+  std::vector<float> gathered;
   int64_t vocab = 0;
   const int64_t promptLen = int64_t(tokens.size());
   int64_t generated = 0;
@@ -272,11 +277,16 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       }
     }
     vocab = logits.shape[2];
-    lastLogits.clear();
+    if (n == 1) {
+      lastLogits = logits.as<float>();
+      return true;
+    }
+    gathered.clear();
     for (int64_t b = 0; b < batch; ++b) {
       const float *row = logits.as<float>() + ((b + 1) * n - 1) * vocab;
-      lastLogits.insert(lastLogits.end(), row, row + vocab);
+      gathered.insert(gathered.end(), row, row + vocab);
     }
+    lastLogits = gathered.data();
     return true;
   };
   auto resident = [&] {
@@ -319,7 +329,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       if (!cache.empty() && resident()) {
         // Device backend: move to the padded device cache, checked once by
         // re-running the last prompt token over it (entries len - 1 on).
-        std::vector<float> reference = lastLogits;
+        std::vector<float> reference(lastLogits, lastLogits + batch * vocab);
         // Planned for the whole generation (the prompt and every new
         // token, within --max-seq-len): no cache grows while decoding, so
         // every decode step has one shape (one captured graph) and no
@@ -371,11 +381,11 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           slot.data.assign(p, p + present.numel());
         }
     }
-    int64_t next = pickToken(lastLogits.data(), vocab, opts, rng);
+    int64_t next = pickToken(lastLogits, vocab, opts, rng);
     tokens.push_back(next);
     for (int64_t b = 1; b < batch; ++b)
       rows[size_t(b - 1)].push_back(
-          pickToken(lastLogits.data() + b * vocab, vocab, opts, rng));
+          pickToken(lastLogits + b * vocab, vocab, opts, rng));
     ++generated;
     if (batch > 1) {
       // Printed per row at the end.
