@@ -23,11 +23,12 @@ agreement also reported):
   * CUDA graphs: `model eval` over 128-byte chunks (one signature, so
     replays from the third chunk on) agrees with the x86 build's top-1;
     hybrid builds decode the same bytes with graph segments as eagerly;
-  * early launches (SPARSEC_CUDA_PDL=1) decode the same bytes as normal ones,
-    and so do one graph a step (SPARSEC_CUDA_SPLIT=0), no early launch at
-    all (SPARSEC_CUDA_PDL=0; by default the norms, the decode attention and
-    the sparse decode kernels launch early) and attention merged through memory
-    (SPARSEC_CUDA_ATTN_CLUSTER=0).
+  * the default (every kernel kind launched early) decodes the same bytes as
+    the dense GEMVs launched normally (SPARSEC_CUDA_PDL=small,sparse), no
+    early launch at all (SPARSEC_CUDA_PDL=0), one graph a step
+    (SPARSEC_CUDA_SPLIT=0), attention merged through memory
+    (SPARSEC_CUDA_ATTN_CLUSTER=0) and the cached past read after the
+    attention's wait (SPARSEC_CUDA_ATTN_PREFETCH=0).
 """
 import argparse
 import glob
@@ -506,17 +507,18 @@ def run(args):
                    f"{sum(x == y for x, y in zip(r.stdout, base.stdout))}/64 equal to "
                    f"the default; " + (stats[-1] if stats else ""))
 
-    # Every kernel launched early (opt-in; by default the norms, the
-    # attention and the sparse kernels are), one graph a step instead of a
-    # split step, no early
+    # The dense GEMVs launched normally (by default every kind of kernel
+    # launches early), one graph a step instead of a split step, no early
     # launch at all, decode attention merged through memory instead of as a
-    # cluster.
+    # cluster, the cached past read after the attention's wait.
     for name in ("kv", "kv_f16", "kv_exact", "kv_fold"):
         if name in have:
-            same_as_default(name, "early launches", {"SPARSEC_CUDA_PDL": "1"})
+            same_as_default(name, "GEMVs launched normally",
+                            {"SPARSEC_CUDA_PDL": "small,sparse"})
     switches = (("one graph a step", {"SPARSEC_CUDA_SPLIT": "0"}),
                 ("normal launches only", {"SPARSEC_CUDA_PDL": "0"}),
-                ("attention merged through memory", {"SPARSEC_CUDA_ATTN_CLUSTER": "0"}))
+                ("attention merged through memory", {"SPARSEC_CUDA_ATTN_CLUSTER": "0"}),
+                ("the past read after the wait", {"SPARSEC_CUDA_ATTN_PREFETCH": "0"}))
     for name in ("kv_f16", "kv_pred_f16", "kv_exact"):
         if name in have:
             for what, env in switches:

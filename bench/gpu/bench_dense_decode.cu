@@ -20,10 +20,11 @@
 //              group and the up projection, and as a whole layer (norm
 //              kernels and the attention over 192 positions too); launched
 //              normally, with the norms and attention as programmatic
-//              dependent launches (the runtime's default), and with every
-//              kernel so; and a whole layer whose out and down projections'
+//              dependent launches, and with every kernel so (the runtime's
+//              default); a whole layer whose out and down projections'
 //              last blocks write the norms' outputs (gemvRowsNormOut, an
-//              experiment: no norm kernels).
+//              experiment: no norm kernels); and whole layers whose
+//              attention reads the cached past before or after its wait.
 //   attention  decodeAttention for one query row per head over a cache of
 //              T positions (fp32 keys and values).
 //   tiny       a kernel that touches d floats: what one more graph node
@@ -210,7 +211,7 @@ int main(int argc, char **argv) {
   // One layer's GEMVs back to back (separate weights, as in a step), alone,
   // with the layer's two norm kernels and with its attention too (a whole
   // layer but the cache append), launched normally, with the norms and the
-  // attention early (the runtime's default) and with everything early.
+  // attention early and with everything early (the runtime's default).
   {
     const size_t layerW = size_t(4) * d * d + size_t(2) * f * d;
     std::vector<__half> lw(layerW);
@@ -358,8 +359,8 @@ int main(int argc, char **argv) {
       const char *name;
       bool gemv, small;
     } modes[] = {{"normal", false, false},
-                 {"norms, attention early (default)", false, true},
-                 {"all early (PDL)", true, true}};
+                 {"norms, attention early", false, true},
+                 {"all early (default)", true, true}};
     for (const auto &m : modes) {
       double sep = timeUs([&] { chain(m.gemv, m.small, false); }, g, 20);
       double mer = timeUs([&] { chain(m.gemv, m.small, true); }, g, 20);

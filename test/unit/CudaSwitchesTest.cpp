@@ -25,10 +25,10 @@ EarlyKinds kinds(const std::string &v, std::vector<std::string> *unknown = nullp
   return k;
 }
 
-TEST(CudaSwitches, EarlyKindsDefaultIsSmallAndSparse) {
+TEST(CudaSwitches, EarlyKindsDefaultIsAll) {
   EarlyKinds k;
   EXPECT_TRUE(k.small);
-  EXPECT_FALSE(k.gemv);
+  EXPECT_TRUE(k.gemv);
   EXPECT_TRUE(k.sparse);
 }
 

@@ -340,8 +340,8 @@ Device *device(Context &ctx) {
   if (const char *g = std::getenv("SPARSEC_CUDA_GRAPHS"))
     d->graphsEnabled = std::strcmp(g, "0") != 0;
   // Programmatic dependent launches need Hopper and kernels built for it:
-  // by default the norms, decode attention and sparse decode kernels
-  // (Switches.h: SPARSEC_CUDA_PDL).
+  // by default every kind: the norms and decode attention, the dense
+  // decode GEMVs, the sparse decode kernels (Switches.h: SPARSEC_CUDA_PDL).
   EarlyKinds kinds;
   if (const char *p = std::getenv("SPARSEC_CUDA_PDL")) {
     std::vector<std::string> unknown;

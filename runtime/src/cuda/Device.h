@@ -196,7 +196,7 @@ struct Device : Context::Backend {
   /// before; docs/GPU.md), where supported, by kind: the one-block norms
   /// and the decode attention, the dense decode GEMVs, the sparse decode
   /// kernels. SPARSEC_CUDA_PDL: 0 none, 1 all, or a comma-separated list of
-  /// small, gemv, sparse; by default small and sparse.
+  /// small, gemv, sparse; by default all three.
   bool earlySmall = false, earlyGemv = false, earlySparse = false;
   /// The decode attention over a KV cache requests its first pass's past
   /// rows before it waits for the kernel before (DecodeAttention::pastReady).

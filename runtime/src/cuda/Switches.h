@@ -22,9 +22,9 @@ namespace sparsec::rt::cuda {
 
 /// Which kernels are programmatic dependent launches (docs/GPU.md): the
 /// one-block norms and the decode attention (`small`), the dense decode
-/// GEMVs (`gemv`), the sparse decode kernels (`sparse`).
+/// GEMVs (`gemv`), the sparse decode kernels (`sparse`); by default all.
 struct EarlyKinds {
-  bool small = true, gemv = false, sparse = true;
+  bool small = true, gemv = true, sparse = true;
 };
 
 /// SPARSEC_CUDA_PDL: "0" none, "1" all, or kinds joined by ',' or '+'
