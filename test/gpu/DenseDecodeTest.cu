@@ -554,6 +554,43 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   cudaFree(scratch);
   cudaFree(counters);
 }
+
+/// argmaxRows against std::max_element on every row: random rows, ties
+/// (the first of equal maxima), NaNs (skipped, but a NaN first element
+/// gives 0), all -inf, and the maximum in the last element.
+void argmaxCase(int rows, int width, std::mt19937 &rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(size_t(rows) * width);
+  for (float &v : x)
+    v = g(rng);
+  auto at = [&](int r, int j) -> float & { return x[size_t(r) * width + j]; };
+  if (rows >= 6 && width >= 8) {
+    at(1, width / 3) = at(1, width - 2) = 100.0f;   // a tie: the first
+    at(2, 0) = NAN;                                 // NaN first: 0
+    at(3, width / 2) = NAN;                         // NaN later: skipped
+    at(3, width / 2 + 1) = 50.0f;
+    for (int j = 0; j < width; ++j)
+      at(4, j) = -INFINITY;                         // all -inf: 0
+    at(5, width - 1) = 1e30f;                       // the last element
+  }
+  const float *dx = upload(x);
+  int64_t *dOut = nullptr;
+  CHECK_CUDA(cudaMalloc(&dOut, sizeof(int64_t) * rows));
+  CHECK_CUDA(argmaxRows(dx, rows, width, dOut, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<int64_t> got = download(dOut, size_t(rows));
+  int wrong = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float *row = x.data() + size_t(r) * width;
+    wrong += got[size_t(r)] != std::max_element(row, row + width) - row;
+  }
+  char line[120];
+  std::snprintf(line, sizeof line, "argmaxRows %d rows of %d: %d rows differ",
+                rows, width, wrong);
+  report(wrong == 0, line, double(wrong));
+  cudaFree(const_cast<float *>(dx));
+  cudaFree(dOut);
+}
 } // namespace
 
 int main() {
@@ -588,6 +625,10 @@ int main() {
   normOutCase<__half>(2048, 2048, true, false, rng);
   normOutCase<float>(256, 1000, false, false, rng);
   normOutRefusedCase();
+  argmaxCase(8, 50272, rng); // OPT's vocabulary
+  argmaxCase(6, 256, rng);   // a byte-level model's
+  argmaxCase(3, 4099, rng);  // not a multiple of the block's loads
+  argmaxCase(2, 1, rng);
 
   // Groups: q, k, v shapes; uneven members (a partial block of 4 rows at
   // each member's end); fp32; element loads.

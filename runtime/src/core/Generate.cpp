@@ -22,6 +22,10 @@
 //    export gets the KV-cache interface from sparsec-derive-kv-cache and
 //    decodes as above).
 // Greedy decoding, or seeded sampling with temperature, top-k and top-p.
+// Greedy decode steps over a device cache ask the backend for the logits'
+// argmax only (Context::argmaxOutput): a backend that honours it (CUDA with
+// SPARSEC_CUDA_ARGMAX=1) picks the token on the device and returns one id
+// a row instead of the vocabulary-wide rows; otherwise the host picks.
 // Byte-level models (vocabulary 256) stream the continuation as raw bytes,
 // others as token ids; the last line on stderr gives time to first token,
 // decode tokens/s and, for sparse builds, the mean density the sparse
@@ -212,6 +216,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   // gathered into `gathered`.
   const float *lastLogits = nullptr;
   std::vector<float> gathered;
+  // Or, where the backend returned only the logits' argmax (greedy
+  // decoding on a device, Context::argmaxOutput), each row's last id.
+  std::vector<int64_t> lastIds;
+  bool idsOnly = false;
   int64_t vocab = 0;
   const int64_t promptLen = int64_t(tokens.size());
   int64_t generated = 0;
@@ -255,8 +263,11 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     if (!runOnce(desc, ctx, inputs.data(), outputs, error))
       return false;
     const Tensor &logits = outputs[size_t(logitsOutput)];
-    if (logits.dtype != DType::f32 || logits.rank != 3 ||
-        logits.shape[0] != batch || logits.shape[1] != n) {
+    idsOnly = ctx.argmaxOutput == logitsOutput && logits.dtype == DType::i64;
+    if (idsOnly ? logits.rank != 2 || logits.shape[0] != batch ||
+                      logits.shape[1] != n
+                : logits.dtype != DType::f32 || logits.rank != 3 ||
+                      logits.shape[0] != batch || logits.shape[1] != n) {
       error = "generate expects float32 logits [" + std::to_string(batch) +
               ", " + std::to_string(n) + ", vocab], got " + logits.describe();
       return false;
@@ -275,6 +286,19 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                 "]";
         return false;
       }
+    }
+    if (idsOnly) {
+      lastIds.clear();
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t id = logits.as<int64_t>()[(b + 1) * n - 1];
+        if (id < 0 || (staticVocab > 0 && id >= staticVocab)) {
+          error = "the device's greedy pick " + std::to_string(id) +
+                  " is outside the vocabulary";
+          return false;
+        }
+        lastIds.push_back(id);
+      }
+      return true;
     }
     vocab = logits.shape[2];
     if (n == 1) {
@@ -368,6 +392,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
               return reportError(where + ctx.error);
           ++cached;
           deviceCache = true;
+          // Greedy steps from here on need only the argmax of the logits:
+          // a device backend picks it there and downloads one id a row.
+          if (opts.temperature <= 0.0)
+            ctx.argmaxOutput = logitsOutput;
         }
       }
       if (!deviceCache)
@@ -381,11 +409,14 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           slot.data.assign(p, p + present.numel());
         }
     }
-    int64_t next = pickToken(lastLogits, vocab, opts, rng);
+    auto pick = [&](int64_t b) {
+      return idsOnly ? lastIds[size_t(b)]
+                     : pickToken(lastLogits + b * vocab, vocab, opts, rng);
+    };
+    int64_t next = pick(0);
     tokens.push_back(next);
     for (int64_t b = 1; b < batch; ++b)
-      rows[size_t(b - 1)].push_back(
-          pickToken(lastLogits + b * vocab, vocab, opts, rng));
+      rows[size_t(b - 1)].push_back(pick(b));
     ++generated;
     if (batch > 1) {
       // Printed per row at the end.

@@ -950,6 +950,86 @@ cudaError_t normRows(const float *x, int64_t rows, int64_t width,
                             early, x, scale, bias, width, epsilon, y);
 }
 
+namespace {
+constexpr int kArgmaxThreads = 1024;
+/// (value, index) a is better than b: larger, or equal at a lower index
+/// (NaNs compare false: never better).
+__device__ __forceinline__ bool argBetter(float av, int64_t ai, float bv,
+                                          int64_t bi) {
+  return av > bv || (av == bv && ai < bi);
+}
+__device__ __forceinline__ void warpArgmax(float &v, int64_t &i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (argBetter(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+/// Block r: the argmax of row r (argmaxRows). Each thread keeps its best
+/// (value, index) over a strided walk (four loads in flight), then warps
+/// and the block reduce; no candidate (all NaN) or a NaN first element
+/// gives 0.
+__global__ void __launch_bounds__(kArgmaxThreads)
+argmaxRowsKernel(const float *x, int64_t width, int64_t *out) {
+  const float *row = x + int64_t(blockIdx.x) * width;
+  float v = -INFINITY;
+  int64_t i = width; // no candidate yet: any -inf element beats it
+  int64_t j = threadIdx.x;
+  for (; j + 3 * kArgmaxThreads < width; j += 4 * kArgmaxThreads) {
+    float e[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      e[u] = row[j + u * kArgmaxThreads];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (argBetter(e[u], j + u * kArgmaxThreads, v, i)) {
+        v = e[u];
+        i = j + u * kArgmaxThreads;
+      }
+  }
+  for (; j < width; j += kArgmaxThreads) {
+    const float e = row[j];
+    if (argBetter(e, j, v, i)) {
+      v = e;
+      i = j;
+    }
+  }
+  warpArgmax(v, i);
+  __shared__ float sv[kArgmaxThreads / 32];
+  __shared__ int64_t si[kArgmaxThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    sv[warp] = v;
+    si[warp] = i;
+  }
+  __syncthreads();
+  if (warp != 0)
+    return;
+  v = lane < kArgmaxThreads / 32 ? sv[lane] : -INFINITY;
+  i = lane < kArgmaxThreads / 32 ? si[lane] : width;
+  warpArgmax(v, i);
+  if (lane == 0) {
+    const float first = row[0];
+    out[blockIdx.x] = first != first || i >= width ? 0 : i;
+  }
+}
+} // namespace
+
+cudaError_t argmaxRows(const float *x, int64_t rows, int64_t width,
+                       int64_t *out, cudaStream_t stream) {
+  if (rows == 0)
+    return cudaSuccess;
+  if (rows < 0 || rows > INT32_MAX || width <= 0 || !x || !out)
+    return cudaErrorInvalidValue;
+  argmaxRowsKernel<<<unsigned(rows), kArgmaxThreads, 0, stream>>>(x, width,
+                                                                  out);
+  return cudaGetLastError();
+}
+
 template <typename W>
 cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
                      const float *bias, ops::Activation act,

@@ -120,6 +120,9 @@ Device::~Device() {
   freeDev(halfInput);
   freeDev(normalisedInput);
   freeDev(attentionScratch);
+  freeDev(argmaxIds);
+  if (argmaxHost.ptr)
+    cudaFreeHost(argmaxHost.ptr);
   freeDev(pitIdx);
   freeDev(pitCount);
   freeDev(pitGather);
@@ -360,6 +363,10 @@ Device *device(Context &ctx) {
   // past only after its wait, like the rest of its inputs.
   if (const char *p = std::getenv("SPARSEC_CUDA_ATTN_PREFETCH"))
     d->prefetchPast = std::strcmp(p, "0") != 0;
+  // SPARSEC_CUDA_ARGMAX=1: an output the caller needs only the argmax of
+  // (Context::argmaxOutput, greedy decoding) comes back as that.
+  if (const char *p = std::getenv("SPARSEC_CUDA_ARGMAX"))
+    d->argmaxOnDevice = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
     if (!parseSplitDivisors(p, d->splitDivisors))
       std::fprintf(stderr,
@@ -537,18 +544,78 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
   }
   if (size_t(index) >= d.outputs.size())
     d.outputs.resize(size_t(index) + 1);
-  size_t bytes = x.bytes();
-  if (!d.ensurePinned(ctx, d.outputs[size_t(index)], bytes, "an output"))
-    return false;
-  out = x;
-  out.data = d.outputs[size_t(index)].ptr;
-  if (bytes == 0 || !d.launching() || d.mismatch)
-    return true;
-  return check(ctx,
-               cudaMemcpyAsync(out.data, x.data, bytes, cudaMemcpyDeviceToHost,
-                               d.stream),
-               "download");
+  // The copy itself is queued after the step's last graph (runStep,
+  // flushDownloads), in every mode: a replay's graphs hold no downloads.
+  Device::PendingDownload p;
+  p.src = x.as<float>();
+  if (d.argmaxOnDevice && index == ctx.argmaxOutput &&
+      x.dtype == DType::f32 && x.rank >= 1 && x.shape[x.rank - 1] > 0) {
+    // Only each row's argmax comes back (greedy decoding): one int64 a
+    // row instead of the row.
+    // Its buffers grow in flushDownloads, which points `out` at the ids.
+    p.argmax = true;
+    p.width = x.shape[x.rank - 1];
+    p.rows = x.numel() / p.width;
+    p.bytes = sizeof(int64_t) * size_t(p.rows);
+    p.out = &out;
+    out = Tensor{nullptr, DType::i64, x.rank - 1, {}};
+    for (int r = 0; r + 1 < x.rank; ++r)
+      out.shape[r] = x.shape[r];
+  } else {
+    p.bytes = x.bytes();
+    if (!d.ensurePinned(ctx, d.outputs[size_t(index)], p.bytes, "an output"))
+      return false;
+    out = x;
+    out.data = d.outputs[size_t(index)].ptr;
+  }
+  p.dst = out.data;
+  if (p.bytes > 0 && !d.mismatch)
+    d.pendingDownloads.push_back(p);
+  return true;
 }
+
+namespace {
+/// Queues the step's downloads (after its last graph launch, outside any
+/// capture): an argmax kernel and its ids' copy, or the whole output.
+bool flushDownloads(Context &ctx, Device &d) {
+  for (const Device::PendingDownload &p : d.pendingDownloads) {
+    if (p.argmax) {
+      // Grown here, outside any capture; no graph refers to them.
+      if (p.bytes > d.argmaxIds.bytes || p.bytes > d.argmaxHost.bytes) {
+        if (!check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
+          return false;
+        cudaFree(d.argmaxIds.ptr);
+        cudaFreeHost(d.argmaxHost.ptr);
+        d.argmaxIds = DeviceBuffer{};
+        d.argmaxHost = PinnedBuffer{};
+        if (cudaMalloc(&d.argmaxIds.ptr, p.bytes) != cudaSuccess ||
+            cudaMallocHost(&d.argmaxHost.ptr, p.bytes) != cudaSuccess) {
+          cudaGetLastError();
+          return ctx.fail("CUDA: cannot allocate " + std::to_string(p.bytes) +
+                          " bytes for an output's argmax");
+        }
+        d.argmaxIds.bytes = d.argmaxHost.bytes = p.bytes;
+      }
+      p.out->data = d.argmaxHost.ptr;
+      int64_t *ids = static_cast<int64_t *>(d.argmaxIds.ptr);
+      if (!check(ctx, argmaxRows(p.src, p.rows, p.width, ids, d.stream),
+                 "argmax of an output") ||
+          !check(ctx,
+                 cudaMemcpyAsync(d.argmaxHost.ptr, ids, p.bytes,
+                                 cudaMemcpyDeviceToHost, d.stream),
+                 "download"))
+        return false;
+    } else if (!check(ctx,
+                      cudaMemcpyAsync(p.dst, p.src, p.bytes,
+                                      cudaMemcpyDeviceToHost, d.stream),
+                      "download")) {
+      return false;
+    }
+  }
+  d.pendingDownloads.clear();
+  return true;
+}
+} // namespace
 
 namespace {
 /// Starts capturing the next segment of the step.
@@ -933,14 +1000,22 @@ bool Device::growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
 }
 
 namespace {
+/// A step's graph key: the inputs' dtypes and shapes and which outputs the
+/// caller leaves resident, as raw bytes (a decoder
+/// step has dozens of inputs; formatting them as text took microseconds
+/// the GPU waited for).
 std::string signature(const Context &ctx, const Tensor *inputs) {
   std::string key;
+  key.reserve(size_t(ctx.desc.numInputs) * 48 + ctx.residentOutputs.size() + 8);
+  auto put = [&](int64_t v) {
+    key.append(reinterpret_cast<const char *>(&v), sizeof v);
+  };
   for (int i = 0; i < ctx.desc.numInputs; ++i) {
-    key += std::to_string(int(inputs[i].dtype)) + ":";
+    put(int64_t(inputs[i].dtype) << 8 | inputs[i].rank);
     for (int r = 0; r < inputs[i].rank; ++r)
-      key += std::to_string(inputs[i].shape[r]) + ",";
-    key += ";";
+      put(inputs[i].shape[r]);
   }
+  key.append(ctx.residentOutputs.begin(), ctx.residentOutputs.end());
   return key;
 }
 
@@ -974,6 +1049,7 @@ bool undoPartialStep(Context &ctx, Device &d, const StepMarks &marks) {
 bool runEager(Context &ctx, Device &d, const Tensor *in, Tensor *out,
               StepFn body) {
   d.mode = Mode::eager;
+  d.pendingDownloads.clear(); // a restarted attempt queues its own
   d.current = nullptr;
   d.mismatch = false;
   d.restart = false;
@@ -986,6 +1062,7 @@ bool runEager(Context &ctx, Device &d, const Tensor *in, Tensor *out,
 bool runCapture(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
                 Tensor *out, StepFn body) {
   d.mode = Mode::capture;
+  d.pendingDownloads.clear(); // a restarted attempt queues its own
   d.current = &g;
   d.mismatch = false;
   d.restart = false;
@@ -1015,6 +1092,7 @@ bool runCapture(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
 bool runReplay(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
                Tensor *out, StepFn body) {
   d.mode = Mode::replay;
+  d.pendingDownloads.clear(); // a restarted attempt queues its own
   d.current = &g;
   d.allocCursor = 0;
   d.mismatch = false;
@@ -1081,7 +1159,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   }
   d.mode = Mode::eager;
   d.current = nullptr;
-  if (!ok)
+  if (!ok || !flushDownloads(ctx, d))
     return false;
   if (d.profile) {
     closeIdle(d); // a CPU part whose result was never uploaded

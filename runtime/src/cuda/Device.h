@@ -106,6 +106,19 @@ struct Device : Context::Backend {
   /// Launches the pending appends on `stream` (in order before anything
   /// queued after).
   bool flushAppends(Context &ctx);
+  /// A step's outputs to copy to the host, queued once the step's work is
+  /// (outside its graphs, so whether a row comes back whole or as its
+  /// argmax, Context::argmaxOutput, is decided each step and one captured
+  /// graph serves both).
+  struct PendingDownload {
+    const float *src = nullptr;
+    void *dst = nullptr;         // pinned (a whole copy)
+    size_t bytes = 0;
+    int64_t rows = 0, width = 0; // argmax: rows of width floats,
+    Tensor *out = nullptr;       // whose ids land in argmaxHost
+    bool argmax = false;
+  };
+  std::vector<PendingDownload> pendingDownloads;
   std::vector<IndexBuffers> indexSets;
   /// Folding terms of a norm folded into a linear group (W scale, then W
   /// bias), by (weight, scale, bias) data pointers; made by the first eager
@@ -123,6 +136,11 @@ struct Device : Context::Backend {
   bool forked = false;
   cudaEvent_t join = nullptr;
   DeviceBuffer gemvPartials, halfInput, attentionScratch;
+  /// The argmax of Context::argmaxOutput's rows on the device and their
+  /// host copy: used after the step's graphs only, so they grow then
+  /// (not allocations of the step).
+  DeviceBuffer argmaxIds;
+  PinnedBuffer argmaxHost;
   /// A linear group's normalised input where its norm is not folded into
   /// the GEMV (prefill, or a capture that found no folding terms).
   DeviceBuffer normalisedInput;
@@ -201,6 +219,10 @@ struct Device : Context::Backend {
   /// The decode attention over a KV cache requests its first pass's past
   /// rows before it waits for the kernel before (DecodeAttention::pastReady).
   bool prefetchPast = true;
+  /// An output the caller needs only the argmax of comes back as that
+  /// (Context::argmaxOutput). Opt-in (SPARSEC_CUDA_ARGMAX=1) until its
+  /// graph replays are measured on a GPU; whole outputs by default.
+  bool argmaxOnDevice = false;
   /// A capture or replay was abandoned mid-step (an allocation differs, or
   /// a segment failed to capture): the step body returns false without an
   /// error and runStep reruns it eagerly.

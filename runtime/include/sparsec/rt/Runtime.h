@@ -286,6 +286,11 @@ struct Context {
   /// Outputs the caller only reads through the cache calls above (a KV
   /// cache); x86 ignores it and returns host tensors as usual.
   std::vector<char> residentOutputs;
+  /// The output (float logits) whose caller needs only the index of each
+  /// row's largest value along the last axis (greedy decoding), or -1. A
+  /// device backend may then return those indices instead, int64 with the
+  /// last axis dropped (the values stay on the device); x86 ignores it.
+  int argmaxOutput = -1;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
   /// slot if needed). Returns false (and records an error) on failure.

@@ -139,6 +139,14 @@ cudaError_t normRows(const float *x, int64_t rows, int64_t width,
                      bool rms, float *y, cudaStream_t stream,
                      bool early = false);
 
+/// The index of the largest value of each of `rows` rows of `width` floats
+/// (out: rows int64), as std::max_element finds it: the first of equal
+/// maxima, a NaN never the largest unless it is the row's first element
+/// (then 0). One block a row. The greedy pick of `generate`, on the
+/// device, so a decode step downloads one id a row instead of its logits.
+cudaError_t argmaxRows(const float *x, int64_t rows, int64_t width,
+                       int64_t *out, cudaStream_t stream);
+
 /// Whether this device and build can use the `early` launches (Hopper or
 /// later, kernels compiled for sm_90 or later).
 bool earlyLaunchSupported();
