@@ -27,8 +27,9 @@ agreement also reported):
     the dense GEMVs launched normally (SPARSEC_CUDA_PDL=small,sparse), no
     early launch at all (SPARSEC_CUDA_PDL=0), one graph a step
     (SPARSEC_CUDA_SPLIT=0), attention merged through memory
-    (SPARSEC_CUDA_ATTN_CLUSTER=0) and the cached past read after the
-    attention's wait (SPARSEC_CUDA_ATTN_PREFETCH=0).
+    (SPARSEC_CUDA_ATTN_CLUSTER=0), the cached past read after the
+    attention's wait (SPARSEC_CUDA_ATTN_PREFETCH=0) and greedy picks on the
+    device (SPARSEC_CUDA_ARGMAX=1, whose steps must also be replayed).
 """
 import argparse
 import glob
@@ -518,11 +519,24 @@ def run(args):
     switches = (("one graph a step", {"SPARSEC_CUDA_SPLIT": "0"}),
                 ("normal launches only", {"SPARSEC_CUDA_PDL": "0"}),
                 ("attention merged through memory", {"SPARSEC_CUDA_ATTN_CLUSTER": "0"}),
-                ("the past read after the wait", {"SPARSEC_CUDA_ATTN_PREFETCH": "0"}))
+                ("the past read after the wait", {"SPARSEC_CUDA_ATTN_PREFETCH": "0"}),
+                ("greedy picks on the device", {"SPARSEC_CUDA_ARGMAX": "1"}))
     for name in ("kv_f16", "kv_pred_f16", "kv_exact"):
         if name in have:
             for what, env in switches:
                 same_as_default(name, what, env)
+    # Greedy picks on the device: the decode steps must still replay their
+    # graphs (its buffers grow after a step, never inside a capture).
+    if "kv_f16" in have:
+        r = greedy64("kv_f16", {"SPARSEC_CUDA_ARGMAX": "1", "SPARSEC_CUDA_PROFILE": "1"})
+        err = r.stderr.decode(errors="replace")
+        replayed = [l for l in err.splitlines() if "replayed steps:" in l and "us" in l]
+        notes = [l for l in err.splitlines() if l.startswith("sparsec cuda graphs:")]
+        res.record(r.returncode == 0 and r.stdout == greedy64("kv_f16").stdout and
+                   bool(replayed) and not notes,
+                   "kv_f16 greedy picks on the device: graphs replayed "
+                   f"({replayed[0].split(':', 1)[-1].strip() if replayed else 'none'}); "
+                   f"{len(notes)} graph notes" + (f"; {notes[0]}" if notes else ""))
     def batch_of_prompt(b):
         """The reference prompt repeated b times (an ids file)."""
         path = os.path.join(args.dir, f"batch{b}_ids.npy")
