@@ -268,8 +268,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                       logits.shape[1] != n
                 : logits.dtype != DType::f32 || logits.rank != 3 ||
                       logits.shape[0] != batch || logits.shape[1] != n) {
-      error = "generate expects float32 logits [" + std::to_string(batch) +
-              ", " + std::to_string(n) + ", vocab], got " + logits.describe();
+      error = (idsOnly ? "generate expects the logits' argmax as int64 ["
+                       : "generate expects float32 logits [") +
+              std::to_string(batch) + ", " + std::to_string(n) +
+              (idsOnly ? "]" : ", vocab]") + ", got " + logits.describe();
       return false;
     }
     const int64_t total = padded ? capacity + 1 : len;

@@ -546,6 +546,11 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
     d.outputs.resize(size_t(index) + 1);
   // The copy itself is queued after the step's last graph (runStep,
   // flushDownloads), in every mode: a replay's graphs hold no downloads.
+  // The whole output's pinned buffer in either case: the step makes the
+  // same allocations whether the argmax or the output comes back, so one
+  // captured graph replays for both.
+  if (!d.ensurePinned(ctx, d.outputs[size_t(index)], x.bytes(), "an output"))
+    return false;
   Device::PendingDownload p;
   p.src = x.as<float>();
   if (d.argmaxOnDevice && index == ctx.argmaxOutput &&
@@ -563,8 +568,6 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
       out.shape[r] = x.shape[r];
   } else {
     p.bytes = x.bytes();
-    if (!d.ensurePinned(ctx, d.outputs[size_t(index)], p.bytes, "an output"))
-      return false;
     out = x;
     out.data = d.outputs[size_t(index)].ptr;
   }

@@ -106,7 +106,7 @@ struct Device : Context::Backend {
   /// Launches the pending appends on `stream` (in order before anything
   /// queued after).
   bool flushAppends(Context &ctx);
-  /// A step's outputs to copy to the host, queued once the step's work is
+  /// A step's outputs to copy to the host, queued after the step's work
   /// (outside its graphs, so whether a row comes back whole or as its
   /// argmax, Context::argmaxOutput, is decided each step and one captured
   /// graph serves both).
