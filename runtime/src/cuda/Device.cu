@@ -556,8 +556,8 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
   if (d.argmaxOnDevice && index == ctx.argmaxOutput &&
       x.dtype == DType::f32 && x.rank >= 1 && x.shape[x.rank - 1] > 0) {
     // Only each row's argmax comes back (greedy decoding): one int64 a
-    // row instead of the row.
-    // Its buffers grow in flushDownloads, which points `out` at the ids.
+    // row instead of the row. Its buffers grow in flushDownloads, which
+    // points `out` at the ids.
     p.argmax = true;
     p.width = x.shape[x.rank - 1];
     p.rows = x.numel() / p.width;
@@ -1004,9 +1004,8 @@ bool Device::growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
 
 namespace {
 /// A step's graph key: the inputs' dtypes and shapes and which outputs the
-/// caller leaves resident, as raw bytes (a decoder
-/// step has dozens of inputs; formatting them as text took microseconds
-/// the GPU waited for).
+/// caller leaves resident, as raw bytes (a decoder step has dozens of
+/// inputs; formatting them as text took microseconds the GPU waited for).
 std::string signature(const Context &ctx, const Tensor *inputs) {
   std::string key;
   key.reserve(size_t(ctx.desc.numInputs) * 48 + ctx.residentOutputs.size() + 8);

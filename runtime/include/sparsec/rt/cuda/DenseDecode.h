@@ -80,9 +80,9 @@ constexpr int kGemvNormOutWidth = 4096;
 /// without a kernel of its own). An experiment measured by
 /// sparsec-bench-dense-decode and not used by the compiler: correct, but an
 /// OPT-6.7B layer took 129 us with it against 112 with the norm kernels on
-/// an H200 (docs/GPU.md). One token, 16-byte
-/// aligned x, wt rows and norm.scale, N <= kGemvNormOutWidth, normal
-/// launches (cudaErrorNotSupported otherwise).
+/// an H200 (docs/GPU.md). One token, 16-byte aligned x, wt rows and
+/// norm.scale, N <= kGemvNormOutWidth, normal launches
+/// (cudaErrorNotSupported otherwise).
 template <typename W>
 cudaError_t gemvRowsNormOut(const float *x, const W *wt, int K, int N,
                             const float *bias, ops::Activation act,
