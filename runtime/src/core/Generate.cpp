@@ -23,9 +23,10 @@
 //    decodes as above).
 // Greedy decoding, or seeded sampling with temperature, top-k and top-p.
 // Greedy decode steps over a device cache ask the backend for the logits'
-// argmax only (Context::argmaxOutput): a backend that honours it (CUDA with
-// SPARSEC_CUDA_ARGMAX=1) picks the token on the device and returns one id
-// a row instead of the vocabulary-wide rows; otherwise the host picks.
+// argmax only (Context::argmaxOutput): a backend that honours it (CUDA,
+// unless SPARSEC_CUDA_ARGMAX=0) picks the token on the device and returns
+// one id a row instead of the vocabulary-wide rows; otherwise the host
+// picks.
 // Byte-level models (vocabulary 256) stream the continuation as raw bytes,
 // others as token ids; the last line on stderr gives time to first token,
 // decode tokens/s and, for sparse builds, the mean density the sparse
@@ -357,11 +358,14 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         // re-running the last prompt token over it (entries len - 1 on).
         std::vector<float> reference(lastLogits, lastLogits + batch * vocab);
         // Planned for the whole generation (the prompt and every new
-        // token, within --max-seq-len): no cache grows while decoding, so
-        // every decode step has one shape (one captured graph) and no
-        // device memory is reallocated between steps.
+        // token but the last, whose K/V no step reads; within
+        // --max-seq-len): no cache grows while decoding, so every decode
+        // step has one shape (one captured graph) and no device memory is
+        // reallocated between steps. Step g >= 1 appends entry
+        // promptLen + g - 1, so the last (g = maxNewTokens - 1) needs
+        // promptLen + maxNewTokens - 1 entries.
         capacity = std::max(len, std::min(capacityLimit,
-                                          promptLen + opts.maxNewTokens));
+                                          promptLen + opts.maxNewTokens - 1));
         cached = len - 1;
         bool ok = true;
         for (CacheSlot &slot : cache)

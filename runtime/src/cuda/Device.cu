@@ -363,8 +363,9 @@ Device *device(Context &ctx) {
   // past only after its wait, like the rest of its inputs.
   if (const char *p = std::getenv("SPARSEC_CUDA_ATTN_PREFETCH"))
     d->prefetchPast = std::strcmp(p, "0") != 0;
-  // SPARSEC_CUDA_ARGMAX=1: an output the caller needs only the argmax of
-  // (Context::argmaxOutput, greedy decoding) comes back as that.
+  // SPARSEC_CUDA_ARGMAX=0: an output the caller needs only the argmax of
+  // (Context::argmaxOutput, greedy decoding) comes back whole all the same
+  // (by default only its argmax does).
   if (const char *p = std::getenv("SPARSEC_CUDA_ARGMAX"))
     d->argmaxOnDevice = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))

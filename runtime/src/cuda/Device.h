@@ -220,9 +220,9 @@ struct Device : Context::Backend {
   /// rows before it waits for the kernel before (DecodeAttention::pastReady).
   bool prefetchPast = true;
   /// An output the caller needs only the argmax of comes back as that
-  /// (Context::argmaxOutput). Opt-in (SPARSEC_CUDA_ARGMAX=1) until its
-  /// graph replays are measured on a GPU; whole outputs by default.
-  bool argmaxOnDevice = false;
+  /// (Context::argmaxOutput); SPARSEC_CUDA_ARGMAX=0 brings the whole
+  /// output back and leaves the pick to the host.
+  bool argmaxOnDevice = true;
   /// A capture or replay was abandoned mid-step (an allocation differs, or
   /// a segment failed to capture): the step body returns false without an
   /// error and runStep reruns it eagerly.
