@@ -1135,7 +1135,23 @@ void Emitter::copyForHost(Operation *op) {
 }
 
 void Emitter::emitDescription(func::FuncOp func) {
-  auto io = [&](StringRef var, TypeRange types, auto nameOf, auto dimNamesOf) {
+  // CUDA: an input whose values only device embeddings read (its other
+  // users, Shape, read dims only) may be passed in device memory.
+  auto deviceValues = [&](unsigned i) {
+    if (!cuda())
+      return false;
+    Value arg = func.getArgument(i);
+    return !arg.use_empty() &&
+           llvm::all_of(arg.getUses(), [](OpOperand &use) {
+             Operation *u = use.getOwner();
+             if (isa<ShapeOp>(u))
+               return true;
+             auto e = dyn_cast<EmbeddingOp>(u);
+             return e && !isCpu(u) && &use == &e.getIdsMutable();
+           });
+  };
+  auto io = [&](StringRef var, TypeRange types, auto nameOf, auto dimNamesOf,
+                auto flagOf) {
     os << "const IODesc " << var << "[] = {\n";
     for (auto [i, t] : llvm::enumerate(types)) {
       auto type = cast<RankedTensorType>(t);
@@ -1165,7 +1181,8 @@ void Emitter::emitDescription(func::FuncOp func) {
       os << "    {" << quoted(nameOf(i)) << ", "
          << *dtypeOf(type.getElementType()) << ", " << type.getRank() << ", {"
          << join(dims) << "}, {" << (dn.empty() ? "nullptr" : join(dn))
-         << "}, {" << join(maxes) << "}},\n";
+         << "}, {" << join(maxes) << "}" << (flagOf(i) ? ", true" : "")
+         << "},\n";
     }
     os << "};\n";
   };
@@ -1176,7 +1193,8 @@ void Emitter::emitDescription(func::FuncOp func) {
      },
      [&](unsigned i) {
        return func.getArgAttrOfType<ArrayAttr>(i, "sparsec.dims");
-     });
+     },
+     deviceValues);
   // Output dims: dynamic ones are named after no input dim; the runtime
   // only reports them.
   io("kOutputs", func.getResultTypes(),
@@ -1184,7 +1202,7 @@ void Emitter::emitDescription(func::FuncOp func) {
        auto n = func.getResultAttrOfType<StringAttr>(i, "sparsec.name");
        return n ? n.getValue().str() : "output" + std::to_string(i);
      },
-     [&](unsigned) { return ArrayAttr(); });
+     [&](unsigned) { return ArrayAttr(); }, [](unsigned) { return false; });
 
   auto slotBytes = module->getAttrOfType<DenseI64ArrayAttr>("sparsec.slot_bytes");
   ArrayRef<int64_t> sizes = slotBytes ? slotBytes.asArrayRef() : ArrayRef<int64_t>();

@@ -230,39 +230,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   int64_t capacity = 0, cached = 0;   // its capacity and valid entries
   static float emptyCache = 0.0f;
 
-  // One run over tokens[first, end): host mode (past = first host
-  // entries) or device mode (past = the padded device cache).
-  auto step = [&](int64_t first, bool padded) -> bool {
-    const int64_t len = int64_t(tokens.size());
-    stepIds.assign(tokens.begin() + first, tokens.end());
-    for (const std::vector<int64_t> &r : rows)
-      stepIds.insert(stepIds.end(), r.begin() + first, r.end());
-    const int64_t n = len - first;
-    inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {batch, n}};
-    if (padded) {
-      mask.assign(size_t(capacity + 1), 0);
-      std::fill(mask.begin(), mask.begin() + cached, 1);
-      mask[size_t(capacity)] = 1;
-    } else {
-      mask.assign(size_t(len), 1);
-    }
-    const int64_t maskLen = int64_t(mask.size());
-    mask.resize(size_t(batch * maskLen));
-    for (int64_t b = 1; b < batch; ++b)
-      std::copy(mask.begin(), mask.begin() + maskLen, mask.begin() + b * maskLen);
-    if (maskInput >= 0)
-      inputs[size_t(maskInput)] =
-          Tensor{mask.data(), DType::i64, 2, {batch, maskLen}};
-    for (CacheSlot &slot : cache) {
-      void *data = padded ? slot.device.data
-                   : slot.data.empty() ? &emptyCache
-                                       : slot.data.data();
-      inputs[size_t(slot.input)] =
-          Tensor{data, DType::f32, 4,
-                 {batch, slot.heads, padded ? capacity : first, slot.headDim}};
-    }
-    if (!runOnce(desc, ctx, inputs.data(), outputs, error))
-      return false;
+  // A run's outputs: the logits (or their argmax) for n positions, the
+  // present caches `total` entries long.
+  auto checkOutputs = [&](int64_t n, int64_t total) -> bool {
     const Tensor &logits = outputs[size_t(logitsOutput)];
     idsOnly = ctx.argmaxOutput == logitsOutput && logits.dtype == DType::i64;
     if (idsOnly ? logits.rank != 2 || logits.shape[0] != batch ||
@@ -275,7 +245,6 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
               (idsOnly ? "]" : ", vocab]") + ", got " + logits.describe();
       return false;
     }
-    const int64_t total = padded ? capacity + 1 : len;
     for (CacheSlot &slot : cache) {
       const Tensor &present = outputs[size_t(slot.output)];
       if (present.dtype != DType::f32 || present.rank != 4 ||
@@ -290,6 +259,11 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         return false;
       }
     }
+    return true;
+  };
+  // The last position's pick (ids) or logits of each row, after a run.
+  auto readLogits = [&](int64_t n) -> bool {
+    const Tensor &logits = outputs[size_t(logitsOutput)];
     if (idsOnly) {
       lastIds.clear();
       for (int64_t b = 0; b < batch; ++b) {
@@ -316,11 +290,138 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     lastLogits = gathered.data();
     return true;
   };
+
+  // The mask and past inputs of a run over a sequence of `len` with
+  // `first` entries cached: on the host, or the padded device cache.
+  auto setPast = [&](bool padded, int64_t first, int64_t len) {
+    if (padded) {
+      mask.assign(size_t(capacity + 1), 0);
+      std::fill(mask.begin(), mask.begin() + cached, 1);
+      mask[size_t(capacity)] = 1;
+    } else {
+      mask.assign(size_t(len), 1);
+    }
+    const int64_t maskLen = int64_t(mask.size());
+    mask.resize(size_t(batch * maskLen));
+    for (int64_t b = 1; b < batch; ++b)
+      std::copy(mask.begin(), mask.begin() + maskLen, mask.begin() + b * maskLen);
+    if (maskInput >= 0)
+      inputs[size_t(maskInput)] =
+          Tensor{mask.data(), DType::i64, 2, {batch, maskLen}};
+    for (CacheSlot &slot : cache) {
+      void *data = padded ? slot.device.data
+                   : slot.data.empty() ? &emptyCache
+                                       : slot.data.data();
+      inputs[size_t(slot.input)] =
+          Tensor{data, DType::f32, 4,
+                 {batch, slot.heads, padded ? capacity : first, slot.headDim}};
+    }
+  };
+  // One run over tokens[first, end): host mode (past = first host
+  // entries) or device mode (past = the padded device cache).
+  auto step = [&](int64_t first, bool padded) -> bool {
+    const int64_t len = int64_t(tokens.size());
+    stepIds.assign(tokens.begin() + first, tokens.end());
+    for (const std::vector<int64_t> &r : rows)
+      stepIds.insert(stepIds.end(), r.begin() + first, r.end());
+    const int64_t n = len - first;
+    inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {batch, n}};
+    setPast(padded, first, len);
+    if (!runOnce(desc, ctx, inputs.data(), outputs, error))
+      return false;
+    return checkOutputs(n, padded ? capacity + 1 : len) && readLogits(n);
+  };
   auto resident = [&] {
     return ctx.backend && ctx.backend->keepsResidentOutputs();
   };
-
   auto start = std::chrono::steady_clock::now();
+  // Appends each row's next token (pick(b)), streams it and times it.
+  auto record = [&](auto pick) {
+    int64_t next = pick(0);
+    tokens.push_back(next);
+    for (int64_t b = 1; b < batch; ++b)
+      rows[size_t(b - 1)].push_back(pick(b));
+    ++generated;
+    if (batch > 1) {
+      // Printed per row at the end.
+    } else if (bytes) {
+      unsigned char c = static_cast<unsigned char>(next);
+      std::fwrite(&c, 1, 1, stdout);
+    } else {
+      std::printf("%s%lld", generated > 1 ? " " : "", (long long)next);
+    }
+    std::fflush(stdout);
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - start).count();
+    if (generated == 1) {
+      ttftMs = ms;
+      densityActive0 = ctx.sparseActive;
+      densityTotal0 = ctx.sparseTotal;
+    } else {
+      decodeMs = ms - ttftMs;
+    }
+  };
+  // Greedy steps launched ahead: each takes the ids the step before picked
+  // on the device (Backend::deviceArgmax, an input only device ops read),
+  // so the host queues step t + 1 before it waits for step t's ids; the
+  // device then never waits for the host between steps. Returns false
+  // with `error` set on failure; stops at --max-new-tokens or when the
+  // cache would have to grow (the caller's loop goes on).
+  const bool aheadInput = desc.inputs[idsInput].deviceValues;
+  Tensor picks;
+  auto canAhead = [&] {
+    return deviceCache && idsOnly && aheadInput && cached + 1 <= capacity &&
+           ctx.backend->deviceArgmax(ctx, logitsOutput, picks) &&
+           picks.rank == 2 && picks.shape[0] == batch && picks.shape[1] == 1;
+  };
+  auto decodeAhead = [&]() -> bool {
+    const int64_t *pending = nullptr; // the outstanding step's picks
+    auto take = [&]() -> bool {
+      if (!ctx.backend->finishStep(ctx)) {
+        error = ctx.error;
+        return false;
+      }
+      for (int64_t b = 0; b < batch; ++b)
+        if (pending[b] < 0 || (staticVocab > 0 && pending[b] >= staticVocab)) {
+          error = "the device's greedy pick " + std::to_string(pending[b]) +
+                  " is outside the vocabulary";
+          return false;
+        }
+      const int64_t *ids = pending;
+      pending = nullptr;
+      record([&](int64_t b) { return ids[b]; });
+      return true;
+    };
+    while (generated + (pending ? 1 : 0) < opts.maxNewTokens &&
+           int64_t(tokens.size()) + (pending ? 1 : 0) < maxSeqLen &&
+           canAhead()) {
+      inputs[size_t(idsInput)] = picks;
+      setPast(true, 0, 0);
+      ctx.launchAhead = true;
+      const bool ran = runOnce(desc, ctx, inputs.data(), outputs, error);
+      ctx.launchAhead = false;
+      if (!ran || !checkOutputs(1, capacity + 1))
+        return false;
+      if (!idsOnly) {
+        error = "internal error: a step launched ahead returned logits";
+        return false;
+      }
+      for (CacheSlot &slot : cache)
+        if (!ctx.backend->appendCache(ctx, slot.input,
+                                      outputs[size_t(slot.output)], capacity,
+                                      cached)) {
+          error = ctx.error;
+          return false;
+        }
+      ++cached;
+      const int64_t *launched =
+          outputs[size_t(logitsOutput)].as<int64_t>();
+      if (pending && !take())
+        return false;
+      pending = launched;
+    }
+    return !pending || take();
+  };
   while (generated < opts.maxNewTokens) {
     const int64_t len = int64_t(tokens.size());
     if (len >= maxSeqLen) {
@@ -329,6 +430,11 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       break;
     }
     std::string where = "step " + std::to_string(generated) + ": ";
+    if (canAhead()) {
+      if (!decodeAhead())
+        return reportError("step " + std::to_string(generated) + ": " + error);
+      continue;
+    }
     if (deviceCache) {
       // One new token over the padded device cache; then its K/V row
       // (entry `capacity` of present) moves to entry `cached`.
@@ -415,33 +521,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           slot.data.assign(p, p + present.numel());
         }
     }
-    auto pick = [&](int64_t b) {
+    record([&](int64_t b) {
       return idsOnly ? lastIds[size_t(b)]
                      : pickToken(lastLogits + b * vocab, vocab, opts, rng);
-    };
-    int64_t next = pick(0);
-    tokens.push_back(next);
-    for (int64_t b = 1; b < batch; ++b)
-      rows[size_t(b - 1)].push_back(pick(b));
-    ++generated;
-    if (batch > 1) {
-      // Printed per row at the end.
-    } else if (bytes) {
-      unsigned char c = static_cast<unsigned char>(next);
-      std::fwrite(&c, 1, 1, stdout);
-    } else {
-      std::printf("%s%lld", generated > 1 ? " " : "", (long long)next);
-    }
-    std::fflush(stdout);
-    double ms = std::chrono::duration<double, std::milli>(
-                    std::chrono::steady_clock::now() - start).count();
-    if (generated == 1) {
-      ttftMs = ms;
-      densityActive0 = ctx.sparseActive;
-      densityTotal0 = ctx.sparseTotal;
-    } else {
-      decodeMs = ms - ttftMs;
-    }
+    });
   }
   if (batch > 1) {
     for (int64_t b = 0; b < batch; ++b) {

@@ -78,12 +78,13 @@ Device::~Device() {
     cudaEventDestroy(e.first);
     cudaEventDestroy(e.second);
   }
-  for (cudaEvent_t e : launchEvents)
-    cudaEventDestroy(e);
-  if (stepStart)
-    cudaEventDestroy(stepStart);
-  if (stepEnd)
-    cudaEventDestroy(stepEnd);
+  for (int p = 0; p < 2; ++p) {
+    for (cudaEvent_t e : launchEvents[p])
+      cudaEventDestroy(e);
+    for (cudaEvent_t e : {stepStart[p], stepEnd[p], stepDone[p]})
+      if (e)
+        cudaEventDestroy(e);
+  }
   if (join)
     cudaEventDestroy(join);
   dropGraphs();
@@ -121,18 +122,21 @@ Device::~Device() {
   freeDev(normalisedInput);
   freeDev(attentionScratch);
   freeDev(argmaxIds);
-  if (argmaxHost.ptr)
-    cudaFreeHost(argmaxHost.ptr);
+  for (PinnedBuffer &b : argmaxHost)
+    if (b.ptr)
+      cudaFreeHost(b.ptr);
   freeDev(pitIdx);
   freeDev(pitCount);
   freeDev(pitGather);
   freeDev(blasWorkspace);
-  for (auto &b : staging)
-    if (b.ptr)
-      cudaFreeHost(b.ptr);
-  for (auto &b : outputs)
-    if (b.ptr)
-      cudaFreeHost(b.ptr);
+  for (int p = 0; p < 2; ++p) {
+    for (auto &b : staging[p])
+      if (b.ptr)
+        cudaFreeHost(b.ptr);
+    for (auto &b : outputs[p])
+      if (b.ptr)
+        cudaFreeHost(b.ptr);
+  }
   for (auto &c : hostCopies) {
     if (c.buffer.ptr)
       cudaFreeHost(c.buffer.ptr);
@@ -164,7 +168,7 @@ namespace {
 void markLaunch(Device &d) {
   d.launched = true;
   d.launchTime = std::chrono::steady_clock::now();
-  cudaEventRecord(d.stepStart, d.stream);
+  cudaEventRecord(d.stepStart[d.parity], d.stream);
 }
 
 /// Ends the open GPU idle interval of a hybrid step (a CPU part's result
@@ -332,10 +336,15 @@ Device *device(Context &ctx) {
              "cudaMemset (density counters)") ||
       !check(ctx,
              cudaHostAlloc(reinterpret_cast<void **>(&d->densityHost),
-                           2 * sizeof(unsigned long long), cudaHostAllocDefault),
-             "cudaHostAlloc (density counters)"))
+                           4 * sizeof(unsigned long long), cudaHostAllocDefault),
+             "cudaHostAlloc (density counters)") ||
+      !check(ctx, cudaEventCreateWithFlags(&d->stepDone[0], cudaEventDisableTiming),
+             "cudaEventCreate") ||
+      !check(ctx, cudaEventCreateWithFlags(&d->stepDone[1], cudaEventDisableTiming),
+             "cudaEventCreate"))
     return nullptr;
-  d->densityHost[0] = d->densityHost[1] = 0;
+  for (int i = 0; i < 4; ++i)
+    d->densityHost[i] = 0;
   // Exact fp32 GEMMs (no TF32): the fp32 mode is the accuracy reference.
   cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH);
   if (const char *p = std::getenv("SPARSEC_PIT_SORTED"))
@@ -368,6 +377,11 @@ Device *device(Context &ctx) {
   // (by default only its argmax does).
   if (const char *p = std::getenv("SPARSEC_CUDA_ARGMAX"))
     d->argmaxOnDevice = std::strcmp(p, "0") != 0;
+  // SPARSEC_CUDA_AHEAD=1: the device's picks are offered as the next
+  // step's input, so `generate` launches each step before the one before
+  // has finished (by default it waits for each).
+  if (const char *p = std::getenv("SPARSEC_CUDA_AHEAD"))
+    d->picksAsInputs = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
     if (!parseSplitDivisors(p, d->splitDivisors))
       std::fprintf(stderr,
@@ -376,8 +390,10 @@ Device *device(Context &ctx) {
                    p);
   if (const char *p = std::getenv("SPARSEC_CUDA_PROFILE"))
     d->profile = std::strcmp(p, "0") != 0 &&
-                 cudaEventCreate(&d->stepStart) == cudaSuccess &&
-                 cudaEventCreate(&d->stepEnd) == cudaSuccess;
+                 cudaEventCreate(&d->stepStart[0]) == cudaSuccess &&
+                 cudaEventCreate(&d->stepEnd[0]) == cudaSuccess &&
+                 cudaEventCreate(&d->stepStart[1]) == cudaSuccess &&
+                 cudaEventCreate(&d->stepEnd[1]) == cudaSuccess;
   d->slots.resize(size_t(ctx.desc.numSlots > 0 ? ctx.desc.numSlots : 0));
   // Weights are uploaded on first use by a device op (the first step):
   // a hybrid model's CPU parts never reach the device.
@@ -494,12 +510,22 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
       out = x;
       return true;
     }
-  if (size_t(site) >= d.uploads.size()) {
-    d.uploads.resize(size_t(site) + 1);
-    d.staging.resize(size_t(site) + 1);
+  // The ids an earlier step picked on the device (deviceArgmax), passed
+  // as an input whose values only device ops read.
+  if (x.data && x.data == d.argmaxIds.ptr) {
+    if (x.dtype != DType::i64 || x.bytes() > d.argmaxIds.bytes)
+      return ctx.fail("internal error: the device's picks passed as " +
+                      x.describe() + " do not fit their buffer");
+    out = x;
+    return true;
   }
+  std::vector<PinnedBuffer> &staging = d.staging[d.parity];
+  if (size_t(site) >= d.uploads.size())
+    d.uploads.resize(size_t(site) + 1);
+  if (size_t(site) >= staging.size())
+    staging.resize(size_t(site) + 1);
   size_t bytes = x.bytes();
-  if (!d.ensurePinned(ctx, d.staging[size_t(site)], bytes, "an upload") ||
+  if (!d.ensurePinned(ctx, staging[size_t(site)], bytes, "an upload") ||
       !d.ensure(ctx, d.uploads[size_t(site)], bytes, "an upload"))
     return false;
   out = x;
@@ -519,17 +545,17 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
     return true;
   // The host value is copied into pinned memory now (replays read the same
   // address); the transfer itself is a stream operation (a graph node).
-  std::memcpy(d.staging[size_t(site)].ptr, x.data, bytes);
+  std::memcpy(staging[size_t(site)].ptr, x.data, bytes);
   if (!d.launching())
     return true;
   if (bytes <= kKernelUploadMax) {
     uploadKernel<<<1, kUploadThreads, 0, d.stream>>>(
-        static_cast<const unsigned char *>(d.staging[size_t(site)].ptr),
+        static_cast<const unsigned char *>(staging[size_t(site)].ptr),
         static_cast<unsigned char *>(out.data), bytes);
     return check(ctx, cudaGetLastError(), "upload");
   }
   return check(ctx,
-               cudaMemcpyAsync(out.data, d.staging[size_t(site)].ptr, bytes,
+               cudaMemcpyAsync(out.data, staging[size_t(site)].ptr, bytes,
                                cudaMemcpyHostToDevice, d.stream),
                "upload");
 }
@@ -543,14 +569,15 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
     out = x;
     return true;
   }
-  if (size_t(index) >= d.outputs.size())
-    d.outputs.resize(size_t(index) + 1);
+  std::vector<PinnedBuffer> &outputs = d.outputs[d.parity];
+  if (size_t(index) >= outputs.size())
+    outputs.resize(size_t(index) + 1);
   // The copy itself is queued after the step's last graph (runStep,
   // flushDownloads), in every mode: a replay's graphs hold no downloads.
   // The whole output's pinned buffer in either case: the step makes the
   // same allocations whether the argmax or the output comes back, so one
   // captured graph replays for both.
-  if (!d.ensurePinned(ctx, d.outputs[size_t(index)], x.bytes(), "an output"))
+  if (!d.ensurePinned(ctx, outputs[size_t(index)], x.bytes(), "an output"))
     return false;
   Device::PendingDownload p;
   p.src = x.as<float>();
@@ -560,6 +587,7 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
     // row instead of the row. Its buffers grow in flushDownloads, which
     // points `out` at the ids.
     p.argmax = true;
+    p.index = index;
     p.width = x.shape[x.rank - 1];
     p.rows = x.numel() / p.width;
     p.bytes = sizeof(int64_t) * size_t(p.rows);
@@ -570,7 +598,7 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
   } else {
     p.bytes = x.bytes();
     out = x;
-    out.data = d.outputs[size_t(index)].ptr;
+    out.data = outputs[size_t(index)].ptr;
   }
   p.dst = out.data;
   if (p.bytes > 0 && !d.mismatch)
@@ -582,33 +610,59 @@ namespace {
 /// Queues the step's downloads (after its last graph launch, outside any
 /// capture): an argmax kernel and its ids' copy, or the whole output.
 bool flushDownloads(Context &ctx, Device &d) {
+  d.argmaxLast = Tensor{};
+  d.argmaxIndex = -1;
   for (const Device::PendingDownload &p : d.pendingDownloads) {
     if (p.argmax) {
-      // Grown here, outside any capture; no graph refers to them.
-      if (p.bytes > d.argmaxIds.bytes || p.bytes > d.argmaxHost.bytes) {
-        if (!check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
-          return false;
-        cudaFree(d.argmaxIds.ptr);
-        cudaFreeHost(d.argmaxHost.ptr);
+      // Grown here, outside any capture. A graph may take the ids as an
+      // input (deviceArgmax): a buffer that moves drops the graphs, and
+      // the stream's earlier work may still use it. The first allocation
+      // needs neither (each costs an OPT-6.7B decode step about 1.5 ms).
+      PinnedBuffer &host = d.argmaxHost[d.parity];
+      if (p.bytes > d.argmaxIds.bytes) {
+        if (d.argmaxIds.ptr) {
+          if (!check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
+            return false;
+          d.dropGraphs();
+          cudaFree(d.argmaxIds.ptr);
+        }
         d.argmaxIds = DeviceBuffer{};
-        d.argmaxHost = PinnedBuffer{};
-        if (cudaMalloc(&d.argmaxIds.ptr, p.bytes) != cudaSuccess ||
-            cudaMallocHost(&d.argmaxHost.ptr, p.bytes) != cudaSuccess) {
+        if (cudaMalloc(&d.argmaxIds.ptr, p.bytes) != cudaSuccess) {
           cudaGetLastError();
+          d.argmaxIds.ptr = nullptr;
           return ctx.fail("CUDA: cannot allocate " + std::to_string(p.bytes) +
                           " bytes for an output's argmax");
         }
-        d.argmaxIds.bytes = d.argmaxHost.bytes = p.bytes;
+        d.argmaxIds.bytes = p.bytes;
       }
-      p.out->data = d.argmaxHost.ptr;
+      if (p.bytes > host.bytes) {
+        if (host.ptr) {
+          if (!check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
+            return false;
+          cudaFreeHost(host.ptr);
+        }
+        host = PinnedBuffer{};
+        if (cudaMallocHost(&host.ptr, p.bytes) != cudaSuccess) {
+          cudaGetLastError();
+          host.ptr = nullptr;
+          return ctx.fail("CUDA: cannot allocate " + std::to_string(p.bytes) +
+                          " bytes for an output's argmax");
+        }
+        host.bytes = p.bytes;
+      }
+      p.out->data = host.ptr;
       int64_t *ids = static_cast<int64_t *>(d.argmaxIds.ptr);
       if (!check(ctx, argmaxRows(p.src, p.rows, p.width, ids, d.stream),
                  "argmax of an output") ||
           !check(ctx,
-                 cudaMemcpyAsync(d.argmaxHost.ptr, ids, p.bytes,
+                 cudaMemcpyAsync(host.ptr, ids, p.bytes,
                                  cudaMemcpyDeviceToHost, d.stream),
                  "download"))
         return false;
+      d.argmaxLast = *p.out;
+      d.argmaxLast.data = ids;
+      d.argmaxIndex = p.index;
+      d.argmaxWidth = p.width;
     } else if (!check(ctx,
                       cudaMemcpyAsync(p.dst, p.src, p.bytes,
                                       cudaMemcpyDeviceToHost, d.stream),
@@ -697,14 +751,15 @@ bool endSegment(Context &ctx, Device &d, bool last) {
     closeIdle(d); // a CPU part's idle interval ends with this launch
     if (d.mode == Mode::replay) {
       const size_t i = d.segment - 1;
-      while (d.launchEvents.size() <= i) {
+      std::vector<cudaEvent_t> &events = d.launchEvents[d.parity];
+      while (events.size() <= i) {
         cudaEvent_t e = nullptr;
         if (cudaEventCreate(&e) != cudaSuccess)
           break;
-        d.launchEvents.push_back(e);
+        events.push_back(e);
       }
-      if (i < d.launchEvents.size())
-        cudaEventRecord(d.launchEvents[i], d.stream);
+      if (i < events.size())
+        cudaEventRecord(events[i], d.stream);
     }
   }
   return check(ctx, cudaGraphLaunch(exec, d.stream), "cudaGraphLaunch");
@@ -803,6 +858,7 @@ bool toHost(Context &ctx, const Tensor &x, int site, Tensor &out) {
 
 bool waitHost(Context &ctx, int site) {
   Device &d = *static_cast<Device *>(ctx.backend.get());
+  d.hostWaited = true;
   // A captured or replayed step launches the GPU work queued so far (its
   // copies included) as one graph before the host waits.
   if (d.mode != Mode::eager && !endSegment(ctx, d, false))
@@ -1004,22 +1060,76 @@ bool Device::growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
 }
 
 namespace {
-/// A step's graph key: the inputs' dtypes and shapes and which outputs the
-/// caller leaves resident, as raw bytes (a decoder step has dozens of
-/// inputs; formatting them as text took microseconds the GPU waited for).
-std::string signature(const Context &ctx, const Tensor *inputs) {
+/// A step's graph key: the inputs' dtypes and shapes (and whether one is
+/// the device's own picks, which it reads in place instead of uploading),
+/// which outputs the caller leaves resident and the step's parity (its
+/// graphs read that parity's staging), as raw bytes (a decoder step has
+/// dozens of inputs; formatting them as text took microseconds the GPU
+/// waited for).
+std::string signature(const Context &ctx, const Device &d,
+                      const Tensor *inputs, bool base = false) {
   std::string key;
   key.reserve(size_t(ctx.desc.numInputs) * 48 + ctx.residentOutputs.size() + 8);
   auto put = [&](int64_t v) {
     key.append(reinterpret_cast<const char *>(&v), sizeof v);
   };
   for (int i = 0; i < ctx.desc.numInputs; ++i) {
-    put(int64_t(inputs[i].dtype) << 8 | inputs[i].rank);
+    const bool picks =
+        !base && inputs[i].data && inputs[i].data == d.argmaxIds.ptr;
+    put(int64_t(picks) << 16 | int64_t(inputs[i].dtype) << 8 | inputs[i].rank);
     for (int r = 0; r < inputs[i].rank; ++r)
       put(inputs[i].shape[r]);
   }
   key.append(ctx.residentOutputs.begin(), ctx.residentOutputs.end());
+  if (!base)
+    key.push_back(char(d.parity));
   return key;
+}
+
+/// A step launched ahead in parity p: the pinned buffers the other parity
+/// has and p lacks are allocated now (outside any capture, and new, so no
+/// graph refers to them), so that p's first step can be captured at once.
+bool mirrorPinned(Context &ctx, Device &d) {
+  const int p = d.parity;
+  for (std::vector<PinnedBuffer> *sets : {d.staging, d.outputs}) {
+    std::vector<PinnedBuffer> &mine = sets[p];
+    const std::vector<PinnedBuffer> &other = sets[p ^ 1];
+    if (mine.size() < other.size())
+      mine.resize(other.size());
+    for (size_t i = 0; i < other.size(); ++i) {
+      if (mine[i].ptr || !other[i].ptr)
+        continue;
+      if (cudaMallocHost(&mine[i].ptr, other[i].bytes) != cudaSuccess) {
+        cudaGetLastError();
+        mine[i].ptr = nullptr;
+        return ctx.fail("CUDA: cannot allocate " +
+                        std::to_string(other[i].bytes) +
+                        " bytes of pinned host memory for a step launched "
+                        "ahead");
+      }
+      mine[i].bytes = other[i].bytes;
+    }
+  }
+  PinnedBuffer &picks = d.argmaxHost[p];
+  const PinnedBuffer &otherPicks = d.argmaxHost[p ^ 1];
+  if (!picks.ptr && otherPicks.ptr) {
+    if (cudaMallocHost(&picks.ptr, otherPicks.bytes) != cudaSuccess) {
+      cudaGetLastError();
+      picks.ptr = nullptr;
+      return ctx.fail("CUDA: cannot allocate pinned host memory for a step "
+                      "launched ahead");
+    }
+    picks.bytes = otherPicks.bytes;
+  }
+  return true;
+}
+
+/// Waits for every outstanding step and completes them in order.
+bool finishAll(Context &ctx, Device &d) {
+  while (!d.outstanding.empty())
+    if (!d.finishStep(ctx))
+      return false;
+  return true;
 }
 
 /// The density a step's CPU parts have counted so far, to undo an
@@ -1034,8 +1144,13 @@ struct StepMarks {
 /// again, and so do the device counters of the segments it launched (they
 /// are taken as seen), and its open profile intervals are dropped.
 bool undoPartialStep(Context &ctx, Device &d, const StepMarks &marks) {
-  ctx.sparseActive = marks.sparseActive;
-  ctx.sparseTotal = marks.sparseTotal;
+  // Outstanding steps count first (their counters precede this step's),
+  // and stay counted.
+  const int64_t active = ctx.sparseActive, total = ctx.sparseTotal;
+  if (!finishAll(ctx, d))
+    return false;
+  ctx.sparseActive = marks.sparseActive + (ctx.sparseActive - active);
+  ctx.sparseTotal = marks.sparseTotal + (ctx.sparseTotal - total);
   Device::HybridTimes &h = d.hybrid;
   h.used = 0;
   h.pending = h.cpuBusy = false;
@@ -1112,12 +1227,102 @@ bool runReplay(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
 }
 } // namespace
 
+namespace {
+/// After `rec`'s step has finished: the density its sparse kernels counted
+/// and, with SPARSEC_CUDA_PROFILE, its times.
+void completeStep(Context &ctx, Device &d, const Device::Outstanding &rec) {
+  using Clock = std::chrono::steady_clock;
+  if (d.countsDensity) {
+    // Deltas: the CPU parts of a hybrid model count on the host themselves.
+    const unsigned long long *seen = d.densityHost + 2 * rec.parity;
+    ctx.sparseActive += int64_t(seen[0] - d.densitySeen[0]);
+    ctx.sparseTotal += int64_t(seen[1] - d.densitySeen[1]);
+    d.densitySeen[0] = seen[0];
+    d.densitySeen[1] = seen[1];
+  }
+  if (!d.profile)
+    return;
+  const int p = rec.parity;
+  float gpuMs = 0;
+  if (rec.launched)
+    cudaEventElapsedTime(&gpuMs, d.stepStart[p], d.stepEnd[p]);
+  cudaGetLastError();
+  Device::StepTimes &t = d.times[rec.kind];
+  const Clock::time_point now = Clock::now();
+  const double hostUs =
+      std::chrono::duration<double, std::micro>(
+          (rec.launched ? rec.launchTime : now) - rec.start)
+          .count();
+  const double wallUs =
+      std::chrono::duration<double, std::micro>(now - rec.start).count();
+  if (rec.kind == 2 && rec.launched) {
+    // Replays: the GPU time from the step's start to each graph launch.
+    if (d.launchUs.size() < rec.segments)
+      d.launchUs.resize(rec.segments, 0.0);
+    for (size_t i = 0; i < rec.segments && i < d.launchEvents[p].size(); ++i) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, d.stepStart[p], d.launchEvents[p][i]) ==
+          cudaSuccess)
+        d.launchUs[i] += 1e3 * ms;
+    }
+    cudaGetLastError();
+    ++d.launchSteps;
+  }
+  ++t.steps;
+  t.gpuUs += 1e3 * gpuMs;
+  t.hostUs += hostUs;
+  t.wallUs += wallUs;
+  if (d.firstSteps.size() < Device::kFirstSteps)
+    d.firstSteps.push_back({rec.kind, wallUs, hostUs, 1e3 * gpuMs});
+}
+
+} // namespace
+
+bool Device::finishStep(Context &ctx) {
+  if (outstanding.empty())
+    return true;
+  const Outstanding rec = outstanding.front();
+  outstanding.pop_front();
+  if (!check(ctx, cudaEventSynchronize(stepDone[rec.parity]), "running the step"))
+    return false;
+  completeStep(ctx, *this, rec);
+  return true;
+}
+
+bool Device::deviceArgmax(Context &ctx, int index, Tensor &ids) {
+  (void)ctx;
+  if (!picksAsInputs || !argmaxLast.data || index != argmaxIndex)
+    return false;
+  ids = argmaxLast;
+  return true;
+}
+
 bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   Device *dp = device(ctx);
   if (!dp)
     return false;
   Device &d = *dp;
   bool ok = true;
+  // Launched ahead (Context::launchAhead): the step takes the parity the
+  // newest outstanding step does not, after waiting for any outstanding
+  // step that holds it (at most two are outstanding). Otherwise every
+  // earlier step finishes first and parity 0 serves.
+  if (ctx.launchAhead) {
+    const int p = d.outstanding.empty() ? d.parity ^ 1
+                                        : d.outstanding.back().parity ^ 1;
+    while (!d.outstanding.empty() &&
+           std::any_of(d.outstanding.begin(), d.outstanding.end(),
+                       [&](const Device::Outstanding &o) { return o.parity == p; }))
+      if (!d.finishStep(ctx))
+        return false;
+    d.parity = p;
+    if (!mirrorPinned(ctx, d))
+      return false;
+  } else {
+    if (!finishAll(ctx, d))
+      return false;
+    d.parity = 0;
+  }
   // SPARSEC_CUDA_PROFILE: the GPU time runs from `stepStart` (before the
   // first launch: of the step's kernels, or of its first graph) to the end
   // of the step.
@@ -1125,6 +1330,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   const Clock::time_point t0 = Clock::now();
   d.launched = false;
   d.stepAllocs = 0;
+  d.hostWaited = false;
   // The cache rows the last step appended move first (outside any
   // capture: the destinations change every step); the profile counts
   // them in this step.
@@ -1144,12 +1350,26 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
       for (auto it = d.graphs.begin(); it != d.graphs.end();)
         it = it->second.captured ? std::next(it) : d.graphs.erase(it);
     }
-    GraphEntry &g = d.graphs[signature(ctx, in)];
+    GraphEntry &g = d.graphs[signature(ctx, d, in)];
     ++g.seen;
+    if (ctx.launchAhead && g.seen == 1 && !g.captured && !g.broken) {
+      // A sibling that differs only in parity or in taking the device's
+      // picks as ids ran eagerly: its run grew every device buffer this
+      // one uses (and mirrorPinned the pinned ones), so capture at once
+      // (each eager or captured step of an OPT-6.7B decode costs 1-2 ms
+      // more than a replay).
+      auto it = d.eagerAllocsByBase.find(signature(ctx, d, in, /*base=*/true));
+      if (it != d.eagerAllocsByBase.end()) {
+        g.eagerAllocs = it->second;
+        g.seen = 2;
+      }
+    }
     if (g.broken || (!g.captured && g.seen < 2)) {
       ok = runEager(ctx, d, in, out, body);
-      if (ok)
+      if (ok) {
         g.eagerAllocs = d.stepAllocs;
+        d.eagerAllocsByBase[signature(ctx, d, in, /*base=*/true)] = d.stepAllocs;
+      }
     } else if (!g.captured) {
       kind = 1;
       ok = runCapture(ctx, d, g, in, out, body);
@@ -1166,26 +1386,38 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
     return false;
   if (d.profile) {
     closeIdle(d); // a CPU part whose result was never uploaded
-    cudaEventRecord(d.stepEnd, d.stream);
+    cudaEventRecord(d.stepEnd[d.parity], d.stream);
   }
   // The sparse kernels' neuron counts (outside any graph), for the density
   // `generate` and `bench` report.
   if (d.countsDensity &&
       !check(ctx,
-             cudaMemcpyAsync(d.densityHost, d.densityCounts,
+             cudaMemcpyAsync(d.densityHost + 2 * d.parity, d.densityCounts,
                              2 * sizeof(unsigned long long),
                              cudaMemcpyDeviceToHost, d.stream),
              "reading the density counters"))
     return false;
-  // The only host synchronisation of a step: its outputs are complete.
+  Device::Outstanding rec;
+  rec.parity = d.parity;
+  rec.kind = kind;
+  rec.launched = d.launched;
+  rec.segments = d.segment;
+  rec.start = t0;
+  rec.launchTime = d.launchTime;
+  if (ctx.launchAhead && !d.hostWaited) {
+    // Left outstanding: finishStep (or the next step that needs this
+    // parity, or one not launched ahead) waits for it.
+    d.outstanding.push_back(rec);
+    return check(ctx, cudaEventRecord(d.stepDone[d.parity], d.stream),
+                 "cudaEventRecord");
+  }
+  // The only host synchronisation of a step: its outputs are complete
+  // (and those of every outstanding step before it).
   if (!check(ctx, cudaStreamSynchronize(d.stream), "running the step"))
     return false;
-  if (d.countsDensity) {
-    // Deltas: the CPU parts of a hybrid model count on the host themselves.
-    ctx.sparseActive += int64_t(d.densityHost[0] - d.densitySeen[0]);
-    ctx.sparseTotal += int64_t(d.densityHost[1] - d.densitySeen[1]);
-    d.densitySeen[0] = d.densityHost[0];
-    d.densitySeen[1] = d.densityHost[1];
+  while (!d.outstanding.empty()) {
+    completeStep(ctx, d, d.outstanding.front());
+    d.outstanding.pop_front();
   }
   if (d.profile && d.hybrid.used > 0) {
     Device::HybridTimes &h = d.hybrid;
@@ -1199,38 +1431,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
     h.used = 0;
   }
   d.hybrid.pending = d.hybrid.cpuBusy = false;
-  if (d.profile) {
-    float gpuMs = 0;
-    if (d.launched)
-      cudaEventElapsedTime(&gpuMs, d.stepStart, d.stepEnd);
-    cudaGetLastError();
-    Device::StepTimes &t = d.times[kind];
-    const double hostUs =
-        std::chrono::duration<double, std::micro>(
-            (d.launched ? d.launchTime : Clock::now()) - t0)
-            .count();
-    const double wallUs =
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    if (kind == 2 && d.launched) {
-      // Replays: the GPU time from the step's start to each graph launch.
-      if (d.launchUs.size() < d.segment)
-        d.launchUs.resize(d.segment, 0.0);
-      for (size_t i = 0; i < d.segment && i < d.launchEvents.size(); ++i) {
-        float ms = 0;
-        if (cudaEventElapsedTime(&ms, d.stepStart, d.launchEvents[i]) ==
-            cudaSuccess)
-          d.launchUs[i] += 1e3 * ms;
-      }
-      cudaGetLastError();
-      ++d.launchSteps;
-    }
-    ++t.steps;
-    t.gpuUs += 1e3 * gpuMs;
-    t.hostUs += hostUs;
-    t.wallUs += wallUs;
-    if (d.firstSteps.size() < Device::kFirstSteps)
-      d.firstSteps.push_back({kind, wallUs, hostUs, 1e3 * gpuMs});
-  }
+  completeStep(ctx, d, rec);
   return true;
 }
 

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -77,6 +78,8 @@ struct Device : Context::Backend {
                    int64_t dst) override;
   bool growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
                  Tensor &cache) override;
+  bool deviceArgmax(Context &ctx, int index, Tensor &ids) override;
+  bool finishStep(Context &ctx) override;
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -84,8 +87,27 @@ struct Device : Context::Backend {
   std::vector<void *> weights; // one device copy per weight segment
   std::vector<DeviceBuffer> slots;
   std::vector<DeviceBuffer> uploads;
-  std::vector<PinnedBuffer> staging;
-  std::vector<PinnedBuffer> outputs;
+  /// Host-side buffers a step writes during its walk or its downloads
+  /// land in, per parity: a step launched ahead (Context::launchAhead)
+  /// takes the parity the step still running does not, so that its walk
+  /// never overwrites what that step's uploads have yet to read, nor its
+  /// downloads what the host has yet to read. 0 outside launch-ahead.
+  std::vector<PinnedBuffer> staging[2];
+  std::vector<PinnedBuffer> outputs[2];
+  int parity = 0;
+  /// Steps launched ahead whose completion the host has not yet waited
+  /// for (oldest first; finishStep).
+  struct Outstanding {
+    int parity = 0, kind = 0;
+    bool launched = false;
+    size_t segments = 0;
+    std::chrono::steady_clock::time_point start, launchTime;
+  };
+  std::deque<Outstanding> outstanding;
+  cudaEvent_t stepDone[2] = {nullptr, nullptr};
+  /// The current step waited on the host inside (a hybrid model's CPU
+  /// part): it is never left outstanding.
+  bool hostWaited = false;
   /// Fixed-capacity KV caches (initCache), passed back as inputs without
   /// a copy; `cacheShape` is [B, H, capacity, D] per cache.
   struct Cache {
@@ -117,6 +139,7 @@ struct Device : Context::Backend {
     int64_t rows = 0, width = 0; // argmax: rows of width floats,
     Tensor *out = nullptr;       // whose ids land in argmaxHost
     bool argmax = false;
+    int index = -1; // the output
   };
   std::vector<PendingDownload> pendingDownloads;
   std::vector<IndexBuffers> indexSets;
@@ -137,10 +160,15 @@ struct Device : Context::Backend {
   cudaEvent_t join = nullptr;
   DeviceBuffer gemvPartials, halfInput, attentionScratch;
   /// The argmax of Context::argmaxOutput's rows on the device and their
-  /// host copy: used after the step's graphs only, so they grow then
-  /// (not allocations of the step).
+  /// host copy (per parity): used after the step's graphs only, so they
+  /// grow then (not allocations of the step). `argmaxLast` views the ids
+  /// of the last step that picked (deviceArgmax; output `argmaxIndex`,
+  /// rows `argmaxWidth` wide).
   DeviceBuffer argmaxIds;
-  PinnedBuffer argmaxHost;
+  PinnedBuffer argmaxHost[2];
+  Tensor argmaxLast;
+  int argmaxIndex = -1;
+  int64_t argmaxWidth = 0;
   /// A linear group's normalised input where its norm is not folded into
   /// the GEMV (prefill, or a capture that found no folding terms).
   DeviceBuffer normalisedInput;
@@ -153,12 +181,16 @@ struct Device : Context::Backend {
   int *gemvCounters = nullptr;
   /// Neurons the sparse decode kernels computed and could have (two device
   /// counters the down-projection kernel adds to), read after each step
-  /// into Context::sparseActive / sparseTotal once a sparse kernel ran.
+  /// into Context::sparseActive / sparseTotal once a sparse kernel ran
+  /// (densityHost: two per parity).
   unsigned long long *densityCounts = nullptr, *densityHost = nullptr;
   unsigned long long densitySeen[2] = {0, 0};
   bool countsDensity = false;
 
   std::map<std::string, GraphEntry> graphs;
+  /// Allocations of the last eager run by signature without its parity and
+  /// picks flags: a sibling signature is captured at its first step.
+  std::map<std::string, size_t> eagerAllocsByBase;
   bool graphsEnabled = true;
   /// SPARSEC_CUDA_PROFILE=1: per-step host / GPU / wall time by step kind,
   /// printed to stderr when the model is destroyed.
@@ -190,7 +222,7 @@ struct Device : Context::Backend {
     bool cpuBusy = false; // a CPU part runs (from its last wait to its upload)
     std::chrono::steady_clock::time_point cpuStart;
   } hybrid;
-  cudaEvent_t stepStart = nullptr, stepEnd = nullptr;
+  cudaEvent_t stepStart[2] = {nullptr, nullptr}, stepEnd[2] = {nullptr, nullptr};
   Mode mode = Mode::eager;
   GraphEntry *current = nullptr;
   size_t allocCursor = 0;
@@ -207,7 +239,7 @@ struct Device : Context::Backend {
   /// SPARSEC_CUDA_PROFILE: an event recorded before each graph launch of a
   /// replayed step, and the GPU time from the step's start to each, summed
   /// over the replays (segment i: launchUs[i]).
-  std::vector<cudaEvent_t> launchEvents;
+  std::vector<cudaEvent_t> launchEvents[2]; // per parity
   std::vector<double> launchUs;
   int launchSteps = 0;
   /// Programmatic dependent launches (their launch overlaps the kernel
@@ -223,6 +255,11 @@ struct Device : Context::Backend {
   /// (Context::argmaxOutput); SPARSEC_CUDA_ARGMAX=0 brings the whole
   /// output back and leaves the pick to the host.
   bool argmaxOnDevice = true;
+  /// deviceArgmax offers the picks as the next step's input, so `generate`
+  /// launches steps ahead (SPARSEC_CUDA_AHEAD=1; off by default: on the
+  /// H200 the GPU still idled about 10 ms a 128-token OPT-6.7B decode
+  /// that it does not when each step is waited for, docs/GPU.md).
+  bool picksAsInputs = false;
   /// A capture or replay was abandoned mid-step (an allocation differs, or
   /// a segment failed to capture): the step body returns false without an
   /// error and runStep reruns it eagerly.

@@ -1219,12 +1219,22 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
   if (ids.rank + 1 > kMaxRank)
     return ctx.fail("embedding: ids " + ids.describe() + " have too many dims");
   const int64_t V = table.shape[0], D = table.shape[1], n = ids.numel();
-  // ids live on the host: checked there, then uploaded.
-  const int64_t *hp = ids.as<int64_t>();
-  for (int64_t i = 0; i < n; ++i)
-    if (hp[i] < 0 || hp[i] >= V)
-      return ctx.fail("embedding: id " + std::to_string(hp[i]) +
-                      " is outside the table's " + std::to_string(V) + " rows");
+  if (ids.data && ids.data == d.argmaxIds.ptr) {
+    // The device's own greedy picks (Backend::deviceArgmax), read in place:
+    // each is below the width of the rows it was picked from.
+    if (d.argmaxWidth > V)
+      return ctx.fail("embedding: the device's greedy picks range over " +
+                      std::to_string(d.argmaxWidth) + " ids, more than the "
+                      "table's " + std::to_string(V) + " rows");
+  } else {
+    // ids live on the host: checked there, then uploaded.
+    const int64_t *hp = ids.as<int64_t>();
+    for (int64_t i = 0; i < n; ++i)
+      if (hp[i] < 0 || hp[i] >= V)
+        return ctx.fail("embedding: id " + std::to_string(hp[i]) +
+                        " is outside the table's " + std::to_string(V) +
+                        " rows");
+  }
   Tensor dids;
   if (!upload(ctx, ids, site, dids))
     return false;

@@ -198,6 +198,10 @@ struct IODesc {
   int64_t dims[kMaxRank];
   const char *dimNames[kMaxRank];
   int64_t maxDims[kMaxRank];
+  /// CUDA models: only device ops read the input's values (embedding ids;
+  /// Shape reads dims only), never the host's walk of a step, so a caller
+  /// may pass device memory the backend wrote (Backend::deviceArgmax).
+  bool deviceValues = false;
 };
 
 struct Context;
@@ -281,6 +285,22 @@ struct Context {
     /// Moves the first `valid` entries into a larger cache.
     virtual bool growCache(Context &ctx, int id, int64_t valid,
                            int64_t capacity, Tensor &cache);
+    /// The last run's argmax of output `index` (see argmaxOutput) as a
+    /// device tensor: int64, the output's shape without its last axis,
+    /// holding that run's picks once it has run (in stream order), until
+    /// the next run that picks. It may be passed as a later run's input
+    /// whose IODesc has deviceValues. False where the last run made none.
+    virtual bool deviceArgmax(Context &ctx, int index, Tensor &ids) {
+      (void)ctx, (void)index, (void)ids;
+      return false;
+    }
+    /// Waits for the oldest run made with `launchAhead` that has not been
+    /// finished and completes its accounting: its host outputs are valid
+    /// from then on. True (at once) when none is outstanding.
+    virtual bool finishStep(Context &ctx) {
+      (void)ctx;
+      return true;
+    }
   };
   std::unique_ptr<Backend> backend;
   /// Outputs the caller only reads through the cache calls above (a KV
@@ -291,6 +311,13 @@ struct Context {
   /// device backend may then return those indices instead, int64 with the
   /// last axis dropped (the values stay on the device); x86 ignores it.
   int argmaxOutput = -1;
+  /// A device backend may return from a run once its work is queued,
+  /// before it has finished, so that the host prepares the next run while
+  /// the device works: the run's host outputs (downloads and argmax ids)
+  /// are valid only after Backend::finishStep has waited for it. At most
+  /// two runs are outstanding (a third waits for the first). x86 ignores
+  /// it.
+  bool launchAhead = false;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
   /// slot if needed). Returns false (and records an error) on failure.

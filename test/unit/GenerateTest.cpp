@@ -1,0 +1,524 @@
+//===- GenerateTest.cpp - `model generate` over a simulated device --------===//
+//
+// Part of the sparsec project.
+//
+// `model generate` drives a KV-cache decoder through three paths: the
+// host's cache (x86), a device backend's padded cache with each step
+// waited for, and steps launched ahead that take their ids from the step
+// before on the device (Context::launchAhead, Backend::deviceArgmax). The
+// last two run on a GPU only in the product; here a simulated device stands
+// in: its "stream" is a queue of work that runs in order only when the host
+// waits (finishStep, or a run not launched ahead), its host outputs are
+// poisoned until then, and it reads device-side inputs (the cache, the
+// picks) when the work runs, not when it is queued. A toy decoder whose
+// next token depends on every visible cache entry makes any slip (a wrong
+// mask, a row appended to the wrong entry, a pick read before its step ran)
+// change the tokens, which are checked against a direct computation.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sparsec/rt/Runtime.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+using namespace sparsec::rt;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kVocab = 256;
+constexpr int64_t kHeadDim = 2;
+
+/// The toy decoder's next token after position i: from the sum and count
+/// of the visible tokens (cached past and new positions up to i, the
+/// current one included) and the current token.
+int64_t nextToken(int64_t sum, int64_t count, int64_t current) {
+  return (sum * 7 + current * 3 + count) % kVocab;
+}
+
+/// The greedy continuation computed directly.
+std::vector<int64_t> reference(std::vector<int64_t> seq, int64_t maxNew) {
+  std::vector<int64_t> out;
+  for (int64_t g = 0; g < maxNew; ++g) {
+    int64_t sum = 0;
+    for (int64_t t : seq)
+      sum += t;
+    int64_t next = nextToken(sum, int64_t(seq.size()), seq.back());
+    seq.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+/// What the simulated device saw, for the test to check.
+struct Trace {
+  int runs = 0, aheadRuns = 0, pickInputs = 0, grows = 0;
+  std::vector<int64_t> capacities; // initCache's
+};
+
+/// A device backend simulated on the host (see the file comment).
+struct FakeDevice : Context::Backend {
+  explicit FakeDevice(Trace &trace) : trace(trace) {}
+  bool keepsResidentOutputs() const override { return true; }
+
+  struct Cache {
+    std::vector<float> data;
+    int64_t shape[4] = {};
+  };
+  std::vector<Cache> caches;
+  // Device slots of the outputs (resident ones are views of them).
+  std::vector<std::vector<float>> present;
+  std::vector<int64_t> picks; // the last picking run's ids (device)
+  bool picked = false;
+  int64_t picksRows = 0, picksCols = 0;
+  // Host buffers per parity: logits or ids, and non-resident presents.
+  std::vector<float> hostLogits[2];
+  std::vector<int64_t> hostIds[2];
+  std::vector<std::vector<float>> hostPresent[2];
+  int parity = 0;
+  struct Job {
+    int64_t seq;
+    std::function<void()> work;
+  };
+  std::deque<Job> stream;
+  std::deque<std::pair<int64_t, int>> outstanding; // (job seq, parity)
+  int64_t nextSeq = 0;
+  Trace &trace;
+
+  void enqueue(std::function<void()> work) {
+    stream.push_back({nextSeq++, std::move(work)});
+  }
+  void drainThrough(int64_t seq) {
+    while (!stream.empty() && stream.front().seq <= seq) {
+      Job job = std::move(stream.front());
+      stream.pop_front();
+      job.work();
+    }
+  }
+  void drain() {
+    drainThrough(INT64_MAX);
+    outstanding.clear();
+  }
+
+  bool finishStep(Context &) override {
+    if (outstanding.empty())
+      return true;
+    drainThrough(outstanding.front().first);
+    outstanding.pop_front();
+    return true;
+  }
+  bool deviceArgmax(Context &, int index, Tensor &ids) override {
+    if (!picked || index != 0)
+      return false;
+    ids = Tensor{picks.data(), DType::i64, 2, {picksRows, picksCols}};
+    return true;
+  }
+  bool initCache(Context &ctx, int id, const Tensor &src, int64_t count,
+                 int64_t capacity, Tensor &cache) override {
+    drain(); // an allocation waits for the device
+    if (src.rank != 4 || count > src.shape[2] || capacity < count)
+      return ctx.fail("fake device: bad initCache");
+    trace.capacities.push_back(capacity);
+    if (size_t(id) >= caches.size())
+      caches.resize(size_t(id) + 1);
+    Cache &c = caches[size_t(id)];
+    const int64_t B = src.shape[0], H = src.shape[1];
+    c.data.assign(size_t(B * H * capacity * kHeadDim), 0.0f);
+    const int64_t shape[4] = {B, H, capacity, kHeadDim};
+    std::copy(shape, shape + 4, c.shape);
+    const float *s = src.as<float>();
+    for (int64_t r = 0; r < B * H; ++r)
+      std::copy(s + r * src.shape[2] * kHeadDim,
+                s + (r * src.shape[2] + count) * kHeadDim,
+                c.data.begin() + r * capacity * kHeadDim);
+    cache = Tensor{c.data.data(), DType::f32, 4, {B, H, capacity, kHeadDim}};
+    return true;
+  }
+  bool appendCache(Context &ctx, int id, const Tensor &src, int64_t from,
+                   int64_t to) override {
+    if (size_t(id) >= caches.size() || to >= caches[size_t(id)].shape[2] ||
+        from >= src.shape[2])
+      return ctx.fail("fake device: bad appendCache");
+    // Queued: it reads the present when the work before it has run.
+    const float *s = src.as<float>();
+    const int64_t srcLen = src.shape[2];
+    enqueue([this, id, s, srcLen, from, to] {
+      Cache &c = caches[size_t(id)];
+      for (int64_t r = 0; r < c.shape[0] * c.shape[1]; ++r)
+        for (int64_t e = 0; e < kHeadDim; ++e)
+          c.data[size_t((r * c.shape[2] + to) * kHeadDim + e)] =
+              s[(r * srcLen + from) * kHeadDim + e];
+    });
+    return true;
+  }
+  bool growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
+                 Tensor &cache) override {
+    drain();
+    ++trace.grows;
+    Cache old = caches[size_t(id)];
+    Tensor view{old.data.data(), DType::f32, 4,
+                {old.shape[0], old.shape[1], old.shape[2], old.shape[3]}};
+    return initCache(ctx, id, view, valid, capacity, cache);
+  }
+};
+
+/// Which backend the run function creates, and what it saw.
+struct World {
+  bool device = false;
+  Trace trace;
+};
+World *world = nullptr;
+
+/// inputs: input_ids [B, n], attention_mask [B, past + n], past K and V
+/// [B, 1, past, 2]; outputs: logits [B, n, 256], present K and V
+/// [B, 1, past + n, 2].
+bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
+  if (world->device && !ctx.backend)
+    ctx.backend = std::make_unique<FakeDevice>(world->trace);
+  FakeDevice *d = static_cast<FakeDevice *>(ctx.backend.get());
+  const Tensor &ids = in[0], &mask = in[1], &pastK = in[2], &pastV = in[3];
+  const int64_t B = ids.shape[0], n = ids.shape[1], past = pastK.shape[2];
+  const int64_t total = past + n;
+  if (mask.shape[0] != B || mask.shape[1] != total || pastV.shape[2] != past ||
+      pastK.shape[0] != B || pastK.shape[1] != 1)
+    return ctx.fail("toy: inconsistent input shapes");
+  ++world->trace.runs;
+  const bool picksIn = d && ids.data == d->picks.data() && d->picked;
+  world->trace.pickInputs += picksIn;
+  if (ctx.launchAhead && d)
+    ++world->trace.aheadRuns;
+  // Host inputs are read now (staged); device ones when the work runs.
+  auto isDevice = [&](const Tensor &t) {
+    if (!d)
+      return false;
+    for (const FakeDevice::Cache &c : d->caches)
+      if (t.data == c.data.data())
+        return true;
+    return false;
+  };
+  auto snapshot = [](const Tensor &t, auto tag) {
+    using T = decltype(tag);
+    return std::vector<T>(t.as<T>(), t.as<T>() + t.numel());
+  };
+  std::vector<int64_t> idsNow = picksIn ? std::vector<int64_t>{}
+                                        : snapshot(ids, int64_t{});
+  std::vector<int64_t> maskNow = snapshot(mask, int64_t{});
+  std::vector<float> kNow, vNow;
+  if (!isDevice(pastK)) {
+    kNow = snapshot(pastK, float{});
+    vNow = snapshot(pastV, float{});
+  }
+  const float *kDev = pastK.as<float>(), *vDev = pastV.as<float>();
+  const bool argmax = ctx.argmaxOutput == 0 && d;
+
+  // The work itself, on whatever the inputs hold when it runs.
+  auto compute = [=](std::vector<float> &logits, std::vector<float> &k,
+                     std::vector<float> &v, std::vector<int64_t> *pickRows) {
+    const int64_t *idv = picksIn ? d->picks.data() : idsNow.data();
+    const float *pk = kNow.empty() ? kDev : kNow.data();
+    const float *pv = vNow.empty() ? vDev : vNow.data();
+    logits.assign(size_t(B * n * kVocab), 0.0f);
+    k.assign(size_t(B * total * kHeadDim), 0.0f);
+    v.assign(size_t(B * total * kHeadDim), 0.0f);
+    if (pickRows)
+      pickRows->assign(size_t(B * n), 0);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < past; ++j)
+        for (int64_t e = 0; e < kHeadDim; ++e) {
+          k[size_t((b * total + j) * kHeadDim + e)] =
+              pk[(b * past + j) * kHeadDim + e];
+          v[size_t((b * total + j) * kHeadDim + e)] =
+              pv[(b * past + j) * kHeadDim + e];
+        }
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t tok = idv[b * n + i];
+        k[size_t((b * total + past + i) * kHeadDim)] = float(tok);
+        k[size_t((b * total + past + i) * kHeadDim + 1)] = 1.0f;
+        v[size_t((b * total + past + i) * kHeadDim)] = float(-tok);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t sum = 0, count = 0;
+        for (int64_t j = 0; j <= past + i; ++j)
+          if (maskNow[size_t(b * total + j)]) {
+            sum += int64_t(k[size_t((b * total + j) * kHeadDim)]);
+            count += int64_t(k[size_t((b * total + j) * kHeadDim + 1)]);
+          }
+        const int64_t next = nextToken(sum, count, idv[b * n + i]);
+        float *row = logits.data() + (b * n + i) * kVocab;
+        for (int64_t t = 0; t < kVocab; ++t)
+          row[t] = -float((t - next + kVocab) % kVocab);
+        if (pickRows)
+          (*pickRows)[size_t(b * n + i)] = next;
+      }
+    }
+  };
+
+  const int64_t logitsShape[3] = {B, n, kVocab};
+  const int64_t presentShape[4] = {B, 1, total, kHeadDim};
+  if (!d) {
+    // The host: at once.
+    static std::vector<float> logits, k, v;
+    compute(logits, k, v, nullptr);
+    out[0] = Tensor{logits.data(), DType::f32, 3, {B, n, kVocab}};
+    out[1] = Tensor{k.data(), DType::f32, 4,
+                    {presentShape[0], presentShape[1], presentShape[2], presentShape[3]}};
+    out[2] = Tensor{v.data(), DType::f32, 4,
+                    {presentShape[0], presentShape[1], presentShape[2], presentShape[3]}};
+    return true;
+  }
+
+  // The device: a parity the outstanding step does not hold.
+  if (ctx.launchAhead) {
+    const int p = d->outstanding.empty() ? d->parity ^ 1
+                                         : d->outstanding.back().second ^ 1;
+    while (!d->outstanding.empty() &&
+           (d->outstanding.front().second == p || d->outstanding.size() >= 2))
+      d->finishStep(ctx);
+    d->parity = p;
+  } else {
+    d->drain();
+    d->parity = 0;
+  }
+  const int p = d->parity;
+  d->present.resize(2);
+  d->hostPresent[p].resize(2);
+  if (d->present[0].size() != size_t(B * total * kHeadDim) && !d->stream.empty())
+    d->drain(); // a slot that grows waits for the work that uses it
+  // Poisoned until the work has run.
+  d->hostLogits[p].assign(size_t(B * n * kVocab), NAN);
+  d->hostIds[p].assign(size_t(B * n), -7);
+  for (int o = 0; o < 2; ++o)
+    d->hostPresent[p][size_t(o)].assign(size_t(B * total * kHeadDim), NAN);
+  const bool resident[2] = {ctx.residentOutputs.size() > 2 && ctx.residentOutputs[1],
+                            ctx.residentOutputs.size() > 2 && ctx.residentOutputs[2]};
+  d->present[0].resize(size_t(B * total * kHeadDim));
+  d->present[1].resize(size_t(B * total * kHeadDim));
+  if (argmax && d->picks.size() != size_t(B * n)) {
+    d->drain(); // the picks' buffer grows before the step, not under it
+    d->picks.assign(size_t(B * n), 0);
+  }
+  d->enqueue([=] {
+    std::vector<float> logits;
+    std::vector<int64_t> rowPicks;
+    compute(logits, d->present[0], d->present[1], argmax ? &rowPicks : nullptr);
+    if (argmax) {
+      d->picks = rowPicks; // same size every decode step: no reallocation
+      d->hostIds[p] = rowPicks;
+    } else {
+      d->hostLogits[p] = logits;
+    }
+    for (int o = 0; o < 2; ++o)
+      if (!resident[o])
+        d->hostPresent[p][size_t(o)] = d->present[size_t(o)];
+  });
+  if (argmax) {
+    d->picked = true;
+    d->picksRows = B;
+    d->picksCols = n;
+    out[0] = Tensor{d->hostIds[p].data(), DType::i64, 2, {B, n}};
+  } else {
+    d->picked = false;
+    out[0] = Tensor{d->hostLogits[p].data(), DType::f32, 3,
+                    {logitsShape[0], logitsShape[1], logitsShape[2]}};
+  }
+  for (int o = 0; o < 2; ++o) {
+    float *data = resident[o] ? d->present[size_t(o)].data()
+                              : d->hostPresent[p][size_t(o)].data();
+    out[o + 1] = Tensor{data, DType::f32, 4,
+                        {presentShape[0], presentShape[1], presentShape[2],
+                         presentShape[3]}};
+  }
+  if (ctx.launchAhead)
+    d->outstanding.push_back({d->nextSeq - 1, p});
+  else
+    d->drain();
+  return true;
+}
+
+const IODesc kToyInputsHost[] = {
+    {"input_ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}},
+    {"attention_mask", DType::i64, 2, {-1, -1}, {"batch", "total"}, {-1, -1}},
+    {"past_key_values.0.key", DType::f32, 4, {-1, 1, -1, kHeadDim},
+     {"batch", "", "past", ""}, {-1, 1, -1, kHeadDim}},
+    {"past_key_values.0.value", DType::f32, 4, {-1, 1, -1, kHeadDim},
+     {"batch", "", "past", ""}, {-1, 1, -1, kHeadDim}}};
+const IODesc kToyInputsAhead[] = {
+    {"input_ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}, true},
+    kToyInputsHost[1], kToyInputsHost[2], kToyInputsHost[3]};
+const IODesc kToyOutputs[] = {
+    {"logits", DType::f32, 3, {-1, -1, kVocab}, {"batch", "seq", ""}, {-1, -1, kVocab}},
+    {"present.0.key", DType::f32, 4, {-1, 1, -1, kHeadDim},
+     {"batch", "", "total", ""}, {-1, 1, -1, kHeadDim}},
+    {"present.0.value", DType::f32, 4, {-1, 1, -1, kHeadDim},
+     {"batch", "", "total", ""}, {-1, 1, -1, kHeadDim}}};
+const int64_t kToySlots[] = {-1};
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+class GenerateTest : public testing::Test {
+protected:
+  void SetUp() override {
+    world = &w;
+    dir = fs::path(testing::TempDir()) /
+          ("sparsec-generate-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+  }
+  void TearDown() override {
+    world = nullptr;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+
+  /// `generate` of the toy decoder: on the host, or on the simulated
+  /// device with the ids input marked for device values (`ahead`) or not.
+  Result generate(bool device, bool ahead, std::vector<std::string> args) {
+    w = World{};
+    w.device = device;
+    ModelDesc desc{};
+    desc.name = "toy";
+    desc.numInputs = 4;
+    desc.inputs = ahead ? kToyInputsAhead : kToyInputsHost;
+    desc.numOutputs = 3;
+    desc.outputs = kToyOutputs;
+    desc.numSlots = 1;
+    desc.slotBytes = kToySlots;
+    desc.run = toyRun;
+    args.insert(args.begin(), {"model", "generate"});
+    std::vector<char *> argv;
+    for (std::string &a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    testing::internal::CaptureStdout();
+    testing::internal::CaptureStderr();
+    Result r;
+    r.status = modelMain(int(args.size()), argv.data(), desc);
+    r.out = testing::internal::GetCapturedStdout();
+    r.err = testing::internal::GetCapturedStderr();
+    return r;
+  }
+
+  std::string promptFile(const std::vector<std::vector<int64_t>> &rows) {
+    std::vector<int64_t> flat;
+    for (const auto &r : rows)
+      flat.insert(flat.end(), r.begin(), r.end());
+    Tensor t{flat.data(), DType::i64, 2,
+             {int64_t(rows.size()), int64_t(rows[0].size())}};
+    std::string path = (dir / ("prompt" + std::to_string(files++) + ".npy")).string();
+    std::string error;
+    EXPECT_TRUE(writeNpy(path, t, error)) << error;
+    return path;
+  }
+
+  World w;
+  fs::path dir;
+  int files = 0;
+};
+
+std::string bytesOf(const std::vector<int64_t> &ids) {
+  std::string s;
+  for (int64_t t : ids)
+    s.push_back(char(static_cast<unsigned char>(t)));
+  return s;
+}
+
+std::string rowLine(const std::vector<int64_t> &ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i)
+    s += (i ? " " : "") + std::to_string(ids[i]);
+  return s + "\n";
+}
+
+TEST_F(GenerateTest, EveryPathDecodesTheReference) {
+  const std::string prompt = "sparse";
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  const std::string want = bytesOf(reference(seq, 20));
+  const std::vector<std::string> args = {"--prompt", prompt, "--max-new-tokens", "20"};
+
+  Result host = generate(/*device=*/false, /*ahead=*/false, args);
+  ASSERT_EQ(host.status, 0) << host.err;
+  EXPECT_EQ(host.out, want);
+
+  Result sync = generate(/*device=*/true, /*ahead=*/false, args);
+  ASSERT_EQ(sync.status, 0) << sync.err;
+  EXPECT_EQ(sync.out, want);
+  EXPECT_EQ(w.trace.aheadRuns, 0);
+  EXPECT_EQ(w.trace.pickInputs, 0);
+
+  Result ahead = generate(/*device=*/true, /*ahead=*/true, args);
+  ASSERT_EQ(ahead.status, 0) << ahead.err;
+  EXPECT_EQ(ahead.out, want);
+  // Prefill, the padded cache's check and the first decode step wait; the
+  // other 18 steps take the picks of the step before, launched ahead.
+  EXPECT_EQ(w.trace.aheadRuns, 18);
+  EXPECT_EQ(w.trace.pickInputs, 18);
+  EXPECT_EQ(w.trace.runs, 21);
+  // The cache holds the prompt and every new token but the last.
+  ASSERT_EQ(w.trace.capacities.size(), 2u);
+  EXPECT_EQ(w.trace.capacities[0], int64_t(prompt.size()) + 20 - 1);
+  EXPECT_EQ(w.trace.grows, 0);
+  EXPECT_NE(ahead.err.find("20 new;"), std::string::npos) << ahead.err;
+}
+
+TEST_F(GenerateTest, BatchLaunchedAhead) {
+  const std::vector<std::vector<int64_t>> rows = {
+      {3, 1, 4, 1, 5}, {2, 7, 1, 8, 2}, {250, 0, 9, 9, 17}};
+  std::string file = promptFile(rows);
+  std::string want;
+  for (const auto &r : rows)
+    want += rowLine(reference(r, 12));
+  for (bool ahead : {false, true}) {
+    Result r = generate(/*device=*/true, ahead,
+                        {"--prompt-ids", file, "--max-new-tokens", "12"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, want) << (ahead ? "launched ahead" : "waited for");
+    EXPECT_EQ(w.trace.aheadRuns, ahead ? 10 : 0);
+  }
+  Result host = generate(/*device=*/false, false,
+                         {"--prompt-ids", file, "--max-new-tokens", "12"});
+  ASSERT_EQ(host.status, 0) << host.err;
+  EXPECT_EQ(host.out, want);
+}
+
+TEST_F(GenerateTest, StopsAtMaxSeqLenLaunchedAhead) {
+  // 6 prompt bytes, room for 10 positions: 4 new tokens, the last two
+  // launched ahead, and no step past the limit.
+  const std::string prompt = "kvpage";
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  Result r = generate(/*device=*/true, /*ahead=*/true,
+                      {"--prompt", prompt, "--max-new-tokens", "30",
+                       "--max-seq-len", "10"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, bytesOf(reference(seq, 4)));
+  EXPECT_NE(r.err.find("stopped at --max-seq-len 10"), std::string::npos) << r.err;
+  EXPECT_EQ(w.trace.aheadRuns, 2);
+  EXPECT_EQ(w.trace.runs, 5);
+}
+
+TEST_F(GenerateTest, OneOrTwoNewTokensNeverLaunchAhead) {
+  const std::string prompt = "ab";
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  for (int64_t n : {1, 2}) {
+    Result r = generate(/*device=*/true, /*ahead=*/true,
+                        {"--prompt", prompt, "--max-new-tokens", std::to_string(n)});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, bytesOf(reference(seq, n)));
+    EXPECT_EQ(w.trace.aheadRuns, 0);
+  }
+}
+
+} // namespace
