@@ -21,6 +21,7 @@
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -41,12 +42,21 @@ namespace {
 constexpr int64_t kVocab = 256;
 constexpr int64_t kHeadDim = 2;
 
-/// The toy decoder's next token after position i: from the sum and count
-/// of the visible tokens (cached past and new positions up to i, the
-/// current one included) and the current token.
-int64_t nextToken(int64_t sum, int64_t count, int64_t current) {
-  return (sum * 7 + current * 3 + count) % kVocab;
+/// The toy decoder's next token after position i, from what it sees of
+/// the visible entries (cached past and new positions up to i, the current
+/// one included): the sum of their keys' first field (the token), of their
+/// values' first field (2 token + 1) and of their keys' second field (1),
+/// and the current token. An entry the mask wrongly shows (the padded
+/// cache's unused entries hold a marker row), a value moved as a key or a
+/// row appended to the wrong entry all change it.
+int64_t nextToken(int64_t keySum, int64_t valueSum, int64_t count,
+                  int64_t current) {
+  return (keySum * 7 + valueSum * 5 + current * 3 + count) % kVocab;
 }
+/// The padded cache's unused entries (what a mask that shows one would
+/// add).
+constexpr float kUnusedKey[kHeadDim] = {97.0f, 1.0f};
+constexpr float kUnusedValue[kHeadDim] = {11.0f, 0.0f};
 
 /// The greedy continuation computed directly.
 std::vector<int64_t> reference(std::vector<int64_t> seq, int64_t maxNew) {
@@ -55,7 +65,8 @@ std::vector<int64_t> reference(std::vector<int64_t> seq, int64_t maxNew) {
     int64_t sum = 0;
     for (int64_t t : seq)
       sum += t;
-    int64_t next = nextToken(sum, int64_t(seq.size()), seq.back());
+    const int64_t count = int64_t(seq.size());
+    int64_t next = nextToken(sum, 2 * sum + count, count, seq.back());
     seq.push_back(next);
     out.push_back(next);
   }
@@ -65,6 +76,7 @@ std::vector<int64_t> reference(std::vector<int64_t> seq, int64_t maxNew) {
 /// What the simulated device saw, for the test to check.
 struct Trace {
   int runs = 0, aheadRuns = 0, pickInputs = 0, grows = 0;
+  size_t maxOutstanding = 0; // steps queued and not yet waited for
   std::vector<int64_t> capacities; // initCache's
 };
 
@@ -93,7 +105,11 @@ struct FakeDevice : Context::Backend {
     std::function<void()> work;
   };
   std::deque<Job> stream;
-  std::deque<std::pair<int64_t, int>> outstanding; // (job seq, parity)
+  struct Outstanding {
+    int64_t seq, run;
+    int parity;
+  };
+  std::deque<Outstanding> outstanding;
   int64_t nextSeq = 0;
   Trace &trace;
 
@@ -112,12 +128,16 @@ struct FakeDevice : Context::Backend {
     outstanding.clear();
   }
 
-  bool finishStep(Context &) override {
-    if (outstanding.empty())
-      return true;
-    drainThrough(outstanding.front().first);
-    outstanding.pop_front();
+  bool finishStep(Context &, int64_t run) override {
+    while (!outstanding.empty() && outstanding.front().run <= run) {
+      drainThrough(outstanding.front().seq);
+      outstanding.pop_front();
+    }
     return true;
+  }
+  void finishOldest() {
+    drainThrough(outstanding.front().seq);
+    outstanding.pop_front();
   }
   bool deviceArgmax(Context &, int index, Tensor &ids) override {
     if (!picked || index != 0)
@@ -135,7 +155,12 @@ struct FakeDevice : Context::Backend {
       caches.resize(size_t(id) + 1);
     Cache &c = caches[size_t(id)];
     const int64_t B = src.shape[0], H = src.shape[1];
-    c.data.assign(size_t(B * H * capacity * kHeadDim), 0.0f);
+    // Unused entries hold a marker the mask must hide (id % 2: K or V).
+    c.data.resize(size_t(B * H * capacity * kHeadDim));
+    for (size_t e = 0; e < c.data.size(); e += kHeadDim)
+      std::copy(id % 2 ? kUnusedValue : kUnusedKey,
+                (id % 2 ? kUnusedValue : kUnusedKey) + kHeadDim,
+                c.data.begin() + int64_t(e));
     const int64_t shape[4] = {B, H, capacity, kHeadDim};
     std::copy(shape, shape + 4, c.shape);
     const float *s = src.as<float>();
@@ -246,16 +271,18 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
         const int64_t tok = idv[b * n + i];
         k[size_t((b * total + past + i) * kHeadDim)] = float(tok);
         k[size_t((b * total + past + i) * kHeadDim + 1)] = 1.0f;
-        v[size_t((b * total + past + i) * kHeadDim)] = float(-tok);
+        v[size_t((b * total + past + i) * kHeadDim)] = float(2 * tok + 1);
       }
       for (int64_t i = 0; i < n; ++i) {
-        int64_t sum = 0, count = 0;
+        int64_t keySum = 0, valueSum = 0, count = 0;
         for (int64_t j = 0; j <= past + i; ++j)
           if (maskNow[size_t(b * total + j)]) {
-            sum += int64_t(k[size_t((b * total + j) * kHeadDim)]);
+            keySum += int64_t(k[size_t((b * total + j) * kHeadDim)]);
             count += int64_t(k[size_t((b * total + j) * kHeadDim + 1)]);
+            valueSum += int64_t(v[size_t((b * total + j) * kHeadDim)]);
           }
-        const int64_t next = nextToken(sum, count, idv[b * n + i]);
+        const int64_t next =
+            nextToken(keySum, valueSum, count, idv[b * n + i]);
         float *row = logits.data() + (b * n + i) * kVocab;
         for (int64_t t = 0; t < kVocab; ++t)
           row[t] = -float((t - next + kVocab) % kVocab);
@@ -282,10 +309,10 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
   // The device: a parity the outstanding step does not hold.
   if (ctx.launchAhead) {
     const int p = d->outstanding.empty() ? d->parity ^ 1
-                                         : d->outstanding.back().second ^ 1;
+                                         : d->outstanding.back().parity ^ 1;
     while (!d->outstanding.empty() &&
-           (d->outstanding.front().second == p || d->outstanding.size() >= 2))
-      d->finishStep(ctx);
+           (d->outstanding.front().parity == p || d->outstanding.size() >= 2))
+      d->finishOldest();
     d->parity = p;
   } else {
     d->drain();
@@ -340,10 +367,14 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
                         {presentShape[0], presentShape[1], presentShape[2],
                          presentShape[3]}};
   }
-  if (ctx.launchAhead)
-    d->outstanding.push_back({d->nextSeq - 1, p});
-  else
+  ++ctx.runs;
+  if (ctx.launchAhead) {
+    d->outstanding.push_back({d->nextSeq - 1, ctx.runs, p});
+    world->trace.maxOutstanding =
+        std::max(world->trace.maxOutstanding, d->outstanding.size());
+  } else {
     d->drain();
+  }
   return true;
 }
 
@@ -458,6 +489,9 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   EXPECT_EQ(sync.out, want);
   EXPECT_EQ(w.trace.aheadRuns, 0);
   EXPECT_EQ(w.trace.pickInputs, 0);
+  // The padded device cache was kept (no fallback through host memory).
+  EXPECT_EQ(sync.err.find("does not ignore"), std::string::npos) << sync.err;
+  ASSERT_EQ(w.trace.capacities.size(), 2u);
 
   Result ahead = generate(/*device=*/true, /*ahead=*/true, args);
   ASSERT_EQ(ahead.status, 0) << ahead.err;
@@ -467,6 +501,9 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   EXPECT_EQ(w.trace.aheadRuns, 18);
   EXPECT_EQ(w.trace.pickInputs, 18);
   EXPECT_EQ(w.trace.runs, 21);
+  // Each step was queued before the host waited for the one before.
+  EXPECT_EQ(w.trace.maxOutstanding, 2u);
+  EXPECT_EQ(ahead.err.find("does not ignore"), std::string::npos) << ahead.err;
   // The cache holds the prompt and every new token but the last.
   ASSERT_EQ(w.trace.capacities.size(), 2u);
   EXPECT_EQ(w.trace.capacities[0], int64_t(prompt.size()) + 20 - 1);

@@ -376,8 +376,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   };
   auto decodeAhead = [&]() -> bool {
     const int64_t *pending = nullptr; // the outstanding step's picks
+    int64_t pendingRun = 0;           // and its run (Context::runs)
     auto take = [&]() -> bool {
-      if (!ctx.backend->finishStep(ctx)) {
+      if (!ctx.backend->finishStep(ctx, pendingRun)) {
         error = ctx.error;
         return false;
       }
@@ -416,9 +417,11 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       ++cached;
       const int64_t *launched =
           outputs[size_t(logitsOutput)].as<int64_t>();
+      const int64_t run = ctx.runs;
       if (pending && !take())
         return false;
       pending = launched;
+      pendingRun = run;
     }
     return !pending || take();
   };

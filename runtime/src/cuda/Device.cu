@@ -59,6 +59,18 @@ Device::~Device() {
                    "reached after%s us of GPU time\n",
                    at.c_str());
     }
+    if (idleGaps > 0) {
+      std::string first;
+      for (double us : firstGaps)
+        first += " " + std::to_string(int(us + 0.5));
+      std::fprintf(stderr,
+                   "sparsec cuda profile: GPU idle between steps: %.1f us in "
+                   "all over %d gaps, %.1f us a replayed step; the first gaps"
+                   "%s us\n",
+                   idleUs, idleGaps,
+                   replayIdleGaps ? replayIdleUs / replayIdleGaps : 0.0,
+                   first.c_str());
+    }
     for (size_t i = 0; i < firstSteps.size(); ++i)
       std::fprintf(stderr,
                    "sparsec cuda profile: step %zu (%s): wall %.1f us, host "
@@ -78,6 +90,8 @@ Device::~Device() {
     cudaEventDestroy(e.first);
     cudaEventDestroy(e.second);
   }
+  if (epoch)
+    cudaEventDestroy(epoch);
   for (int p = 0; p < 2; ++p) {
     for (cudaEvent_t e : launchEvents[p])
       cudaEventDestroy(e);
@@ -393,7 +407,9 @@ Device *device(Context &ctx) {
                  cudaEventCreate(&d->stepStart[0]) == cudaSuccess &&
                  cudaEventCreate(&d->stepEnd[0]) == cudaSuccess &&
                  cudaEventCreate(&d->stepStart[1]) == cudaSuccess &&
-                 cudaEventCreate(&d->stepEnd[1]) == cudaSuccess;
+                 cudaEventCreate(&d->stepEnd[1]) == cudaSuccess &&
+                 cudaEventCreate(&d->epoch) == cudaSuccess &&
+                 cudaEventRecord(d->epoch, d->stream) == cudaSuccess;
   d->slots.resize(size_t(ctx.desc.numSlots > 0 ? ctx.desc.numSlots : 0));
   // Weights are uploaded on first use by a device op (the first step):
   // a hybrid model's CPU parts never reach the device.
@@ -1087,8 +1103,8 @@ std::string signature(const Context &ctx, const Device &d,
 }
 
 /// A step launched ahead in parity p: the pinned buffers the other parity
-/// has and p lacks are allocated now (outside any capture, and new, so no
-/// graph refers to them), so that p's first step can be captured at once.
+/// has and p lacks, or has smaller, are allocated now (outside any
+/// capture), so that p's first step can be captured at once.
 bool mirrorPinned(Context &ctx, Device &d) {
   const int p = d.parity;
   for (std::vector<PinnedBuffer> *sets : {d.staging, d.outputs}) {
@@ -1097,8 +1113,17 @@ bool mirrorPinned(Context &ctx, Device &d) {
     if (mine.size() < other.size())
       mine.resize(other.size());
     for (size_t i = 0; i < other.size(); ++i) {
-      if (mine[i].ptr || !other[i].ptr)
+      if (mine[i].bytes >= other[i].bytes)
         continue;
+      if (mine[i].ptr) {
+        // Smaller than the other parity's (it grew since): a graph of
+        // this parity may hold the old one. No step of this parity is
+        // outstanding (runStep waited for it).
+        d.dropGraphs();
+        cudaFreeHost(mine[i].ptr);
+        mine[i].ptr = nullptr;
+        mine[i].bytes = 0;
+      }
       if (cudaMallocHost(&mine[i].ptr, other[i].bytes) != cudaSuccess) {
         cudaGetLastError();
         mine[i].ptr = nullptr;
@@ -1127,7 +1152,7 @@ bool mirrorPinned(Context &ctx, Device &d) {
 /// Waits for every outstanding step and completes them in order.
 bool finishAll(Context &ctx, Device &d) {
   while (!d.outstanding.empty())
-    if (!d.finishStep(ctx))
+    if (!d.finishOldest(ctx))
       return false;
   return true;
 }
@@ -1244,8 +1269,27 @@ void completeStep(Context &ctx, Device &d, const Device::Outstanding &rec) {
     return;
   const int p = rec.parity;
   float gpuMs = 0;
-  if (rec.launched)
+  if (rec.launched) {
     cudaEventElapsedTime(&gpuMs, d.stepStart[p], d.stepEnd[p]);
+    // The GPU's idle time before this step: from the last step's end to
+    // this one's start (the host queued it late, or waited in between).
+    float startMs = 0, endMs = 0;
+    if (cudaEventElapsedTime(&startMs, d.epoch, d.stepStart[p]) == cudaSuccess &&
+        cudaEventElapsedTime(&endMs, d.epoch, d.stepEnd[p]) == cudaSuccess) {
+      if (d.lastEndMs >= 0) {
+        const double gapUs = std::max(0.0, 1e3 * (startMs - d.lastEndMs));
+        d.idleUs += gapUs;
+        ++d.idleGaps;
+        if (rec.kind == 2) {
+          d.replayIdleUs += gapUs;
+          ++d.replayIdleGaps;
+        }
+        if (d.firstGaps.size() < 2 * Device::kFirstSteps)
+          d.firstGaps.push_back(gapUs);
+      }
+      d.lastEndMs = endMs;
+    }
+  }
   cudaGetLastError();
   Device::StepTimes &t = d.times[rec.kind];
   const Clock::time_point now = Clock::now();
@@ -1278,7 +1322,16 @@ void completeStep(Context &ctx, Device &d, const Device::Outstanding &rec) {
 
 } // namespace
 
-bool Device::finishStep(Context &ctx) {
+bool Device::finishStep(Context &ctx, int64_t run) {
+  // Runs finish in order; one may already have finished early (a step
+  // that waited for every outstanding one).
+  while (!outstanding.empty() && outstanding.front().run <= run)
+    if (!finishOldest(ctx))
+      return false;
+  return true;
+}
+
+bool Device::finishOldest(Context &ctx) {
   if (outstanding.empty())
     return true;
   const Outstanding rec = outstanding.front();
@@ -1313,7 +1366,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
     while (!d.outstanding.empty() &&
            std::any_of(d.outstanding.begin(), d.outstanding.end(),
                        [&](const Device::Outstanding &o) { return o.parity == p; }))
-      if (!d.finishStep(ctx))
+      if (!d.finishOldest(ctx))
         return false;
     d.parity = p;
     if (!mirrorPinned(ctx, d))
@@ -1368,7 +1421,9 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
       ok = runEager(ctx, d, in, out, body);
       if (ok) {
         g.eagerAllocs = d.stepAllocs;
-        d.eagerAllocsByBase[signature(ctx, d, in, /*base=*/true)] = d.stepAllocs;
+        if (d.picksAsInputs) // only steps launched ahead look siblings up
+          d.eagerAllocsByBase[signature(ctx, d, in, /*base=*/true)] =
+              d.stepAllocs;
       }
     } else if (!g.captured) {
       kind = 1;
@@ -1398,6 +1453,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
              "reading the density counters"))
     return false;
   Device::Outstanding rec;
+  rec.run = ++ctx.runs;
   rec.parity = d.parity;
   rec.kind = kind;
   rec.launched = d.launched;
@@ -1407,9 +1463,11 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   if (ctx.launchAhead && !d.hostWaited) {
     // Left outstanding: finishStep (or the next step that needs this
     // parity, or one not launched ahead) waits for it.
+    if (!check(ctx, cudaEventRecord(d.stepDone[d.parity], d.stream),
+               "cudaEventRecord"))
+      return false;
     d.outstanding.push_back(rec);
-    return check(ctx, cudaEventRecord(d.stepDone[d.parity], d.stream),
-                 "cudaEventRecord");
+    return true;
   }
   // The only host synchronisation of a step: its outputs are complete
   // (and those of every outstanding step before it).

@@ -79,7 +79,9 @@ struct Device : Context::Backend {
   bool growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
                  Tensor &cache) override;
   bool deviceArgmax(Context &ctx, int index, Tensor &ids) override;
-  bool finishStep(Context &ctx) override;
+  bool finishStep(Context &ctx, int64_t run) override;
+  /// Waits for the oldest outstanding step and completes it.
+  bool finishOldest(Context &ctx);
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -98,6 +100,7 @@ struct Device : Context::Backend {
   /// Steps launched ahead whose completion the host has not yet waited
   /// for (oldest first; finishStep).
   struct Outstanding {
+    int64_t run = 0; // Context::runs
     int parity = 0, kind = 0;
     bool launched = false;
     size_t segments = 0;
@@ -242,6 +245,13 @@ struct Device : Context::Backend {
   std::vector<cudaEvent_t> launchEvents[2]; // per parity
   std::vector<double> launchUs;
   int launchSteps = 0;
+  /// SPARSEC_CUDA_PROFILE: the GPU's idle time between steps (from a
+  /// step's end to the next one's start, both timed against `epoch`),
+  /// summed over every step and over the replayed ones, and the first gaps.
+  cudaEvent_t epoch = nullptr;
+  double lastEndMs = -1, idleUs = 0, replayIdleUs = 0;
+  int idleGaps = 0, replayIdleGaps = 0;
+  std::vector<double> firstGaps;
   /// Programmatic dependent launches (their launch overlaps the kernel
   /// before; docs/GPU.md), where supported, by kind: the one-block norms
   /// and the decode attention, the dense decode GEMVs, the sparse decode

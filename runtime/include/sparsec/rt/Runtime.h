@@ -294,11 +294,11 @@ struct Context {
       (void)ctx, (void)index, (void)ids;
       return false;
     }
-    /// Waits for the oldest run made with `launchAhead` that has not been
-    /// finished and completes its accounting: its host outputs are valid
-    /// from then on. True (at once) when none is outstanding.
-    virtual bool finishStep(Context &ctx) {
-      (void)ctx;
+    /// Waits for run `run` (the value of Context::runs when it returned)
+    /// and every run before it, and completes their accounting: their host
+    /// outputs are valid from then on. True at once when they are done.
+    virtual bool finishStep(Context &ctx, int64_t run) {
+      (void)ctx, (void)run;
       return true;
     }
   };
@@ -318,6 +318,8 @@ struct Context {
   /// two runs are outstanding (a third waits for the first). x86 ignores
   /// it.
   bool launchAhead = false;
+  /// Runs a device backend has started (a run's id for finishStep).
+  int64_t runs = 0;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
   /// slot if needed). Returns false (and records an error) on failure.
