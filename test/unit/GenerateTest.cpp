@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "RunMain.h"
 #include "sparsec/rt/Runtime.h"
 
 #include "gtest/gtest.h"
@@ -38,6 +39,9 @@ using namespace sparsec::rt;
 namespace fs = std::filesystem;
 
 namespace {
+
+using test::MainResult;
+using test::runMain;
 
 constexpr int64_t kVocab = 256;
 constexpr int64_t kHeadDim = 2;
@@ -396,11 +400,6 @@ const IODesc kToyOutputs[] = {
      {"batch", "", "total", ""}, {-1, 1, -1, kHeadDim}}};
 const int64_t kToySlots[] = {-1};
 
-struct Result {
-  int status;
-  std::string out, err;
-};
-
 class GenerateTest : public testing::Test {
 protected:
   void SetUp() override {
@@ -417,7 +416,7 @@ protected:
 
   /// `generate` of the toy decoder: on the host, or on the simulated
   /// device with the ids input marked for device values (`ahead`) or not.
-  Result generate(bool device, bool ahead, std::vector<std::string> args) {
+  MainResult generate(bool device, bool ahead, std::vector<std::string> args) {
     w = World{};
     w.device = device;
     ModelDesc desc{};
@@ -429,18 +428,8 @@ protected:
     desc.numSlots = 1;
     desc.slotBytes = kToySlots;
     desc.run = toyRun;
-    args.insert(args.begin(), {"model", "generate"});
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    testing::internal::CaptureStdout();
-    testing::internal::CaptureStderr();
-    Result r;
-    r.status = modelMain(int(args.size()), argv.data(), desc);
-    r.out = testing::internal::GetCapturedStdout();
-    r.err = testing::internal::GetCapturedStderr();
-    return r;
+    args.insert(args.begin(), "generate");
+    return runMain(desc, std::move(args));
   }
 
   std::string promptFile(const std::vector<std::vector<int64_t>> &rows) {
@@ -480,11 +469,11 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   const std::string want = bytesOf(reference(seq, 20));
   const std::vector<std::string> args = {"--prompt", prompt, "--max-new-tokens", "20"};
 
-  Result host = generate(/*device=*/false, /*ahead=*/false, args);
+  MainResult host = generate(/*device=*/false, /*ahead=*/false, args);
   ASSERT_EQ(host.status, 0) << host.err;
   EXPECT_EQ(host.out, want);
 
-  Result sync = generate(/*device=*/true, /*ahead=*/false, args);
+  MainResult sync = generate(/*device=*/true, /*ahead=*/false, args);
   ASSERT_EQ(sync.status, 0) << sync.err;
   EXPECT_EQ(sync.out, want);
   EXPECT_EQ(w.trace.aheadRuns, 0);
@@ -493,7 +482,7 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   EXPECT_EQ(sync.err.find("does not ignore"), std::string::npos) << sync.err;
   ASSERT_EQ(w.trace.capacities.size(), 2u);
 
-  Result ahead = generate(/*device=*/true, /*ahead=*/true, args);
+  MainResult ahead = generate(/*device=*/true, /*ahead=*/true, args);
   ASSERT_EQ(ahead.status, 0) << ahead.err;
   EXPECT_EQ(ahead.out, want);
   // Prefill, the padded cache's check and the first decode step wait; the
@@ -519,13 +508,13 @@ TEST_F(GenerateTest, BatchLaunchedAhead) {
   for (const auto &r : rows)
     want += rowLine(reference(r, 12));
   for (bool ahead : {false, true}) {
-    Result r = generate(/*device=*/true, ahead,
+    MainResult r = generate(/*device=*/true, ahead,
                         {"--prompt-ids", file, "--max-new-tokens", "12"});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, want) << (ahead ? "launched ahead" : "waited for");
     EXPECT_EQ(w.trace.aheadRuns, ahead ? 10 : 0);
   }
-  Result host = generate(/*device=*/false, false,
+  MainResult host = generate(/*device=*/false, false,
                          {"--prompt-ids", file, "--max-new-tokens", "12"});
   ASSERT_EQ(host.status, 0) << host.err;
   EXPECT_EQ(host.out, want);
@@ -536,7 +525,7 @@ TEST_F(GenerateTest, StopsAtMaxSeqLenLaunchedAhead) {
   // launched ahead, and no step past the limit.
   const std::string prompt = "kvpage";
   std::vector<int64_t> seq(prompt.begin(), prompt.end());
-  Result r = generate(/*device=*/true, /*ahead=*/true,
+  MainResult r = generate(/*device=*/true, /*ahead=*/true,
                       {"--prompt", prompt, "--max-new-tokens", "30",
                        "--max-seq-len", "10"});
   ASSERT_EQ(r.status, 0) << r.err;
@@ -550,7 +539,7 @@ TEST_F(GenerateTest, OneOrTwoNewTokensNeverLaunchAhead) {
   const std::string prompt = "ab";
   std::vector<int64_t> seq(prompt.begin(), prompt.end());
   for (int64_t n : {1, 2}) {
-    Result r = generate(/*device=*/true, /*ahead=*/true,
+    MainResult r = generate(/*device=*/true, /*ahead=*/true,
                         {"--prompt", prompt, "--max-new-tokens", std::to_string(n)});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, bytesOf(reference(seq, n)));

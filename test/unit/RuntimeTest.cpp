@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "RunMain.h"
 #include "sparsec/rt/Runtime.h"
 
 #include "gtest/gtest.h"
@@ -931,27 +932,8 @@ const IODesc kOutputs[] = {
     {"y:0/out", DType::f32, 2, {2, -1}, {nullptr, "n"}, {0, 4}}};
 const int64_t kSlotBytes[] = {-1};
 
-/// Runs modelMain with `args` (argv[0] added), capturing stdout and stderr.
-struct MainResult {
-  int status;
-  std::string out, err;
-};
-
-MainResult runMain(const ModelDesc &desc, std::vector<std::string> args) {
-  args.insert(args.begin(), "model");
-  std::vector<char *> argv;
-  for (std::string &a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  int status = modelMain(int(args.size()), argv.data(), desc);
-  MainResult r;
-  r.status = status;
-  r.out = testing::internal::GetCapturedStdout();
-  r.err = testing::internal::GetCapturedStderr();
-  return r;
-}
+using test::MainResult;
+using test::runMain;
 
 /// A model whose weight pack sits next to the test binary (modelMain looks
 /// there), removed at the end of the test.
