@@ -261,6 +261,14 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     }
     return true;
   };
+  // Whether a greedy pick the device made is a token id.
+  auto validPick = [&](int64_t id) {
+    if (id >= 0 && (staticVocab <= 0 || id < staticVocab))
+      return true;
+    error = "the device's greedy pick " + std::to_string(id) +
+            " is outside the vocabulary";
+    return false;
+  };
   // The last position's pick (ids) or logits of each row, after a run.
   auto readLogits = [&](int64_t n) -> bool {
     const Tensor &logits = outputs[size_t(logitsOutput)];
@@ -268,11 +276,8 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       lastIds.clear();
       for (int64_t b = 0; b < batch; ++b) {
         const int64_t id = logits.as<int64_t>()[(b + 1) * n - 1];
-        if (id < 0 || (staticVocab > 0 && id >= staticVocab)) {
-          error = "the device's greedy pick " + std::to_string(id) +
-                  " is outside the vocabulary";
+        if (!validPick(id))
           return false;
-        }
         lastIds.push_back(id);
       }
       return true;
@@ -383,11 +388,8 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         return false;
       }
       for (int64_t b = 0; b < batch; ++b)
-        if (pending[b] < 0 || (staticVocab > 0 && pending[b] >= staticVocab)) {
-          error = "the device's greedy pick " + std::to_string(pending[b]) +
-                  " is outside the vocabulary";
+        if (!validPick(pending[b]))
           return false;
-        }
       const int64_t *ids = pending;
       pending = nullptr;
       record([&](int64_t b) { return ids[b]; });
@@ -434,7 +436,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     }
     std::string where = "step " + std::to_string(generated) + ": ";
     if (canAhead()) {
-      if (!decodeAhead())
+      if (!decodeAhead()) // `where` names the step the run started at
         return reportError("step " + std::to_string(generated) + ": " + error);
       continue;
     }
