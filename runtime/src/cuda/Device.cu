@@ -623,6 +623,31 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
 }
 
 namespace {
+cudaError_t deviceAlloc(void **p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t deviceFree(void *p) { return cudaFree(p); }
+cudaError_t pinnedAlloc(void **p, size_t n) { return cudaMallocHost(p, n); }
+cudaError_t pinnedFree(void *p) { return cudaFreeHost(p); }
+
+/// Replaces `buf` with `bytes` of new memory from `alloc`, `release`
+/// freeing the old one: the caller has made sure that no queued work and no
+/// graph still uses it. Unlike `grow`, not an allocation of the step.
+template <typename Buf>
+bool reallocate(Context &ctx, Buf &buf, size_t bytes,
+                cudaError_t (*alloc)(void **, size_t),
+                cudaError_t (*release)(void *), const char *what) {
+  if (buf.ptr)
+    release(buf.ptr);
+  buf = Buf{};
+  if (alloc(&buf.ptr, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    buf.ptr = nullptr;
+    return ctx.fail("CUDA: cannot allocate " + std::to_string(bytes) +
+                    " bytes " + what);
+  }
+  buf.bytes = bytes;
+  return true;
+}
+
 /// Queues the step's downloads (after its last graph launch, outside any
 /// capture): an argmax kernel and its ids' copy, or the whole output.
 bool flushDownloads(Context &ctx, Device &d) {
@@ -640,31 +665,18 @@ bool flushDownloads(Context &ctx, Device &d) {
           if (!check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
             return false;
           d.dropGraphs();
-          cudaFree(d.argmaxIds.ptr);
         }
-        d.argmaxIds = DeviceBuffer{};
-        if (cudaMalloc(&d.argmaxIds.ptr, p.bytes) != cudaSuccess) {
-          cudaGetLastError();
-          d.argmaxIds.ptr = nullptr;
-          return ctx.fail("CUDA: cannot allocate " + std::to_string(p.bytes) +
-                          " bytes for an output's argmax");
-        }
-        d.argmaxIds.bytes = p.bytes;
+        if (!reallocate(ctx, d.argmaxIds, p.bytes, deviceAlloc, deviceFree,
+                        "for an output's argmax"))
+          return false;
       }
       if (p.bytes > host.bytes) {
-        if (host.ptr) {
-          if (!check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
-            return false;
-          cudaFreeHost(host.ptr);
-        }
-        host = PinnedBuffer{};
-        if (cudaMallocHost(&host.ptr, p.bytes) != cudaSuccess) {
-          cudaGetLastError();
-          host.ptr = nullptr;
-          return ctx.fail("CUDA: cannot allocate " + std::to_string(p.bytes) +
-                          " bytes for an output's argmax");
-        }
-        host.bytes = p.bytes;
+        if (host.ptr &&
+            !check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
+          return false;
+        if (!reallocate(ctx, host, p.bytes, pinnedAlloc, pinnedFree,
+                        "for an output's argmax"))
+          return false;
       }
       p.out->data = host.ptr;
       int64_t *ids = static_cast<int64_t *>(d.argmaxIds.ptr);
@@ -1107,46 +1119,28 @@ std::string signature(const Context &ctx, const Device &d,
 /// capture), so that p's first step can be captured at once.
 bool mirrorPinned(Context &ctx, Device &d) {
   const int p = d.parity;
+  // No step of this parity is outstanding (runStep waited for it).
+  auto mirror = [&](PinnedBuffer &mine, const PinnedBuffer &other) {
+    return mine.bytes >= other.bytes ||
+           reallocate(ctx, mine, other.bytes, pinnedAlloc, pinnedFree,
+                      "of pinned host memory for a step launched ahead");
+  };
   for (std::vector<PinnedBuffer> *sets : {d.staging, d.outputs}) {
     std::vector<PinnedBuffer> &mine = sets[p];
     const std::vector<PinnedBuffer> &other = sets[p ^ 1];
     if (mine.size() < other.size())
       mine.resize(other.size());
     for (size_t i = 0; i < other.size(); ++i) {
-      if (mine[i].bytes >= other[i].bytes)
-        continue;
-      if (mine[i].ptr) {
-        // Smaller than the other parity's (it grew since): a graph of
-        // this parity may hold the old one. No step of this parity is
-        // outstanding (runStep waited for it).
+      // Smaller than the other parity's (it grew since): a graph of this
+      // parity may hold the old one.
+      if (mine[i].ptr && mine[i].bytes < other[i].bytes)
         d.dropGraphs();
-        cudaFreeHost(mine[i].ptr);
-        mine[i].ptr = nullptr;
-        mine[i].bytes = 0;
-      }
-      if (cudaMallocHost(&mine[i].ptr, other[i].bytes) != cudaSuccess) {
-        cudaGetLastError();
-        mine[i].ptr = nullptr;
-        return ctx.fail("CUDA: cannot allocate " +
-                        std::to_string(other[i].bytes) +
-                        " bytes of pinned host memory for a step launched "
-                        "ahead");
-      }
-      mine[i].bytes = other[i].bytes;
+      if (!mirror(mine[i], other[i]))
+        return false;
     }
   }
-  PinnedBuffer &picks = d.argmaxHost[p];
-  const PinnedBuffer &otherPicks = d.argmaxHost[p ^ 1];
-  if (!picks.ptr && otherPicks.ptr) {
-    if (cudaMallocHost(&picks.ptr, otherPicks.bytes) != cudaSuccess) {
-      cudaGetLastError();
-      picks.ptr = nullptr;
-      return ctx.fail("CUDA: cannot allocate pinned host memory for a step "
-                      "launched ahead");
-    }
-    picks.bytes = otherPicks.bytes;
-  }
-  return true;
+  // The picks' host copy: no graph holds it; flushDownloads grows it.
+  return d.argmaxHost[p].ptr || mirror(d.argmaxHost[p], d.argmaxHost[p ^ 1]);
 }
 
 /// Waits for every outstanding step and completes them in order.
@@ -1363,8 +1357,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   if (ctx.launchAhead) {
     const int p = d.outstanding.empty() ? d.parity ^ 1
                                         : d.outstanding.back().parity ^ 1;
-    while (!d.outstanding.empty() &&
-           std::any_of(d.outstanding.begin(), d.outstanding.end(),
+    while (std::any_of(d.outstanding.begin(), d.outstanding.end(),
                        [&](const Device::Outstanding &o) { return o.parity == p; }))
       if (!d.finishOldest(ctx))
         return false;
