@@ -29,9 +29,9 @@ agreement also reported):
     (SPARSEC_CUDA_SPLIT=0), attention merged through memory
     (SPARSEC_CUDA_ATTN_CLUSTER=0), the cached past read after the
     attention's wait (SPARSEC_CUDA_ATTN_PREFETCH=0) and greedy picks on the
-    host (SPARSEC_CUDA_ARGMAX=0) and decode steps launched ahead, their ids
-    the device's picks (SPARSEC_CUDA_AHEAD=1); the default's steps must be
-    replayed.
+    host (SPARSEC_CUDA_ARGMAX=0) and each decode step waited for
+    (SPARSEC_CUDA_AHEAD=0; by default a step is launched ahead, its ids the
+    device's picks); the default's steps must be replayed.
 """
 import argparse
 import glob
@@ -523,7 +523,7 @@ def run(args):
                 ("attention merged through memory", {"SPARSEC_CUDA_ATTN_CLUSTER": "0"}),
                 ("the past read after the wait", {"SPARSEC_CUDA_ATTN_PREFETCH": "0"}),
                 ("greedy picks on the host", {"SPARSEC_CUDA_ARGMAX": "0"}),
-                ("steps launched ahead", {"SPARSEC_CUDA_AHEAD": "1"}))
+                ("each step waited for", {"SPARSEC_CUDA_AHEAD": "0"}))
     for name in ("kv_f16", "kv_pred_f16", "kv_exact"):
         if name in have:
             for what, env in switches:

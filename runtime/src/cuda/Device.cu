@@ -391,9 +391,9 @@ Device *device(Context &ctx) {
   // (by default only its argmax does).
   if (const char *p = std::getenv("SPARSEC_CUDA_ARGMAX"))
     d->argmaxOnDevice = std::strcmp(p, "0") != 0;
-  // SPARSEC_CUDA_AHEAD=1: the device's picks are offered as the next
-  // step's input, so `generate` launches each step before the one before
-  // has finished (by default it waits for each).
+  // SPARSEC_CUDA_AHEAD=0: the device's picks are not offered as the next
+  // step's input, so `generate` waits for each step before it launches the
+  // next (by default it launches each before the one before has finished).
   if (const char *p = std::getenv("SPARSEC_CUDA_AHEAD"))
     d->picksAsInputs = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
@@ -541,6 +541,9 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
   if (size_t(site) >= staging.size())
     staging.resize(size_t(site) + 1);
   size_t bytes = x.bytes();
+  if (size_t(site) >= d.stepStaging.size())
+    d.stepStaging.resize(size_t(site) + 1, 0);
+  d.stepStaging[size_t(site)] = std::max(d.stepStaging[size_t(site)], bytes);
   if (!d.ensurePinned(ctx, staging[size_t(site)], bytes, "an upload") ||
       !d.ensure(ctx, d.uploads[size_t(site)], bytes, "an upload"))
     return false;
@@ -593,6 +596,10 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
   // The whole output's pinned buffer in either case: the step makes the
   // same allocations whether the argmax or the output comes back, so one
   // captured graph replays for both.
+  if (size_t(index) >= d.stepOutputs.size())
+    d.stepOutputs.resize(size_t(index) + 1, 0);
+  d.stepOutputs[size_t(index)] =
+      std::max(d.stepOutputs[size_t(index)], x.bytes());
   if (!d.ensurePinned(ctx, outputs[size_t(index)], x.bytes(), "an output"))
     return false;
   Device::PendingDownload p;
@@ -1114,33 +1121,36 @@ std::string signature(const Context &ctx, const Device &d,
   return key;
 }
 
-/// A step launched ahead in parity p: the pinned buffers the other parity
-/// has and p lacks, or has smaller, are allocated now (outside any
-/// capture), so that p's first step can be captured at once.
-bool mirrorPinned(Context &ctx, Device &d) {
+/// A step launched ahead in parity p, captured at once after its sibling
+/// `run` ran eagerly: p's pinned buffers grow to what that run asked for
+/// (outside any capture). Only to that: the other parity's may be far
+/// larger (a prefill's logits), and pinning them cost a decode step's
+/// first ahead launch 10-27 ms of GPU idle time.
+bool mirrorPinned(Context &ctx, Device &d, const Device::EagerRun &run) {
   const int p = d.parity;
   // No step of this parity is outstanding (runStep waited for it).
-  auto mirror = [&](PinnedBuffer &mine, const PinnedBuffer &other) {
-    return mine.bytes >= other.bytes ||
-           reallocate(ctx, mine, other.bytes, pinnedAlloc, pinnedFree,
-                      "of pinned host memory for a step launched ahead");
-  };
-  for (std::vector<PinnedBuffer> *sets : {d.staging, d.outputs}) {
-    std::vector<PinnedBuffer> &mine = sets[p];
-    const std::vector<PinnedBuffer> &other = sets[p ^ 1];
-    if (mine.size() < other.size())
-      mine.resize(other.size());
-    for (size_t i = 0; i < other.size(); ++i) {
-      // Smaller than the other parity's (it grew since): a graph of this
-      // parity may hold the old one.
-      if (mine[i].ptr && mine[i].bytes < other[i].bytes)
+  const std::pair<std::vector<PinnedBuffer> *, const std::vector<size_t> *>
+      sets[] = {{&d.staging[p], &run.staging}, {&d.outputs[p], &run.outputs}};
+  for (const auto &[mine, need] : sets) {
+    if (mine->size() < need->size())
+      mine->resize(need->size());
+    for (size_t i = 0; i < need->size(); ++i) {
+      PinnedBuffer &b = (*mine)[i];
+      if (b.bytes >= (*need)[i])
+        continue;
+      // Smaller than needed: a graph of this parity may hold the old one.
+      if (b.ptr)
         d.dropGraphs();
-      if (!mirror(mine[i], other[i]))
+      if (!reallocate(ctx, b, (*need)[i], pinnedAlloc, pinnedFree,
+                      "of pinned host memory for a step launched ahead"))
         return false;
     }
   }
   // The picks' host copy: no graph holds it; flushDownloads grows it.
-  return d.argmaxHost[p].ptr || mirror(d.argmaxHost[p], d.argmaxHost[p ^ 1]);
+  const PinnedBuffer &other = d.argmaxHost[p ^ 1];
+  return d.argmaxHost[p].ptr || !other.ptr ||
+         reallocate(ctx, d.argmaxHost[p], other.bytes, pinnedAlloc, pinnedFree,
+                    "of pinned host memory for a step launched ahead");
 }
 
 /// Waits for every outstanding step and completes them in order.
@@ -1362,8 +1372,6 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
       if (!d.finishOldest(ctx))
         return false;
     d.parity = p;
-    if (!mirrorPinned(ctx, d))
-      return false;
   } else {
     if (!finishAll(ctx, d))
       return false;
@@ -1376,6 +1384,8 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   const Clock::time_point t0 = Clock::now();
   d.launched = false;
   d.stepAllocs = 0;
+  d.stepStaging.clear();
+  d.stepOutputs.clear();
   d.hostWaited = false;
   // The cache rows the last step appended move first (outside any
   // capture: the destinations change every step); the profile counts
@@ -1404,9 +1414,11 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
       // one uses (and mirrorPinned the pinned ones), so capture at once
       // (each eager or captured step of an OPT-6.7B decode costs 1-2 ms
       // more than a replay).
-      auto it = d.eagerAllocsByBase.find(signature(ctx, d, in, /*base=*/true));
-      if (it != d.eagerAllocsByBase.end()) {
-        g.eagerAllocs = it->second;
+      auto it = d.eagerRunsByBase.find(signature(ctx, d, in, /*base=*/true));
+      if (it != d.eagerRunsByBase.end()) {
+        if (!mirrorPinned(ctx, d, it->second))
+          return false;
+        g.eagerAllocs = it->second.allocs;
         g.seen = 2;
       }
     }
@@ -1415,8 +1427,8 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
       if (ok) {
         g.eagerAllocs = d.stepAllocs;
         if (d.picksAsInputs) // only steps launched ahead look siblings up
-          d.eagerAllocsByBase[signature(ctx, d, in, /*base=*/true)] =
-              d.stepAllocs;
+          d.eagerRunsByBase[signature(ctx, d, in, /*base=*/true)] =
+              Device::EagerRun{d.stepAllocs, d.stepStaging, d.stepOutputs};
       }
     } else if (!g.captured) {
       kind = 1;

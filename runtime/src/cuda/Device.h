@@ -191,9 +191,18 @@ struct Device : Context::Backend {
   bool countsDensity = false;
 
   std::map<std::string, GraphEntry> graphs;
-  /// Allocations of the last eager run by signature without its parity and
-  /// picks flags: a sibling signature is captured at its first step.
-  std::map<std::string, size_t> eagerAllocsByBase;
+  /// What the last eager run of a signature needed, by the signature
+  /// without its parity and picks flags: a sibling signature is captured at
+  /// its first step, its pinned buffers grown to these sizes beforehand
+  /// (not to the other parity's, which a prefill may have made far larger).
+  struct EagerRun {
+    size_t allocs = 0;
+    std::vector<size_t> staging, outputs; // bytes by upload site / output
+  };
+  std::map<std::string, EagerRun> eagerRunsByBase;
+  /// The pinned bytes the current step asked for, by upload site and by
+  /// output (what an EagerRun records).
+  std::vector<size_t> stepStaging, stepOutputs;
   bool graphsEnabled = true;
   /// SPARSEC_CUDA_PROFILE=1: per-step host / GPU / wall time by step kind,
   /// printed to stderr when the model is destroyed.
@@ -266,10 +275,9 @@ struct Device : Context::Backend {
   /// output back and leaves the pick to the host.
   bool argmaxOnDevice = true;
   /// deviceArgmax offers the picks as the next step's input, so `generate`
-  /// launches steps ahead (SPARSEC_CUDA_AHEAD=1; off by default: on the
-  /// H200 the GPU still idled about 10 ms a 128-token OPT-6.7B decode
-  /// that it does not when each step is waited for, docs/GPU.md).
-  bool picksAsInputs = false;
+  /// launches each greedy decode step before the one before has finished
+  /// (SPARSEC_CUDA_AHEAD=0 waits for each instead).
+  bool picksAsInputs = true;
   /// A capture or replay was abandoned mid-step (an allocation differs, or
   /// a segment failed to capture): the step body returns false without an
   /// error and runStep reruns it eagerly.

@@ -1225,7 +1225,9 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
     if (d.argmaxWidth > V)
       return ctx.fail("embedding: the device's greedy picks range over " +
                       std::to_string(d.argmaxWidth) + " ids, more than the "
-                      "table's " + std::to_string(V) + " rows");
+                      "table's " + std::to_string(V) +
+                      " rows (SPARSEC_CUDA_AHEAD=0 checks each pick on the "
+                      "host instead)");
   } else {
     // ids live on the host: checked there, then uploaded.
     const int64_t *hp = ids.as<int64_t>();
