@@ -27,7 +27,10 @@
 // it does), and down and up over "fresh" sets, each call of the graph taking
 // the next of 64 sets drawn from the same frequencies, so that rows not hot
 // enough to stay in the L2 come from DRAM (the other columns reuse one set,
-// whose rows the L2 keeps from call to call).
+// whose rows the L2 keeps from call to call). "early": down and up launched
+// as a decode step launches them, each a programmatic dependent launch
+// whose blocks start while the call before finishes and wait for it
+// before they read the set, h or x (cuBLAS and cuSPARSE launch normally).
 //
 //   sparsec-bench-decode-kernels [--d 4096] [--ffn 16384] [--tokens 1]
 //                                [--sparsity S]   (S alone, no FFN step)
@@ -131,9 +134,9 @@ int main(int argc, char **argv) {
               "come from DRAM); the other sparsec columns reuse one set, whose rows "
               "stay in the L2 from call to call.\n\n", kFreshSets);
   std::printf("| sparsity | active | cuBLAS dense | cuSPARSE CSR | cuBLAS pre-gathered | "
-              "sparsec down | down, fresh | sparsec up | up, fresh | sparsec index | "
-              "sparsec exact step | bound | down err |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "sparsec down | down, fresh | down, early | sparsec up | up, fresh | "
+              "up, early | sparsec index | sparsec exact step | bound | down err |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   bool ok = true;
   std::vector<double> sparsities = {0.5, 0.9, 0.97, 0.99};
   if (only >= 0)
@@ -264,12 +267,33 @@ int main(int argc, char **argv) {
     down();
     std::vector<float> yDown = download(dY, size_t(tokens) * d);
     double err = relErr(yDown, yRef);
+    auto downEarly = [&] {
+      sparseDown<__half>(dH, tokens, f, dW, d, ix, dY, stream, 0, nullptr,
+                         /*early=*/true);
+    };
+    double downEarlyUs = timeUs(downEarly, g);
+    // The early launch's result too (after a normal kernel: the memset).
+    CHECK_CUDA(cudaMemsetAsync(dY, 0, sizeof(float) * tokens * d, stream));
+    downEarly();
+    err = std::max(err, relErr(download(dY, size_t(tokens) * d), yRef));
     double upUs = timeUs([&] {
       sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream);
     }, g);
-    // The up result against a double-precision product on the set.
-    sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream);
-    {
+    double upEarlyUs = timeUs([&] {
+      sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream,
+                       nullptr, nullptr, /*early=*/true);
+    }, g);
+    // The up result against a double-precision product on the set (early
+    // and normal launches each write it in turn; checked after both).
+    CHECK_CUDA(cudaMemsetAsync(dHUp, 0, sizeof(float) * tokens * f, stream));
+    sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream,
+                     nullptr, nullptr, /*early=*/true);
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) {
+        CHECK_CUDA(cudaMemsetAsync(dHUp, 0, sizeof(float) * tokens * f, stream));
+        sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{},
+                         stream);
+      }
       std::vector<float> got = download(dHUp, size_t(tokens) * f);
       double errUp = 0;
       for (int t = 0; t < tokens; ++t)
@@ -281,7 +305,8 @@ int main(int argc, char **argv) {
           errUp = std::max(errUp, std::fabs(ref - got[size_t(t) * f + j]) / (1.0 + std::fabs(ref)));
         }
       if (errUp > 1e-4) {
-        std::printf("up: relative error %.1e against the reference\n", errUp);
+        std::printf("up (%s launch): relative error %.1e against the reference\n",
+                    pass ? "normal" : "early", errUp);
         ok = false;
       }
     }
@@ -317,10 +342,12 @@ int main(int argc, char **argv) {
       std::snprintf(buf, sizeof(buf), "%.1f", us);
       return std::string(buf);
     };
-    std::printf("| %.0f %% | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1e |\n",
+    std::printf("| %.0f %% | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
+                "%.1f | %.1e |\n",
                 sparsity * 100, nnz, cell(denseUs).c_str(), cell(sparseUs).c_str(),
                 cell(gatheredUs).c_str(), cell(downUs).c_str(), cell(downFreshUs).c_str(),
-                cell(upUs).c_str(), cell(upFreshUs).c_str(), cell(indexUs).c_str(),
+                cell(downEarlyUs).c_str(), cell(upUs).c_str(), cell(upFreshUs).c_str(),
+                cell(upEarlyUs).c_str(), cell(indexUs).c_str(),
                 cell(exactUs).c_str(), bound, std::max(err, errExact));
 
     cudaFree(dHAll);
