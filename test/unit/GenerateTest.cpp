@@ -206,6 +206,7 @@ struct FakeDevice : Context::Backend {
 /// Which backend the run function creates, and what it saw.
 struct World {
   bool device = false;
+  bool keepsPicks = true; // the device honours Context::argmaxAlso
   Trace trace;
 };
 World *world = nullptr;
@@ -251,6 +252,8 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
   }
   const float *kDev = pastK.as<float>(), *vDev = pastV.as<float>();
   const bool argmax = ctx.argmaxOutput == 0 && d;
+  // Context::argmaxAlso: the logits come back and the picks stay too.
+  const bool keep = !argmax && ctx.argmaxAlso == 0 && d && world->keepsPicks;
 
   // The work itself, on whatever the inputs hold when it runs.
   auto compute = [=](std::vector<float> &logits, std::vector<float> &k,
@@ -336,20 +339,21 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
                             ctx.residentOutputs.size() > 2 && ctx.residentOutputs[2]};
   d->present[0].resize(size_t(B * total * kHeadDim));
   d->present[1].resize(size_t(B * total * kHeadDim));
-  if (argmax && d->picks.size() != size_t(B * n)) {
+  if ((argmax || keep) && d->picks.size() != size_t(B * n)) {
     d->drain(); // the picks' buffer grows before the step, not under it
     d->picks.assign(size_t(B * n), 0);
   }
   d->enqueue([=] {
     std::vector<float> logits;
     std::vector<int64_t> rowPicks;
-    compute(logits, d->present[0], d->present[1], argmax ? &rowPicks : nullptr);
-    if (argmax) {
+    compute(logits, d->present[0], d->present[1],
+            argmax || keep ? &rowPicks : nullptr);
+    if (argmax || keep)
       d->picks = rowPicks; // same size every decode step: no reallocation
+    if (argmax)
       d->hostIds[p] = rowPicks;
-    } else {
+    else
       d->hostLogits[p] = logits;
-    }
     for (int o = 0; o < 2; ++o)
       if (!resident[o])
         d->hostPresent[p][size_t(o)] = d->present[size_t(o)];
@@ -360,7 +364,9 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
     d->picksCols = n;
     out[0] = Tensor{d->hostIds[p].data(), DType::i64, 2, {B, n}};
   } else {
-    d->picked = false;
+    d->picked = keep;
+    d->picksRows = B;
+    d->picksCols = n;
     out[0] = Tensor{d->hostLogits[p].data(), DType::f32, 3,
                     {logitsShape[0], logitsShape[1], logitsShape[2]}};
   }
@@ -416,9 +422,11 @@ protected:
 
   /// `generate` of the toy decoder: on the host, or on the simulated
   /// device with the ids input marked for device values (`ahead`) or not.
-  MainResult generate(bool device, bool ahead, std::vector<std::string> args) {
+  MainResult generate(bool device, bool ahead, std::vector<std::string> args,
+                      bool keepsPicks = true) {
     w = World{};
     w.device = device;
+    w.keepsPicks = keepsPicks;
     ModelDesc desc{};
     desc.name = "toy";
     desc.numInputs = 4;
@@ -485,10 +493,10 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   MainResult ahead = generate(/*device=*/true, /*ahead=*/true, args);
   ASSERT_EQ(ahead.status, 0) << ahead.err;
   EXPECT_EQ(ahead.out, want);
-  // Prefill, the padded cache's check and the first decode step wait; the
-  // other 18 steps take the picks of the step before, launched ahead.
-  EXPECT_EQ(w.trace.aheadRuns, 18);
-  EXPECT_EQ(w.trace.pickInputs, 18);
+  // Prefill and the padded cache's check wait; the 19 decode steps take
+  // the picks of the step before (the first, the check's), launched ahead.
+  EXPECT_EQ(w.trace.aheadRuns, 19);
+  EXPECT_EQ(w.trace.pickInputs, 19);
   EXPECT_EQ(w.trace.runs, 21);
   // Each step was queued before the host waited for the one before.
   EXPECT_EQ(w.trace.maxOutstanding, 2u);
@@ -498,6 +506,31 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   EXPECT_EQ(w.trace.capacities[0], int64_t(prompt.size()) + 20 - 1);
   EXPECT_EQ(w.trace.grows, 0);
   EXPECT_NE(ahead.err.find("20 new;"), std::string::npos) << ahead.err;
+
+  // A device that keeps no picks of the check (Context::argmaxAlso
+  // ignored): the first decode step waits, the other 18 go ahead.
+  MainResult later = generate(/*device=*/true, /*ahead=*/true, args,
+                              /*keepsPicks=*/false);
+  ASSERT_EQ(later.status, 0) << later.err;
+  EXPECT_EQ(later.out, want);
+  EXPECT_EQ(w.trace.aheadRuns, 18);
+  EXPECT_EQ(w.trace.pickInputs, 18);
+  EXPECT_EQ(w.trace.runs, 21);
+}
+
+TEST_F(GenerateTest, SamplingNeverLaunchesAhead) {
+  // Seeded sampling picks on the host from the logits: no step takes the
+  // device's picks, and the same seed gives the same bytes as the host.
+  const std::vector<std::string> args = {"--prompt", "sparse", "--max-new-tokens",
+                                         "12", "--temperature", "0.8",
+                                         "--seed", "7"};
+  MainResult host = generate(/*device=*/false, /*ahead=*/false, args);
+  ASSERT_EQ(host.status, 0) << host.err;
+  MainResult dev = generate(/*device=*/true, /*ahead=*/true, args);
+  ASSERT_EQ(dev.status, 0) << dev.err;
+  EXPECT_EQ(dev.out, host.out);
+  EXPECT_EQ(w.trace.aheadRuns, 0);
+  EXPECT_EQ(w.trace.pickInputs, 0);
 }
 
 TEST_F(GenerateTest, BatchLaunchedAhead) {
@@ -512,7 +545,7 @@ TEST_F(GenerateTest, BatchLaunchedAhead) {
                         {"--prompt-ids", file, "--max-new-tokens", "12"});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, want) << (ahead ? "launched ahead" : "waited for");
-    EXPECT_EQ(w.trace.aheadRuns, ahead ? 10 : 0);
+    EXPECT_EQ(w.trace.aheadRuns, ahead ? 11 : 0);
   }
   MainResult host = generate(/*device=*/false, false,
                          {"--prompt-ids", file, "--max-new-tokens", "12"});
@@ -521,7 +554,7 @@ TEST_F(GenerateTest, BatchLaunchedAhead) {
 }
 
 TEST_F(GenerateTest, StopsAtMaxSeqLenLaunchedAhead) {
-  // 6 prompt bytes, room for 10 positions: 4 new tokens, the last two
+  // 6 prompt bytes, room for 10 positions: 4 new tokens, the last three
   // launched ahead, and no step past the limit.
   const std::string prompt = "kvpage";
   std::vector<int64_t> seq(prompt.begin(), prompt.end());
@@ -531,11 +564,11 @@ TEST_F(GenerateTest, StopsAtMaxSeqLenLaunchedAhead) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, bytesOf(reference(seq, 4)));
   EXPECT_NE(r.err.find("stopped at --max-seq-len 10"), std::string::npos) << r.err;
-  EXPECT_EQ(w.trace.aheadRuns, 2);
+  EXPECT_EQ(w.trace.aheadRuns, 3);
   EXPECT_EQ(w.trace.runs, 5);
 }
 
-TEST_F(GenerateTest, OneOrTwoNewTokensNeverLaunchAhead) {
+TEST_F(GenerateTest, OneNewTokenNeverLaunchesAhead) {
   const std::string prompt = "ab";
   std::vector<int64_t> seq(prompt.begin(), prompt.end());
   for (int64_t n : {1, 2}) {
@@ -543,7 +576,8 @@ TEST_F(GenerateTest, OneOrTwoNewTokensNeverLaunchAhead) {
                         {"--prompt", prompt, "--max-new-tokens", std::to_string(n)});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, bytesOf(reference(seq, n)));
-    EXPECT_EQ(w.trace.aheadRuns, 0);
+    // The first token comes from the prefill; a second one is one step.
+    EXPECT_EQ(w.trace.aheadRuns, n - 1);
   }
 }
 

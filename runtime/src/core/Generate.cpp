@@ -374,8 +374,12 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   // cache would have to grow (the caller's loop goes on).
   const bool aheadInput = desc.inputs[idsInput].deviceValues;
   Tensor picks;
+  // Greedy only: the device's picks must be the tokens recorded (after the
+  // cache check, the host picked them from the same logits the device
+  // did; both take the first largest value).
   auto canAhead = [&] {
-    return deviceCache && idsOnly && aheadInput && cached + 1 <= capacity &&
+    return deviceCache && opts.temperature <= 0.0 && aheadInput &&
+           cached + 1 <= capacity &&
            ctx.backend->deviceArgmax(ctx, logitsOutput, picks) &&
            picks.rank == 2 && picks.shape[0] == batch && picks.shape[1] == 1;
   };
@@ -485,7 +489,14 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                                             cached, capacity, slot.device);
         if (!ok)
           return reportError(where + ctx.error);
-        if (!step(len - 1, true))
+        // Greedy: the check's logits come back whole, and a device backend
+        // also keeps their argmax (the first new token), so that the first
+        // decode step can be launched ahead with it.
+        if (opts.temperature <= 0.0)
+          ctx.argmaxAlso = logitsOutput;
+        const bool checked = step(len - 1, true);
+        ctx.argmaxAlso = -1;
+        if (!checked)
           return reportError(where + error);
         float diff = 0, scale = 1;
         for (size_t i = 0; i < reference.size(); ++i) {

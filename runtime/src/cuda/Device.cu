@@ -604,20 +604,33 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
     return false;
   Device::PendingDownload p;
   p.src = x.as<float>();
-  if (d.argmaxOnDevice && index == ctx.argmaxOutput &&
-      x.dtype == DType::f32 && x.rank >= 1 && x.shape[x.rank - 1] > 0) {
-    // Only each row's argmax comes back (greedy decoding): one int64 a
-    // row instead of the row. Its buffers grow in flushDownloads, which
-    // points `out` at the ids.
+  const bool picks = d.argmaxOnDevice && x.dtype == DType::f32 &&
+                     x.rank >= 1 && x.shape[x.rank - 1] > 0 &&
+                     (index == ctx.argmaxOutput ||
+                      (index == ctx.argmaxAlso && d.picksAsInputs));
+  if (picks) {
     p.argmax = true;
     p.index = index;
     p.width = x.shape[x.rank - 1];
     p.rows = x.numel() / p.width;
+    p.picks = Tensor{nullptr, DType::i64, x.rank - 1, {}};
+    for (int r = 0; r + 1 < x.rank; ++r)
+      p.picks.shape[r] = x.shape[r];
+  }
+  if (picks && index != ctx.argmaxOutput) {
+    // The whole output comes back, and each row's argmax stays on the
+    // device for deviceArgmax (Context::argmaxAlso).
+    p.whole = true;
+    p.bytes = x.bytes();
+    out = x;
+    out.data = outputs[size_t(index)].ptr;
+  } else if (picks) {
+    // Only each row's argmax comes back (greedy decoding): one int64 a
+    // row instead of the row. Its buffers grow in flushDownloads, which
+    // points `out` at the ids.
     p.bytes = sizeof(int64_t) * size_t(p.rows);
     p.out = &out;
-    out = Tensor{nullptr, DType::i64, x.rank - 1, {}};
-    for (int r = 0; r + 1 < x.rank; ++r)
-      out.shape[r] = x.shape[r];
+    out = p.picks;
   } else {
     p.bytes = x.bytes();
     out = x;
@@ -667,34 +680,38 @@ bool flushDownloads(Context &ctx, Device &d) {
       // the stream's earlier work may still use it. The first allocation
       // needs neither (each costs an OPT-6.7B decode step about 1.5 ms).
       PinnedBuffer &host = d.argmaxHost[d.parity];
-      if (p.bytes > d.argmaxIds.bytes) {
+      const size_t idsBytes = sizeof(int64_t) * size_t(p.rows);
+      if (idsBytes > d.argmaxIds.bytes) {
         if (d.argmaxIds.ptr) {
           if (!check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
             return false;
           d.dropGraphs();
         }
-        if (!reallocate(ctx, d.argmaxIds, p.bytes, deviceAlloc, deviceFree,
+        if (!reallocate(ctx, d.argmaxIds, idsBytes, deviceAlloc, deviceFree,
                         "for an output's argmax"))
           return false;
       }
-      if (p.bytes > host.bytes) {
+      if (!p.whole && idsBytes > host.bytes) {
         if (host.ptr &&
             !check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
           return false;
-        if (!reallocate(ctx, host, p.bytes, pinnedAlloc, pinnedFree,
+        if (!reallocate(ctx, host, idsBytes, pinnedAlloc, pinnedFree,
                         "for an output's argmax"))
           return false;
       }
-      p.out->data = host.ptr;
       int64_t *ids = static_cast<int64_t *>(d.argmaxIds.ptr);
       if (!check(ctx, argmaxRows(p.src, p.rows, p.width, ids, d.stream),
                  "argmax of an output") ||
           !check(ctx,
-                 cudaMemcpyAsync(host.ptr, ids, p.bytes,
-                                 cudaMemcpyDeviceToHost, d.stream),
+                 p.whole ? cudaMemcpyAsync(p.dst, p.src, p.bytes,
+                                           cudaMemcpyDeviceToHost, d.stream)
+                         : cudaMemcpyAsync(host.ptr, ids, idsBytes,
+                                           cudaMemcpyDeviceToHost, d.stream),
                  "download"))
         return false;
-      d.argmaxLast = *p.out;
+      if (!p.whole)
+        p.out->data = host.ptr;
+      d.argmaxLast = p.picks;
       d.argmaxLast.data = ids;
       d.argmaxIndex = p.index;
       d.argmaxWidth = p.width;

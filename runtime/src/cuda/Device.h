@@ -142,7 +142,9 @@ struct Device : Context::Backend {
     int64_t rows = 0, width = 0; // argmax: rows of width floats,
     Tensor *out = nullptr;       // whose ids land in argmaxHost
     bool argmax = false;
-    int index = -1; // the output
+    bool whole = false; // argmax kept on the device, the output copied whole
+    int index = -1;     // the output
+    Tensor picks;       // argmax: the ids' dtype and shape (no data yet)
   };
   std::vector<PendingDownload> pendingDownloads;
   std::vector<IndexBuffers> indexSets;

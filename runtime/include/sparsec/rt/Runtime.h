@@ -311,6 +311,12 @@ struct Context {
   /// device backend may then return those indices instead, int64 with the
   /// last axis dropped (the values stay on the device); x86 ignores it.
   int argmaxOutput = -1;
+  /// An output (float logits) that comes back whole, but whose rows'
+  /// argmax a device backend also keeps on the device for
+  /// Backend::deviceArgmax (so that the next run can take it as its ids
+  /// although this run's caller read the values), or -1. Ignored where it
+  /// is argmaxOutput, and by backends that keep no picks.
+  int argmaxAlso = -1;
   /// A device backend may return from a run once its work is queued,
   /// before it has finished, so that the host prepares the next run while
   /// the device works: the run's host outputs (downloads and argmax ids)
