@@ -396,7 +396,13 @@ const IODesc kToyInputsHost[] = {
     {"past_key_values.0.value", DType::f32, 4, {-1, 1, -1, kHeadDim},
      {"batch", "", "past", ""}, {-1, 1, -1, kHeadDim}}};
 const IODesc kToyInputsAhead[] = {
-    {"input_ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}, true},
+    {"input_ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}, true, kVocab},
+    kToyInputsHost[1], kToyInputsHost[2], kToyInputsHost[3]};
+// An embedding table narrower than the logits: the device's picks could
+// index past it, so they are never passed as ids.
+const IODesc kToyInputsNarrow[] = {
+    {"input_ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}, true,
+     kVocab - 1},
     kToyInputsHost[1], kToyInputsHost[2], kToyInputsHost[3]};
 const IODesc kToyOutputs[] = {
     {"logits", DType::f32, 3, {-1, -1, kVocab}, {"batch", "seq", ""}, {-1, -1, kVocab}},
@@ -423,14 +429,16 @@ protected:
   /// `generate` of the toy decoder: on the host, or on the simulated
   /// device with the ids input marked for device values (`ahead`) or not.
   MainResult generate(bool device, bool ahead, std::vector<std::string> args,
-                      bool keepsPicks = true) {
+                      bool keepsPicks = true, bool narrowTable = false) {
     w = World{};
     w.device = device;
     w.keepsPicks = keepsPicks;
     ModelDesc desc{};
     desc.name = "toy";
     desc.numInputs = 4;
-    desc.inputs = ahead ? kToyInputsAhead : kToyInputsHost;
+    desc.inputs = !ahead ? kToyInputsHost
+                  : narrowTable ? kToyInputsNarrow
+                                : kToyInputsAhead;
     desc.numOutputs = 3;
     desc.outputs = kToyOutputs;
     desc.numSlots = 1;
@@ -516,6 +524,18 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   EXPECT_EQ(w.trace.aheadRuns, 18);
   EXPECT_EQ(w.trace.pickInputs, 18);
   EXPECT_EQ(w.trace.runs, 21);
+}
+
+TEST_F(GenerateTest, PicksWiderThanTheTableNeverLaunchAhead) {
+  const std::string prompt = "sparse";
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  MainResult r = generate(/*device=*/true, /*ahead=*/true,
+                          {"--prompt", prompt, "--max-new-tokens", "10"},
+                          /*keepsPicks=*/true, /*narrowTable=*/true);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, bytesOf(reference(seq, 10)));
+  EXPECT_EQ(w.trace.aheadRuns, 0);
+  EXPECT_EQ(w.trace.pickInputs, 0);
 }
 
 TEST_F(GenerateTest, SamplingNeverLaunchesAhead) {

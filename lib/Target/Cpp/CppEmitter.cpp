@@ -1150,6 +1150,18 @@ void Emitter::emitDescription(func::FuncOp func) {
              return e && !isCpu(u) && &use == &e.getIdsMutable();
            });
   };
+  // Its values must be below every table's rows: the smallest (0 where
+  // a table's rows are not static).
+  auto valueLimit = [&](unsigned i) -> int64_t {
+    int64_t limit = -1;
+    for (Operation *u : func.getArgument(i).getUsers())
+      if (auto e = dyn_cast<EmbeddingOp>(u)) {
+        auto table = cast<RankedTensorType>(e.getTable().getType());
+        const int64_t rows = table.isDynamicDim(0) ? 0 : table.getDimSize(0);
+        limit = limit < 0 ? rows : std::min(limit, rows);
+      }
+    return std::max<int64_t>(limit, 0);
+  };
   auto io = [&](StringRef var, TypeRange types, auto nameOf, auto dimNamesOf,
                 auto flagOf) {
     os << "const IODesc " << var << "[] = {\n";
@@ -1181,7 +1193,8 @@ void Emitter::emitDescription(func::FuncOp func) {
       os << "    {" << quoted(nameOf(i)) << ", "
          << *dtypeOf(type.getElementType()) << ", " << type.getRank() << ", {"
          << join(dims) << "}, {" << (dn.empty() ? "nullptr" : join(dn))
-         << "}, {" << join(maxes) << "}" << (flagOf(i) ? ", true" : "")
+         << "}, {" << join(maxes) << "}"
+         << (flagOf(i) ? ", true, " + std::to_string(valueLimit(i)) : "")
          << "},\n";
     }
     os << "};\n";

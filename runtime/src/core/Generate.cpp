@@ -372,7 +372,12 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   // device then never waits for the host between steps. Returns false
   // with `error` set on failure; stops at --max-new-tokens or when the
   // cache would have to grow (the caller's loop goes on).
-  const bool aheadInput = desc.inputs[idsInput].deviceValues;
+  // The device's picks index the logits' last axis: passed as ids only
+  // where every table the ids index has at least that many rows (the host
+  // checks ids it passes itself; picks it never sees before they are used).
+  const int64_t idsLimit = desc.inputs[idsInput].valueLimit;
+  const bool aheadInput = desc.inputs[idsInput].deviceValues &&
+                          (idsLimit <= 0 || (staticVocab > 0 && staticVocab <= idsLimit));
   Tensor picks;
   // Greedy only: the device's picks must be the tokens recorded (after the
   // cache check, the host picked them from the same logits the device

@@ -5,7 +5,8 @@
 // only) is marked in the description (IODesc::deviceValues): a caller may
 // pass device memory there, such as the ids the last decode step picked on
 // the device. An input a host op reads is not marked, nor are inputs of an
-// x86 model.
+// x86 model. The mark carries the rows of the table the values index
+// (IODesc::valueLimit: `generate` passes no device picks wider than it).
 sparsec.global @table : tensor<32x8xf32> {source = "table"}
 func.func @main(%ids: tensor<?x?xi64> {sparsec.name = "ids", sparsec.dims = ["batch", "seq"]},
                 %pos: tensor<?x?xi64> {sparsec.name = "pos", sparsec.dims = ["batch", "seq"]})
@@ -23,7 +24,7 @@ func.func @main(%ids: tensor<?x?xi64> {sparsec.name = "ids", sparsec.dims = ["ba
 // CHECK: if (!cuda::embedding(ctx, {{v[0-9]+}}, in[0],
 // CHECK: if (!ops::binary(ctx, ops::Binary::add, in[1], in[1],
 // CHECK-LABEL: const IODesc kInputs[] = {
-// CHECK-NEXT: {"ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}, true},
+// CHECK-NEXT: {"ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}, true, 32},
 // CHECK-NEXT: {"pos", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}},
 // CHECK-NEXT: };
 // CHECK-LABEL: const IODesc kOutputs[] = {

@@ -202,6 +202,11 @@ struct IODesc {
   /// Shape reads dims only), never the host's walk of a step, so a caller
   /// may pass device memory the backend wrote (Backend::deviceArgmax).
   bool deviceValues = false;
+  /// With deviceValues: the rows of the smallest table a device embedding
+  /// reads the input's values from (each value must be below it; a
+  /// device's greedy picks wider than that are not passed), or 0 where
+  /// unknown.
+  int64_t valueLimit = 0;
 };
 
 struct Context;
