@@ -207,6 +207,7 @@ struct FakeDevice : Context::Backend {
 struct World {
   bool device = false;
   bool keepsPicks = true; // the device honours Context::argmaxAlso
+  bool leaky = false;      // attention also sees masked entries
   Trace trace;
 };
 World *world = nullptr;
@@ -283,7 +284,7 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
       for (int64_t i = 0; i < n; ++i) {
         int64_t keySum = 0, valueSum = 0, count = 0;
         for (int64_t j = 0; j <= past + i; ++j)
-          if (maskNow[size_t(b * total + j)]) {
+          if (maskNow[size_t(b * total + j)] || world->leaky) {
             keySum += int64_t(k[size_t((b * total + j) * kHeadDim)]);
             count += int64_t(k[size_t((b * total + j) * kHeadDim + 1)]);
             valueSum += int64_t(v[size_t((b * total + j) * kHeadDim)]);
@@ -429,10 +430,12 @@ protected:
   /// `generate` of the toy decoder: on the host, or on the simulated
   /// device with the ids input marked for device values (`ahead`) or not.
   MainResult generate(bool device, bool ahead, std::vector<std::string> args,
-                      bool keepsPicks = true, bool narrowTable = false) {
+                      bool keepsPicks = true, bool narrowTable = false,
+                      bool leaky = false) {
     w = World{};
     w.device = device;
     w.keepsPicks = keepsPicks;
+    w.leaky = leaky;
     ModelDesc desc{};
     desc.name = "toy";
     desc.numInputs = 4;
@@ -536,6 +539,28 @@ TEST_F(GenerateTest, PicksWiderThanTheTableNeverLaunchAhead) {
   EXPECT_EQ(r.out, bytesOf(reference(seq, 10)));
   EXPECT_EQ(w.trace.aheadRuns, 0);
   EXPECT_EQ(w.trace.pickInputs, 0);
+}
+
+TEST_F(GenerateTest, FailedCheckFallsBackToTheHostCacheOnce) {
+  // Attention that sees masked entries: the padded cache's unused entries
+  // change the check's logits, so the cache goes through host memory from
+  // then on (the prefill, the check, the prompt again, then one run a
+  // token), the same bytes as on the host.
+  const std::string prompt = "sparse";
+  const std::vector<std::string> args = {"--prompt", prompt, "--max-new-tokens", "8"};
+  MainResult host = generate(/*device=*/false, /*ahead=*/false, args, true, false,
+                             /*leaky=*/true);
+  ASSERT_EQ(host.status, 0) << host.err;
+  for (bool ahead : {false, true}) {
+    MainResult dev = generate(/*device=*/true, ahead, args, true, false,
+                              /*leaky=*/true);
+    ASSERT_EQ(dev.status, 0) << dev.err;
+    EXPECT_EQ(dev.out, host.out);
+    EXPECT_NE(dev.err.find("does not ignore"), std::string::npos) << dev.err;
+    EXPECT_EQ(w.trace.runs, 3 + 7);
+    EXPECT_EQ(w.trace.aheadRuns, 0);
+    EXPECT_NE(dev.err.find("8 new;"), std::string::npos) << dev.err;
+  }
 }
 
 TEST_F(GenerateTest, SamplingNeverLaunchesAhead) {

@@ -227,6 +227,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   double ttftMs = 0, decodeMs = 0;
   int64_t densityActive0 = 0, densityTotal0 = 0;
   bool deviceCache = false;           // the cache lives on the device
+  bool hostCacheOnly = false;         // its check failed: host memory
   int64_t capacity = 0, cached = 0;   // its capacity and valid entries
   static float emptyCache = 0.0f;
 
@@ -473,7 +474,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       int64_t past = cache.empty() || generated == 0 ? 0 : len - 1;
       if (!step(past, false))
         return reportError(where + error);
-      if (!cache.empty() && resident()) {
+      if (!cache.empty() && resident() && !hostCacheOnly) {
         // Device backend: move to the padded device cache, checked once by
         // re-running the last prompt token over it (entries len - 1 on).
         std::vector<float> reference(lastLogits, lastLogits + batch * vocab);
@@ -514,6 +515,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                        "masked past entries (logits differ by %g): the cache "
                        "goes through host memory\n",
                        double(diff));
+          hostCacheOnly = true; // not checked again at every step
           ctx.residentOutputs.assign(ctx.residentOutputs.size(), 0);
           if (!step(0, false))
             return reportError(where + error);
