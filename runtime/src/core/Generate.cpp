@@ -367,28 +367,29 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       decodeMs = ms - ttftMs;
     }
   };
-  // Greedy steps launched ahead: each takes the ids the step before picked
-  // on the device (Backend::deviceArgmax, an input only device ops read),
-  // so the host queues step t + 1 before it waits for step t's ids; the
-  // device then never waits for the host between steps. Returns false
-  // with `error` set on failure; stops at --max-new-tokens or when the
-  // cache would have to grow (the caller's loop goes on).
   // The device's picks index the logits' last axis: passed as ids only
   // where every table the ids index has at least that many rows (the host
   // checks ids it passes itself; picks it never sees before they are used).
   const int64_t idsLimit = desc.inputs[idsInput].valueLimit;
   const bool aheadInput = desc.inputs[idsInput].deviceValues &&
                           (idsLimit <= 0 || (staticVocab > 0 && staticVocab <= idsLimit));
+  const bool greedy = opts.temperature <= 0.0;
   Tensor picks;
   // Greedy only: the device's picks must be the tokens recorded (after the
   // cache check, the host picked them from the same logits the device
   // did; both take the first largest value).
   auto canAhead = [&] {
-    return deviceCache && opts.temperature <= 0.0 && aheadInput &&
+    return deviceCache && greedy && aheadInput &&
            cached + 1 <= capacity &&
            ctx.backend->deviceArgmax(ctx, logitsOutput, picks) &&
            picks.rank == 2 && picks.shape[0] == batch && picks.shape[1] == 1;
   };
+  // Greedy steps launched ahead: each takes the ids the step before picked
+  // on the device (Backend::deviceArgmax, an input only device ops read),
+  // so the host queues step t + 1 before it waits for step t's ids; the
+  // device then never waits for the host between steps. Returns false
+  // with `error` set on failure; stops at --max-new-tokens or when the
+  // cache would have to grow (the caller's loop goes on).
   auto decodeAhead = [&]() -> bool {
     const int64_t *pending = nullptr; // the outstanding step's picks
     int64_t pendingRun = 0;           // and its run (Context::runs)
@@ -498,7 +499,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         // Greedy: the check's logits come back whole, and a device backend
         // also keeps their argmax (the first new token), so that the first
         // decode step can be launched ahead with it.
-        if (opts.temperature <= 0.0)
+        if (greedy)
           ctx.argmaxAlso = logitsOutput;
         const bool checked = step(len - 1, true);
         ctx.argmaxAlso = -1;
@@ -529,7 +530,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           deviceCache = true;
           // Greedy steps from here on need only the argmax of the logits:
           // a device backend picks it there and downloads one id a row.
-          if (opts.temperature <= 0.0)
+          if (greedy)
             ctx.argmaxOutput = logitsOutput;
         }
       }
