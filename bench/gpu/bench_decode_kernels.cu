@@ -30,7 +30,9 @@
 // whose rows the L2 keeps from call to call). "early": down and up launched
 // as a decode step launches them, each a programmatic dependent launch
 // whose blocks start while the call before finishes and wait for it
-// before they read the set, h or x (cuBLAS and cuSPARSE launch normally).
+// before they read the set, h or x (cuBLAS and cuSPARSE launch normally);
+// "up, warp a row": the up kernel that takes a whole row a warp, which the
+// split kernel (a row across a block's warps) replaces at 1-2 tokens.
 //
 //   sparsec-bench-decode-kernels [--d 4096] [--ffn 16384] [--tokens 1]
 //                                [--sparsity S]   (S alone, no FFN step)
@@ -135,8 +137,9 @@ int main(int argc, char **argv) {
               "stay in the L2 from call to call.\n\n", kFreshSets);
   std::printf("| sparsity | active | cuBLAS dense | cuSPARSE CSR | cuBLAS pre-gathered | "
               "sparsec down | down, fresh | down, early | sparsec up | up, fresh | "
-              "up, early | sparsec index | sparsec exact step | bound | down err |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "up, early | up, warp a row, early | sparsec index | sparsec exact step | "
+              "bound | down err |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   bool ok = true;
   std::vector<double> sparsities = {0.5, 0.9, 0.97, 0.99};
   if (only >= 0)
@@ -283,16 +286,26 @@ int main(int argc, char **argv) {
       sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream,
                        nullptr, nullptr, /*early=*/true);
     }, g);
-    // The up result against a double-precision product on the set (early
-    // and normal launches each write it in turn; checked after both).
+    // The kernel that takes a row a warp, where the default is the split one.
+    setUpKernel(UpKernel::kWarpPerRow);
+    double upRowEarlyUs = timeUs([&] {
+      sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream,
+                       nullptr, nullptr, /*early=*/true);
+    }, g);
+    setUpKernel(UpKernel::kAuto);
+    // The up result against a double-precision product on the set (early,
+    // normal and warp-a-row launches each write it in turn; each checked).
+    static const char *const kUpPass[] = {"early", "normal", "warp a row"};
     CHECK_CUDA(cudaMemsetAsync(dHUp, 0, sizeof(float) * tokens * f, stream));
     sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream,
                      nullptr, nullptr, /*early=*/true);
-    for (int pass = 0; pass < 2; ++pass) {
-      if (pass == 1) {
+    for (int pass = 0; pass < 3; ++pass) {
+      if (pass >= 1) {
+        setUpKernel(pass == 2 ? UpKernel::kWarpPerRow : UpKernel::kAuto);
         CHECK_CUDA(cudaMemsetAsync(dHUp, 0, sizeof(float) * tokens * f, stream));
         sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{},
                          stream);
+        setUpKernel(UpKernel::kAuto);
       }
       std::vector<float> got = download(dHUp, size_t(tokens) * f);
       double errUp = 0;
@@ -306,7 +319,7 @@ int main(int argc, char **argv) {
         }
       if (errUp > 1e-4) {
         std::printf("up (%s launch): relative error %.1e against the reference\n",
-                    pass ? "normal" : "early", errUp);
+                    kUpPass[pass], errUp);
         ok = false;
       }
     }
@@ -342,12 +355,12 @@ int main(int argc, char **argv) {
       std::snprintf(buf, sizeof(buf), "%.1f", us);
       return std::string(buf);
     };
-    std::printf("| %.0f %% | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
+    std::printf("| %.0f %% | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
                 "%.1f | %.1e |\n",
                 sparsity * 100, nnz, cell(denseUs).c_str(), cell(sparseUs).c_str(),
                 cell(gatheredUs).c_str(), cell(downUs).c_str(), cell(downFreshUs).c_str(),
                 cell(downEarlyUs).c_str(), cell(upUs).c_str(), cell(upFreshUs).c_str(),
-                cell(upEarlyUs).c_str(), cell(indexUs).c_str(),
+                cell(upEarlyUs).c_str(), cell(upRowEarlyUs).c_str(), cell(indexUs).c_str(),
                 cell(exactUs).c_str(), bound, std::max(err, errExact));
 
     cudaFree(dHAll);
@@ -364,6 +377,19 @@ int main(int argc, char **argv) {
       }, g);
       std::printf(" %d=%.1f", s, us);
     }
+    std::printf(" | | | | | | | | |\n");
+    // The split up kernel's blocks an SM, swept (early launches; the
+    // default is as many as fit).
+    std::printf("|  | up split, blocks an SM:");
+    for (int b : {1, 2, 3, 4, 6, 8}) {
+      setUpKernel(UpKernel::kAuto, b);
+      double us = timeUs([&] {
+        sparseUp<__half>(dX, tokens, dWt, d, nullptr, ix, true, dHUp, f, RowsInit{}, stream,
+                         nullptr, nullptr, /*early=*/true);
+      }, g);
+      std::printf(" %d=%.1f", b, us);
+    }
+    setUpKernel(UpKernel::kAuto);
     std::printf(" | | | | | | | | |\n");
     for (void *ptr : {(void *)dH, (void *)dHHalf, (void *)ix.idx, (void *)ix.cnt,
                       (void *)ix.list, (void *)ix.count, (void *)ix2.idx,
@@ -456,7 +482,8 @@ int main(int argc, char **argv) {
                 "the logits' quantile), microseconds: predictor + up + down (4 kernels) "
                 "against predictUp + down (3 kernels)\n\n");
     std::printf("| sparsity | predictor rank | selected | cuBLAS dense FFN | 4 kernels | "
-                "3 kernels (fused) | fused vs 4 |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+                "3 kernels (fused) | fused vs 4 | 4, warp a row | 3, warp a row |\n"
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (double sparsity : {0.9, 0.97}) {
       for (int rank : {64, 256}) {
         std::vector<__half> p1(size_t(d) * rank), p2(size_t(rank) * f);
@@ -492,20 +519,35 @@ int main(int argc, char **argv) {
         uint8_t *dMask = alloc<uint8_t>(size_t(tokens) * f);
         const uint8_t *upMask = tokens > 1 ? dMask : nullptr;
         const RowsInit init{dYd, nullptr, nullptr, tokens, d};
-        double fourUs = timeUs([&] {
+        auto four = [&] {
           predictIndex<__half>(dX, tokens, dP1, d, rank, dP2, f, nullptr, threshold,
                                dScratch, ixP, dMask, tokens, stream);
           sparseUp<__half>(dX, tokens, dWt, d, nullptr, ixP, true, dHf, f, init, stream,
                            nullptr, nullptr, false, upMask);
           sparseDown<__half>(dHf, tokens, f, dW, d, ixP, dYd, stream);
-        }, g);
-        const int selected = download(ixP.count, 1)[0];
-        std::vector<float> yFour = download(dYd, size_t(tokens) * d);
-        double threeUs = timeUs([&] {
+        };
+        auto three = [&] {
           predictUp<__half>(dX, tokens, dP1, d, rank, dP2, f, nullptr, threshold, dScratch,
                             ixP, dMask, tokens, dWt, nullptr, true, dHf, f, init, stream);
           sparseDown<__half>(dHf, tokens, f, dW, d, ixP, dYd, stream);
-        }, g);
+        };
+        double fourUs = timeUs(four, g);
+        const int selected = download(ixP.count, 1)[0];
+        std::vector<float> yFour = download(dYd, size_t(tokens) * d);
+        double threeUs = timeUs(three, g);
+        // The kernels that take a row a warp (as before the split ones).
+        setUpKernel(UpKernel::kWarpPerRow);
+        double fourRowUs = timeUs(four, g);
+        double threeRowUs = timeUs(three, g);
+        setUpKernel(UpKernel::kAuto);
+        const double eRow = relErr(download(dYd, size_t(tokens) * d), yFour);
+        if (eRow > 1e-5) {
+          std::printf("fused step (warp a row): relative error %.1e against the 4 kernels\n",
+                      eRow);
+          ok = false;
+        }
+        // The split kernels again (the default), for the check below.
+        three();
         // Same set and sums; only the order of the down kernel's atomics
         // differs.
         const double e = relErr(download(dYd, size_t(tokens) * d), yFour);
@@ -513,8 +555,9 @@ int main(int argc, char **argv) {
           std::printf("fused step: relative error %.1e against the 4 kernels\n", e);
           ok = false;
         }
-        std::printf("| %.0f %% | %d | %d | %.1f | %.1f | %.1f | %.2fx |\n", sparsity * 100,
-                    rank, selected, denseFfnUs, fourUs, threeUs, fourUs / threeUs);
+        std::printf("| %.0f %% | %d | %d | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f |\n",
+                    sparsity * 100, rank, selected, denseFfnUs, fourUs, threeUs,
+                    fourUs / threeUs, fourRowUs, threeRowUs);
         for (void *ptr : {(void *)dP1, (void *)dP2, (void *)dScratch, (void *)ixP.idx,
                           (void *)ixP.cnt, (void *)ixP.list, (void *)ixP.count,
                           (void *)dMask})

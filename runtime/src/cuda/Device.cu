@@ -10,6 +10,7 @@
 #include "Switches.h"
 #include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
+#include "sparsec/rt/cuda/SparseDecode.h"
 
 #include <algorithm>
 #include <chrono>
@@ -396,6 +397,18 @@ Device *device(Context &ctx) {
   // next (by default it launches each before the one before has finished).
   if (const char *p = std::getenv("SPARSEC_CUDA_AHEAD"))
     d->picksAsInputs = std::strcmp(p, "0") != 0;
+  // SPARSEC_CUDA_UP=row: the up projections of 1-2 tokens take a whole
+  // row a warp (by default the split kernels share a row among a block's
+  // warps where the rows are fp16 and 2048-8192 columns long).
+  if (const char *p = std::getenv("SPARSEC_CUDA_UP")) {
+    if (std::strcmp(p, "row") == 0)
+      setUpKernel(UpKernel::kWarpPerRow);
+    else if (std::strcmp(p, "split") != 0)
+      std::fprintf(stderr,
+                   "sparsec: warning: SPARSEC_CUDA_UP='%s' ignored (row or "
+                   "split)\n",
+                   p);
+  }
   if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
     if (!parseSplitDivisors(p, d->splitDivisors))
       std::fprintf(stderr,

@@ -780,6 +780,168 @@ __global__ void __launch_bounds__(kThreads)
   base.end(init);
 }
 
+/// Rows a block of sparseUpSplitKernel has in flight at once.
+constexpr int kUpSplitRows = 4;
+/// Rows a block of selectUpSplitKernel has in flight at once (a segment
+/// selects 6-7 of its 64 neurons at 90 % sparsity).
+constexpr int kSelectSplitRows = 8;
+
+/// The split layout of a row of d = 2048 U fp16 columns over a block: warp
+/// w, lane l takes the 16-byte words at columns (w U + u) 256 + 8 l, u < U,
+/// so each warp's loads are whole 512-byte runs. splitX loads x's matching
+/// slice (8 U floats a token) into the lane's registers.
+template <int T, int U>
+__device__ __forceinline__ void splitX(const float *__restrict__ x,
+                                       float4 (&xv)[T][U][2]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const float4 *q = reinterpret_cast<const float4 *>(
+          x + int64_t(t) * 2048 * U + (warp * U + u) * 256 + 8 * lane);
+      xv[t][u][0] = __ldg(q);
+      xv[t][u][1] = __ldg(q + 1);
+    }
+}
+
+/// The warp's partial sums of rows rows[0, valid) (at most R) against x's
+/// slice: all their words requested at once, then partial[r T + t][warp] =
+/// the warp's share of row r's product with token t (two accumulators a
+/// lane, then the warp's sum). No barrier.
+template <int T, int U, int R>
+__device__ __forceinline__ void splitRows(const __half *__restrict__ wt,
+                                          const int (&rows)[R], int valid,
+                                          const float4 (&xv)[T][U][2],
+                                          float (*partial)[kWarps]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint4 raw[R][U];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (r < valid) {
+      const __half *row = wt + int64_t(rows[r]) * (2048 * U) + warp * U * 256 + 8 * lane;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        raw[r][u] = __ldg(reinterpret_cast<const uint4 *>(row + u * 256));
+    }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float acc[T][2];
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+      acc[t][0] = acc[t][1] = 0.0f;
+    if (r < valid) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float wv[8];
+        Vec<__half>::convert(raw[r][u], wv);
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+          const float4 a = xv[t][u][0], b = xv[t][u][1];
+          acc[t][0] = fmaf(a.x, wv[0], acc[t][0]);
+          acc[t][1] = fmaf(a.y, wv[1], acc[t][1]);
+          acc[t][0] = fmaf(a.z, wv[2], acc[t][0]);
+          acc[t][1] = fmaf(a.w, wv[3], acc[t][1]);
+          acc[t][0] = fmaf(b.x, wv[4], acc[t][0]);
+          acc[t][1] = fmaf(b.y, wv[5], acc[t][1]);
+          acc[t][0] = fmaf(b.z, wv[6], acc[t][0]);
+          acc[t][1] = fmaf(b.w, wv[7], acc[t][1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const float sum = warpSum(acc[t][0] + acc[t][1]);
+      if (lane == 0)
+        partial[r * T + t][warp] = sum;
+    }
+  }
+}
+
+/// Row r's product with token t from the warps' partial sums (in warp
+/// order), its bias added.
+__device__ __forceinline__ float splitSum(const float *partial, float bias) {
+  float v = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w)
+    v += partial[w];
+  return v + bias;
+}
+
+/// The listed up projection of T = 1-2 tokens over fp16 rows of d = 2048 U
+/// columns, each row shared by the block's warps (splitRows), x's slice in
+/// registers for every row the block takes. A block takes rows blockIdx.x
+/// + k grid, kUpSplitRows at a time: their list entries, then all their
+/// words in one round trip (with the next rows' entries); the warps'
+/// partial sums meet in shared memory (double buffered: one barrier a
+/// group) and thread (r, t) writes h as sparseUpKernel does (bias, ReLU,
+/// token mask, `list`, `count`, the down projection's base). Against
+/// sparseUpKernel at one token: no block stages all of x in shared memory
+/// before its rows, and a few rows spread over all SMs' warps.
+template <int T, int U>
+__global__ void __launch_bounds__(kThreads)
+    sparseUpSplitKernel(const float *__restrict__ x,
+                        const __half *__restrict__ wt,
+                        const float *__restrict__ bias, IndexView ix,
+                        bool relu, float *h, int ldh, RowsInit init,
+                        int32_t *list, int32_t *count,
+                        const uint8_t *__restrict__ tokenMask) {
+  pdlTrigger();
+  pdlWait(); // early launches: x, the list and the residual come from before
+  constexpr int R = kUpSplitRows;
+  __shared__ float partial[2][R * T][kWarps];
+  const int grid = gridDim.x;
+  InitWriter base;
+  base.begin(init);
+  // The first group's entries, read with the count (the list has room for
+  // ix.neurons entries).
+  int j[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = blockIdx.x + r * grid;
+    j[r] = i < ix.neurons ? ix.list[i] : 0;
+  }
+  const int n = *ix.count;
+  if (count && blockIdx.x == 0 && threadIdx.x == 0)
+    *count = n;
+  if (n <= int(blockIdx.x)) {
+    base.end(init);
+    return; // no selected neuron for this block
+  }
+  float4 xv[T][U][2];
+  splitX<T, U>(x, xv);
+  int buf = 0;
+  for (int i0 = blockIdx.x; i0 < n; i0 += R * grid, buf ^= 1) {
+    // Rows i0 + r grid, r < valid.
+    const int valid = min(R, (n - i0 + grid - 1) / grid);
+    int next[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = i0 + (R + r) * grid;
+      next[r] = i < n ? ix.list[i] : 0;
+    }
+    splitRows<T, U, R>(wt, j, valid, xv, partial[buf]);
+    __syncthreads();
+    if (threadIdx.x < valid * T) {
+      const int r = threadIdx.x / T, t = threadIdx.x % T;
+      int jr = 0;
+#pragma unroll
+      for (int k = 0; k < R; ++k)
+        if (k == r)
+          jr = j[k];
+      const float v = splitSum(partial[buf][threadIdx.x], bias ? bias[jr] : 0.0f);
+      const bool kept = !tokenMask || tokenMask[int64_t(t) * ix.neurons + jr];
+      h[int64_t(t) * ldh + jr] = !kept ? 0.0f : relu ? fmaxf(v, 0.0f) : v;
+      if (list && t == 0)
+        list[i0 + r * grid] = jr;
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      j[r] = next[r];
+  }
+  base.end(init);
+}
+
 /// Listed up projection of 3-8 tokens with fp16 weights on tensor cores:
 /// the listed rows go 16 at a time to the blocks (group r of the list: block
 /// r % grid), mmaRows16 computes their products with every token's x (each
@@ -1274,6 +1436,63 @@ __global__ void __launch_bounds__(kThreads)
   base.end(init);
 }
 
+/// selectUpKernel with the split layout (fp16 rows of d = 2048 U columns,
+/// 1-2 tokens): x's slice goes to the lanes' registers while the block
+/// selects (no x in shared memory), then the segment's selected rows,
+/// kSelectSplitRows at a time, each shared by all warps (splitRows); thread
+/// (r, t) writes h[t, n] as selectUpKernel does.
+template <int T, int U>
+__global__ void __launch_bounds__(kThreads)
+    selectUpSplitKernel(const float *__restrict__ hiddenIn, int r,
+                        const __half *__restrict__ w2, int f,
+                        const float *__restrict__ predBias, float threshold,
+                        IndexView ix, uint8_t *mask, int maskRows,
+                        const float *__restrict__ x,
+                        const __half *__restrict__ wt,
+                        const float *__restrict__ upBias, bool relu, float *h,
+                        int ldh, RowsInit init) {
+  pdlTrigger();
+  constexpr int R = kSelectSplitRows;
+  extern __shared__ float4 selectSplitShared[]; // hidden [T][r]
+  float *hidden = reinterpret_cast<float *>(selectSplitShared);
+  __shared__ SelectShared<T> sh;
+  __shared__ int chosen[kSegment];       // the segment's selected neurons
+  __shared__ uint8_t chosenBy[kSegment]; // bit t: token t selected it
+  __shared__ float partial[2][R * T][kWarps];
+  SelectAhead ahead;
+  ahead.load(w2, r, f, predBias);
+  pdlWait(); // early launches: x, the hidden vector, the residual
+  InitWriter base;
+  base.begin(init);
+  for (int k = threadIdx.x; k < T * r; k += kThreads)
+    hidden[k] = __ldcg(hiddenIn + k);
+  float4 xv[T][U][2];
+  splitX<T, U>(x, xv);
+  __syncthreads();
+  const int total = selectSegment<__half, T>(hidden, r, w2, f, threshold, ahead,
+                                             sh, ix, mask, maskRows, chosen,
+                                             chosenBy);
+  int buf = 0;
+  for (int k0 = 0; k0 < total; k0 += R, buf ^= 1) {
+    const int valid = min(R, total - k0);
+    int rows[R];
+#pragma unroll
+    for (int q = 0; q < R; ++q)
+      rows[q] = q < valid ? chosen[k0 + q] : 0;
+    splitRows<T, U, R>(wt, rows, valid, xv, partial[buf]);
+    __syncthreads();
+    if (threadIdx.x < valid * T) {
+      const int q = threadIdx.x / T, t = threadIdx.x % T;
+      const int n = chosen[k0 + q];
+      const float v = splitSum(partial[buf][threadIdx.x], upBias ? upBias[n] : 0.0f);
+      h[int64_t(t) * ldh + n] = !((chosenBy[k0 + q] >> t) & 1) ? 0.0f
+                                : relu                         ? fmaxf(v, 0.0f)
+                                                               : v;
+    }
+  }
+  base.end(init);
+}
+
 template <typename W> bool aligned(const W *p, int d) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 &&
          (int64_t(d) * sizeof(W)) % 16 == 0;
@@ -1294,6 +1513,33 @@ template <typename F> cudaError_t withTokens(int tokens, F &&f) {
   return cudaErrorInvalidValue;
 }
 
+/// Calls f(integral_constant T, integral_constant U) for sparseUpSplitKernel
+/// (1-2 tokens, U = 1-4).
+template <typename F> cudaError_t withSplit(int tokens, int u, F &&f) {
+  using std::integral_constant;
+  auto forU = [&](auto t) -> cudaError_t {
+    switch (u) {
+    case 1: return f(t, integral_constant<int, 1>{});
+    case 2: return f(t, integral_constant<int, 2>{});
+    case 3: return f(t, integral_constant<int, 3>{});
+    case 4: return f(t, integral_constant<int, 4>{});
+    }
+    return cudaErrorInvalidValue;
+  };
+  return tokens == 1 ? forU(integral_constant<int, 1>{})
+                     : forU(integral_constant<int, 2>{});
+}
+
+UpKernel upKernel = UpKernel::kAuto;
+int upSplitBlocks = 0; // sparseUpSplitKernel's blocks an SM (0: occupancy)
+
+/// Whether the split kernels take T = tokens over rows of d columns
+/// (`fast`: 16-byte aligned rows and x).
+bool splitFits(int tokens, int d, bool fast) {
+  return upKernel == UpKernel::kAuto && tokens >= 1 && tokens <= 2 && fast &&
+         d % 2048 == 0 && d <= 4 * 2048;
+}
+
 /// Allows `smem` bytes of dynamic shared memory for `kernel` when they and
 /// its `staticBytes` of static shared memory pass the default 48 KB.
 template <typename K>
@@ -1304,6 +1550,11 @@ cudaError_t allowShared(K kernel, size_t smem, size_t staticBytes = 0) {
                               int(smem));
 }
 } // namespace
+
+void setUpKernel(UpKernel kernel, int blocksPerSM) {
+  upKernel = kernel;
+  upSplitBlocks = blocksPerSM;
+}
 
 int multiprocessorCount() {
   static int count = [] {
@@ -1351,6 +1602,22 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
     return cudaErrorInvalidValue; // x does not fit in shared memory
   bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   if constexpr (std::is_same_v<W, __half>) {
+    // 1-2 tokens over a list, rows of 2048 U columns: the split kernel.
+    if (ix.list && ix.count && splitFits(tokens, d, fast))
+      return withSplit(tokens, d / 2048, [&](auto t, auto u) {
+        constexpr int T = decltype(t)::value, U = decltype(u)::value;
+        auto kernel = sparseUpSplitKernel<T, U>;
+        int perSM = 1;
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kernel, kThreads, 0);
+        if (upSplitBlocks > 0)
+          perSM = std::min(perSM, upSplitBlocks);
+        const int blocks = std::max(
+            1, std::min(capacity, std::max(1, perSM) * multiprocessorCount()));
+        cudaError_t e = launchKernel(kernel, dim3(blocks), dim3(kThreads), 0,
+                                     stream, early, x, wt, bias, ix, relu, h,
+                                     ldh, init, list, count, tokenMask);
+        return e != cudaSuccess ? e : cudaGetLastError();
+      });
     // 3-8 tokens over a list: tensor cores (fp16 rows, 16-byte aligned).
     if (tokens >= kMmaMinTokens && tokens <= kMaxTokens && ix.list &&
         ix.count && fast && d % 32 == 0) {
@@ -1558,6 +1825,18 @@ cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
     return cudaSuccess;
   const size_t smem = selectUpDynamicBytes(tokens, d, r);
   const bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if constexpr (std::is_same_v<W, __half>) {
+    if (splitFits(tokens, d, fast) && predictUpFits(tokens, d, r))
+      return withSplit(tokens, d / 2048, [&](auto t, auto u) {
+        constexpr int T = decltype(t)::value, U = decltype(u)::value;
+        return launchPredict<W, T>(
+            selectUpSplitKernel<T, U>, sizeof(float) * size_t(T) * size_t(r),
+            selectUpStaticBytes(T) + sizeof(float) * 2 * kSelectSplitRows * T * kWarps,
+            x, w1, d, r, scratch, ix, f, stream, early,
+            predictHidden<W>(scratch, T, d, r), r, w2, f, predBias, threshold, ix,
+            mask, maskRows, x, wt, upBias, relu, h, ldh, init);
+      });
+  }
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
     auto kernel = fast ? selectUpKernel<W, T, true> : selectUpKernel<W, T, false>;

@@ -116,6 +116,18 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
                      int32_t *list = nullptr, int32_t *count = nullptr,
                      bool early = false, const uint8_t *tokenMask = nullptr);
 
+/// The CUDA-core kernels sparseUp and predictUp run for 1-2 tokens of fp16
+/// rows whose length d is 2048, 4096, 6144 or 8192 (sparseUp: over a list,
+/// IndexView::list): by default (kAuto) the split kernels, where a block's
+/// warps share each row and keep their slice of x in registers;
+/// kWarpPerRow forces the kernels that take a whole row a warp over x
+/// staged in shared memory, as every other case runs. `blocksPerSM` > 0
+/// caps the split sparseUp's blocks an SM (0: as many as fit). Set by
+/// SPARSEC_CUDA_UP (docs/GPU.md), benchmarks and tests; process-wide, not
+/// thread-safe.
+enum class UpKernel { kAuto, kWarpPerRow };
+void setUpKernel(UpKernel kernel, int blocksPerSM = 0);
+
 /// y[t, :] += sum over j in ix of h[t, j] * w[j, :]; h [tokens, ldh], w [F,
 /// d], y [tokens, d]. `splits` > 0 overrides how many blocks share the
 /// selected rows of one column tile (0: chosen from the multiprocessor
