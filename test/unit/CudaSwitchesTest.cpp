@@ -92,3 +92,16 @@ TEST(CudaSwitches, SplitPoints) {
 }
 
 } // namespace
+
+TEST(CudaSwitches, UpKernel) {
+  bool row = false;
+  ASSERT_TRUE(parseUpKernel("row", row));
+  EXPECT_TRUE(row);
+  ASSERT_TRUE(parseUpKernel("split", row));
+  EXPECT_FALSE(row);
+  row = true;
+  for (const char *bad : {"", "Row", "1", "0", "rows", "split,row"}) {
+    EXPECT_FALSE(parseUpKernel(bad, row)) << bad;
+    EXPECT_TRUE(row) << "left untouched: " << bad;
+  }
+}

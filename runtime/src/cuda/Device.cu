@@ -401,13 +401,13 @@ Device *device(Context &ctx) {
   // row a warp (by default the split kernels share a row among a block's
   // warps where the rows are fp16 and 2048-8192 columns long).
   if (const char *p = std::getenv("SPARSEC_CUDA_UP")) {
-    if (std::strcmp(p, "row") == 0)
-      setUpKernel(UpKernel::kWarpPerRow);
-    else if (std::strcmp(p, "split") != 0)
+    bool row = false;
+    if (!parseUpKernel(p, row))
       std::fprintf(stderr,
                    "sparsec: warning: SPARSEC_CUDA_UP='%s' ignored (row or "
                    "split)\n",
                    p);
+    setUpKernel(row ? UpKernel::kWarpPerRow : UpKernel::kAuto);
   }
   if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
     if (!parseSplitDivisors(p, d->splitDivisors))

@@ -3,7 +3,7 @@
 // Part of the sparsec project.
 //
 // Parsing of the experiment switches a CUDA model reads at start-up
-// (SPARSEC_CUDA_PDL, SPARSEC_CUDA_SPLIT) and the cut points of a step,
+// (SPARSEC_CUDA_PDL, SPARSEC_CUDA_SPLIT, SPARSEC_CUDA_UP) and the cut points of a step,
 // in plain C++ so that the unit tests check them without a GPU (internal).
 //
 //===----------------------------------------------------------------------===//
@@ -49,6 +49,16 @@ inline EarlyKinds parseEarlyKinds(const std::string &value,
       unknown.push_back(kind);
   }
   return k;
+}
+
+/// SPARSEC_CUDA_UP: "row" (the up projections of 1-2 tokens take a whole
+/// row a warp) or "split" (a block's warps share each row; the default).
+/// False, with `rowPerWarp` untouched, for anything else.
+inline bool parseUpKernel(const std::string &value, bool &rowPerWarp) {
+  if (value != "row" && value != "split")
+    return false;
+  rowPerWarp = value == "row";
+  return true;
 }
 
 /// The cut divisors of a long step by default: before allocation n/32 and
