@@ -523,6 +523,15 @@ __global__ void uploadKernel(const unsigned char *__restrict__ src,
   for (size_t i = quads * 16 + threadIdx.x; i < bytes; i += blockDim.x)
     dst[i] = src[i];
 }
+
+/// Records that the current step asked for `bytes` of pinned memory at
+/// slot `i` (an upload site or an output: Device::stepStaging and
+/// stepOutputs, what an EagerRun keeps).
+void noteNeed(std::vector<size_t> &needs, int i, size_t bytes) {
+  if (size_t(i) >= needs.size())
+    needs.resize(size_t(i) + 1, 0);
+  needs[size_t(i)] = std::max(needs[size_t(i)], bytes);
+}
 } // namespace
 
 bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
@@ -554,9 +563,7 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
   if (size_t(site) >= staging.size())
     staging.resize(size_t(site) + 1);
   size_t bytes = x.bytes();
-  if (size_t(site) >= d.stepStaging.size())
-    d.stepStaging.resize(size_t(site) + 1, 0);
-  d.stepStaging[size_t(site)] = std::max(d.stepStaging[size_t(site)], bytes);
+  noteNeed(d.stepStaging, site, bytes);
   if (!d.ensurePinned(ctx, staging[size_t(site)], bytes, "an upload") ||
       !d.ensure(ctx, d.uploads[size_t(site)], bytes, "an upload"))
     return false;
@@ -609,10 +616,7 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
   // The whole output's pinned buffer in either case: the step makes the
   // same allocations whether the argmax or the output comes back, so one
   // captured graph replays for both.
-  if (size_t(index) >= d.stepOutputs.size())
-    d.stepOutputs.resize(size_t(index) + 1, 0);
-  d.stepOutputs[size_t(index)] =
-      std::max(d.stepOutputs[size_t(index)], x.bytes());
+  noteNeed(d.stepOutputs, index, x.bytes());
   if (!d.ensurePinned(ctx, outputs[size_t(index)], x.bytes(), "an output"))
     return false;
   Device::PendingDownload p;

@@ -1549,6 +1549,18 @@ cudaError_t allowShared(K kernel, size_t smem, size_t staticBytes = 0) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               int(smem));
 }
+/// Blocks for one resident wave of `kernel` (`threads` a block, `smem`
+/// bytes of dynamic shared memory), at most `limit` and, where `perSMCap`
+/// is above 0, at most that many an SM; at least one.
+template <typename K>
+int residentWave(K kernel, int threads, size_t smem, int limit,
+                 int perSMCap = 0) {
+  int perSM = 1;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kernel, threads, smem);
+  if (perSMCap > 0)
+    perSM = std::min(perSM, perSMCap);
+  return std::max(1, std::min(limit, std::max(1, perSM) * multiprocessorCount()));
+}
 } // namespace
 
 void setUpKernel(UpKernel kernel, int blocksPerSM) {
@@ -1607,12 +1619,7 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
       return withSplit(tokens, d / 2048, [&](auto t, auto u) {
         constexpr int T = decltype(t)::value, U = decltype(u)::value;
         auto kernel = sparseUpSplitKernel<T, U>;
-        int perSM = 1;
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kernel, kThreads, 0);
-        if (upSplitBlocks > 0)
-          perSM = std::min(perSM, upSplitBlocks);
-        const int blocks = std::max(
-            1, std::min(capacity, std::max(1, perSM) * multiprocessorCount()));
+        const int blocks = residentWave(kernel, kThreads, 0, capacity, upSplitBlocks);
         cudaError_t e = launchKernel(kernel, dim3(blocks), dim3(kThreads), 0,
                                      stream, early, x, wt, bias, ix, relu, h,
                                      ldh, init, list, count, tokenMask);
@@ -1621,12 +1628,8 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
     // 3-8 tokens over a list: tensor cores (fp16 rows, 16-byte aligned).
     if (tokens >= kMmaMinTokens && tokens <= kMaxTokens && ix.list &&
         ix.count && fast && d % 32 == 0) {
-      int perSM = 1;
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &perSM, sparseUpMmaKernel, kMmaWarps * 32, 0);
       const int groups = (capacity + kMmaRows - 1) / kMmaRows;
-      const int blocks = std::max(
-          1, std::min(groups, std::max(1, perSM) * multiprocessorCount()));
+      const int blocks = residentWave(sparseUpMmaKernel, kMmaWarps * 32, 0, groups);
       cudaError_t e = launchKernel(sparseUpMmaKernel, dim3(blocks),
                                    dim3(kMmaWarps * 32), 0, stream, early, x,
                                    tokens, wt, d, bias, ix, relu, h, ldh, init,
@@ -1644,10 +1647,7 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
     cudaError_t e = allowShared(kernel, smem);
     if (e != cudaSuccess)
       return e;
-    int perSM = 1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kernel, kThreads, smem);
-    const int blocks = std::max(
-        1, std::min(capacity, std::max(1, perSM) * multiprocessorCount()));
+    const int blocks = residentWave(kernel, kThreads, smem, capacity);
     e = launchKernel(kernel, dim3(blocks), dim3(kThreads), smem, stream,
                      early, x, wt, d, bias, ix, relu, h, ldh, init, list,
                      count, tokenMask);
