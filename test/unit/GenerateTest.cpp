@@ -504,9 +504,10 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   MainResult ahead = generate(/*device=*/true, /*ahead=*/true, args);
   ASSERT_EQ(ahead.status, 0) << ahead.err;
   EXPECT_EQ(ahead.out, want);
-  // Prefill and the padded cache's check wait; the 19 decode steps take
-  // the picks of the step before (the first, the check's), launched ahead.
-  EXPECT_EQ(w.trace.aheadRuns, 19);
+  // The prefill waits; the padded cache's check is launched ahead, and
+  // the 19 decode steps take the picks of the step before (the first, the
+  // check's, queued before the host waited for the check).
+  EXPECT_EQ(w.trace.aheadRuns, 20);
   EXPECT_EQ(w.trace.pickInputs, 19);
   EXPECT_EQ(w.trace.runs, 21);
   // Each step was queued before the host waited for the one before.
@@ -519,12 +520,13 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   EXPECT_NE(ahead.err.find("20 new;"), std::string::npos) << ahead.err;
 
   // A device that keeps no picks of the check (Context::argmaxAlso
-  // ignored): the first decode step waits, the other 18 go ahead.
+  // ignored): the first decode step waits, the other 18 go ahead (and the
+  // check, before it).
   MainResult later = generate(/*device=*/true, /*ahead=*/true, args,
                               /*keepsPicks=*/false);
   ASSERT_EQ(later.status, 0) << later.err;
   EXPECT_EQ(later.out, want);
-  EXPECT_EQ(w.trace.aheadRuns, 18);
+  EXPECT_EQ(w.trace.aheadRuns, 19);
   EXPECT_EQ(w.trace.pickInputs, 18);
   EXPECT_EQ(w.trace.runs, 21);
 }
@@ -545,7 +547,8 @@ TEST_F(GenerateTest, FailedCheckFallsBackToTheHostCacheOnce) {
   // Attention that sees masked entries: the padded cache's unused entries
   // change the check's logits, so the cache goes through host memory from
   // then on (the prefill, the check, the prompt again, then one run a
-  // token), the same bytes as on the host.
+  // token), the same bytes as on the host. Launched ahead, the check had
+  // the first decode step queued behind it, which is dropped.
   const std::string prompt = "sparse";
   const std::vector<std::string> args = {"--prompt", prompt, "--max-new-tokens", "8"};
   MainResult host = generate(/*device=*/false, /*ahead=*/false, args, true, false,
@@ -557,8 +560,9 @@ TEST_F(GenerateTest, FailedCheckFallsBackToTheHostCacheOnce) {
     ASSERT_EQ(dev.status, 0) << dev.err;
     EXPECT_EQ(dev.out, host.out);
     EXPECT_NE(dev.err.find("does not ignore"), std::string::npos) << dev.err;
-    EXPECT_EQ(w.trace.runs, 3 + 7);
-    EXPECT_EQ(w.trace.aheadRuns, 0);
+    EXPECT_EQ(w.trace.runs, 3 + 7 + (ahead ? 1 : 0));
+    EXPECT_EQ(w.trace.aheadRuns, ahead ? 2 : 0); // the check, the dropped step
+    EXPECT_EQ(w.trace.pickInputs, ahead ? 1 : 0);
     EXPECT_NE(dev.err.find("8 new;"), std::string::npos) << dev.err;
   }
 }
@@ -590,7 +594,7 @@ TEST_F(GenerateTest, BatchLaunchedAhead) {
                         {"--prompt-ids", file, "--max-new-tokens", "12"});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, want) << (ahead ? "launched ahead" : "waited for");
-    EXPECT_EQ(w.trace.aheadRuns, ahead ? 11 : 0);
+    EXPECT_EQ(w.trace.aheadRuns, ahead ? 12 : 0);
   }
   MainResult host = generate(/*device=*/false, false,
                          {"--prompt-ids", file, "--max-new-tokens", "12"});
@@ -599,8 +603,8 @@ TEST_F(GenerateTest, BatchLaunchedAhead) {
 }
 
 TEST_F(GenerateTest, StopsAtMaxSeqLenLaunchedAhead) {
-  // 6 prompt bytes, room for 10 positions: 4 new tokens, the last three
-  // launched ahead, and no step past the limit.
+  // 6 prompt bytes, room for 10 positions: 4 new tokens, the check and
+  // the last three launched ahead, and no step past the limit.
   const std::string prompt = "kvpage";
   std::vector<int64_t> seq(prompt.begin(), prompt.end());
   MainResult r = generate(/*device=*/true, /*ahead=*/true,
@@ -609,7 +613,8 @@ TEST_F(GenerateTest, StopsAtMaxSeqLenLaunchedAhead) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, bytesOf(reference(seq, 4)));
   EXPECT_NE(r.err.find("stopped at --max-seq-len 10"), std::string::npos) << r.err;
-  EXPECT_EQ(w.trace.aheadRuns, 3);
+  EXPECT_EQ(w.trace.aheadRuns, 4);
+  EXPECT_EQ(w.trace.pickInputs, 3);
   EXPECT_EQ(w.trace.runs, 5);
 }
 
@@ -621,8 +626,10 @@ TEST_F(GenerateTest, OneNewTokenNeverLaunchesAhead) {
                         {"--prompt", prompt, "--max-new-tokens", std::to_string(n)});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, bytesOf(reference(seq, n)));
-    // The first token comes from the prefill; a second one is one step.
-    EXPECT_EQ(w.trace.aheadRuns, n - 1);
+    // The first token comes from the prefill (and its check, launched
+    // ahead); a second one is one step.
+    EXPECT_EQ(w.trace.aheadRuns, n);
+    EXPECT_EQ(w.trace.pickInputs, n - 1);
   }
 }
 

@@ -384,6 +384,52 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
            ctx.backend->deviceArgmax(ctx, logitsOutput, picks) &&
            picks.rank == 2 && picks.shape[0] == batch && picks.shape[1] == 1;
   };
+  const int64_t *pending = nullptr; // the outstanding step's picks
+  int64_t pendingRun = 0;           // and its run (Context::runs)
+  // Waits for the outstanding step and records its picks.
+  auto take = [&]() -> bool {
+    if (!ctx.backend->finishStep(ctx, pendingRun)) {
+      error = ctx.error;
+      return false;
+    }
+    for (int64_t b = 0; b < batch; ++b)
+      if (!validPick(pending[b]))
+        return false;
+    const int64_t *ids = pending;
+    pending = nullptr;
+    record([&](int64_t b) { return ids[b]; });
+    return true;
+  };
+  // Queues one step on `picks` (from canAhead), appends its K/V row, then
+  // takes the step that was outstanding before it, if any.
+  auto launchOne = [&]() -> bool {
+    inputs[size_t(idsInput)] = picks;
+    setPast(true, 0, 0);
+    ctx.launchAhead = true;
+    const bool ran = runOnce(desc, ctx, inputs.data(), outputs, error);
+    ctx.launchAhead = false;
+    if (!ran || !checkOutputs(1, capacity + 1))
+      return false;
+    if (!idsOnly) {
+      error = "internal error: a step launched ahead returned logits";
+      return false;
+    }
+    for (CacheSlot &slot : cache)
+      if (!ctx.backend->appendCache(ctx, slot.input,
+                                    outputs[size_t(slot.output)], capacity,
+                                    cached)) {
+        error = ctx.error;
+        return false;
+      }
+    ++cached;
+    const int64_t *launched = outputs[size_t(logitsOutput)].as<int64_t>();
+    const int64_t run = ctx.runs;
+    if (pending && !take())
+      return false;
+    pending = launched;
+    pendingRun = run;
+    return true;
+  };
   // Greedy steps launched ahead: each takes the ids the step before picked
   // on the device (Backend::deviceArgmax, an input only device ops read),
   // so the host queues step t + 1 before it waits for step t's ids; the
@@ -391,51 +437,11 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   // with `error` set on failure; stops at --max-new-tokens or when the
   // cache would have to grow (the caller's loop goes on).
   auto decodeAhead = [&]() -> bool {
-    const int64_t *pending = nullptr; // the outstanding step's picks
-    int64_t pendingRun = 0;           // and its run (Context::runs)
-    auto take = [&]() -> bool {
-      if (!ctx.backend->finishStep(ctx, pendingRun)) {
-        error = ctx.error;
-        return false;
-      }
-      for (int64_t b = 0; b < batch; ++b)
-        if (!validPick(pending[b]))
-          return false;
-      const int64_t *ids = pending;
-      pending = nullptr;
-      record([&](int64_t b) { return ids[b]; });
-      return true;
-    };
     while (generated + (pending ? 1 : 0) < opts.maxNewTokens &&
            int64_t(tokens.size()) + (pending ? 1 : 0) < maxSeqLen &&
-           canAhead()) {
-      inputs[size_t(idsInput)] = picks;
-      setPast(true, 0, 0);
-      ctx.launchAhead = true;
-      const bool ran = runOnce(desc, ctx, inputs.data(), outputs, error);
-      ctx.launchAhead = false;
-      if (!ran || !checkOutputs(1, capacity + 1))
+           canAhead())
+      if (!launchOne())
         return false;
-      if (!idsOnly) {
-        error = "internal error: a step launched ahead returned logits";
-        return false;
-      }
-      for (CacheSlot &slot : cache)
-        if (!ctx.backend->appendCache(ctx, slot.input,
-                                      outputs[size_t(slot.output)], capacity,
-                                      cached)) {
-          error = ctx.error;
-          return false;
-        }
-      ++cached;
-      const int64_t *launched =
-          outputs[size_t(logitsOutput)].as<int64_t>();
-      const int64_t run = ctx.runs;
-      if (pending && !take())
-        return false;
-      pending = launched;
-      pendingRun = run;
-    }
     return !pending || take();
   };
   while (generated < opts.maxNewTokens) {
@@ -446,7 +452,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       break;
     }
     std::string where = "step " + std::to_string(generated) + ": ";
-    if (canAhead()) {
+    if (pending || canAhead()) {
       if (!decodeAhead()) // `where` names the step the run started at
         return reportError("step " + std::to_string(generated) + ": " + error);
       continue;
@@ -498,13 +504,40 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           return reportError(where + ctx.error);
         // Greedy: the check's logits come back whole, and a device backend
         // also keeps their argmax (the first new token), so that the first
-        // decode step can be launched ahead with it.
+        // decode step can be launched ahead with it. Where the ids may be
+        // the device's picks, the check itself is launched ahead and the
+        // first decode step queued behind it before the host waits, so
+        // that the device runs the check while the host prepares (and a
+        // CUDA backend captures) that step; both are dropped if the check
+        // fails.
+        const bool overlap = greedy && aheadInput;
         if (greedy)
           ctx.argmaxAlso = logitsOutput;
+        ctx.launchAhead = overlap;
         const bool checked = step(len - 1, true);
+        ctx.launchAhead = false;
         ctx.argmaxAlso = -1;
         if (!checked)
           return reportError(where + error);
+        const int64_t checkRun = ctx.runs;
+        bool appended = false; // the check's K/V row, before the queued step
+        if (overlap && opts.maxNewTokens >= 2 && len + 1 < maxSeqLen &&
+            cached + 2 <= capacity) {
+          for (CacheSlot &slot : cache)
+            if (!ctx.backend->appendCache(ctx, slot.input,
+                                          outputs[size_t(slot.output)],
+                                          capacity, cached))
+              return reportError(where + ctx.error);
+          ++cached;
+          appended = true;
+          deviceCache = true; // for canAhead; undone if the check fails
+          ctx.argmaxOutput = logitsOutput;
+          if (canAhead() && !launchOne())
+            return reportError(where + error);
+          idsOnly = false; // lastLogits are still the check's
+        }
+        if (overlap && !ctx.backend->finishStep(ctx, checkRun))
+          return reportError(where + ctx.error);
         float diff = 0, scale = 1;
         for (size_t i = 0; i < reference.size(); ++i) {
           diff = std::max(diff, std::fabs(reference[i] - lastLogits[i]));
@@ -516,17 +549,24 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                        "masked past entries (logits differ by %g): the cache "
                        "goes through host memory\n",
                        double(diff));
+          if (pending && !ctx.backend->finishStep(ctx, pendingRun))
+            return reportError(where + ctx.error);
+          pending = nullptr; // the queued step's pick is not used
+          deviceCache = false;
           hostCacheOnly = true; // not checked again at every step
+          ctx.argmaxOutput = -1;
           ctx.residentOutputs.assign(ctx.residentOutputs.size(), 0);
           if (!step(0, false))
             return reportError(where + error);
         } else {
-          for (CacheSlot &slot : cache)
-            if (!ctx.backend->appendCache(ctx, slot.input,
-                                          outputs[size_t(slot.output)],
-                                          capacity, cached))
-              return reportError(where + ctx.error);
-          ++cached;
+          if (!appended) {
+            for (CacheSlot &slot : cache)
+              if (!ctx.backend->appendCache(ctx, slot.input,
+                                            outputs[size_t(slot.output)],
+                                            capacity, cached))
+                return reportError(where + ctx.error);
+            ++cached;
+          }
           deviceCache = true;
           // Greedy steps from here on need only the argmax of the logits:
           // a device backend picks it there and downloads one id a row.
