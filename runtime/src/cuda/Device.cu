@@ -1393,14 +1393,11 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   bool ok = true;
   // Launched ahead (Context::launchAhead): the step takes the parity the
   // newest outstanding step does not, after waiting for any outstanding
-  // step that holds it (at most two are outstanding), or parity 0 when
-  // none is (whose buffers the steps waited for have grown: the step
-  // queued behind it then takes parity 1, whose pinned buffers are new
-  // allocations, not a free and a larger allocation that would wait for
-  // the device). Otherwise every earlier step finishes first and parity 0
-  // serves.
+  // step that holds it (at most two are outstanding). Otherwise every
+  // earlier step finishes first and parity 0 serves.
   if (ctx.launchAhead) {
-    const int p = d.outstanding.empty() ? 0 : d.outstanding.back().parity ^ 1;
+    const int p = d.outstanding.empty() ? d.parity ^ 1
+                                        : d.outstanding.back().parity ^ 1;
     while (std::any_of(d.outstanding.begin(), d.outstanding.end(),
                        [&](const Device::Outstanding &o) { return o.parity == p; }))
       if (!d.finishOldest(ctx))
