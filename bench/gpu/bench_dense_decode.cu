@@ -28,7 +28,8 @@
 //   attention  decodeAttention for one query row per head over a cache of
 //              T positions (fp32 keys and values).
 //   tiny       a kernel that touches d floats: what one more graph node
-//              costs.
+//              costs; the greedy pick (argmaxRows) over 1 and 4 rows of
+//              logits.
 //
 // The read bandwidth is a reduction kernel over 4 GiB (each byte read once,
 // nothing written but the result). Consecutive GEMV calls read different
@@ -38,6 +39,7 @@
 //
 //   sparsec-bench-dense-decode [--shape 6.7b|1.3b] [--tokens M]
 //                              [--only layer]   (the chains alone)
+//                              [--only pick]    (the greedy pick alone)
 //
 //===----------------------------------------------------------------------===//
 
@@ -88,7 +90,7 @@ struct Proj {
 int main(int argc, char **argv) {
   std::string shape = "6.7b";
   int tokens = 1; // of the projection table
-  std::string only; // "layer": the layer chains alone
+  std::string only; // "layer": the layer chains alone; "pick": the argmax
   for (int i = 1; i + 1 < argc; i += 2)
     if (!std::strcmp(argv[i], "--shape"))
       shape = argv[i + 1];
@@ -96,8 +98,8 @@ int main(int argc, char **argv) {
       tokens = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--only"))
       only = argv[i + 1];
-  if (!only.empty() && only != "layer") {
-    std::fprintf(stderr, "error: --only takes 'layer', not '%s'\n",
+  if (!only.empty() && only != "layer" && only != "pick") {
+    std::fprintf(stderr, "error: --only takes 'layer' or 'pick', not '%s'\n",
                  only.c_str());
     return 1;
   }
@@ -212,7 +214,7 @@ int main(int argc, char **argv) {
   // with the layer's two norm kernels and with its attention too (a whole
   // layer but the cache append), launched normally, with the norms and the
   // attention early and with everything early (the runtime's default).
-  {
+  if (only != "pick") {
     const size_t layerW = size_t(4) * d * d + size_t(2) * f * d;
     std::vector<__half> lw(layerW);
     for (auto &v : lw)
@@ -512,8 +514,48 @@ int main(int argc, char **argv) {
         [&] { tinyKernel<<<(d + 255) / 256, 256, 0, stream>>>(t, d); }, g);
     std::printf("\nA kernel that touches %d floats: %.2f us per graph node\n", d,
                 us);
+    cudaFree(t);
+  }
+  if (only.empty() || only == "pick") {
+    // The greedy pick over the logits, as a decode step ends (the ids
+    // written to pinned host memory by the kernel).
+    for (int rows : {1, 4}) {
+      float *logits = alloc<float>(size_t(rows) * vocab);
+      std::vector<float> lv(size_t(rows) * vocab);
+      for (float &v : lv)
+        v = val(rng);
+      CHECK_CUDA(cudaMemcpy(logits, lv.data(), lv.size() * 4,
+                            cudaMemcpyHostToDevice));
+      const size_t sb = argmaxScratchBytes(rows, vocab);
+      char *scratch = alloc<char>(sb);
+      CHECK_CUDA(cudaMemset(scratch, 0, sb));
+      int64_t *ids = alloc<int64_t>(rows), *hostIds = nullptr;
+      CHECK_CUDA(cudaMallocHost(&hostIds, sizeof(int64_t) * rows));
+      double aus = timeUs(
+          [&] {
+            CHECK_CUDA(argmaxRows(logits, rows, vocab, ids, scratch, hostIds,
+                                  stream));
+          },
+          g);
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      bool right = true;
+      for (int r = 0; r < rows; ++r) {
+        const float *row = lv.data() + size_t(r) * vocab;
+        right &= hostIds[r] == std::max_element(row, row + vocab) - row;
+      }
+      std::printf("Greedy pick (argmaxRows) over %d row%s of %d logits: %.2f "
+                  "us%s\n",
+                  rows, rows > 1 ? "s" : "", vocab, aus,
+                  right ? "" : " (WRONG ids)");
+      ok &= right;
+      cudaFree(logits);
+      cudaFree(scratch);
+      cudaFree(ids);
+      cudaFreeHost(hostIds);
+    }
   }
   if (!ok)
-    std::fprintf(stderr, "error: a gemvRows result differs from cuBLAS\n");
+    std::fprintf(stderr, "error: a gemvRows result differs from cuBLAS, or "
+                         "the greedy pick from std::max_element\n");
   return ok ? 0 : 1;
 }

@@ -675,7 +675,14 @@ def cmd_bench(args):
                 pairs[-1] += "," + piece
         variants.append((label, dict(a.split("=", 1) for a in pairs if a)))
     inc = os.path.join(args.root, "runtime", "include")
-    lib = os.path.join(args.lib)
+    # --build-lib NAME=DIR: that build links the runtime libraries of DIR
+    # (two runtimes compared on one build: copies of its folder).
+    libs = {}
+    for spec in args.build_lib or []:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            sys.exit(f"error: --build-lib wants NAME=DIR, got '{spec}'")
+        libs[name] = path
     cache = {}
 
     def source(n):
@@ -685,6 +692,7 @@ def cmd_bench(args):
     procs = []
     for b in builds:
         d = os.path.join(args.dir, b)
+        lib = libs.get(b, args.lib)
         if os.path.exists(os.path.join(d, "model.cpp")):  # as `sparsec compile` builds it
             procs.append(subprocess.Popen(
                 ["g++", "-std=c++17", "-O2", "-I", inc, os.path.join(d, "model.cpp"),
@@ -863,6 +871,9 @@ def main():
     b.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
     b.add_argument("--lib", required=True, help="dir with libsparsec_runtime{,_cuda}.a")
+    b.add_argument("--build-lib", action="append", metavar="NAME=DIR",
+                   help="link build NAME against the runtime libraries in DIR "
+                        "instead of --lib's")
     b.add_argument("--nvcc", default="/usr/local/cuda/bin/nvcc")
     b.add_argument("--prompt", type=int, default=128)
     b.add_argument("--new", type=int, default=128)

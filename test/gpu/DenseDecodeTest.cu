@@ -556,39 +556,91 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
 }
 
 /// argmaxRows against std::max_element on every row: random rows, ties
-/// (the first of equal maxima), NaNs (skipped, but a NaN first element
-/// gives 0), all -inf, and the maximum in the last element.
+/// (the first of equal maxima, in one block's span and across spans), NaNs
+/// (skipped, but a NaN first element gives 0), all -inf, and the maximum in
+/// the last element. Two calls on one scratch with new rows between (its
+/// counters reset themselves), the ids checked on the device and in the
+/// pinned host buffer the kernel writes.
 void argmaxCase(int rows, int width, std::mt19937 &rng) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> x(size_t(rows) * width);
-  for (float &v : x)
-    v = g(rng);
   auto at = [&](int r, int j) -> float & { return x[size_t(r) * width + j]; };
-  if (rows >= 6 && width >= 8) {
-    at(1, width / 3) = at(1, width - 2) = 100.0f;   // a tie: the first
-    at(2, 0) = NAN;                                 // NaN first: 0
-    at(3, width / 2) = NAN;                         // NaN later: skipped
-    at(3, width / 2 + 1) = 50.0f;
-    for (int j = 0; j < width; ++j)
-      at(4, j) = -INFINITY;                         // all -inf: 0
-    at(5, width - 1) = 1e30f;                       // the last element
+  auto fill = [&] {
+    if (x.size() > (size_t(1) << 24)) { // many rows: a cheaper generator
+      uint32_t h = rng();
+      for (float &v : x) {
+        h = h * 1664525u + 1013904223u;
+        v = float(h >> 8) / float(1 << 24);
+      }
+    } else {
+      for (float &v : x)
+        v = g(rng);
+    }
+    if (rows >= 7 && width >= 8) {
+      at(1, width / 3) = at(1, width - 2) = 100.0f; // a tie: the first
+      at(2, 0) = NAN;                               // NaN first: 0
+      at(3, width / 2) = NAN;                       // NaN later: skipped
+      at(3, width / 2 + 1) = 50.0f;
+      for (int j = 0; j < width; ++j)
+        at(4, j) = -INFINITY;                       // all -inf: 0
+      at(5, width - 1) = 1e30f;                     // the last element
+      at(6, 1) = at(6, 2) = 7e20f;                  // a tie in one span
+    }
+  };
+  const size_t scratchBytes = argmaxScratchBytes(rows, width);
+  void *scratch = nullptr;
+  if (scratchBytes) {
+    CHECK_CUDA(cudaMalloc(&scratch, scratchBytes));
+    CHECK_CUDA(cudaMemset(scratch, 0, scratchBytes));
   }
-  const float *dx = upload(x);
-  int64_t *dOut = nullptr;
+  int64_t *dOut = nullptr, *hOut = nullptr;
   CHECK_CUDA(cudaMalloc(&dOut, sizeof(int64_t) * rows));
-  CHECK_CUDA(argmaxRows(dx, rows, width, dOut, nullptr));
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<int64_t> got = download(dOut, size_t(rows));
-  int wrong = 0;
-  for (int r = 0; r < rows; ++r) {
-    const float *row = x.data() + size_t(r) * width;
-    wrong += got[size_t(r)] != std::max_element(row, row + width) - row;
+  CHECK_CUDA(cudaMallocHost(&hOut, sizeof(int64_t) * rows));
+  int wrong = 0, wrongHost = 0;
+  for (int call = 0; call < 2; ++call) {
+    fill();
+    float *dx = upload(x);
+    std::fill(hOut, hOut + rows, int64_t(-1));
+    CHECK_CUDA(argmaxRows(dx, rows, width, dOut, scratch,
+                          call == 0 ? hOut : nullptr, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<int64_t> got = download(dOut, size_t(rows));
+    for (int r = 0; r < rows; ++r) {
+      const float *row = x.data() + size_t(r) * width;
+      const int64_t want = std::max_element(row, row + width) - row;
+      wrong += got[size_t(r)] != want;
+      wrongHost += call == 0 ? hOut[r] != want : hOut[r] != -1;
+    }
+    cudaFree(dx);
   }
-  char line[120];
-  std::snprintf(line, sizeof line, "argmaxRows %d rows of %d: %d rows differ",
-                rows, width, wrong);
-  report(wrong == 0, line, double(wrong));
-  cudaFree(const_cast<float *>(dx));
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "argmaxRows %d rows of %d, two calls: %d rows differ, %d in "
+                "the host's copy",
+                rows, width, wrong, wrongHost);
+  report(wrong == 0 && wrongHost == 0, line, double(wrong + wrongHost));
+  cudaFree(scratch);
+  cudaFree(dOut);
+  cudaFreeHost(hOut);
+}
+
+/// argmaxRows refuses a wide row without scratch, a negative width.
+void argmaxRefusedCase() {
+  float *dx = nullptr;
+  int64_t *dOut = nullptr;
+  CHECK_CUDA(cudaMalloc(&dx, sizeof(float) * 4096));
+  CHECK_CUDA(cudaMalloc(&dOut, sizeof(int64_t)));
+  const bool noScratch = argmaxRows(dx, 1, 4096, dOut, nullptr, nullptr,
+                                    nullptr) == cudaErrorInvalidValue;
+  const bool badWidth = argmaxRows(dx, 1, -1, dOut, nullptr, nullptr,
+                                   nullptr) == cudaErrorInvalidValue;
+  const bool narrow = argmaxScratchBytes(3, 2048) == 0 &&
+                      argmaxScratchBytes(1, 2049) > 0;
+  cudaGetLastError();
+  report(noScratch && badWidth && narrow,
+         "argmaxRows refuses a wide row without scratch and a negative width",
+         0.0);
+  cudaFree(dx);
   cudaFree(dOut);
 }
 } // namespace
@@ -625,10 +677,15 @@ int main() {
   normOutCase<__half>(2048, 2048, true, false, rng);
   normOutCase<float>(256, 1000, false, false, rng);
   normOutRefusedCase();
-  argmaxCase(8, 50272, rng); // OPT's vocabulary
-  argmaxCase(6, 256, rng);   // a byte-level model's
+  argmaxCase(8, 50272, rng); // OPT's vocabulary: 25 blocks a row
+  argmaxCase(1, 50272, rng);
+  argmaxCase(7, 256, rng);   // a byte-level model's: one block a row
+  argmaxCase(7, 2048, rng);  // one block's span exactly
+  argmaxCase(7, 2049, rng);  // one element past it
   argmaxCase(3, 4099, rng);  // not a multiple of the block's loads
   argmaxCase(2, 1, rng);
+  argmaxCase(65537, 2050, rng); // more rows than a grid's y
+  argmaxRefusedCase();
 
   // Groups: q, k, v shapes; uneven members (a partial block of 4 rows at
   // each member's end); fp32; element loads.

@@ -951,7 +951,10 @@ cudaError_t normRows(const float *x, int64_t rows, int64_t width,
 }
 
 namespace {
-constexpr int kArgmaxThreads = 1024;
+constexpr int kArgmaxThreads = 256;
+constexpr int kArgmaxPer = 8; // loads in flight a thread
+constexpr int64_t kArgmaxSpan = int64_t(kArgmaxThreads) * kArgmaxPer;
+constexpr int kArgmaxMaxRowsGrid = 65535; // gridDim.y
 /// (value, index) a is better than b: larger, or equal at a lower index
 /// (NaNs compare false: never better).
 __device__ __forceinline__ bool argBetter(float av, int64_t ai, float bv,
@@ -969,64 +972,119 @@ __device__ __forceinline__ void warpArgmax(float &v, int64_t &i) {
     }
   }
 }
-/// Block r: the argmax of row r (argmaxRows). Each thread keeps its best
-/// (value, index) over a strided walk (four loads in flight), then warps
-/// and the block reduce; no candidate (all NaN) or a NaN first element
-/// gives 0.
-__global__ void __launch_bounds__(kArgmaxThreads)
-argmaxRowsKernel(const float *x, int64_t width, int64_t *out) {
-  const float *row = x + int64_t(blockIdx.x) * width;
-  float v = -INFINITY;
-  int64_t i = width; // no candidate yet: any -inf element beats it
-  int64_t j = threadIdx.x;
-  for (; j + 3 * kArgmaxThreads < width; j += 4 * kArgmaxThreads) {
-    float e[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      e[u] = row[j + u * kArgmaxThreads];
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (argBetter(e[u], j + u * kArgmaxThreads, v, i)) {
-        v = e[u];
-        i = j + u * kArgmaxThreads;
-      }
-  }
-  for (; j < width; j += kArgmaxThreads) {
-    const float e = row[j];
-    if (argBetter(e, j, v, i)) {
-      v = e;
-      i = j;
-    }
-  }
-  warpArgmax(v, i);
+/// The block's best (value, index), in thread 0 (the others' are partial).
+__device__ __forceinline__ void blockArgmax(float &v, int64_t &i) {
   __shared__ float sv[kArgmaxThreads / 32];
   __shared__ int64_t si[kArgmaxThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  warpArgmax(v, i);
+  __syncthreads(); // the arrays' last readers are done
   if (lane == 0) {
     sv[warp] = v;
     si[warp] = i;
   }
   __syncthreads();
-  if (warp != 0)
-    return;
-  v = lane < kArgmaxThreads / 32 ? sv[lane] : -INFINITY;
-  i = lane < kArgmaxThreads / 32 ? si[lane] : width;
-  warpArgmax(v, i);
-  if (lane == 0) {
-    const float first = row[0];
-    out[blockIdx.x] = first != first || i >= width ? 0 : i;
+  if (warp == 0) {
+    constexpr int W = kArgmaxThreads / 32;
+    float w = lane < W ? sv[lane] : -INFINITY;
+    int64_t wi = lane < W ? si[lane] : INT64_MAX;
+    warpArgmax(w, wi);
+    v = w;
+    i = wi;
   }
+}
+/// Grid (chunks, rows): block (c, r) takes elements [c, c + 1) *
+/// kArgmaxSpan of row r (every load in flight at once), and with more than
+/// one chunk leaves its best in the partials and counts itself in the
+/// row's counter; the last of the row's blocks merges them (and resets
+/// the counter). Row r's id goes to out[r] and, where given, hostOut[r]
+/// (pinned host memory, written by the kernel: no copy after it). No
+/// candidate (all NaN) or a NaN first element gives 0.
+__global__ void __launch_bounds__(kArgmaxThreads)
+argmaxRowsKernel(const float *x, int64_t rows, int64_t width,
+                 unsigned *counters, float *pv, int64_t *pi, int64_t *out,
+                 int64_t *hostOut) {
+  const int64_t chunks = gridDim.x, c = blockIdx.x;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float *row = x + r * width;
+    float e[kArgmaxPer];
+#pragma unroll
+    for (int u = 0; u < kArgmaxPer; ++u) {
+      const int64_t j = c * kArgmaxSpan + threadIdx.x + u * kArgmaxThreads;
+      e[u] = j < width ? row[j] : NAN; // a NaN is never better
+    }
+    float v = -INFINITY;
+    int64_t i = width; // no candidate yet: any -inf element beats it
+#pragma unroll
+    for (int u = 0; u < kArgmaxPer; ++u) {
+      const int64_t j = c * kArgmaxSpan + threadIdx.x + u * kArgmaxThreads;
+      if (argBetter(e[u], j, v, i)) {
+        v = e[u];
+        i = j;
+      }
+    }
+    blockArgmax(v, i);
+    if (chunks > 1) {
+      if (threadIdx.x == 0) {
+        pv[r * chunks + c] = v;
+        pi[r * chunks + c] = i;
+      }
+      if (!lastBlockToArrive(counters + r, unsigned(chunks)))
+        continue;
+      v = -INFINITY;
+      i = width;
+      for (int64_t k = threadIdx.x; k < chunks; k += kArgmaxThreads) {
+        const float kv = __ldcg(pv + r * chunks + k);
+        const int64_t ki = __ldcg(pi + r * chunks + k);
+        if (argBetter(kv, ki, v, i)) {
+          v = kv;
+          i = ki;
+        }
+      }
+      blockArgmax(v, i);
+    }
+    if (threadIdx.x == 0) {
+      const float first = row[0];
+      const int64_t id = first != first || i >= width ? 0 : i;
+      out[r] = id;
+      if (hostOut)
+        hostOut[r] = id;
+    }
+  }
+}
+
+int64_t argmaxChunks(int64_t width) {
+  return (width + kArgmaxSpan - 1) / kArgmaxSpan;
 }
 } // namespace
 
+size_t argmaxScratchBytes(int64_t rows, int64_t width) {
+  if (rows <= 0 || width <= 0)
+    return 0;
+  const int64_t chunks = argmaxChunks(width);
+  if (chunks == 1)
+    return 0;
+  // A counter a row (rounded up to 8 bytes), then the partial ids and
+  // values.
+  return size_t((rows * 4 + 7) / 8 * 8 + rows * chunks * 12);
+}
+
 cudaError_t argmaxRows(const float *x, int64_t rows, int64_t width,
-                       int64_t *out, cudaStream_t stream) {
+                       int64_t *out, void *scratch, int64_t *hostOut,
+                       cudaStream_t stream) {
   if (rows == 0)
     return cudaSuccess;
-  if (rows < 0 || rows > INT32_MAX || width <= 0 || !x || !out)
+  const int64_t chunks = width > 0 ? argmaxChunks(width) : 0;
+  if (rows < 0 || width <= 0 || chunks > INT32_MAX || !x || !out ||
+      (chunks > 1 && !scratch))
     return cudaErrorInvalidValue;
-  argmaxRowsKernel<<<unsigned(rows), kArgmaxThreads, 0, stream>>>(x, width,
-                                                                  out);
+  const int64_t gy = std::min<int64_t>(rows, kArgmaxMaxRowsGrid);
+  unsigned *counters = static_cast<unsigned *>(scratch);
+  char *base = static_cast<char *>(scratch) + (rows * 4 + 7) / 8 * 8;
+  int64_t *pi = reinterpret_cast<int64_t *>(base);
+  float *pv = reinterpret_cast<float *>(base + rows * chunks * 8);
+  argmaxRowsKernel<<<dim3(unsigned(chunks), unsigned(gy)), kArgmaxThreads, 0,
+                     stream>>>(x, rows, width, counters, pv, pi, out, hostOut);
   return cudaGetLastError();
 }
 

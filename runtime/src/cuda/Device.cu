@@ -137,6 +137,7 @@ Device::~Device() {
   freeDev(normalisedInput);
   freeDev(attentionScratch);
   freeDev(argmaxIds);
+  freeDev(argmaxScratch);
   for (PinnedBuffer &b : argmaxHost)
     if (b.ptr)
       cudaFreeHost(b.ptr);
@@ -686,7 +687,8 @@ bool reallocate(Context &ctx, Buf &buf, size_t bytes,
 }
 
 /// Queues the step's downloads (after its last graph launch, outside any
-/// capture): an argmax kernel and its ids' copy, or the whole output.
+/// capture): an argmax kernel that writes the ids to the host itself (and
+/// the whole output's copy where it comes back too), or the whole output.
 bool flushDownloads(Context &ctx, Device &d) {
   d.argmaxLast = Tensor{};
   d.argmaxIndex = -1;
@@ -716,15 +718,33 @@ bool flushDownloads(Context &ctx, Device &d) {
                         "for an output's argmax"))
           return false;
       }
+      const size_t scratchBytes = argmaxScratchBytes(p.rows, p.width);
+      if (scratchBytes > d.argmaxScratch.bytes) {
+        // In no graph, but the stream's earlier work may still use it.
+        if (d.argmaxScratch.ptr &&
+            !check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
+          return false;
+        if (!reallocate(ctx, d.argmaxScratch, scratchBytes, deviceAlloc,
+                        deviceFree, "for an output's argmax") ||
+            !check(ctx,
+                   cudaMemsetAsync(d.argmaxScratch.ptr, 0, scratchBytes,
+                                   d.stream),
+                   "argmax buffers"))
+          return false;
+      }
+      // Only the ids come back: the kernel writes them to the host too.
       int64_t *ids = static_cast<int64_t *>(d.argmaxIds.ptr);
-      if (!check(ctx, argmaxRows(p.src, p.rows, p.width, ids, d.stream),
+      if (!check(ctx,
+                 argmaxRows(p.src, p.rows, p.width, ids, d.argmaxScratch.ptr,
+                            p.whole ? nullptr
+                                    : static_cast<int64_t *>(host.ptr),
+                            d.stream),
                  "argmax of an output") ||
-          !check(ctx,
-                 p.whole ? cudaMemcpyAsync(p.dst, p.src, p.bytes,
-                                           cudaMemcpyDeviceToHost, d.stream)
-                         : cudaMemcpyAsync(host.ptr, ids, idsBytes,
-                                           cudaMemcpyDeviceToHost, d.stream),
-                 "download"))
+          (p.whole &&
+           !check(ctx,
+                  cudaMemcpyAsync(p.dst, p.src, p.bytes,
+                                  cudaMemcpyDeviceToHost, d.stream),
+                  "download")))
         return false;
       if (!p.whole)
         p.out->data = host.ptr;

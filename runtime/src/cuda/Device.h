@@ -165,11 +165,12 @@ struct Device : Context::Backend {
   cudaEvent_t join = nullptr;
   DeviceBuffer gemvPartials, halfInput, attentionScratch;
   /// The argmax of Context::argmaxOutput's rows on the device and their
-  /// host copy (per parity): used after the step's graphs only, so they
-  /// grow then (not allocations of the step). `argmaxLast` views the ids
-  /// of the last step that picked (deviceArgmax; output `argmaxIndex`,
+  /// host copy (per parity; the kernel writes it), with the kernel's
+  /// scratch (zeroed when it grows): used after the step's graphs only, so
+  /// they grow then (not allocations of the step). `argmaxLast` views the
+  /// ids of the last step that picked (deviceArgmax; output `argmaxIndex`,
   /// rows `argmaxWidth` wide).
-  DeviceBuffer argmaxIds;
+  DeviceBuffer argmaxIds, argmaxScratch;
   PinnedBuffer argmaxHost[2];
   Tensor argmaxLast;
   int argmaxIndex = -1;

@@ -144,10 +144,18 @@ cudaError_t normRows(const float *x, int64_t rows, int64_t width,
 /// The index of the largest value of each of `rows` rows of `width` floats
 /// (out: rows int64), as std::max_element finds it: the first of equal
 /// maxima, a NaN never the largest unless it is the row's first element
-/// (then 0). One block a row. The greedy pick of `generate`, on the
-/// device, so a decode step downloads one id a row instead of its logits.
+/// (then 0). The greedy pick of `generate`, on the device, so a decode step
+/// brings back one id a row instead of its logits. A row is shared by
+/// blocks of 2048 elements (an OPT row of 50272 by 25, each with all its
+/// loads in flight), whose last to finish merges the others' bests: rows
+/// wider than 2048 need `scratch`, argmaxScratchBytes(rows, width) of
+/// device memory zeroed once (its counters reset themselves; calls on one
+/// stream may share it). `hostOut`, if not null, is pinned host memory
+/// that receives the ids too, written by the kernel itself.
 cudaError_t argmaxRows(const float *x, int64_t rows, int64_t width,
-                       int64_t *out, cudaStream_t stream);
+                       int64_t *out, void *scratch, int64_t *hostOut,
+                       cudaStream_t stream);
+size_t argmaxScratchBytes(int64_t rows, int64_t width);
 
 /// Whether this device and build can use the `early` launches (Hopper or
 /// later, kernels compiled for sm_90 or later).
