@@ -520,15 +520,21 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         if (!checked)
           return reportError(where + error);
         const int64_t checkRun = ctx.runs;
-        bool appended = false; // the check's K/V row, before the queued step
-        if (overlap && opts.maxNewTokens >= 2 && len + 1 < maxSeqLen &&
-            cached + 2 <= capacity) {
+        // The check's K/V row into the device cache.
+        auto appendCheckRow = [&] {
           for (CacheSlot &slot : cache)
             if (!ctx.backend->appendCache(ctx, slot.input,
                                           outputs[size_t(slot.output)],
                                           capacity, cached))
-              return reportError(where + ctx.error);
+              return false;
           ++cached;
+          return true;
+        };
+        bool appended = false; // the check's K/V row, before the queued step
+        if (overlap && opts.maxNewTokens >= 2 && len + 1 < maxSeqLen &&
+            cached + 2 <= capacity) {
+          if (!appendCheckRow())
+            return reportError(where + ctx.error);
           appended = true;
           deviceCache = true; // for canAhead; undone if the check fails
           ctx.argmaxOutput = logitsOutput;
@@ -559,14 +565,8 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           if (!step(0, false))
             return reportError(where + error);
         } else {
-          if (!appended) {
-            for (CacheSlot &slot : cache)
-              if (!ctx.backend->appendCache(ctx, slot.input,
-                                            outputs[size_t(slot.output)],
-                                            capacity, cached))
-                return reportError(where + ctx.error);
-            ++cached;
-          }
+          if (!appended && !appendCheckRow())
+            return reportError(where + ctx.error);
           deviceCache = true;
           // Greedy steps from here on need only the argmax of the logits:
           // a device backend picks it there and downloads one id a row.
