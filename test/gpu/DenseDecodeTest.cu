@@ -194,6 +194,58 @@ void normOutCase(int K, int N, bool rms, bool normBias, std::mt19937 &rng) {
   cudaFree(counter);
 }
 
+/// normRows against a double-precision reference: rows in registers (up to
+/// 8192 wide, the mean and variance from one reduction of x - x[0]) and
+/// wider rows (three passes), layer and RMS, a mean far from zero (`xMean`,
+/// where a one-pass variance without the shift would cancel), early
+/// launches.
+void normRowsCase(int rows, int width, bool rms, bool bias, float xMean,
+                  bool early, std::mt19937 &rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(size_t(rows) * width), scale(width), nb(width);
+  for (float &v : x)
+    v = xMean + g(rng);
+  for (float &v : scale)
+    v = 1.0f + 0.5f * g(rng);
+  for (float &v : nb)
+    v = g(rng);
+  float *dx = upload(x), *ds = upload(scale), *dnb = upload(nb), *dy = nullptr;
+  CHECK_CUDA(cudaMalloc(&dy, sizeof(float) * x.size()));
+  const float eps = 1e-5f;
+  CHECK_CUDA(normRows(dx, rows, width, ds, bias ? dnb : nullptr, eps, rms, dy,
+                      nullptr, early));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> got = download(dy, x.size());
+  double err = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float *row = x.data() + size_t(r) * width;
+    double mean = 0, var = 0;
+    if (!rms) {
+      for (int i = 0; i < width; ++i)
+        mean += row[i];
+      mean /= width;
+    }
+    for (int i = 0; i < width; ++i)
+      var += (row[i] - mean) * (row[i] - mean);
+    const double inv = 1.0 / std::sqrt(var / width + eps);
+    for (int i = 0; i < width; ++i) {
+      const double ref = (row[i] - mean) * inv * scale[size_t(i)] +
+                         (bias ? nb[size_t(i)] : 0.0);
+      err = worse(err, std::fabs(ref - got[size_t(r) * width + i]));
+    }
+  }
+  char line[160];
+  std::snprintf(line, sizeof line, "normRows %d rows of %d, %s%s, mean %g%s",
+                rows, width, rms ? "rms" : "layer", bias ? " with bias" : "",
+                double(xMean), early ? ", early" : "");
+  // RMS of a far-off mean scales x down to about +-1 too.
+  report(err <= 1e-4, line, err);
+  cudaFree(dx);
+  cudaFree(ds);
+  cudaFree(dnb);
+  cudaFree(dy);
+}
+
 void normOutRefusedCase() {
   GemvNormOut o;
   float *buf = nullptr;
@@ -677,6 +729,14 @@ int main() {
   normOutCase<__half>(2048, 2048, true, false, rng);
   normOutCase<float>(256, 1000, false, false, rng);
   normOutRefusedCase();
+  normRowsCase(1, 4096, false, true, 0.0f, true, rng); // OPT-6.7B's width
+  normRowsCase(3, 4096, false, true, 40.0f, false, rng);
+  normRowsCase(2, 2048, true, false, 3.0f, true, rng);
+  normRowsCase(2, 8192, false, false, -20.0f, false, rng);
+  normRowsCase(5, 1000, false, true, 5.0f, false, rng); // a partial last load
+  normRowsCase(1, 1, false, true, 2.0f, false, rng);
+  normRowsCase(2, 10000, false, true, 40.0f, false, rng); // three passes
+  normRowsCase(2, 10000, true, true, 1.0f, true, rng);
   argmaxCase(8, 50272, rng); // OPT's vocabulary: 25 blocks a row
   argmaxCase(1, 50272, rng);
   argmaxCase(7, 256, rng);   // a byte-level model's: one block a row
