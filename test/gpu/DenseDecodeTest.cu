@@ -195,16 +195,19 @@ void normOutCase(int K, int N, bool rms, bool normBias, std::mt19937 &rng) {
 }
 
 /// normRows against a double-precision reference: rows in registers (up to
-/// 8192 wide, the mean and variance from one reduction of x - x[0]) and
-/// wider rows (three passes), layer and RMS, a mean far from zero (`xMean`,
-/// where a one-pass variance without the shift would cancel), early
-/// launches.
+/// 8192 wide) and wider rows (three passes), layer and RMS, a mean far
+/// from zero (`xMean`), an outlier channel in the first element
+/// (`outlier`, 0 for none: a variance from sums shifted by x[0] cancels
+/// there, 5e-3 off at 60 in a simulation), early launches.
 void normRowsCase(int rows, int width, bool rms, bool bias, float xMean,
-                  bool early, std::mt19937 &rng) {
+                  bool early, std::mt19937 &rng, float outlier = 0.0f) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> x(size_t(rows) * width), scale(width), nb(width);
   for (float &v : x)
     v = xMean + g(rng);
+  if (outlier != 0.0f)
+    for (int r = 0; r < rows; ++r)
+      x[size_t(r) * width] = outlier;
   for (float &v : scale)
     v = 1.0f + 0.5f * g(rng);
   for (float &v : nb)
@@ -235,9 +238,11 @@ void normRowsCase(int rows, int width, bool rms, bool bias, float xMean,
     }
   }
   char line[160];
-  std::snprintf(line, sizeof line, "normRows %d rows of %d, %s%s, mean %g%s",
-                rows, width, rms ? "rms" : "layer", bias ? " with bias" : "",
-                double(xMean), early ? ", early" : "");
+  std::snprintf(line, sizeof line,
+                "normRows %d rows of %d, %s%s, mean %g%s%s", rows, width,
+                rms ? "rms" : "layer", bias ? " with bias" : "",
+                double(xMean), outlier != 0.0f ? ", x[0] an outlier" : "",
+                early ? ", early" : "");
   // RMS of a far-off mean scales x down to about +-1 too.
   report(err <= 1e-4, line, err);
   cudaFree(dx);
@@ -676,6 +681,47 @@ void argmaxCase(int rows, int width, std::mt19937 &rng) {
   cudaFreeHost(hOut);
 }
 
+/// One scratch through calls of changing shape, zeroed where the shape
+/// changes and not otherwise, as the runtime's flushDownloads does: 8
+/// rows, 1, 1 again, 8, 3 rows of 4099, 8.
+void argmaxShapesCase(std::mt19937 &rng) {
+  const int shapes[][2] = {{8, 50272}, {1, 50272}, {1, 50272},
+                           {8, 50272}, {3, 4099},  {8, 50272}};
+  size_t most = 0;
+  for (const auto &sh : shapes)
+    most = std::max(most, argmaxScratchBytes(sh[0], sh[1]));
+  void *scratch = nullptr;
+  int64_t *dOut = nullptr;
+  CHECK_CUDA(cudaMalloc(&scratch, most));
+  CHECK_CUDA(cudaMalloc(&dOut, sizeof(int64_t) * 8));
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  int wrong = 0, last[2] = {0, 0};
+  for (const auto &sh : shapes) {
+    const int rows = sh[0], width = sh[1];
+    if (rows != last[0] || width != last[1])
+      CHECK_CUDA(cudaMemset(scratch, 0, argmaxScratchBytes(rows, width)));
+    last[0] = rows;
+    last[1] = width;
+    std::vector<float> x(size_t(rows) * width);
+    for (float &v : x)
+      v = g(rng);
+    float *dx = upload(x);
+    CHECK_CUDA(argmaxRows(dx, rows, width, dOut, scratch, nullptr, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<int64_t> got = download(dOut, size_t(rows));
+    for (int r = 0; r < rows; ++r) {
+      const float *row = x.data() + size_t(r) * width;
+      wrong += got[size_t(r)] != std::max_element(row, row + width) - row;
+    }
+    cudaFree(dx);
+  }
+  report(wrong == 0,
+         "argmaxRows on one scratch through six calls of changing shape",
+         double(wrong));
+  cudaFree(scratch);
+  cudaFree(dOut);
+}
+
 /// argmaxRows refuses a wide row without scratch, a negative width.
 void argmaxRefusedCase() {
   float *dx = nullptr;
@@ -737,6 +783,9 @@ int main() {
   normRowsCase(1, 1, false, true, 2.0f, false, rng);
   normRowsCase(2, 10000, false, true, 40.0f, false, rng); // three passes
   normRowsCase(2, 10000, true, true, 1.0f, true, rng);
+  normRowsCase(1, 4096, false, true, 0.0f, true, rng, 60.0f);
+  normRowsCase(2, 2048, false, false, 1.0f, false, rng, -300.0f);
+  normRowsCase(2, 10000, false, true, 0.0f, false, rng, 100.0f);
   argmaxCase(8, 50272, rng); // OPT's vocabulary: 25 blocks a row
   argmaxCase(1, 50272, rng);
   argmaxCase(7, 256, rng);   // a byte-level model's: one block a row
@@ -745,6 +794,7 @@ int main() {
   argmaxCase(3, 4099, rng);  // not a multiple of the block's loads
   argmaxCase(2, 1, rng);
   argmaxCase(65537, 2050, rng); // more rows than a grid's y
+  argmaxShapesCase(rng);
   argmaxRefusedCase();
 
   // Groups: q, k, v shapes; uneven members (a partial block of 4 rows at

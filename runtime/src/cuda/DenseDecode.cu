@@ -428,8 +428,7 @@ __global__ void normKernel(const float *x, const float *scale,
 
 /// A row of up to Threads * PER elements normalised by one block of
 /// Threads threads: the row is read once into registers (all loads in
-/// flight), then reduced once (the sums of x - x[0] and of its square) and
-/// written. `Coherent`: the row was written
+/// flight), then reduced twice and written. `Coherent`: the row was written
 /// by other blocks of the same kernel (read from L2, ld.global.cg), and the
 /// scale and bias are read only at the end (fewer registers).
 template <bool Rms, int PER, int Threads, bool Coherent>
@@ -438,7 +437,7 @@ __device__ __forceinline__ void normRowInRegs(const float *row,
                                               const float *bias, int width,
                                               float eps, float *out) {
   // Otherwise the scale and bias are requested with x, so that their loads
-  // do not wait for the reduction.
+  // do not wait for the two reductions.
   constexpr int P = Coherent ? 1 : PER;
   float v[PER], sc[P], bi[P];
 #pragma unroll
@@ -450,25 +449,22 @@ __device__ __forceinline__ void normRowInRegs(const float *row,
       bi[k] = bias && i < width ? __ldg(bias + i) : 0.0f;
     }
   }
-  // One reduction of the sums of x - shift and of its square, shift =
-  // x[0] (0 for RMS): the mean and variance behind one barrier, and the
-  // shift keeps the variance's cancellation small where the mean is far
-  // from zero.
-  const float shift = Rms ? 0.0f : (Coherent ? __ldcg(row) : row[0]);
-  float s = 0.0f, q = 0.0f;
+  float mean = 0.0f;
+  if (!Rms) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PER; ++k)
+      s += v[k];
+    mean = blockReduce<false>(s) / float(width);
+  }
+  float q = 0.0f;
 #pragma unroll
   for (int k = 0; k < PER; ++k)
     if (threadIdx.x + k * Threads < width) {
-      const float c = v[k] - shift;
-      s += c;
+      const float c = v[k] - mean;
       q += c * c;
     }
-  const float2 sums = blockSum2Once(s, q);
-  const float d = sums.x / float(width); // mean - shift
-  const float mean = Rms ? 0.0f : shift + d;
-  const float var =
-      Rms ? sums.y / float(width) : fmaxf(sums.y / float(width) - d * d, 0.0f);
-  const float inv = rsqrtf(var + eps);
+  const float inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int i = threadIdx.x + k * Threads;

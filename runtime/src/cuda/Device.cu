@@ -725,12 +725,21 @@ bool flushDownloads(Context &ctx, Device &d) {
             !check(ctx, cudaStreamSynchronize(d.stream), "argmax buffers"))
           return false;
         if (!reallocate(ctx, d.argmaxScratch, scratchBytes, deviceAlloc,
-                        deviceFree, "for an output's argmax") ||
-            !check(ctx,
+                        deviceFree, "for an output's argmax"))
+          return false;
+        d.argmaxScratchShape = {0, 0};
+      }
+      // The kernel's counters reset themselves where its layout, which
+      // follows the rows and width, put them: a call of another shape
+      // zeroes the scratch first (queued, so after the calls before it).
+      if (scratchBytes > 0 &&
+          d.argmaxScratchShape != std::array<int64_t, 2>{p.rows, p.width}) {
+        if (!check(ctx,
                    cudaMemsetAsync(d.argmaxScratch.ptr, 0, scratchBytes,
                                    d.stream),
                    "argmax buffers"))
           return false;
+        d.argmaxScratchShape = {p.rows, p.width};
       }
       // Only the ids come back: the kernel writes them to the host too.
       int64_t *ids = static_cast<int64_t *>(d.argmaxIds.ptr);

@@ -171,6 +171,9 @@ struct Device : Context::Backend {
   /// ids of the last step that picked (deviceArgmax; output `argmaxIndex`,
   /// rows `argmaxWidth` wide).
   DeviceBuffer argmaxIds, argmaxScratch;
+  /// The rows and width of the last argmax that used the scratch's
+  /// counters ({0, 0}: none since it was allocated).
+  std::array<int64_t, 2> argmaxScratchShape{0, 0};
   PinnedBuffer argmaxHost[2];
   Tensor argmaxLast;
   int argmaxIndex = -1;

@@ -287,24 +287,6 @@ template <bool Max> __device__ float blockReduce(float v) {
   return r;
 }
 
-/// Block-wide sums of two values behind one barrier: each warp reduces its
-/// own by shuffles, then every warp reads all the warps' partials and
-/// reduces them itself, so every thread gets the sums (blockDim a multiple
-/// of 32, at most 1024). Once a kernel: its shared array is not guarded
-/// for a second call.
-__device__ __forceinline__ float2 blockSum2Once(float a, float b) {
-  __shared__ float2 part[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  a = warpSum(a);
-  b = warpSum(b);
-  if (lane == 0)
-    part[warp] = make_float2(a, b);
-  __syncthreads();
-  const float2 p =
-      lane < int(blockDim.x >> 5) ? part[lane] : make_float2(0.0f, 0.0f);
-  return make_float2(warpSum(p.x), warpSum(p.y));
-}
-
 /// Whether this block is the last of `blocks` to arrive at *counter: each
 /// thread's earlier global writes are made visible first, and the last
 /// block resets the counter (ready for the next launch, or a graph

@@ -149,9 +149,11 @@ cudaError_t normRows(const float *x, int64_t rows, int64_t width,
 /// blocks of 2048 elements (an OPT row of 50272 by 25, each with all its
 /// loads in flight), whose last to finish merges the others' bests: rows
 /// wider than 2048 need `scratch`, argmaxScratchBytes(rows, width) of
-/// device memory zeroed once (its counters reset themselves; calls on one
-/// stream may share it). `hostOut`, if not null, is pinned host memory
-/// that receives the ids too, written by the kernel itself.
+/// zeroed device memory. A call leaves it zeroed again where the next call
+/// of the same rows and width reads it (its counters reset themselves;
+/// such calls on one stream may share it); a call of another shape needs
+/// it zeroed again. `hostOut`, if not null, is pinned host memory that
+/// receives the ids too, written by the kernel itself.
 cudaError_t argmaxRows(const float *x, int64_t rows, int64_t width,
                        int64_t *out, void *scratch, int64_t *hostOut,
                        cudaStream_t stream);
