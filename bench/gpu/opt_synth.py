@@ -682,6 +682,9 @@ def cmd_bench(args):
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             sys.exit(f"error: --build-lib wants NAME=DIR, got '{spec}'")
+        if name not in builds:
+            sys.exit(f"error: --build-lib {spec}: '{name}' is not a build run "
+                     f"here (builds: {', '.join(builds) or 'none'})")
         libs[name] = path
     cache = {}
 
