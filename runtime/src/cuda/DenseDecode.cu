@@ -1056,6 +1056,9 @@ argmaxRowsKernel(const float *x, int64_t rows, int64_t width,
 int64_t argmaxChunks(int64_t width) {
   return (width + kArgmaxSpan - 1) / kArgmaxSpan;
 }
+/// The scratch's counters, one a row, rounded up to 8 bytes: the partial
+/// ids and then the partial values follow them.
+int64_t argmaxCounterBytes(int64_t rows) { return (rows * 4 + 7) / 8 * 8; }
 } // namespace
 
 size_t argmaxScratchBytes(int64_t rows, int64_t width) {
@@ -1064,9 +1067,7 @@ size_t argmaxScratchBytes(int64_t rows, int64_t width) {
   const int64_t chunks = argmaxChunks(width);
   if (chunks == 1)
     return 0;
-  // A counter a row (rounded up to 8 bytes), then the partial ids and
-  // values.
-  return size_t((rows * 4 + 7) / 8 * 8 + rows * chunks * 12);
+  return size_t(argmaxCounterBytes(rows) + rows * chunks * 12);
 }
 
 cudaError_t argmaxRows(const float *x, int64_t rows, int64_t width,
@@ -1080,7 +1081,7 @@ cudaError_t argmaxRows(const float *x, int64_t rows, int64_t width,
     return cudaErrorInvalidValue;
   const int64_t gy = std::min<int64_t>(rows, kArgmaxMaxRowsGrid);
   unsigned *counters = static_cast<unsigned *>(scratch);
-  char *base = static_cast<char *>(scratch) + (rows * 4 + 7) / 8 * 8;
+  char *base = static_cast<char *>(scratch) + argmaxCounterBytes(rows);
   int64_t *pi = reinterpret_cast<int64_t *>(base);
   float *pv = reinterpret_cast<float *>(base + rows * chunks * 8);
   argmaxRowsKernel<<<dim3(unsigned(chunks), unsigned(gy)), kArgmaxThreads, 0,
