@@ -617,8 +617,9 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
 /// (skipped, but a NaN first element gives 0), all -inf, and the maximum in
 /// the last element. Two calls on one scratch with new rows between (its
 /// counters reset themselves), the ids checked on the device and in the
-/// pinned host buffer the kernel writes.
-void argmaxCase(int rows, int width, std::mt19937 &rng) {
+/// pinned host buffer the kernel writes. `early`: launched early behind a
+/// slow producer of the rows (as the last node of a decode step's graph).
+void argmaxCase(int rows, int width, std::mt19937 &rng, bool early = false) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> x(size_t(rows) * width);
   auto at = [&](int r, int j) -> float & { return x[size_t(r) * width + j]; };
@@ -658,9 +659,12 @@ void argmaxCase(int rows, int width, std::mt19937 &rng) {
     fill();
     float *dx = upload(x);
     std::fill(hOut, hOut + rows, int64_t(-1));
-    CHECK_CUDA(argmaxRows(dx, rows, width, dOut, scratch,
-                          call == 0 ? hOut : nullptr, nullptr));
-    CHECK_CUDA(cudaDeviceSynchronize());
+    {
+      SlowX slow(early, x, dx);
+      CHECK_CUDA(argmaxRows(dx, rows, width, dOut, scratch,
+                            call == 0 ? hOut : nullptr, slow.stream, early));
+      CHECK_CUDA(cudaDeviceSynchronize());
+    }
     std::vector<int64_t> got = download(dOut, size_t(rows));
     for (int r = 0; r < rows; ++r) {
       const float *row = x.data() + size_t(r) * width;
@@ -672,9 +676,10 @@ void argmaxCase(int rows, int width, std::mt19937 &rng) {
   }
   char line[160];
   std::snprintf(line, sizeof line,
-                "argmaxRows %d rows of %d, two calls: %d rows differ, %d in "
-                "the host's copy",
-                rows, width, wrong, wrongHost);
+                "argmaxRows %d rows of %d%s, two calls: %d rows differ, %d "
+                "in the host's copy",
+                rows, width, early ? " (early, slow producer)" : "", wrong,
+                wrongHost);
   report(wrong == 0 && wrongHost == 0, line, double(wrong + wrongHost));
   cudaFree(scratch);
   cudaFree(dOut);
@@ -794,6 +799,8 @@ int main() {
   argmaxCase(3, 4099, rng);  // not a multiple of the block's loads
   argmaxCase(2, 1, rng);
   argmaxCase(65537, 2050, rng); // more rows than a grid's y
+  argmaxCase(8, 50272, rng, true);
+  argmaxCase(7, 256, rng, true);
   argmaxShapesCase(rng);
   argmaxRefusedCase();
 

@@ -91,6 +91,19 @@ TEST(CudaSwitches, SplitPoints) {
   EXPECT_TRUE(splitPoints(320, {}).empty());
 }
 
+TEST(CudaSwitches, StepCuts) {
+  // A step the host waits for is cut by default ...
+  EXPECT_EQ(stepCuts(320, defaultSplitDivisors(), false, false),
+            (std::vector<size_t>{10, 80}));
+  // ... one launched ahead is one graph, unless SPARSEC_CUDA_SPLIT was set.
+  EXPECT_TRUE(stepCuts(320, defaultSplitDivisors(), true, false).empty());
+  EXPECT_EQ(stepCuts(320, defaultSplitDivisors(), true, true),
+            (std::vector<size_t>{10, 80}));
+  EXPECT_EQ(stepCuts(320, {128, 16, 4}, true, true),
+            (std::vector<size_t>{2, 20, 80}));
+  EXPECT_TRUE(stepCuts(320, {}, false, true).empty());
+}
+
 } // namespace
 
 TEST(CudaSwitches, UpKernel) {

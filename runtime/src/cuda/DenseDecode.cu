@@ -1004,6 +1004,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 argmaxRowsKernel(const float *x, int64_t rows, int64_t width,
                  unsigned *counters, float *pv, int64_t *pi, int64_t *out,
                  int64_t *hostOut) {
+  pdlTrigger();
+  pdlWait(); // launched early: x, the scratch and the ids after the wait
   const int64_t chunks = gridDim.x, c = blockIdx.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const float *row = x + r * width;
@@ -1072,7 +1074,7 @@ size_t argmaxScratchBytes(int64_t rows, int64_t width) {
 
 cudaError_t argmaxRows(const float *x, int64_t rows, int64_t width,
                        int64_t *out, void *scratch, int64_t *hostOut,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, bool early) {
   if (rows == 0)
     return cudaSuccess;
   const int64_t chunks = width > 0 ? argmaxChunks(width) : 0;
@@ -1084,9 +1086,9 @@ cudaError_t argmaxRows(const float *x, int64_t rows, int64_t width,
   char *base = static_cast<char *>(scratch) + argmaxCounterBytes(rows);
   int64_t *pi = reinterpret_cast<int64_t *>(base);
   float *pv = reinterpret_cast<float *>(base + rows * chunks * 8);
-  argmaxRowsKernel<<<dim3(unsigned(chunks), unsigned(gy)), kArgmaxThreads, 0,
-                     stream>>>(x, rows, width, counters, pv, pi, out, hostOut);
-  return cudaGetLastError();
+  return launchKernel(argmaxRowsKernel, dim3(unsigned(chunks), unsigned(gy)),
+                      kArgmaxThreads, 0, stream, early, x, rows, width,
+                      counters, pv, pi, out, hostOut);
 }
 
 template <typename W>

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Device.h"
+#include "DeviceMath.cuh"
 #include "Switches.h"
 #include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
@@ -176,6 +177,10 @@ void dropSegments(GraphEntry &g) {
       cudaGraphExecDestroy(e);
   g.segments.clear();
   g.captured = false;
+  g.appendNodes.clear();
+  if (g.headGraph)
+    cudaGraphDestroy(g.headGraph);
+  g.headGraph = nullptr;
 }
 } // namespace
 
@@ -411,7 +416,7 @@ Device *device(Context &ctx) {
     setUpKernel(row ? UpKernel::kWarpPerRow : UpKernel::kAuto);
   }
   if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
-    if (!parseSplitDivisors(p, d->splitDivisors))
+    if (!(d->splitsSet = parseSplitDivisors(p, d->splitDivisors)))
       std::fprintf(stderr,
                    "sparsec: warning: SPARSEC_CUDA_SPLIT='%s' ignored (0, 1, "
                    "or decreasing divisors above 1, such as 32,4)\n",
@@ -514,15 +519,28 @@ static_assert(kKernelUploadMax <= 16 * kUploadThreads,
 
 __global__ void uploadKernel(const unsigned char *__restrict__ src,
                              unsigned char *__restrict__ dst, size_t bytes) {
+  pdlTrigger();
   // 16-byte pieces (staging and device buffers are 64-byte aligned), then
-  // the tail byte by byte.
+  // the tail: one piece a thread at most. The staging buffer is written by
+  // the host before the launch and by no kernel, so an early launch reads
+  // it before its wait (the host-memory round trip overlaps the kernel
+  // before) and writes only after it.
   const size_t quads = bytes / 16;
   const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
   uint4 *d4 = reinterpret_cast<uint4 *>(dst);
-  for (size_t i = threadIdx.x; i < quads; i += blockDim.x)
-    d4[i] = s4[i];
-  for (size_t i = quads * 16 + threadIdx.x; i < bytes; i += blockDim.x)
-    dst[i] = src[i];
+  // Thread i moves piece i and the tail's byte i (under 16 of them).
+  const size_t i = threadIdx.x, tail = quads * 16 + i;
+  uint4 q{};
+  unsigned char c = 0;
+  if (i < quads)
+    q = s4[i];
+  if (tail < bytes)
+    c = src[tail];
+  pdlWait();
+  if (i < quads)
+    d4[i] = q;
+  if (tail < bytes)
+    dst[tail] = c;
 }
 
 /// Records that the current step asked for `bytes` of pinned memory at
@@ -588,12 +606,14 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
   std::memcpy(staging[size_t(site)].ptr, x.data, bytes);
   if (!d.launching())
     return true;
-  if (bytes <= kKernelUploadMax) {
-    uploadKernel<<<1, kUploadThreads, 0, d.stream>>>(
-        static_cast<const unsigned char *>(staging[size_t(site)].ptr),
-        static_cast<unsigned char *>(out.data), bytes);
-    return check(ctx, cudaGetLastError(), "upload");
-  }
+  if (bytes <= kKernelUploadMax)
+    return check(ctx,
+                 launchKernel(uploadKernel, 1, kUploadThreads, 0, d.stream,
+                              d.earlySmall,
+                              static_cast<const unsigned char *>(
+                                  staging[size_t(site)].ptr),
+                              static_cast<unsigned char *>(out.data), bytes),
+                 "upload");
   return check(ctx,
                cudaMemcpyAsync(out.data, staging[size_t(site)].ptr, bytes,
                                cudaMemcpyHostToDevice, d.stream),
@@ -707,6 +727,41 @@ bool growArgmaxBuffer(Context &ctx, Device &d, Buf &buf, size_t bytes,
   return reallocate(ctx, buf, bytes, alloc, release, "for an output's argmax");
 }
 
+/// In a capture, after the step's body: the greedy pick of its (first)
+/// argmax download as the last node of the graph, where the buffers it
+/// writes are already large enough and the scratch's counters are laid out
+/// for its shape (the steady state of a decode). Launched early behind the
+/// LM head's GEMV, it saves the gap between the graph and a launch after
+/// it (flushDownloads then skips that launch: Device::graphPick).
+bool capturePick(Context &ctx, Device &d, GraphEntry &g) {
+  g.pick = GraphPick{};
+  if (d.mismatch)
+    return true;
+  for (const Device::PendingDownload &p : d.pendingDownloads) {
+    if (!p.argmax)
+      continue;
+    const PinnedBuffer &host = d.argmaxHost[d.parity];
+    const size_t idsBytes = sizeof(int64_t) * size_t(p.rows);
+    const size_t scratchBytes = argmaxScratchBytes(p.rows, p.width);
+    if (idsBytes > d.argmaxIds.bytes || (!p.whole && idsBytes > host.bytes) ||
+        scratchBytes > d.argmaxScratch.bytes ||
+        (scratchBytes > 0 && d.argmaxScratchShape !=
+                                 std::array<int64_t, 2>{p.rows, p.width}))
+      return true;
+    int64_t *ids = static_cast<int64_t *>(d.argmaxIds.ptr);
+    int64_t *hostIds = p.whole ? nullptr : static_cast<int64_t *>(host.ptr);
+    if (!check(ctx,
+               argmaxRows(p.src, p.rows, p.width, ids, d.argmaxScratch.ptr,
+                          hostIds, d.stream, d.earlySmall),
+               "argmax of an output"))
+      return false;
+    g.pick = GraphPick{p.src, p.rows, p.width, ids, hostIds,
+                       d.argmaxScratch.ptr};
+    return true;
+  }
+  return true;
+}
+
 /// Queues the step's downloads (after its last graph launch, outside any
 /// capture): an argmax kernel that writes the ids to the host itself (and
 /// the whole output's copy where it comes back too), or the whole output.
@@ -721,12 +776,13 @@ bool flushDownloads(Context &ctx, Device &d) {
       const size_t scratchBytes = argmaxScratchBytes(p.rows, p.width);
       if (scratchBytes > d.argmaxScratch.bytes)
         d.argmaxScratchShape = {0, 0}; // new memory: zeroed below
+      // A graph may hold all three (its pick, GraphPick).
       if (!growArgmaxBuffer(ctx, d, d.argmaxIds, idsBytes, deviceAlloc,
                             deviceFree, true) ||
           (!p.whole && !growArgmaxBuffer(ctx, d, host, idsBytes, pinnedAlloc,
-                                         pinnedFree, false)) ||
+                                         pinnedFree, true)) ||
           !growArgmaxBuffer(ctx, d, d.argmaxScratch, scratchBytes, deviceAlloc,
-                            deviceFree, false))
+                            deviceFree, true))
         return false;
       // The kernel's counters reset themselves where its layout, which
       // follows the rows and width, put them: a call of another shape
@@ -740,14 +796,17 @@ bool flushDownloads(Context &ctx, Device &d) {
           return false;
         d.argmaxScratchShape = {p.rows, p.width};
       }
-      // Only the ids come back: the kernel writes them to the host too.
+      // Only the ids come back: the kernel writes them to the host too
+      // (here, or as the last node of the step's graph).
       int64_t *ids = static_cast<int64_t *>(d.argmaxIds.ptr);
-      if (!check(ctx,
-                 argmaxRows(p.src, p.rows, p.width, ids, d.argmaxScratch.ptr,
-                            p.whole ? nullptr
-                                    : static_cast<int64_t *>(host.ptr),
-                            d.stream),
-                 "argmax of an output") ||
+      int64_t *hostIds = p.whole ? nullptr : static_cast<int64_t *>(host.ptr);
+      const GraphPick pick{p.src, p.rows, p.width, ids, hostIds,
+                           d.argmaxScratch.ptr};
+      if ((!(d.graphPick.src && d.graphPick == pick) &&
+           !check(ctx,
+                  argmaxRows(p.src, p.rows, p.width, ids, d.argmaxScratch.ptr,
+                             hostIds, d.stream),
+                  "argmax of an output")) ||
           (p.whole &&
            !check(ctx,
                   cudaMemcpyAsync(p.dst, p.src, p.bytes,
@@ -814,7 +873,12 @@ bool endSegment(Context &ctx, Device &d, bool last) {
       e = cudaGraphGetNodes(graph, nullptr, &nodes);
     if (ok && e == cudaSuccess && graph && !d.mismatch && nodes > 0)
       e = cudaGraphInstantiate(&exec, graph, 0);
-    if (graph)
+    // The first segment's graph stays while its append nodes are set in
+    // each replay (their handles are its nodes).
+    if (graph && e == cudaSuccess && exec && d.segment == 0 &&
+        !g.appendNodes.empty())
+      g.headGraph = graph;
+    else if (graph)
       cudaGraphDestroy(graph);
     cudaGetLastError();
     if (!ok || e != cudaSuccess || !graph || d.mismatch) {
@@ -859,7 +923,11 @@ bool endSegment(Context &ctx, Device &d, bool last) {
         cudaEventRecord(events[i], d.stream);
     }
   }
-  return check(ctx, cudaGraphLaunch(exec, d.stream), "cudaGraphLaunch");
+  if (!check(ctx, cudaGraphLaunch(exec, d.stream), "cudaGraphLaunch"))
+    return false;
+  if (d.segment == 1)
+    d.pendingAppends.clear(); // moved by the first graph's nodes
+  return true;
 }
 
 // Where a capture cuts a step (Switches.h, splitPoints): by default before
@@ -1069,8 +1137,13 @@ struct AppendBatch {
   int count;
 };
 
+/// Launched normally (it never lets the next kernel start early): the
+/// decode attention reads the cache before its wait, so the step's kernels
+/// launch only after the appends have finished.
 __global__ void appendRowsKernel(AppendBatch b) {
   const int row = blockIdx.x;
+  if (row >= b.firstRow[b.count])
+    return; // an empty batch's one block
   int i = 0;
   while (i + 1 < b.count && row >= b.firstRow[i + 1])
     ++i;
@@ -1082,31 +1155,85 @@ __global__ void appendRowsKernel(AppendBatch b) {
 }
 } // namespace
 
-bool Device::flushAppends(Context &ctx) {
+namespace {
+/// The pending appends from `at` on, up to kAppendBatch of them, as one
+/// kernel's batch; `rows` its blocks.
+AppendBatch appendBatch(const std::vector<Device::PendingAppend> &pending,
+                        size_t at, int &rows) {
+  AppendBatch b{};
+  b.count = int(std::min<size_t>(kAppendBatch, pending.size() - at));
+  rows = 0;
+  for (int i = 0; i < b.count; ++i) {
+    const Device::PendingAppend &p = pending[at + size_t(i)];
+    b.dst[i] = p.dst;
+    b.src[i] = p.src;
+    b.dstPitch[i] = p.dstPitch;
+    b.srcPitch[i] = p.srcPitch;
+    b.width[i] = p.width;
+    b.firstRow[i] = rows;
+    rows += p.rows;
+  }
+  b.firstRow[b.count] = rows;
+  return b;
+}
+
+size_t appendKernels(const std::vector<Device::PendingAppend> &pending) {
+  return (pending.size() + kAppendBatch - 1) / kAppendBatch;
+}
+} // namespace
+
+bool Device::flushAppends(Context &ctx, std::vector<cudaGraphNode_t> *nodes,
+                          bool keep) {
   for (size_t at = 0; at < pendingAppends.size(); at += kAppendBatch) {
-    AppendBatch b{};
-    b.count = int(std::min<size_t>(kAppendBatch, pendingAppends.size() - at));
     int rows = 0;
-    for (int i = 0; i < b.count; ++i) {
-      const PendingAppend &p = pendingAppends[at + size_t(i)];
-      b.dst[i] = p.dst;
-      b.src[i] = p.src;
-      b.dstPitch[i] = p.dstPitch;
-      b.srcPitch[i] = p.srcPitch;
-      b.width[i] = p.width;
-      b.firstRow[i] = rows;
-      rows += p.rows;
-    }
-    b.firstRow[b.count] = rows;
-    if (rows == 0)
-      continue;
-    appendRowsKernel<<<unsigned(rows), 128, 0, stream>>>(b);
+    const AppendBatch b = appendBatch(pendingAppends, at, rows);
+    // Every batch is a node of a capture, even an empty one (one block
+    // that copies nothing): a replay's batches may have rows.
+    appendRowsKernel<<<unsigned(std::max(rows, 1)), 128, 0, stream>>>(b);
     if (!check(ctx, cudaGetLastError(), "moving KV cache entries")) {
       pendingAppends.clear();
       return false;
     }
+    if (nodes) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      const cudaGraphNode_t *deps = nullptr;
+      size_t n = 0;
+      if (!check(ctx,
+                 cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr,
+                                          &deps, nullptr, &n),
+                 "capturing the KV cache appends"))
+        return false;
+      if (status != cudaStreamCaptureStatusActive || n != 1)
+        return ctx.fail("internal error: a cache append is not one node of "
+                        "the capture");
+      nodes->push_back(deps[0]);
+    }
   }
-  pendingAppends.clear();
+  if (!keep)
+    pendingAppends.clear();
+  return true;
+}
+
+bool Device::setAppendNodes(Context &ctx, GraphEntry &g) {
+  if (g.appendNodes.size() != appendKernels(pendingAppends) ||
+      (!g.appendNodes.empty() && (g.segments.empty() || !g.segments[0])))
+    return ctx.fail("internal error: a replay's cache appends do not match "
+                    "its graph");
+  for (size_t k = 0; k < g.appendNodes.size(); ++k) {
+    int rows = 0;
+    AppendBatch b = appendBatch(pendingAppends, k * kAppendBatch, rows);
+    void *args[] = {&b};
+    cudaKernelNodeParams params{};
+    params.func = reinterpret_cast<void *>(appendRowsKernel);
+    params.gridDim = dim3(unsigned(std::max(rows, 1)));
+    params.blockDim = dim3(128);
+    params.kernelParams = args;
+    if (!check(ctx,
+               cudaGraphExecKernelNodeSetParams(g.segments[0],
+                                                g.appendNodes[k], &params),
+               "setting the KV cache appends"))
+      return false;
+  }
   return true;
 }
 
@@ -1178,6 +1305,10 @@ std::string signature(const Context &ctx, const Device &d,
       put(inputs[i].shape[r]);
   }
   key.append(ctx.residentOutputs.begin(), ctx.residentOutputs.end());
+  // Which output comes back as its argmax (a graph may make the pick), and
+  // how many cache appends the step starts with (its first graph's nodes).
+  put(int64_t(ctx.argmaxOutput) << 32 | uint32_t(ctx.argmaxAlso));
+  put(int64_t(d.pendingAppends.size()));
   if (!base)
     key.push_back(char(d.parity));
   return key;
@@ -1259,9 +1390,12 @@ bool runEager(Context &ctx, Device &d, const Tensor *in, Tensor *out,
   d.current = nullptr;
   d.mismatch = false;
   d.restart = false;
+  d.graphPick = GraphPick{};
   if (d.profile && !d.launched)
     markLaunch(d);
-  return body(ctx, in, out);
+  // Appends not moved yet (a graph's first segment that was launched moved
+  // them: Device::pendingAppends is empty then).
+  return d.flushAppends(ctx) && body(ctx, in, out);
 }
 
 /// Captures the step, segment by segment, launching each as it closes.
@@ -1276,13 +1410,35 @@ bool runCapture(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
   d.nextSplit = 0;
   dropSegments(g);
   g.allocs.clear();
-  g.splits = splitPoints(g.eagerAllocs, d.splitDivisors);
+  // A step launched ahead is captured as one graph (unless
+  // SPARSEC_CUDA_SPLIT says otherwise): the host walks a replay of it while
+  // the GPU runs the step before, so cuts would only add graph launches
+  // and break the early launches at them (OPT-6.7B dense on an H200: 9 us
+  // a replayed step, docs/GPU.md).
+  g.splits = stepCuts(g.eagerAllocs, d.splitDivisors, ctx.launchAhead,
+                      d.splitsSet);
+  g.pick = GraphPick{};
+  d.graphPick = GraphPick{};
+  // The picks' host copy of this parity, for a pick in the graph: the first
+  // capture of a parity launched ahead follows an eager run of the other
+  // (runStep), whose downloads grew only that parity's.
+  PinnedBuffer &host = d.argmaxHost[d.parity];
+  const PinnedBuffer &other = d.argmaxHost[d.parity ^ 1];
+  if (!host.ptr && other.bytes > 0 &&
+      !reallocate(ctx, host, other.bytes, pinnedAlloc, pinnedFree,
+                  "for an output's argmax"))
+    return false;
   const StepMarks marks(ctx);
-  bool ok = beginSegment(ctx, d) && body(ctx, in, out) && endSegment(ctx, d, true);
+  bool ok = beginSegment(ctx, d) &&
+            d.flushAppends(ctx, &g.appendNodes, /*keep=*/true) &&
+            body(ctx, in, out) && capturePick(ctx, d, g) &&
+            endSegment(ctx, d, true);
   if (ok) {
     g.captured = true;
+    d.graphPick = g.pick;
     return true;
   }
+  g.pick = GraphPick{};
   abandonCapture(d);
   dropSegments(g);
   g.allocs.clear();
@@ -1305,9 +1461,27 @@ bool runReplay(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
   d.restart = false;
   d.segment = 0;
   d.nextSplit = 0;
+  d.graphPick = GraphPick{};
+  if (!d.setAppendNodes(ctx, g))
+    return false;
+  // The graph's pick finds the scratch's counters laid out for its shape
+  // (an argmax of another shape since, such as a prefill's, zeroes them).
+  const GraphPick &pick = g.pick;
+  if (pick.src && argmaxScratchBytes(pick.rows, pick.width) > 0 &&
+      d.argmaxScratchShape != std::array<int64_t, 2>{pick.rows, pick.width}) {
+    if (!check(ctx,
+               cudaMemsetAsync(d.argmaxScratch.ptr, 0,
+                               argmaxScratchBytes(pick.rows, pick.width),
+                               d.stream),
+               "argmax buffers"))
+      return false;
+    d.argmaxScratchShape = {pick.rows, pick.width};
+  }
   const StepMarks marks(ctx);
-  if (body(ctx, in, out) && endSegment(ctx, d, true))
+  if (body(ctx, in, out) && endSegment(ctx, d, true)) {
+    d.graphPick = g.pick;
     return true;
+  }
   // An allocation differs: segments launched so far are ordered before
   // the eager rerun on the same stream.
   return d.restart && undoPartialStep(ctx, d, marks) &&
@@ -1446,15 +1620,9 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   d.stepStaging.clear();
   d.stepOutputs.clear();
   d.hostWaited = false;
-  // The cache rows the last step appended move first (outside any
-  // capture: the destinations change every step); the profile counts
-  // them in this step.
-  if (!d.pendingAppends.empty()) {
-    if (d.profile)
-      markLaunch(d);
-    if (!d.flushAppends(ctx))
-      return false;
-  }
+  // The cache rows the last step appended move first, in the step's first
+  // graph (their nodes' parameters set for each replay) or eagerly before
+  // it; the profile counts them in this step.
   int kind = 0;
   if (!d.graphsEnabled) {
     ok = runEager(ctx, d, in, out, body);

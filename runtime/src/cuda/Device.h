@@ -51,6 +51,19 @@ struct IndexBuffers {
   DeviceBuffer idx, count, list, listCount, scratch, prefill;
 };
 
+/// The greedy pick a step's last graph makes itself (argmaxRows as its last
+/// node, launched early behind the GEMV before it): the logits, their shape
+/// and the buffers the node writes. `src` null: none.
+struct GraphPick {
+  const float *src = nullptr;
+  int64_t rows = 0, width = 0;
+  const void *ids = nullptr, *host = nullptr, *scratch = nullptr;
+  bool operator==(const GraphPick &o) const {
+    return src == o.src && rows == o.rows && width == o.width &&
+           ids == o.ids && host == o.host && scratch == o.scratch;
+  }
+};
+
 struct GraphEntry {
   /// The captured step as graphs, one per stretch of GPU work between the
   /// host's waits for a copy (a step without host copies has one); null
@@ -67,6 +80,15 @@ struct GraphEntry {
   /// Allocation indices before which the captured step closed a segment
   /// and started the next (ascending; replays split at the same points).
   std::vector<size_t> splits;
+  /// The pick the last segment makes (captured when the argmax buffers
+  /// were already large enough; otherwise flushDownloads launches it).
+  GraphPick pick;
+  /// The cache appends the step starts with, as kernel nodes of its first
+  /// graph: their rows change every step, so a replay sets the nodes'
+  /// parameters in the executable graph before launching it. The handles
+  /// belong to `headGraph`, the first segment's graph, kept for them.
+  std::vector<cudaGraphNode_t> appendNodes;
+  cudaGraph_t headGraph = nullptr;
 };
 
 struct Device : Context::Backend {
@@ -129,8 +151,13 @@ struct Device : Context::Backend {
   };
   std::vector<PendingAppend> pendingAppends;
   /// Launches the pending appends on `stream` (in order before anything
-  /// queued after).
-  bool flushAppends(Context &ctx);
+  /// queued after); in a capture, records their kernel nodes in `nodes`.
+  /// `keep`: they stay pending (a capture's first graph moves them when it
+  /// is launched).
+  bool flushAppends(Context &ctx, std::vector<cudaGraphNode_t> *nodes = nullptr,
+                    bool keep = false);
+  /// A replay: the pending appends as the parameters of `g`'s nodes.
+  bool setAppendNodes(Context &ctx, GraphEntry &g);
   /// A step's outputs to copy to the host, queued after the step's work
   /// (outside its graphs, so whether a row comes back whole or as its
   /// argmax, Context::argmaxOutput, is decided each step and one captured
@@ -175,6 +202,9 @@ struct Device : Context::Backend {
   /// counters ({0, 0}: none since it was allocated).
   std::array<int64_t, 2> argmaxScratchShape{0, 0};
   PinnedBuffer argmaxHost[2];
+  /// The pick the current step's graphs made (flushDownloads skips that
+  /// launch).
+  GraphPick graphPick;
   Tensor argmaxLast;
   int argmaxIndex = -1;
   int64_t argmaxWidth = 0;
@@ -249,11 +279,15 @@ struct Device : Context::Backend {
   /// entry of the current graph's `splits`.
   size_t stepAllocs = 0, nextSplit = 0;
   /// SPARSEC_CUDA_SPLIT=0: a captured step is one graph between host
-  /// waits. By default a long step is cut into three graphs early on, so
-  /// the GPU runs the first part while the host walks the rest of the
-  /// replayed step (Device.cu, splitPoints): before allocation n/32 and
-  /// n/4 of n; SPARSEC_CUDA_SPLIT=a,b,... cuts before n/a, n/b, ...
+  /// waits. By default a long step that the host waits for is cut into
+  /// three graphs early on, so the GPU runs the first part while the host
+  /// walks the rest of the replayed step (Device.cu, splitPoints): before
+  /// allocation n/32 and n/4 of n; SPARSEC_CUDA_SPLIT=a,b,... cuts before
+  /// n/a, n/b, ... A step launched ahead is one graph unless the switch
+  /// is set (`splitsSet`): the GPU is still busy with the step before
+  /// while the host walks it.
   std::vector<int> splitDivisors = defaultSplitDivisors();
+  bool splitsSet = false;
   /// SPARSEC_CUDA_PROFILE: an event recorded before each graph launch of a
   /// replayed step, and the GPU time from the step's start to each, summed
   /// over the replays (segment i: launchUs[i]).

@@ -102,6 +102,7 @@ __device__ __forceinline__ void offsets(const Broadcast &b, int64_t i, int n,
 
 __global__ void unaryKernel(ops::Unary op, const float *x, float *y, int64_t n) {
   pdlTrigger();
+  pdlWait(); // launched early (small kernels): inputs and output after it
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     float v = x[i], r = v;
@@ -141,6 +142,7 @@ __device__ __forceinline__ float binaryOp(ops::Binary op, float a, float b) {
 __global__ void binaryKernel(ops::Binary op, Broadcast b, const float *x,
                              const float *y, float *out, int64_t n) {
   pdlTrigger();
+  pdlWait(); // launched early (small kernels): inputs and output after it
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[2];
@@ -152,6 +154,7 @@ __global__ void binaryKernel(ops::Binary op, Broadcast b, const float *x,
 __global__ void binarySameKernel(ops::Binary op, const float *x, const float *y,
                                  float *out, int64_t n) {
   pdlTrigger();
+  pdlWait(); // launched early (small kernels): inputs and output after it
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = binaryOp(op, x[i], y[i]);
@@ -160,6 +163,7 @@ __global__ void binarySameKernel(ops::Binary op, const float *x, const float *y,
 __global__ void whereKernel(Broadcast b, const uint8_t *c, const float *x,
                             const float *y, float *out, int64_t n) {
   pdlTrigger();
+  pdlWait(); // launched early (small kernels): inputs and output after it
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[3];
@@ -552,6 +556,7 @@ template <typename T>
 __global__ void embeddingKernel(const T *table, const int64_t *ids,
                                 int64_t n, int64_t D, float *out) {
   pdlTrigger();
+  pdlWait(); // launched early (small kernels): inputs and output after it
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * D;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = toFloat(table[ids[i / D] * D + i % D]);
@@ -703,9 +708,11 @@ bool unary(Context &ctx, ops::Unary op, const Tensor &x, int outSlot,
   out = r;
   if (r.numel() == 0 || !d.launching())
     return true;
-  unaryKernel<<<blocksFor(r.numel()), kBlock, 0, d.stream>>>(
-      op, x.as<float>(), r.as<float>(), r.numel());
-  return launched(ctx, "unary");
+  return check(ctx,
+               launchKernel(unaryKernel, blocksFor(r.numel()), kBlock, 0,
+                            d.stream, d.earlySmall, op, x.as<float>(),
+                            r.as<float>(), r.numel()),
+               "unary");
 }
 
 bool binary(Context &ctx, ops::Binary op, const Tensor &a, const Tensor &b,
@@ -728,17 +735,20 @@ bool binary(Context &ctx, ops::Binary op, const Tensor &a, const Tensor &b,
   int64_t n = r.numel();
   if (n == 0 || !d.launching())
     return true;
-  if (a.numel() == n && b.numel() == n) {
-    binarySameKernel<<<blocksFor(n), kBlock, 0, d.stream>>>(
-        op, a.as<float>(), b.as<float>(), r.as<float>(), n);
-  } else {
-    Broadcast bc;
-    const Tensor *ts[] = {&a, &b};
-    broadcastStrides(bc, rank, shape, ts, 2);
-    binaryKernel<<<blocksFor(n), kBlock, 0, d.stream>>>(
-        op, bc, a.as<float>(), b.as<float>(), r.as<float>(), n);
-  }
-  return launched(ctx, "binary");
+  if (a.numel() == n && b.numel() == n)
+    return check(ctx,
+                 launchKernel(binarySameKernel, blocksFor(n), kBlock, 0,
+                              d.stream, d.earlySmall, op, a.as<float>(),
+                              b.as<float>(), r.as<float>(), n),
+                 "binary");
+  Broadcast bc;
+  const Tensor *ts[] = {&a, &b};
+  broadcastStrides(bc, rank, shape, ts, 2);
+  return check(ctx,
+               launchKernel(binaryKernel, blocksFor(n), kBlock, 0, d.stream,
+                            d.earlySmall, op, bc, a.as<float>(),
+                            b.as<float>(), r.as<float>(), n),
+               "binary");
 }
 
 bool where(Context &ctx, const Tensor &cond, const Tensor &x, const Tensor &y,
@@ -765,9 +775,11 @@ bool where(Context &ctx, const Tensor &cond, const Tensor &x, const Tensor &y,
   Broadcast bc;
   const Tensor *ts[] = {&cond, &x, &y};
   broadcastStrides(bc, rank, shape, ts, 3);
-  whereKernel<<<blocksFor(n), kBlock, 0, d.stream>>>(
-      bc, cond.as<uint8_t>(), x.as<float>(), y.as<float>(), r.as<float>(), n);
-  return launched(ctx, "where");
+  return check(ctx,
+               launchKernel(whereKernel, blocksFor(n), kBlock, 0, d.stream,
+                            d.earlySmall, bc, cond.as<uint8_t>(),
+                            x.as<float>(), y.as<float>(), r.as<float>(), n),
+               "where");
 }
 
 bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
@@ -1250,13 +1262,16 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
   out = r;
   if (r.numel() == 0 || !d.launching())
     return true;
-  if (table.dtype == DType::f16)
-    embeddingKernel<__half><<<blocksFor(n * D), kBlock, 0, d.stream>>>(
-        table.as<__half>(), dids.as<int64_t>(), n, D, r.as<float>());
-  else
-    embeddingKernel<float><<<blocksFor(n * D), kBlock, 0, d.stream>>>(
-        table.as<float>(), dids.as<int64_t>(), n, D, r.as<float>());
-  return launched(ctx, "embedding");
+  const int64_t *pids = dids.as<int64_t>();
+  return check(ctx,
+               table.dtype == DType::f16
+                   ? launchKernel(embeddingKernel<__half>, blocksFor(n * D),
+                                  kBlock, 0, d.stream, d.earlySmall,
+                                  table.as<__half>(), pids, n, D, r.as<float>())
+                   : launchKernel(embeddingKernel<float>, blocksFor(n * D),
+                                  kBlock, 0, d.stream, d.earlySmall,
+                                  table.as<float>(), pids, n, D, r.as<float>()),
+               "embedding");
 }
 
 bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,

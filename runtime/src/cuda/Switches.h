@@ -110,6 +110,16 @@ inline std::vector<size_t> splitPoints(size_t n,
   return at;
 }
 
+/// The cuts of a step captured now: none for a step launched ahead unless
+/// SPARSEC_CUDA_SPLIT was set (`divisorsSet`), which the host walks while
+/// the GPU still runs the step before; splitPoints otherwise.
+inline std::vector<size_t> stepCuts(size_t n, const std::vector<int> &divisors,
+                                    bool launchedAhead, bool divisorsSet) {
+  if (launchedAhead && !divisorsSet)
+    return {};
+  return splitPoints(n, divisors);
+}
+
 } // namespace sparsec::rt::cuda
 
 #endif // SPARSEC_RUNTIME_CUDA_SWITCHES_H

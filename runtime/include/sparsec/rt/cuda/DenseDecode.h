@@ -153,10 +153,12 @@ cudaError_t normRows(const float *x, int64_t rows, int64_t width,
 /// of the same rows and width reads it (its counters reset themselves;
 /// such calls on one stream may share it); a call of another shape needs
 /// it zeroed again. `hostOut`, if not null, is pinned host memory that
-/// receives the ids too, written by the kernel itself.
+/// receives the ids too, written by the kernel itself. `early`: a
+/// programmatic dependent launch (see gemvRows), as the last node of a
+/// decode step's graph.
 cudaError_t argmaxRows(const float *x, int64_t rows, int64_t width,
                        int64_t *out, void *scratch, int64_t *hostOut,
-                       cudaStream_t stream);
+                       cudaStream_t stream, bool early = false);
 size_t argmaxScratchBytes(int64_t rows, int64_t width);
 
 /// Whether this device and build can use the `early` launches (Hopper or
