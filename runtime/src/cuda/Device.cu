@@ -1135,6 +1135,8 @@ struct AppendBatch {
   int width[kAppendBatch];
   int firstRow[kAppendBatch + 1];
   int count;
+  int rowsEach; // every move's rows where they are equal (the caches of a
+                // model are), else 0
 };
 
 /// Launched normally (it never lets the next kernel start early): the
@@ -1144,9 +1146,21 @@ __global__ void appendRowsKernel(AppendBatch b) {
   const int row = blockIdx.x;
   if (row >= b.firstRow[b.count])
     return; // an empty batch's one block
+  // The block's move: at once where the moves' rows are equal, otherwise
+  // by a search of the batch's first rows (each step a dependent load).
   int i = 0;
-  while (i + 1 < b.count && row >= b.firstRow[i + 1])
-    ++i;
+  if (b.rowsEach > 0) {
+    i = row / b.rowsEach;
+  } else {
+    int hi = b.count - 1;
+    while (i < hi) {
+      const int mid = (i + hi + 1) / 2;
+      if (row >= b.firstRow[mid])
+        i = mid;
+      else
+        hi = mid - 1;
+    }
+  }
   const int r = row - b.firstRow[i];
   float *d = b.dst[i] + int64_t(r) * b.dstPitch[i];
   const float *s = b.src[i] + int64_t(r) * b.srcPitch[i];
@@ -1174,6 +1188,10 @@ AppendBatch appendBatch(const std::vector<Device::PendingAppend> &pending,
     rows += p.rows;
   }
   b.firstRow[b.count] = rows;
+  b.rowsEach = b.count > 0 ? pending[at].rows : 0;
+  for (int i = 1; i < b.count; ++i)
+    if (pending[at + size_t(i)].rows != b.rowsEach)
+      b.rowsEach = 0;
   return b;
 }
 
