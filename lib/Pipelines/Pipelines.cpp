@@ -65,6 +65,7 @@ void sparsec::buildSchedulePipeline(OpPassManager &pm,
   layout.denseLayout = options.denseLayout;
   pm.addPass(createWeightLayoutPass(layout));
   pm.addPass(createFuseEpiloguePass());
+  pm.addPass(createFuseEmbeddingSumPass());
   if (options.groupLinears) {
     GroupLinearsPassOptions group;
     group.foldNorms = options.foldNorms;

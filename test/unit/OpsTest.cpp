@@ -1294,6 +1294,45 @@ TEST_P(OpsTest, Embedding) {
   expectFail(embedding(ctx, table, fl, 1, out), "embedding");
 }
 
+TEST_P(OpsTest, EmbeddingSum) {
+  // table[ids] + table2[ids2] equals the two lookups and their add, bit for
+  // bit (one float sum each), over a row count that spans threads.
+  Owned table = randomTensor(DType::f32, {256, 7}, 11);
+  Owned table2 = randomTensor(DType::f32, {40, 7}, 12);
+  for (DType it : {DType::i64, DType::i32}) {
+    Owned ids = randomTensor(it, {3, 700}, 13, 0, 255);
+    Owned ids2 = randomTensor(it, {3, 700}, 14, 0, 39);
+    Tensor out;
+    ASSERT_TRUE(embedding(ctx, table, ids, table2, ids2, 1, out)) << ctx.error;
+    expectShape(out, {3, 700, 7});
+    for (int64_t i = 0; i < 2100; ++i)
+      for (int64_t d = 0; d < 7; ++d)
+        ASSERT_EQ(out.as<float>()[i * 7 + d],
+                  table.p<float>()[int64_t(at(ids, i)) * 7 + d] +
+                      table2.p<float>()[int64_t(at(ids2, i)) * 7 + d])
+            << i << ", " << d;
+  }
+  Owned ids = randomTensor(DType::i64, {2, 3}, 15, 0, 39);
+  Tensor out;
+  // The second table's rows bound the second ids.
+  Owned far = make<int64_t>(DType::i64, {2, 3}, {1, 2, 3, 4, 5, 40});
+  expectFail(embedding(ctx, table, ids, table2, far, 1, out),
+             "embedding: id 40 at position 5 is outside the second table's "
+             "[0, 40)");
+  Owned other = randomTensor(DType::i64, {3, 2}, 16, 0, 39);
+  expectFail(embedding(ctx, table, ids, table2, other, 1, out),
+             "embedding: second ids");
+  Owned narrow = randomTensor(DType::f32, {40, 6}, 17);
+  expectFail(embedding(ctx, table, ids, narrow, ids, 1, out),
+             "embedding: second table");
+  Owned half = randomTensor(DType::f16, {40, 7}, 18);
+  expectFail(embedding(ctx, table, ids, half, ids, 1, out),
+             "embedding: a sum of two lookups needs float32 tables");
+  Owned bad = make<int64_t>(DType::i64, {2, 3}, {1, 2, 3, 4, 5, 300});
+  expectFail(embedding(ctx, table, bad, table2, ids, 1, out),
+             "embedding: id 300 at position 5 is outside [0, 256)");
+}
+
 TEST_P(OpsTest, BatchNorm) {
   uint32_t seed = 1200;
   for (DType t : {DType::f32, DType::f64})

@@ -586,8 +586,11 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
       })
       .Case([&](AttentionOp a) { return emitAttention(a, /*device=*/false); })
       .Case([&](EmbeddingOp e) {
+        std::string second;
+        if (e.getTable2())
+          second = ", " + name(e.getTable2()) + ", " + name(e.getIds2());
         return emitCall(op, "embedding(ctx, " + name(e.getTable()) + ", " +
-                                name(e.getIds()));
+                                name(e.getIds()) + second);
       })
       .Case([&](ConvOp c) {
         std::string s = intArray(c.getStrides()), p = intArray(c.getPads()),
@@ -949,8 +952,16 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         auto ids = hostOperand(e.getIds(), "embedding ids");
         if (failed(ids))
           return failure();
-        return call("embedding(ctx, " + dv(e.getTable()) + ", " + *ids + ", " +
-                    std::to_string(uploadSites++));
+        std::string args = dv(e.getTable()) + ", " + *ids + ", " +
+                           std::to_string(uploadSites++);
+        if (e.getTable2()) {
+          auto ids2 = hostOperand(e.getIds2(), "embedding ids");
+          if (failed(ids2))
+            return failure();
+          args += ", " + dv(e.getTable2()) + ", " + *ids2 + ", " +
+                  std::to_string(uploadSites++);
+        }
+        return call("embedding(ctx, " + args);
       })
       .Case([&](TransposeOp t) {
         std::string perm = intArray(t.getPermutation());
@@ -1147,18 +1158,26 @@ void Emitter::emitDescription(func::FuncOp func) {
              if (isa<ShapeOp>(u))
                return true;
              auto e = dyn_cast<EmbeddingOp>(u);
-             return e && !isCpu(u) && &use == &e.getIdsMutable();
+             return e && !isCpu(u) &&
+                    (&use == &e.getIdsMutable() ||
+                     (e.getIds2() && &use == &e.getIds2Mutable()[0]));
            });
   };
   // Its values must be below every table's rows: the smallest (0 where
   // a table's rows are not static).
   auto valueLimit = [&](unsigned i) -> int64_t {
     int64_t limit = -1;
-    for (Operation *u : func.getArgument(i).getUsers())
-      if (auto e = dyn_cast<EmbeddingOp>(u)) {
-        auto table = cast<RankedTensorType>(e.getTable().getType());
-        const int64_t rows = table.isDynamicDim(0) ? 0 : table.getDimSize(0);
-        limit = limit < 0 ? rows : std::min(limit, rows);
+    auto limitBy = [&](Value table) {
+      auto type = cast<RankedTensorType>(table.getType());
+      const int64_t rows = type.isDynamicDim(0) ? 0 : type.getDimSize(0);
+      limit = limit < 0 ? rows : std::min(limit, rows);
+    };
+    for (OpOperand &use : func.getArgument(i).getUses())
+      if (auto e = dyn_cast<EmbeddingOp>(use.getOwner())) {
+        if (&use == &e.getIdsMutable())
+          limitBy(e.getTable());
+        else if (e.getIds2() && use.get() == e.getIds2())
+          limitBy(e.getTable2());
       }
     return std::max<int64_t>(limit, 0);
   };

@@ -480,6 +480,59 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
   return true;
 }
 
+bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
+               const Tensor &table2, const Tensor &ids2, int outSlot,
+               Tensor &out) {
+  // The first lookup writes the output; the second's rows are added in
+  // place (each value of the output is one sum, as an add of the two
+  // lookups computes it).
+  if (!checkTensor(ctx, "embedding", "second table", table2) ||
+      !checkTensor(ctx, "embedding", "second ids", ids2))
+    return false;
+  if (table.dtype != DType::f32 || table2.dtype != DType::f32)
+    return ctx.fail("embedding: a sum of two lookups needs float32 tables, "
+                    "got " + table.describe() + " and " + table2.describe());
+  if (table2.rank != 2 || table.rank != 2 || table2.shape[1] != table.shape[1])
+    return ctx.fail("embedding: second table " + table2.describe() +
+                    " does not have the first's width (" + table.describe() +
+                    ")");
+  if (ids2.dtype != DType::i64 && ids2.dtype != DType::i32)
+    return ctx.fail("embedding: ids must be int64 or int32, got " +
+                    ids2.describe());
+  bool sameShape = ids2.rank == ids.rank;
+  for (int d = 0; sameShape && d < ids.rank; ++d)
+    sameShape = ids2.shape[d] == ids.shape[d];
+  if (!sameShape)
+    return ctx.fail("embedding: second ids " + ids2.describe() +
+                    " do not have the ids' shape " + ids.describe());
+  const int64_t V2 = table2.shape[0], D = table2.shape[1], n = ids2.numel();
+  auto idAt = [&](int64_t i) {
+    return ids2.dtype == DType::i64 ? ids2.as<int64_t>()[i]
+                                    : int64_t(ids2.as<int32_t>()[i]);
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = idAt(i);
+    if (id < 0 || id >= V2)
+      return ctx.fail("embedding: id " + std::to_string(id) + " at position " +
+                      std::to_string(i) + " is outside the second table's [0, " +
+                      std::to_string(V2) + ")");
+  }
+  if (!embedding(ctx, table, ids, outSlot, out))
+    return false;
+  float *y = out.as<float>();
+  const float *t2 = table2.as<float>();
+  if (D > 0)
+    parallelFor(ctx, n, grainFor(D), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float *row = t2 + idAt(i) * D;
+        float *o = y + i * D;
+        for (int64_t c = 0; c < D; ++c)
+          o[c] += row[c];
+      }
+    });
+  return true;
+}
+
 bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
                const Tensor &bias, const Tensor &mean, const Tensor &var,
                float epsilon, int outSlot, Tensor &out) {

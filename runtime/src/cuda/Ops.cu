@@ -562,6 +562,20 @@ __global__ void embeddingKernel(const T *table, const int64_t *ids,
     out[i] = toFloat(table[ids[i / D] * D + i % D]);
 }
 
+/// out[i] = table[ids[i / D], i % D] + table2[ids2[i / D], i % D].
+template <typename T>
+__global__ void embeddingSumKernel(const T *table, const int64_t *ids,
+                                   const T *table2, const int64_t *ids2,
+                                   int64_t n, int64_t D, float *out) {
+  pdlTrigger();
+  pdlWait(); // launched early (small kernels): inputs and output after it
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * D;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / D, c = i % D;
+    out[i] = toFloat(table[ids[r] * D + c]) + toFloat(table2[ids2[r] * D + c]);
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Sparsity helpers
 //===----------------------------------------------------------------------===//
@@ -1218,10 +1232,14 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   return launched(ctx, "attention");
 }
 
-bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
-               int outSlot, Tensor &out) {
-  Device &d = dev(ctx);
-  if (!checkTensor(ctx, "embedding", "ids", ids) || !weightType(ctx, "embedding", table))
+namespace {
+/// An embedding lookup's ids on the device: checked against the table's
+/// rows on the host and uploaded at `site`, or the device's own greedy
+/// picks (Backend::deviceArgmax), read in place.
+bool embeddingIds(Context &ctx, Device &d, const Tensor &table,
+                  const Tensor &ids, int site, Tensor &dids) {
+  if (!checkTensor(ctx, "embedding", "ids", ids) ||
+      !weightType(ctx, "embedding", table))
     return false;
   if (table.rank != 2)
     return ctx.fail("embedding: table must be [V, D], got " + table.describe());
@@ -1230,10 +1248,9 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
                     ids.describe());
   if (ids.rank + 1 > kMaxRank)
     return ctx.fail("embedding: ids " + ids.describe() + " have too many dims");
-  const int64_t V = table.shape[0], D = table.shape[1], n = ids.numel();
+  const int64_t V = table.shape[0], n = ids.numel();
   if (ids.data && ids.data == d.argmaxIds.ptr) {
-    // The device's own greedy picks (Backend::deviceArgmax), read in place:
-    // each is below the width of the rows it was picked from.
+    // Each pick is below the width of the rows it was picked from.
     if (d.argmaxWidth > V)
       return ctx.fail("embedding: the device's greedy picks range over " +
                       std::to_string(d.argmaxWidth) + " ids, more than the "
@@ -1249,17 +1266,29 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
                         " is outside the table's " + std::to_string(V) +
                         " rows");
   }
-  Tensor dids;
-  if (!upload(ctx, ids, site, dids))
-    return false;
+  return upload(ctx, ids, site, dids);
+}
+
+/// The [ids.shape, D] float32 result of a lookup.
+bool embeddingResult(Context &ctx, Device &d, const Tensor &ids, int64_t D,
+                     int outSlot, Tensor &out) {
   int64_t shape[kMaxRank];
   for (int i = 0; i < ids.rank; ++i)
     shape[i] = ids.shape[i];
   shape[ids.rank] = D;
-  Tensor r;
-  if (!allocate(ctx, d, outSlot, r, DType::f32, ids.rank + 1, shape))
+  return allocate(ctx, d, outSlot, out, DType::f32, ids.rank + 1, shape);
+}
+} // namespace
+
+bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
+               int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  Tensor dids, r;
+  if (!embeddingIds(ctx, d, table, ids, site, dids) ||
+      !embeddingResult(ctx, d, ids, table.shape[1], outSlot, r))
     return false;
   out = r;
+  const int64_t n = ids.numel(), D = table.shape[1];
   if (r.numel() == 0 || !d.launching())
     return true;
   const int64_t *pids = dids.as<int64_t>();
@@ -1271,6 +1300,44 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
                    : launchKernel(embeddingKernel<float>, blocksFor(n * D),
                                   kBlock, 0, d.stream, d.earlySmall,
                                   table.as<float>(), pids, n, D, r.as<float>()),
+               "embedding");
+}
+
+bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
+               const Tensor &table2, const Tensor &ids2, int site2,
+               int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  Tensor dids, dids2, r;
+  if (!embeddingIds(ctx, d, table, ids, site, dids) ||
+      !embeddingIds(ctx, d, table2, ids2, site2, dids2))
+    return false;
+  if (table2.dtype != table.dtype || table2.shape[1] != table.shape[1])
+    return ctx.fail("embedding: second table " + table2.describe() +
+                    " does not have the first's type and width (" +
+                    table.describe() + ")");
+  bool sameShape = ids2.rank == ids.rank;
+  for (int i = 0; sameShape && i < ids.rank; ++i)
+    sameShape = ids2.shape[i] == ids.shape[i];
+  if (!sameShape)
+    return ctx.fail("embedding: second ids " + ids2.describe() +
+                    " do not have the ids' shape " + ids.describe());
+  if (!embeddingResult(ctx, d, ids, table.shape[1], outSlot, r))
+    return false;
+  out = r;
+  const int64_t n = ids.numel(), D = table.shape[1];
+  if (r.numel() == 0 || !d.launching())
+    return true;
+  const int64_t *p1 = dids.as<int64_t>(), *p2 = dids2.as<int64_t>();
+  return check(ctx,
+               table.dtype == DType::f16
+                   ? launchKernel(embeddingSumKernel<__half>, blocksFor(n * D),
+                                  kBlock, 0, d.stream, d.earlySmall,
+                                  table.as<__half>(), p1, table2.as<__half>(),
+                                  p2, n, D, r.as<float>())
+                   : launchKernel(embeddingSumKernel<float>, blocksFor(n * D),
+                                  kBlock, 0, d.stream, d.earlySmall,
+                                  table.as<float>(), p1, table2.as<float>(), p2,
+                                  n, D, r.as<float>()),
                "embedding");
 }
 

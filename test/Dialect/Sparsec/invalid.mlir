@@ -376,3 +376,27 @@ func.func @flatten_axis(%a: tensor<2x3xf32>) -> tensor<1x6xf32> {
   %y = sparsec.flatten %a {axis = 3 : i64} : tensor<2x3xf32> -> tensor<1x6xf32>
   return %y : tensor<1x6xf32>
 }
+
+// -----
+
+func.func @embedding_sum_width(%t: tensor<32x8xf32>, %p: tensor<16x4xf32>, %ids: tensor<2xi64>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{second table must be 2-D [vocab, 8]}}
+  %e = sparsec.embedding %t, %ids plus %p, %ids : tensor<32x8xf32>, tensor<2xi64>, tensor<16x4xf32>, tensor<2xi64> -> tensor<2x8xf32>
+  return %e : tensor<2x8xf32>
+}
+
+// -----
+
+func.func @embedding_sum_ids(%t: tensor<32x8xf32>, %ids: tensor<2xi64>, %ids2: tensor<3xi64>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{second ids must have the ids' shape}}
+  %e = sparsec.embedding %t, %ids plus %t, %ids2 : tensor<32x8xf32>, tensor<2xi64>, tensor<32x8xf32>, tensor<3xi64> -> tensor<2x8xf32>
+  return %e : tensor<2x8xf32>
+}
+
+// -----
+
+func.func @embedding_sum_type(%t: tensor<32x8xf32>, %h: tensor<32x8xf16>, %ids: tensor<2xi64>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{tables must have one element type}}
+  %e = sparsec.embedding %t, %ids plus %h, %ids : tensor<32x8xf32>, tensor<2xi64>, tensor<32x8xf16>, tensor<2xi64> -> tensor<2x8xf32>
+  return %e : tensor<2x8xf32>
+}

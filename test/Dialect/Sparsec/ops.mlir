@@ -17,6 +17,8 @@ func.func @layers(%x: tensor<?x?x8xf32>, %ids: tensor<?x?xi64>) -> tensor<?x?x16
   %t = sparsec.weight @emb : tensor<32x8xf32>
   // CHECK: sparsec.embedding %{{.*}}, %{{.*}} : tensor<32x8xf32>, tensor<?x?xi64> -> tensor<?x?x8xf32>
   %e = sparsec.embedding %t, %ids : tensor<32x8xf32>, tensor<?x?xi64> -> tensor<?x?x8xf32>
+  // CHECK: sparsec.embedding %{{.*}}, %{{.*}} plus %{{.*}}, %{{.*}} : tensor<32x8xf32>, tensor<?x?xi64>, tensor<32x8xf32>, tensor<?x?xi64> -> tensor<?x?x8xf32>
+  %e2 = sparsec.embedding %t, %ids plus %t, %ids : tensor<32x8xf32>, tensor<?x?xi64>, tensor<32x8xf32>, tensor<?x?xi64> -> tensor<?x?x8xf32>
   // CHECK: sparsec.linear %{{.*}}, %[[W]], %{{.*}} : tensor<?x?x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<?x?x16xf32>
   %y = sparsec.linear %e, %w, %b : tensor<?x?x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<?x?x16xf32>
   // CHECK: sparsec.relu %{{.*}} {sparsity = #sparsec.act_sparsity<zero_fraction = 9.000000e-01, granularity = neuron, source = profile, tokens = 128, top20_share = 3.000000e-01>} : tensor<?x?x16xf32>

@@ -20,9 +20,11 @@ func.func @main(%ids: tensor<?x?xi64> {sparsec.name = "ids", sparsec.dims = ["ba
   return %y, %s : tensor<?x?x8xf32>, tensor<2xi64>
 }
 
+// (The two lookups and their add are one lookup of both:
+// sparsec-fuse-embedding-sum.)
 // CHECK: if (!ops::shape(ctx, in[0],
-// CHECK: if (!cuda::embedding(ctx, {{v[0-9]+}}, in[0],
 // CHECK: if (!ops::binary(ctx, ops::Binary::add, in[1], in[1],
+// CHECK: if (!cuda::embedding(ctx, {{v[0-9]+}}, in[0], 0, {{v[0-9]+}}, {{v[0-9]+}}, 1,
 // CHECK-LABEL: const IODesc kInputs[] = {
 // CHECK-NEXT: {"ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}, true, 32},
 // CHECK-NEXT: {"pos", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}},

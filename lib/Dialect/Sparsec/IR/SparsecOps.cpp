@@ -529,6 +529,23 @@ LogicalResult EmbeddingOp::verify() {
       !compatibleDims(getType().getShape().back(), table.getDimSize(1)))
     return emitOpError("result must be ids shape + [")
            << dimStr(table.getDimSize(1)) << "]";
+  if (!getTable2() != !getIds2())
+    return emitOpError("a second lookup needs both its table and its ids");
+  if (getTable2()) {
+    auto table2 = getTable2().getType();
+    auto ids = getIds().getType(), ids2 = getIds2().getType();
+    if (table2.getRank() != 2 ||
+        !compatibleDims(table2.getDimSize(1), table.getDimSize(1)))
+      return emitOpError("second table must be 2-D [vocab, ")
+             << dimStr(table.getDimSize(1)) << "]";
+    if (table2.getElementType() != table.getElementType())
+      return emitOpError("tables must have one element type");
+    if (ids2.getRank() != ids.getRank())
+      return emitOpError("second ids must have the ids' shape");
+    for (int64_t d = 0; d < ids.getRank(); ++d)
+      if (!compatibleDims(ids.getDimSize(d), ids2.getDimSize(d)))
+        return emitOpError("second ids must have the ids' shape");
+  }
   return success();
 }
 

@@ -99,6 +99,12 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
 /// Fails naming the offending id if an id is outside [0, V).
 bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
                int outSlot, Tensor &out);
+/// table[ids] + table2[ids2] (float32 tables of one width, ids of one
+/// shape): a decoder's token and position embeddings in one op
+/// (sparsec-fuse-embedding-sum).
+bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
+               const Tensor &table2, const Tensor &ids2, int outSlot,
+               Tensor &out);
 
 /// N-d convolution, NCHW; nSpatial = rank - 2 (1 to 3); pads are
 /// [begin..., end...] as in ONNX.

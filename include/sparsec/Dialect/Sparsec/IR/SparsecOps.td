@@ -325,13 +325,36 @@ def Sparsec_AttentionOp : Sparsec_Op<"attention",
   let hasVerifier = 1;
 }
 
-def Sparsec_EmbeddingOp : Sparsec_Op<"embedding", [Pure, InferShape]> {
+def Sparsec_EmbeddingOp : Sparsec_Op<"embedding",
+    [Pure, InferShape, AttrSizedOperandSegments]> {
   let summary = "rows of a [V, D] table selected by integer ids";
-  let arguments = (ins Sparsec_FloatTensor:$table, Sparsec_IntTensor:$ids);
+  let description = [{
+    `table[ids]`: the result is `ids.shape + [D]`. With `plus`, the rows of
+    a second `[V2, D]` table selected by `ids2` (of the ids' shape) are
+    added, as a model's token and position embeddings are
+    (`sparsec-fuse-embedding-sum` makes that form from an add of two
+    lookups).
+    ```mlir
+    %e = sparsec.embedding %tok, %ids plus %pos, %positions
+         : tensor<50272x768xf32>, tensor<?x?xi64>, tensor<2050x768xf32>,
+           tensor<?x?xi64> -> tensor<?x?x768xf32>
+    ```
+  }];
+  let arguments = (ins Sparsec_FloatTensor:$table, Sparsec_IntTensor:$ids,
+                       Optional<Sparsec_FloatTensor>:$table2,
+                       Optional<Sparsec_IntTensor>:$ids2);
   let results = (outs Sparsec_FloatTensor:$result);
   let assemblyFormat = [{
-    $table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)
+    $table `,` $ids (`plus` $table2^ `,` $ids2)? attr-dict `:` type($table)
+    `,` type($ids) (`,` type($table2)^ `,` type($ids2))? `->` type($result)
   }];
+  let builders = [
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$table,
+                   "::mlir::Value":$ids), [{
+      build($_builder, $_state, result, table, ids, ::mlir::Value(),
+            ::mlir::Value());
+    }]>
+  ];
   let hasVerifier = 1;
 }
 

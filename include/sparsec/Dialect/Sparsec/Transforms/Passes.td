@@ -127,6 +127,27 @@ def FuseLayerNormPass : Pass<"sparsec-fuse-layer-norm", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseEmbeddingSumPass : Pass<"sparsec-fuse-embedding-sum", "mlir::ModuleOp"> {
+  let summary = "add of two embedding lookups -> one sparsec.embedding";
+  let description = [{
+    A decoder's input is the sum of its token and position embeddings: two
+    lookups, each a kernel on a GPU, and an add. Where both lookups are
+    used only by that add, have its type (f32) and run on the same device,
+    they become one lookup of both tables. Before:
+    ```mlir
+    %t = sparsec.embedding %tok, %ids : ... -> tensor<?x?x768xf32>
+    %p = sparsec.embedding %pos, %positions : ... -> tensor<?x?x768xf32>
+    %x = sparsec.add %t, %p : ...
+    ```
+    After:
+    ```mlir
+    %x = sparsec.embedding %tok, %ids plus %pos, %positions : ...
+    ```
+    Runs in the schedule phase, after the passes that read the separate
+    lookups (the KV-cache derivation finds the position embedding).
+  }];
+}
+
 def FuseGeluPass : Pass<"sparsec-fuse-gelu", "mlir::ModuleOp"> {
   let summary = "Erf-form GELU -> sparsec.gelu";
   let description = [{

@@ -132,6 +132,12 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
 /// `ids` is a host tensor (checked on the host, then uploaded at `site`).
 bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
                int outSlot, Tensor &out);
+/// table[ids] + table2[ids2] in one kernel (tables of one type and width,
+/// ids of one shape, each uploaded at its site): a decoder's token and
+/// position embeddings (sparsec-fuse-embedding-sum).
+bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
+               const Tensor &table2, const Tensor &ids2, int site2,
+               int outSlot, Tensor &out);
 
 /// A view of x with the new shape (no copy; the memory plan keeps x live as
 /// long as the view). `outSlot` is the slot the plan gave the result.
