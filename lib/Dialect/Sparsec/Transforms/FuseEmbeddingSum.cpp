@@ -40,8 +40,8 @@ struct FuseEmbeddingAdd : OpRewritePattern<AddOp> {
     auto type = dyn_cast<RankedTensorType>(add.getType());
     if (!type || !type.getElementType().isF32() ||
         lhs.getType() != type || rhs.getType() != type ||
-        lhs.getTable().getType().getElementType() !=
-            rhs.getTable().getType().getElementType() ||
+        !lhs.getTable().getType().getElementType().isF32() ||
+        !rhs.getTable().getType().getElementType().isF32() ||
         lhs.getIds().getType() != rhs.getIds().getType())
       return rewriter.notifyMatchFailure(add, "types differ or not f32");
     if (onCpu(lhs) != onCpu(add) || onCpu(rhs) != onCpu(add))

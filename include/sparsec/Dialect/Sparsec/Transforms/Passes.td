@@ -132,8 +132,8 @@ def FuseEmbeddingSumPass : Pass<"sparsec-fuse-embedding-sum", "mlir::ModuleOp"> 
   let description = [{
     A decoder's input is the sum of its token and position embeddings: two
     lookups, each a kernel on a GPU, and an add. Where both lookups are
-    used only by that add, have its type (f32) and run on the same device,
-    they become one lookup of both tables. Before:
+    used only by that add, have its type, read f32 tables and run on the
+    same device, they become one lookup of both tables. Before:
     ```mlir
     %t = sparsec.embedding %tok, %ids : ... -> tensor<?x?x768xf32>
     %p = sparsec.embedding %pos, %positions : ... -> tensor<?x?x768xf32>
