@@ -434,6 +434,28 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
 // Embedding and batch norm
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// Id i of an int64 or int32 ids tensor.
+int64_t idAt(const Tensor &ids, int64_t i) {
+  return ids.dtype == DType::i64 ? ids.as<int64_t>()[i]
+                                 : int64_t(ids.as<int32_t>()[i]);
+}
+
+/// Fails naming the first id outside [0, V) (`which`: the table's name in
+/// the message, empty for a lone table).
+bool idsInRange(Context &ctx, const Tensor &ids, int64_t V,
+                const std::string &which) {
+  for (int64_t i = 0, n = ids.numel(); i < n; ++i) {
+    const int64_t id = idAt(ids, i);
+    if (id < 0 || id >= V)
+      return ctx.fail("embedding: id " + std::to_string(id) + " at position " +
+                      std::to_string(i) + " is outside " + which + "[0, " +
+                      std::to_string(V) + ")");
+  }
+  return true;
+}
+} // namespace
+
 bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
                int outSlot, Tensor &out) {
   if (!checkTensor(ctx, "embedding", "table", table) ||
@@ -447,17 +469,8 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
   if (ids.rank + 1 > kMaxRank)
     return ctx.fail("embedding: ids " + ids.describe() + " have too many dims");
   const int64_t V = table.shape[0], D = table.shape[1], n = ids.numel();
-  auto idAt = [&](int64_t i) {
-    return ids.dtype == DType::i64 ? ids.as<int64_t>()[i]
-                                   : int64_t(ids.as<int32_t>()[i]);
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = idAt(i);
-    if (id < 0 || id >= V)
-      return ctx.fail("embedding: id " + std::to_string(id) + " at position " +
-                      std::to_string(i) + " is outside [0, " +
-                      std::to_string(V) + ")");
-  }
+  if (!idsInRange(ctx, ids, V, ""))
+    return false;
   int64_t shape[kMaxRank];
   for (int d = 0; d < ids.rank; ++d)
     shape[d] = ids.shape[d];
@@ -474,7 +487,8 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
                 [&](int64_t b, int64_t e) {
                   for (int64_t i = b; i < e; ++i)
                     std::memcpy(dst + size_t(i) * rowBytes,
-                                src + size_t(idAt(i)) * rowBytes, rowBytes);
+                                src + size_t(idAt(ids, i)) * rowBytes,
+                                rowBytes);
                 });
   out = r;
   return true;
@@ -505,26 +519,16 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
   if (!sameShape)
     return ctx.fail("embedding: second ids " + ids2.describe() +
                     " do not have the ids' shape " + ids.describe());
-  const int64_t V2 = table2.shape[0], D = table2.shape[1], n = ids2.numel();
-  auto idAt = [&](int64_t i) {
-    return ids2.dtype == DType::i64 ? ids2.as<int64_t>()[i]
-                                    : int64_t(ids2.as<int32_t>()[i]);
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = idAt(i);
-    if (id < 0 || id >= V2)
-      return ctx.fail("embedding: id " + std::to_string(id) + " at position " +
-                      std::to_string(i) + " is outside the second table's [0, " +
-                      std::to_string(V2) + ")");
-  }
-  if (!embedding(ctx, table, ids, outSlot, out))
+  const int64_t D = table2.shape[1], n = ids2.numel();
+  if (!idsInRange(ctx, ids2, table2.shape[0], "the second table's ") ||
+      !embedding(ctx, table, ids, outSlot, out))
     return false;
   float *y = out.as<float>();
   const float *t2 = table2.as<float>();
   if (D > 0)
     parallelFor(ctx, n, grainFor(D), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        const float *row = t2 + idAt(i) * D;
+        const float *row = t2 + idAt(ids2, i) * D;
         float *o = y + i * D;
         for (int64_t c = 0; c < D; ++c)
           o[c] += row[c];
