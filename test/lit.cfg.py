@@ -79,6 +79,11 @@ config.substitutions.append(
 
 config.substitutions.append(("%pyexe", config.python_executable))
 config.substitutions.append(
+    ("%head_sparsity", "%s %s" % (
+        config.python_executable,
+        os.path.join(config.test_source_root, "..", "scripts",
+                     "head_sparsity.py"))))
+config.substitutions.append(
     ("%e2e", "%s %s --sparsec %s" % (
         config.python_executable,
         os.path.join(config.test_source_root, "..", "scripts", "e2e_check.py"),
