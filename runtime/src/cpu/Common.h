@@ -206,6 +206,29 @@ inline bool checkTensor(Context &ctx, const char *op, const char *what,
   return true;
 }
 
+/// The second lookup of a summed embedding (both backends): a [V2, D]
+/// table of the first's type and width, ids of the first ids' shape (their
+/// type and values each backend checks as a lone lookup's).
+inline bool checkEmbeddingPair(Context &ctx, const Tensor &table,
+                               const Tensor &ids, const Tensor &table2,
+                               const Tensor &ids2) {
+  if (!checkTensor(ctx, "embedding", "second table", table2) ||
+      !checkTensor(ctx, "embedding", "second ids", ids2))
+    return false;
+  if (table.rank != 2 || table2.rank != 2 || table2.dtype != table.dtype ||
+      table2.shape[1] != table.shape[1])
+    return ctx.fail("embedding: second table " + table2.describe() +
+                    " does not have the first's type and width (" +
+                    table.describe() + ")");
+  bool sameShape = ids2.rank == ids.rank;
+  for (int d = 0; sameShape && d < ids.rank; ++d)
+    sameShape = ids2.shape[d] == ids.shape[d];
+  if (!sameShape)
+    return ctx.fail("embedding: second ids " + ids2.describe() +
+                    " do not have the ids' shape " + ids.describe());
+  return true;
+}
+
 /// Normalises `axis` into [0, rank) (or [0, rank] when `inclusive`);
 /// fails with "<op>: axis A is out of range for rank R".
 inline bool normalizeAxis(Context &ctx, const char *op, int64_t axis, int rank,

@@ -500,25 +500,14 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
   // The first lookup writes the output; the second's rows are added in
   // place (each value of the output is one sum, as an add of the two
   // lookups computes it).
-  if (!checkTensor(ctx, "embedding", "second table", table2) ||
-      !checkTensor(ctx, "embedding", "second ids", ids2))
-    return false;
   if (table.dtype != DType::f32 || table2.dtype != DType::f32)
     return ctx.fail("embedding: a sum of two lookups needs float32 tables, "
                     "got " + table.describe() + " and " + table2.describe());
-  if (table2.rank != 2 || table.rank != 2 || table2.shape[1] != table.shape[1])
-    return ctx.fail("embedding: second table " + table2.describe() +
-                    " does not have the first's width (" + table.describe() +
-                    ")");
+  if (!checkEmbeddingPair(ctx, table, ids, table2, ids2))
+    return false;
   if (ids2.dtype != DType::i64 && ids2.dtype != DType::i32)
     return ctx.fail("embedding: ids must be int64 or int32, got " +
                     ids2.describe());
-  bool sameShape = ids2.rank == ids.rank;
-  for (int d = 0; sameShape && d < ids.rank; ++d)
-    sameShape = ids2.shape[d] == ids.shape[d];
-  if (!sameShape)
-    return ctx.fail("embedding: second ids " + ids2.describe() +
-                    " do not have the ids' shape " + ids.describe());
   const int64_t D = table2.shape[1], n = ids2.numel();
   if (!idsInRange(ctx, ids2, table2.shape[0], "the second table's ") ||
       !embedding(ctx, table, ids, outSlot, out))

@@ -727,6 +727,38 @@ bool growArgmaxBuffer(Context &ctx, Device &d, Buf &buf, size_t bytes,
   return reallocate(ctx, buf, bytes, alloc, release, "for an output's argmax");
 }
 
+/// The pick of argmax download `p` with the device's argmax buffers as
+/// they are: the ids, this parity's host copy (none where the output comes
+/// back whole), the scratch.
+GraphPick pickOf(const Device &d, const Device::PendingDownload &p) {
+  return GraphPick{
+      p.src, p.rows, p.width, static_cast<int64_t *>(d.argmaxIds.ptr),
+      p.whole ? nullptr : static_cast<int64_t *>(d.argmaxHost[d.parity].ptr),
+      d.argmaxScratch.ptr};
+}
+
+/// Queues argmaxRows for `pick` on the device's stream.
+bool launchPick(Context &ctx, Device &d, const GraphPick &pick, bool early) {
+  return check(ctx,
+               argmaxRows(pick.src, pick.rows, pick.width, pick.ids,
+                          pick.scratch, pick.host, d.stream, early),
+               "argmax of an output");
+}
+
+/// The argmax scratch's counters laid out for rows x width: zeroed (queued,
+/// so after the calls before) where the last argmax that used them had
+/// another shape, as the kernel's layout follows the shape.
+bool argmaxScratchFor(Context &ctx, Device &d, int64_t rows, int64_t width) {
+  const size_t bytes = argmaxScratchBytes(rows, width);
+  if (bytes == 0 || d.argmaxScratchShape == std::array<int64_t, 2>{rows, width})
+    return true;
+  if (!check(ctx, cudaMemsetAsync(d.argmaxScratch.ptr, 0, bytes, d.stream),
+             "argmax buffers"))
+    return false;
+  d.argmaxScratchShape = {rows, width};
+  return true;
+}
+
 /// In a capture, after the step's body: the greedy pick of its (first)
 /// argmax download as the last node of the graph, where the buffers it
 /// writes are already large enough and the scratch's counters are laid out
@@ -740,23 +772,18 @@ bool capturePick(Context &ctx, Device &d, GraphEntry &g) {
   for (const Device::PendingDownload &p : d.pendingDownloads) {
     if (!p.argmax)
       continue;
-    const PinnedBuffer &host = d.argmaxHost[d.parity];
     const size_t idsBytes = sizeof(int64_t) * size_t(p.rows);
     const size_t scratchBytes = argmaxScratchBytes(p.rows, p.width);
-    if (idsBytes > d.argmaxIds.bytes || (!p.whole && idsBytes > host.bytes) ||
+    if (idsBytes > d.argmaxIds.bytes ||
+        (!p.whole && idsBytes > d.argmaxHost[d.parity].bytes) ||
         scratchBytes > d.argmaxScratch.bytes ||
         (scratchBytes > 0 && d.argmaxScratchShape !=
                                  std::array<int64_t, 2>{p.rows, p.width}))
       return true;
-    int64_t *ids = static_cast<int64_t *>(d.argmaxIds.ptr);
-    int64_t *hostIds = p.whole ? nullptr : static_cast<int64_t *>(host.ptr);
-    if (!check(ctx,
-               argmaxRows(p.src, p.rows, p.width, ids, d.argmaxScratch.ptr,
-                          hostIds, d.stream, d.earlySmall),
-               "argmax of an output"))
+    const GraphPick pick = pickOf(d, p);
+    if (!launchPick(ctx, d, pick, d.earlySmall))
       return false;
-    g.pick = GraphPick{p.src, p.rows, p.width, ids, hostIds,
-                       d.argmaxScratch.ptr};
+    g.pick = pick;
     return true;
   }
   return true;
@@ -786,27 +813,14 @@ bool flushDownloads(Context &ctx, Device &d) {
         return false;
       // The kernel's counters reset themselves where its layout, which
       // follows the rows and width, put them: a call of another shape
-      // zeroes the scratch first (queued, so after the calls before it).
-      if (scratchBytes > 0 &&
-          d.argmaxScratchShape != std::array<int64_t, 2>{p.rows, p.width}) {
-        if (!check(ctx,
-                   cudaMemsetAsync(d.argmaxScratch.ptr, 0, scratchBytes,
-                                   d.stream),
-                   "argmax buffers"))
-          return false;
-        d.argmaxScratchShape = {p.rows, p.width};
-      }
+      // zeroes the scratch first.
+      if (!argmaxScratchFor(ctx, d, p.rows, p.width))
+        return false;
       // Only the ids come back: the kernel writes them to the host too
       // (here, or as the last node of the step's graph).
-      int64_t *ids = static_cast<int64_t *>(d.argmaxIds.ptr);
-      int64_t *hostIds = p.whole ? nullptr : static_cast<int64_t *>(host.ptr);
-      const GraphPick pick{p.src, p.rows, p.width, ids, hostIds,
-                           d.argmaxScratch.ptr};
+      const GraphPick pick = pickOf(d, p);
       if ((!(d.graphPick.src && d.graphPick == pick) &&
-           !check(ctx,
-                  argmaxRows(p.src, p.rows, p.width, ids, d.argmaxScratch.ptr,
-                             hostIds, d.stream),
-                  "argmax of an output")) ||
+           !launchPick(ctx, d, pick, false)) ||
           (p.whole &&
            !check(ctx,
                   cudaMemcpyAsync(p.dst, p.src, p.bytes,
@@ -816,7 +830,7 @@ bool flushDownloads(Context &ctx, Device &d) {
       if (!p.whole)
         p.out->data = host.ptr;
       d.argmaxLast = p.picks;
-      d.argmaxLast.data = ids;
+      d.argmaxLast.data = pick.ids;
       d.argmaxIndex = p.index;
       d.argmaxWidth = p.width;
     } else if (!check(ctx,
@@ -1408,7 +1422,6 @@ bool runEager(Context &ctx, Device &d, const Tensor *in, Tensor *out,
   d.current = nullptr;
   d.mismatch = false;
   d.restart = false;
-  d.graphPick = GraphPick{};
   if (d.profile && !d.launched)
     markLaunch(d);
   // Appends not moved yet (a graph's first segment that was launched moved
@@ -1436,7 +1449,6 @@ bool runCapture(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
   g.splits = stepCuts(g.eagerAllocs, d.splitDivisors, ctx.launchAhead,
                       d.splitsSet);
   g.pick = GraphPick{};
-  d.graphPick = GraphPick{};
   // The picks' host copy of this parity, for a pick in the graph: the first
   // capture of a parity launched ahead follows an eager run of the other
   // (runStep), whose downloads grew only that parity's.
@@ -1479,22 +1491,12 @@ bool runReplay(Context &ctx, Device &d, GraphEntry &g, const Tensor *in,
   d.restart = false;
   d.segment = 0;
   d.nextSplit = 0;
-  d.graphPick = GraphPick{};
   if (!d.setAppendNodes(ctx, g))
     return false;
   // The graph's pick finds the scratch's counters laid out for its shape
-  // (an argmax of another shape since, such as a prefill's, zeroes them).
-  const GraphPick &pick = g.pick;
-  if (pick.src && argmaxScratchBytes(pick.rows, pick.width) > 0 &&
-      d.argmaxScratchShape != std::array<int64_t, 2>{pick.rows, pick.width}) {
-    if (!check(ctx,
-               cudaMemsetAsync(d.argmaxScratch.ptr, 0,
-                               argmaxScratchBytes(pick.rows, pick.width),
-                               d.stream),
-               "argmax buffers"))
-      return false;
-    d.argmaxScratchShape = {pick.rows, pick.width};
-  }
+  // (an argmax of another shape since, such as a prefill's, moved them).
+  if (g.pick.src && !argmaxScratchFor(ctx, d, g.pick.rows, g.pick.width))
+    return false;
   const StepMarks marks(ctx);
   if (body(ctx, in, out) && endSegment(ctx, d, true)) {
     d.graphPick = g.pick;
@@ -1638,6 +1640,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   d.stepStaging.clear();
   d.stepOutputs.clear();
   d.hostWaited = false;
+  d.graphPick = GraphPick{}; // set by a capture or replay that makes it
   // The cache rows the last step appended move first, in the step's first
   // graph (their nodes' parameters set for each replay) or eagerly before
   // it; the profile counts them in this step.

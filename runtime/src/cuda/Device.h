@@ -57,7 +57,8 @@ struct IndexBuffers {
 struct GraphPick {
   const float *src = nullptr;
   int64_t rows = 0, width = 0;
-  const void *ids = nullptr, *host = nullptr, *scratch = nullptr;
+  int64_t *ids = nullptr, *host = nullptr;
+  void *scratch = nullptr;
   bool operator==(const GraphPick &o) const {
     return src == o.src && rows == o.rows && width == o.width &&
            ids == o.ids && host == o.host && scratch == o.scratch;
@@ -159,9 +160,9 @@ struct Device : Context::Backend {
   /// A replay: the pending appends as the parameters of `g`'s nodes.
   bool setAppendNodes(Context &ctx, GraphEntry &g);
   /// A step's outputs to copy to the host, queued after the step's work
-  /// (outside its graphs, so whether a row comes back whole or as its
-  /// argmax, Context::argmaxOutput, is decided each step and one captured
-  /// graph serves both).
+  /// (the copies outside its graphs; an output's argmax may be the last
+  /// node of its graph: GraphPick, and the graph's signature holds
+  /// Context::argmaxOutput).
   struct PendingDownload {
     const float *src = nullptr;
     void *dst = nullptr;         // pinned (a whole copy)
@@ -193,8 +194,9 @@ struct Device : Context::Backend {
   DeviceBuffer gemvPartials, halfInput, attentionScratch;
   /// The argmax of Context::argmaxOutput's rows on the device and their
   /// host copy (per parity; the kernel writes it), with the kernel's
-  /// scratch (zeroed when it grows): used after the step's graphs only, so
-  /// they grow then (not allocations of the step). `argmaxLast` views the
+  /// scratch (zeroed when it grows): they grow after the step's graphs
+  /// (not allocations of the step), and drop the graphs then, which may
+  /// hold them (GraphPick). `argmaxLast` views the
   /// ids of the last step that picked (deviceArgmax; output `argmaxIndex`,
   /// rows `argmaxWidth` wide).
   DeviceBuffer argmaxIds, argmaxScratch;

@@ -32,6 +32,7 @@ using ops::Activation;
 using ops::detail::AttentionDims;
 using ops::detail::attentionDims;
 using ops::detail::broadcastShapes;
+using ops::detail::checkEmbeddingPair;
 using ops::detail::checkReshapeTo;
 using ops::detail::reshapeTarget;
 using ops::detail::checkTensor;
@@ -1309,19 +1310,9 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
   Device &d = dev(ctx);
   Tensor dids, dids2, r;
   if (!embeddingIds(ctx, d, table, ids, site, dids) ||
-      !embeddingIds(ctx, d, table2, ids2, site2, dids2))
-    return false;
-  if (table2.dtype != table.dtype || table2.shape[1] != table.shape[1])
-    return ctx.fail("embedding: second table " + table2.describe() +
-                    " does not have the first's type and width (" +
-                    table.describe() + ")");
-  bool sameShape = ids2.rank == ids.rank;
-  for (int i = 0; sameShape && i < ids.rank; ++i)
-    sameShape = ids2.shape[i] == ids.shape[i];
-  if (!sameShape)
-    return ctx.fail("embedding: second ids " + ids2.describe() +
-                    " do not have the ids' shape " + ids.describe());
-  if (!embeddingResult(ctx, d, ids, table.shape[1], outSlot, r))
+      !checkEmbeddingPair(ctx, table, ids, table2, ids2) ||
+      !embeddingIds(ctx, d, table2, ids2, site2, dids2) ||
+      !embeddingResult(ctx, d, ids, table.shape[1], outSlot, r))
     return false;
   out = r;
   const int64_t n = ids.numel(), D = table.shape[1];
