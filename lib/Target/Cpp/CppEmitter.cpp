@@ -949,19 +949,24 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
       })
       .Case([&](AttentionOp a) { return emitAttention(a, /*device=*/true); })
       .Case([&](EmbeddingOp e) -> LogicalResult {
-        auto ids = hostOperand(e.getIds(), "embedding ids");
-        if (failed(ids))
-          return failure();
-        std::string args = dv(e.getTable()) + ", " + *ids + ", " +
-                           std::to_string(uploadSites++);
-        if (e.getTable2()) {
-          auto ids2 = hostOperand(e.getIds2(), "embedding ids");
-          if (failed(ids2))
+        // A lookup's arguments: table, host ids, their upload site.
+        auto lookup = [&](Value table, Value ids) -> FailureOr<std::string> {
+          auto hostIds = hostOperand(ids, "embedding ids");
+          if (failed(hostIds))
             return failure();
-          args += ", " + dv(e.getTable2()) + ", " + *ids2 + ", " +
-                  std::to_string(uploadSites++);
+          return dv(table) + ", " + *hostIds + ", " +
+                 std::to_string(uploadSites++);
+        };
+        auto args = lookup(e.getTable(), e.getIds());
+        if (failed(args))
+          return failure();
+        if (e.getTable2()) {
+          auto second = lookup(e.getTable2(), e.getIds2());
+          if (failed(second))
+            return failure();
+          *args += ", " + *second;
         }
-        return call("embedding(ctx, " + args);
+        return call("embedding(ctx, " + *args);
       })
       .Case([&](TransposeOp t) {
         std::string perm = intArray(t.getPermutation());
@@ -1148,36 +1153,37 @@ void Emitter::copyForHost(Operation *op) {
 void Emitter::emitDescription(func::FuncOp func) {
   // CUDA: an input whose values only device embeddings read (its other
   // users, Shape, read dims only) may be passed in device memory.
+  // The table an embedding's use of a value as (first or second) ids
+  // indexes; null for any other use.
+  auto lookupTable = [](OpOperand &use) -> Value {
+    auto e = dyn_cast<EmbeddingOp>(use.getOwner());
+    if (!e)
+      return Value();
+    if (&use == &e.getIdsMutable())
+      return e.getTable();
+    if (e.getIds2() && &use == &e.getIds2Mutable()[0])
+      return e.getTable2();
+    return Value();
+  };
   auto deviceValues = [&](unsigned i) {
     if (!cuda())
       return false;
     Value arg = func.getArgument(i);
     return !arg.use_empty() &&
-           llvm::all_of(arg.getUses(), [](OpOperand &use) {
+           llvm::all_of(arg.getUses(), [&](OpOperand &use) {
              Operation *u = use.getOwner();
-             if (isa<ShapeOp>(u))
-               return true;
-             auto e = dyn_cast<EmbeddingOp>(u);
-             return e && !isCpu(u) &&
-                    (&use == &e.getIdsMutable() ||
-                     (e.getIds2() && &use == &e.getIds2Mutable()[0]));
+             return isa<ShapeOp>(u) || (lookupTable(use) && !isCpu(u));
            });
   };
   // Its values must be below every table's rows: the smallest (0 where
   // a table's rows are not static).
   auto valueLimit = [&](unsigned i) -> int64_t {
     int64_t limit = -1;
-    auto limitBy = [&](Value table) {
-      auto type = cast<RankedTensorType>(table.getType());
-      const int64_t rows = type.isDynamicDim(0) ? 0 : type.getDimSize(0);
-      limit = limit < 0 ? rows : std::min(limit, rows);
-    };
     for (OpOperand &use : func.getArgument(i).getUses())
-      if (auto e = dyn_cast<EmbeddingOp>(use.getOwner())) {
-        if (&use == &e.getIdsMutable())
-          limitBy(e.getTable());
-        else if (e.getIds2() && use.get() == e.getIds2())
-          limitBy(e.getTable2());
+      if (Value table = lookupTable(use)) {
+        auto type = cast<RankedTensorType>(table.getType());
+        const int64_t rows = type.isDynamicDim(0) ? 0 : type.getDimSize(0);
+        limit = limit < 0 ? rows : std::min(limit, rows);
       }
     return std::max<int64_t>(limit, 0);
   };

@@ -400,3 +400,11 @@ func.func @embedding_sum_type(%t: tensor<32x8xf32>, %h: tensor<32x8xf16>, %ids: 
   %e = sparsec.embedding %t, %ids plus %h, %ids : tensor<32x8xf32>, tensor<2xi64>, tensor<32x8xf16>, tensor<2xi64> -> tensor<2x8xf32>
   return %e : tensor<2x8xf32>
 }
+
+// -----
+
+func.func @embedding_sum_half(%t: tensor<32x8xf32>, %ids: tensor<2xi64>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{a second lookup needs both its table and its ids}}
+  %e = "sparsec.embedding"(%t, %ids, %t) {operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (tensor<32x8xf32>, tensor<2xi64>, tensor<32x8xf32>) -> tensor<2x8xf32>
+  return %e : tensor<2x8xf32>
+}

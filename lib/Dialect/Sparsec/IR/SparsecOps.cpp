@@ -9,6 +9,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
 
@@ -540,11 +541,8 @@ LogicalResult EmbeddingOp::verify() {
              << dimStr(table.getDimSize(1)) << "]";
     if (table2.getElementType() != table.getElementType())
       return emitOpError("tables must have one element type");
-    if (ids2.getRank() != ids.getRank())
+    if (failed(verifyCompatibleShape(ids.getShape(), ids2.getShape())))
       return emitOpError("second ids must have the ids' shape");
-    for (int64_t d = 0; d < ids.getRank(); ++d)
-      if (!compatibleDims(ids.getDimSize(d), ids2.getDimSize(d)))
-        return emitOpError("second ids must have the ids' shape");
   }
   return success();
 }
