@@ -8,6 +8,7 @@
 // against a double-precision product over the same (rounded) weights;
 // gemvRowsGroup (several weights over one x in one launch) likewise;
 // gemvRowsNormOut (the output row normalised by the last block).
+// embeddingRows: one table or the sum of two, fp16 and fp32, bit for bit.
 // decodeAttention: past + new keys, GQA, additive / boolean / no mask,
 // causal, several chunk counts (one chunk and merged chunks), vector and
 // scalar staging, the present's new rows, against a CPU softmax attention.
@@ -28,6 +29,7 @@
 #include <cstring>
 #include <string>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 using namespace sparsec::rt;
@@ -612,6 +614,64 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   cudaFree(counters);
 }
 
+/// embeddingRows against the host: n lookups of rows of D from a table of
+/// V rows (fp16 or fp32), or the sum of two lookups (token and position
+/// tables with their own ids), ids including the first and last rows.
+/// Equal bit for bit: one float conversion (and one float add) each.
+template <typename T>
+void embeddingCase(int64_t n, int64_t D, bool pair, bool early,
+                   std::mt19937 &rng) {
+  const int64_t V = 50, V2 = 300;
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<T> table(size_t(V * D)), table2(size_t(V2 * D));
+  for (T &v : table)
+    v = fromFloat<T>(g(rng));
+  for (T &v : table2)
+    v = fromFloat<T>(g(rng));
+  std::vector<int64_t> ids(static_cast<size_t>(n)), ids2(ids);
+  std::uniform_int_distribution<int64_t> row(0, V - 1), row2(0, V2 - 1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = row(rng);
+    ids2[i] = row2(rng);
+  }
+  ids[0] = 0; // the tables' first and last rows
+  ids2[0] = V2 - 1;
+  if (n > 1)
+    ids[1] = V - 1;
+  T *dt = upload(table), *dt2 = upload(table2);
+  int64_t *di = upload(ids), *di2 = upload(ids2);
+  float *dout = nullptr;
+  CHECK_CUDA(cudaMalloc(&dout, sizeof(float) * size_t(std::max<int64_t>(1, n * D))));
+  CHECK_CUDA(cudaMemset(dout, 0xff, sizeof(float) * size_t(n * D))); // NaNs
+  CHECK_CUDA(embeddingRows(dt, di, pair ? dt2 : nullptr, pair ? di2 : nullptr,
+                           std::is_same_v<T, __half>, n, D, dout, nullptr,
+                           early));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> got = download(dout, size_t(n * D));
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < D; ++c) {
+      float want = toFloat(table[size_t(ids[size_t(i)] * D + c)]);
+      if (pair)
+        want += toFloat(table2[size_t(ids2[size_t(i)] * D + c)]);
+      const float v = got[size_t(i * D + c)];
+      if (std::memcmp(&v, &want, sizeof v) != 0)
+        ++wrong;
+    }
+  char line[160];
+  std::snprintf(line, sizeof line, "embeddingRows %lld ids, rows of %lld, %s%s%s: %lld wrong",
+                (long long)n, (long long)D,
+                std::is_same_v<T, __half> ? "fp16" : "fp32",
+                pair ? ", sum of two tables" : "", early ? ", early" : "",
+                (long long)wrong);
+  report(wrong == 0, line, 0.0);
+  cudaFree(dt);
+  cudaFree(dt2);
+  cudaFree(di);
+  cudaFree(di2);
+  cudaFree(dout);
+}
+
 /// argmaxRows against std::max_element on every row: random rows, ties
 /// (the first of equal maxima, in one block's span and across spans), NaNs
 /// (skipped, but a NaN first element gives 0), all -inf, and the maximum in
@@ -791,6 +851,13 @@ int main() {
   normRowsCase(1, 4096, false, true, 0.0f, true, rng, 60.0f);
   normRowsCase(2, 2048, false, false, 1.0f, false, rng, -300.0f);
   normRowsCase(2, 10000, false, true, 0.0f, false, rng, 100.0f);
+  // Embedding lookups: OPT-6.7B's one-token step (the pair of token and
+  // position tables, early), a prompt, a width not a multiple of anything.
+  embeddingCase<__half>(1, 4096, true, true, rng);
+  embeddingCase<__half>(71, 4096, true, false, rng);
+  embeddingCase<__half>(3, 1000, false, true, rng);
+  embeddingCase<float>(5, 768, true, false, rng);
+  embeddingCase<float>(2, 33, false, false, rng);
   argmaxCase(8, 50272, rng); // OPT's vocabulary: 25 blocks a row
   argmaxCase(1, 50272, rng);
   argmaxCase(7, 256, rng);   // a byte-level model's: one block a row

@@ -923,6 +923,46 @@ cudaError_t gemvNormTerms(const W *wt, int K, int N, const float *scale,
   return e;
 }
 
+namespace {
+/// out[i] = table[ids[i / D], i % D] (+ table2[ids2[i / D], i % D]).
+template <typename T>
+__global__ void embeddingKernel(const T *table, const int64_t *ids,
+                                const T *table2, const int64_t *ids2,
+                                int64_t n, int64_t D, float *out) {
+  pdlTrigger();
+  pdlWait(); // launched early (small kernels): inputs and output after it
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * D;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / D, c = i % D;
+    float v = toFloat(table[ids[r] * D + c]);
+    if (table2)
+      v += toFloat(table2[ids2[r] * D + c]);
+    out[i] = v;
+  }
+}
+} // namespace
+
+cudaError_t embeddingRows(const void *table, const int64_t *ids,
+                          const void *table2, const int64_t *ids2, bool half,
+                          int64_t n, int64_t D, float *out,
+                          cudaStream_t stream, bool early) {
+  if (n < 0 || D < 0 || (table2 && !ids2))
+    return cudaErrorInvalidValue;
+  if (n == 0 || D == 0)
+    return cudaSuccess;
+  constexpr int kThreads = 256;
+  const dim3 grid{unsigned(
+      std::min<int64_t>((n * D + kThreads - 1) / kThreads, 65535 * 8))};
+  return half ? launchKernel(embeddingKernel<__half>, grid, dim3{kThreads}, 0,
+                             stream, early, static_cast<const __half *>(table),
+                             ids, static_cast<const __half *>(table2), ids2,
+                             n, D, out)
+              : launchKernel(embeddingKernel<float>, grid, dim3{kThreads}, 0,
+                             stream, early, static_cast<const float *>(table),
+                             ids, static_cast<const float *>(table2), ids2, n,
+                             D, out);
+}
+
 cudaError_t normRows(const float *x, int64_t rows, int64_t width,
                      const float *scale, const float *bias, float epsilon,
                      bool rms, float *y, cudaStream_t stream, bool early) {

@@ -553,30 +553,6 @@ bool stridedCopy(Context &ctx, Device &d, const Strided &s, const Tensor &in,
   return launched(ctx, "copy");
 }
 
-template <typename T>
-__global__ void embeddingKernel(const T *table, const int64_t *ids,
-                                int64_t n, int64_t D, float *out) {
-  pdlTrigger();
-  pdlWait(); // launched early (small kernels): inputs and output after it
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * D;
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = toFloat(table[ids[i / D] * D + i % D]);
-}
-
-/// out[i] = table[ids[i / D], i % D] + table2[ids2[i / D], i % D].
-template <typename T>
-__global__ void embeddingSumKernel(const T *table, const int64_t *ids,
-                                   const T *table2, const int64_t *ids2,
-                                   int64_t n, int64_t D, float *out) {
-  pdlTrigger();
-  pdlWait(); // launched early (small kernels): inputs and output after it
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * D;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / D, c = i % D;
-    out[i] = toFloat(table[ids[r] * D + c]) + toFloat(table2[ids2[r] * D + c]);
-  }
-}
-
 //===----------------------------------------------------------------------===//
 // Sparsity helpers
 //===----------------------------------------------------------------------===//
@@ -1281,6 +1257,23 @@ bool embeddingResult(Context &ctx, Device &d, const Tensor &ids, int64_t D,
 }
 } // namespace
 
+namespace {
+/// The lookup (or, with table2, the pair's sum) into r, ids on the device.
+bool lookup(Context &ctx, Device &d, const Tensor &table, const Tensor &dids,
+            const Tensor *table2, const Tensor *dids2, const Tensor &r) {
+  if (r.numel() == 0 || !d.launching())
+    return true;
+  return check(ctx,
+               embeddingRows(table.data, dids.as<int64_t>(),
+                             table2 ? table2->data : nullptr,
+                             dids2 ? dids2->as<int64_t>() : nullptr,
+                             table.dtype == DType::f16, dids.numel(),
+                             table.shape[1], r.as<float>(), d.stream,
+                             d.earlySmall),
+               "embedding");
+}
+} // namespace
+
 bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
                int outSlot, Tensor &out) {
   Device &d = dev(ctx);
@@ -1289,19 +1282,7 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
       !embeddingResult(ctx, d, ids, table.shape[1], outSlot, r))
     return false;
   out = r;
-  const int64_t n = ids.numel(), D = table.shape[1];
-  if (r.numel() == 0 || !d.launching())
-    return true;
-  const int64_t *pids = dids.as<int64_t>();
-  return check(ctx,
-               table.dtype == DType::f16
-                   ? launchKernel(embeddingKernel<__half>, blocksFor(n * D),
-                                  kBlock, 0, d.stream, d.earlySmall,
-                                  table.as<__half>(), pids, n, D, r.as<float>())
-                   : launchKernel(embeddingKernel<float>, blocksFor(n * D),
-                                  kBlock, 0, d.stream, d.earlySmall,
-                                  table.as<float>(), pids, n, D, r.as<float>()),
-               "embedding");
+  return lookup(ctx, d, table, dids, nullptr, nullptr, r);
 }
 
 bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
@@ -1315,21 +1296,7 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
       !embeddingResult(ctx, d, ids, table.shape[1], outSlot, r))
     return false;
   out = r;
-  const int64_t n = ids.numel(), D = table.shape[1];
-  if (r.numel() == 0 || !d.launching())
-    return true;
-  const int64_t *p1 = dids.as<int64_t>(), *p2 = dids2.as<int64_t>();
-  return check(ctx,
-               table.dtype == DType::f16
-                   ? launchKernel(embeddingSumKernel<__half>, blocksFor(n * D),
-                                  kBlock, 0, d.stream, d.earlySmall,
-                                  table.as<__half>(), p1, table2.as<__half>(),
-                                  p2, n, D, r.as<float>())
-                   : launchKernel(embeddingSumKernel<float>, blocksFor(n * D),
-                                  kBlock, 0, d.stream, d.earlySmall,
-                                  table.as<float>(), p1, table2.as<float>(), p2,
-                                  n, D, r.as<float>()),
-               "embedding");
+  return lookup(ctx, d, table, dids, &table2, &dids2, r);
 }
 
 bool reshapeTo(Context &ctx, const Tensor &x, int rank, const int64_t *shape,
