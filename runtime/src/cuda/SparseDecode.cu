@@ -1164,29 +1164,43 @@ __global__ void __launch_bounds__(kColsThreads)
                             const W *__restrict__ w1, int d, int r,
                             float *hidden, int32_t *listCount) {
   pdlTrigger();
-  pdlWait(); // early launches: x comes from the kernel before
   constexpr int C = kColsPerBlock;
   constexpr int Warps = kColsThreads / 32;
   constexpr int Unroll = T <= 4 ? 4 : 2; // rows in flight (registers)
+  // w1 does not depend on earlier kernels: the first Ahead rows of this
+  // thread are requested before the wait, so that an early launch has them
+  // when x is ready (at d = 4096, all of them).
+  constexpr int Ahead = 2 * Unroll;
+  constexpr int Stride = kColsThreads;
   __shared__ float red[Warps][T * C];
   const int c0 = blockIdx.x * C;
   const int cols = min(C, r - c0);
   const bool vec = sizeof(W) == 2 && cols == C && r % C == 0 &&
                    reinterpret_cast<uintptr_t>(w1) % 16 == 0;
+  uint4 ahead[Ahead];
+#pragma unroll
+  for (int a = 0; a < Ahead; ++a) {
+    const int i = threadIdx.x + a * Stride;
+    if (vec && i < d)
+      ahead[a] = __ldg(reinterpret_cast<const uint4 *>(w1 + int64_t(i) * r + c0));
+  }
+  pdlWait(); // early launches: x comes from the kernel before
   float acc[T][C];
 #pragma unroll
   for (int t = 0; t < T; ++t)
 #pragma unroll
     for (int c = 0; c < C; ++c)
       acc[t][c] = 0.0f;
-  for (int i0 = threadIdx.x; i0 < d; i0 += Unroll * kColsThreads) {
+  // Rows i0 + u * Stride, u < Unroll; `pre`: their words requested above.
+  auto rows = [&](int i0, const uint4 *pre) {
     float wv[Unroll][C], xv[Unroll][T];
 #pragma unroll
     for (int u = 0; u < Unroll; ++u) {
-      const int i = i0 + u * kColsThreads;
+      const int i = i0 + u * Stride;
       const W *p = w1 + int64_t(i) * r + c0;
       if (i < d && vec) {
-        Vec<__half>::convert(__ldg(reinterpret_cast<const uint4 *>(p)), wv[u]);
+        Vec<__half>::convert(pre ? pre[u] : __ldg(reinterpret_cast<const uint4 *>(p)),
+                             wv[u]);
       } else {
 #pragma unroll
         for (int c = 0; c < C; ++c)
@@ -1197,7 +1211,14 @@ __global__ void __launch_bounds__(kColsThreads)
         xv[u][t] = i < d ? x[int64_t(t) * d + i] : 0.0f;
     }
     addScaledRows(acc, xv, wv);
-  }
+  };
+  // The same rows in the same order as a loop from the first: the sums
+  // do not depend on what was requested ahead.
+#pragma unroll
+  for (int h = 0; h < Ahead / Unroll; ++h)
+    rows(threadIdx.x + h * Unroll * Stride, ahead + h * Unroll);
+  for (int i0 = threadIdx.x + Ahead * Stride; i0 < d; i0 += Unroll * Stride)
+    rows(i0, nullptr);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int t = 0; t < T; ++t)
