@@ -84,6 +84,11 @@ config.substitutions.append(
         os.path.join(config.test_source_root, "..", "scripts",
                      "head_sparsity.py"))))
 config.substitutions.append(
+    ("%lookahead", "%s %s" % (
+        config.python_executable,
+        os.path.join(config.test_source_root, "..", "scripts",
+                     "lookahead_predictability.py"))))
+config.substitutions.append(
     ("%e2e", "%s %s --sparsec %s" % (
         config.python_executable,
         os.path.join(config.test_source_root, "..", "scripts", "e2e_check.py"),
