@@ -951,8 +951,7 @@ cudaError_t embeddingRows(const void *table, const int64_t *ids,
   if (n == 0 || D == 0)
     return cudaSuccess;
   constexpr int kThreads = 256;
-  const dim3 grid{unsigned(
-      std::min<int64_t>((n * D + kThreads - 1) / kThreads, 65535 * 8))};
+  const dim3 grid{unsigned(blocksFor(n * D, kThreads))};
   return half ? launchKernel(embeddingKernel<__half>, grid, dim3{kThreads}, 0,
                              stream, early, static_cast<const __half *>(table),
                              ids, static_cast<const __half *>(table2), ids2,

@@ -15,6 +15,7 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -23,6 +24,13 @@ namespace sparsec::rt::cuda {
 namespace {
 
 using ops::Activation;
+
+/// Blocks of `threads` for a grid-stride loop over n elements: one per
+/// `threads` elements, at least one, at most 8 x 65535.
+inline int blocksFor(int64_t n, int threads = 256) {
+  int64_t b = (n + threads - 1) / threads;
+  return int(std::min<int64_t>(std::max<int64_t>(b, 1), 65535 * 8));
+}
 
 __device__ __forceinline__ float toFloat(float v) { return v; }
 __device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }

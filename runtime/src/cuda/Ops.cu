@@ -43,12 +43,7 @@ using ops::detail::shapeString;
 using ops::detail::transposeIsView;
 using ops::detail::validShape;
 
-constexpr int kBlock = 256;
-
-int blocksFor(int64_t n, int threads = kBlock) {
-  int64_t b = (n + threads - 1) / threads;
-  return int(std::min<int64_t>(std::max<int64_t>(b, 1), 65535 * 8));
-}
+constexpr int kBlock = 256; // threads of the elementwise kernels (blocksFor's)
 
 Device &dev(Context &ctx) { return *static_cast<Device *>(ctx.backend.get()); }
 
@@ -1255,9 +1250,7 @@ bool embeddingResult(Context &ctx, Device &d, const Tensor &ids, int64_t D,
   shape[ids.rank] = D;
   return allocate(ctx, d, outSlot, out, DType::f32, ids.rank + 1, shape);
 }
-} // namespace
 
-namespace {
 /// The lookup (or, with table2, the pair's sum) into r, ids on the device.
 bool lookup(Context &ctx, Device &d, const Tensor &table, const Tensor &dids,
             const Tensor *table2, const Tensor *dids2, const Tensor &r) {
