@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA kernels, their device tests and the decode-kernel (sparse
-# and dense) and PIT benchmarks with nvcc (sm_90) in build-gpu/, then runs the tests, the
-# benchmarks and the PyTorch peers. For a machine with an NVIDIA GPU (Hopper):
+# and dense), L2-prefetch and PIT benchmarks with nvcc (sm_90) in build-gpu/, then runs the
+# tests, the benchmarks and the PyTorch peers. For a machine with an NVIDIA GPU (Hopper):
 #   scripts/gpu-bench.sh [OUTDIR]
 # Logs go to OUTDIR (default build-gpu/).
 set -euo pipefail
@@ -16,6 +16,8 @@ flags=(-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90
 "$NVCC" "${flags[@]}" -c runtime/src/cuda/DenseDecode.cu -o build-gpu/DenseDecode.o
 "$NVCC" "${flags[@]}" bench/gpu/bench_dense_decode.cu build-gpu/DenseDecode.o \
     -lcublas -lcusparse -o build-gpu/sparsec-bench-dense-decode
+"$NVCC" "${flags[@]}" bench/gpu/bench_l2_prefetch.cu build-gpu/SparseDecode.o \
+    build-gpu/DenseDecode.o -lcublas -lcusparse -o build-gpu/sparsec-bench-l2-prefetch
 "$NVCC" "${flags[@]}" test/gpu/PitTest.cu build-gpu/Pit.o build-gpu/SparseDecode.o \
     -o build-gpu/sparsec-cuda-pit-test
 "$NVCC" "${flags[@]}" bench/gpu/bench_pit.cu build-gpu/Pit.o build-gpu/SparseDecode.o \
@@ -31,6 +33,7 @@ build-gpu/sparsec-bench-decode-kernels | tee "$out/bench.log" || status=1
 build-gpu/sparsec-bench-decode-kernels --tokens 4 | tee "$out/bench_t4.log" || status=1
 build-gpu/sparsec-bench-dense-decode --shape 6.7b | tee "$out/bench_dense_67.log" || status=1
 build-gpu/sparsec-bench-dense-decode --shape 1.3b | tee "$out/bench_dense_13.log" || status=1
+build-gpu/sparsec-bench-l2-prefetch | tee "$out/bench_l2_prefetch.log" || status=1
 build-gpu/sparsec-cuda-pit-test | tee "$out/pit-test.log" || status=1
 build-gpu/sparsec-bench-pit | tee "$out/bench_pit.log" || status=1
 if [ -z "${SKIP_TORCH:-}" ]; then
