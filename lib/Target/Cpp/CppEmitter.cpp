@@ -207,10 +207,6 @@ private:
   LogicalResult emitAttention(AttentionOp a, bool device);
   /// Hybrid: starts the copy of each device result a CPU op reads.
   void copyForHost(Operation *op);
-  static bool isCpu(Operation *op) {
-    auto a = op->getAttrOfType<StringAttr>("sparsec.device");
-    return a && a.getValue() == "cpu";
-  }
   /// The host view of device value `v`: a weight's view of the mapped
   /// pack, or the copy copyForHost started (waited for on first use).
   std::string hostName(Value v) {
@@ -312,7 +308,7 @@ private:
     return add.getOperand(0) == v ? add.getOperand(1) : add.getOperand(0);
   }
   AddOp residualAdd(Operation *l) {
-    if (!cuda() || isCpu(l) || !l->getResult(0).hasOneUse())
+    if (!cuda() || placedOnCpu(l) || !l->getResult(0).hasOneUse())
       return nullptr;
     if (auto lin = dyn_cast<LinearOp>(l)) {
       if (!lin.getTransposeWeight() || lin.getActivation())
@@ -326,7 +322,7 @@ private:
     }
     Value result = l->getResult(0);
     auto add = dyn_cast<AddOp>(*result.getUsers().begin());
-    if (!add || add->getBlock() != l->getBlock() || isCpu(add))
+    if (!add || add->getBlock() != l->getBlock() || placedOnCpu(add))
       return nullptr;
     Value r = otherOperand(add, result);
     if (r == result || r.getType() != result.getType() ||
@@ -350,12 +346,12 @@ private:
   /// result's slot (the residual add's, when one is folded) must not be
   /// memory the up projection reads.
   SparseLinearOp fusedDown(SparseLinearOp up) {
-    if (!cuda() || isCpu(up) || up.getSparseDim() != SparseDim::output ||
+    if (!cuda() || placedOnCpu(up) || up.getSparseDim() != SparseDim::output ||
         !up.getTransposeWeight() || !up.getActive() ||
         !indexOf.count(up.getActive()) || !up.getResult().hasOneUse())
       return nullptr;
     auto down = dyn_cast<SparseLinearOp>(*up.getResult().getUsers().begin());
-    if (!down || down->getBlock() != up->getBlock() || isCpu(down) ||
+    if (!down || down->getBlock() != up->getBlock() || placedOnCpu(down) ||
         down.getSparseDim() != SparseDim::input || down.getActive() ||
         down.getTransposeWeight() || down.getInput() != up.getResult())
       return nullptr;
@@ -377,7 +373,7 @@ private:
   /// nothing runs between the predictor's place and the FFN's. p's index
   /// must be registered (indexOf) before this is asked.
   SparseLinearOp fusedPredictUp(PredictOp p) {
-    if (!cuda() || isCpu(p) || !p.getResult().hasOneUse())
+    if (!cuda() || placedOnCpu(p) || !p.getResult().hasOneUse())
       return nullptr;
     auto up = dyn_cast<SparseLinearOp>(*p.getResult().getUsers().begin());
     if (!up || up->getBlock() != p->getBlock() || up.getActive() != p.getResult() ||
@@ -475,7 +471,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
                  });
   if (deviceOp && !isa<ReshapeOp, UnsqueezeOp, SqueezeOp, FlattenOp>(op))
     return emitDeviceOp(op);
-  if (cuda() && isCpu(op)) {
+  if (cuda() && placedOnCpu(op)) {
     // A CPU part of a hybrid FFN: its device operands are read from their
     // host copies (waited for here), weights through host views.
     SmallVector<std::pair<Value, std::string>> saved;
@@ -1123,11 +1119,11 @@ void Emitter::placeValues(func::FuncOp func) {
   // for the ops of a hybrid FFN's CPU part (`sparsec.device = "cpu"`) and
   // the weights only they read.
   for (Operation &op : func.getBody().front()) {
-    if (isa<func::ReturnOp, ShapeOp>(op) || isCpu(&op))
+    if (isa<func::ReturnOp, ShapeOp>(op) || placedOnCpu(&op))
       continue;
     bool device = isa<WeightOp>(op)
                       ? llvm::any_of(op.getUsers(),
-                                     [](Operation *u) { return !isCpu(u); })
+                                     [](Operation *u) { return !placedOnCpu(u); })
                       : llvm::any_of(op.getOperands(), [&](Value v) {
                           return onDevice.contains(v);
                         });
@@ -1140,7 +1136,7 @@ void Emitter::placeValues(func::FuncOp func) {
 void Emitter::copyForHost(Operation *op) {
   for (Value r : op->getResults()) {
     if (!onDevice.contains(r) || isa<WeightOp>(op) ||
-        llvm::none_of(r.getUsers(), [](Operation *u) { return isCpu(u); }))
+        llvm::none_of(r.getUsers(), [](Operation *u) { return placedOnCpu(u); }))
       continue;
     HostCopy copy{"h" + std::to_string(counter++), hostCopySites++};
     body << "  Tensor " << copy.name << ";\n  if (!cuda::toHost(ctx, "
@@ -1172,7 +1168,7 @@ void Emitter::emitDescription(func::FuncOp func) {
     return !arg.use_empty() &&
            llvm::all_of(arg.getUses(), [&](OpOperand &use) {
              Operation *u = use.getOwner();
-             return isa<ShapeOp>(u) || (lookupTable(use) && !isCpu(u));
+             return isa<ShapeOp>(u) || (lookupTable(use) && !placedOnCpu(u));
            });
   };
   // Its values must be below every table's rows: the smallest (0 where

@@ -18,12 +18,6 @@ using namespace mlir;
 using namespace sparsec;
 
 namespace {
-/// Whether a hybrid split placed the op on the CPU (`sparsec.device`).
-bool onCpu(Operation *op) {
-  auto a = op->getAttrOfType<StringAttr>("sparsec.device");
-  return a && a.getValue() == "cpu";
-}
-
 /// add(embedding(t, ids), embedding(t2, ids2)) -> embedding(t, ids plus t2,
 /// ids2), both lookups single and used only by the add.
 struct FuseEmbeddingAdd : OpRewritePattern<AddOp> {
@@ -44,7 +38,7 @@ struct FuseEmbeddingAdd : OpRewritePattern<AddOp> {
         !rhs.getTable().getType().getElementType().isF32() ||
         lhs.getIds().getType() != rhs.getIds().getType())
       return rewriter.notifyMatchFailure(add, "types differ or not f32");
-    if (onCpu(lhs) != onCpu(add) || onCpu(rhs) != onCpu(add))
+    if (placedOnCpu(lhs) != placedOnCpu(add) || placedOnCpu(rhs) != placedOnCpu(add))
       return rewriter.notifyMatchFailure(add, "placed on different devices");
     // The fused lookup stands where the add was: every operand is defined
     // before it.

@@ -56,7 +56,7 @@ void hoist(Value v, Operation *op) {
 
 bool groupable(LinearOp l) {
   if (!l.getTransposeWeight() || l->hasAttr("sparsity") ||
-      l->hasAttr("sparsec.device"))
+      l->hasAttr(kDeviceAttrName))
     return false;
   if (!movable(l.getWeight(), l->getBlock()) ||
       !movable(l.getBias(), l->getBlock()))

@@ -158,9 +158,7 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
       return signalPassFailure();
     }
     auto isCandidate = [](SparseLinearOp s) {
-      auto dev = s->getAttrOfType<StringAttr>("sparsec.device");
-      return s.getSparseDim() == SparseDim::input &&
-             !(dev && dev.getValue() == "cpu");
+      return s.getSparseDim() == SparseDim::input && !placedOnCpu(s);
     };
     // Records the choice (0: dense) and counts it.
     auto choose = [&](SparseLinearOp s, int64_t tile) {

@@ -22,8 +22,6 @@ using namespace sparsec;
 
 namespace {
 
-constexpr llvm::StringLiteral kDevice = "sparsec.device";
-
 struct SplitHotColdPass
     : public sparsec::impl::SplitHotColdPassBase<SplitHotColdPass> {
   using Base::Base;
@@ -100,7 +98,7 @@ struct SplitHotColdPass
     Value upW = slice(b, up->getOperand(1), /*rows=*/upT, lo, hi, symbols);
     auto tagCpu = [&](Operation *op) {
       if (cpu)
-        op->setAttr(kDevice, StringAttr::get(ctx, "cpu"));
+        op->setAttr(kDeviceAttrName, StringAttr::get(ctx, "cpu"));
     };
     Operation *newUp;
     if (auto l = dyn_cast<LinearOp>(up)) {
@@ -174,7 +172,7 @@ struct SplitHotColdPass
         continue;
       if (G == 0) {
         for (Operation *op : {up, act, down})
-          op->setAttr(kDevice, StringAttr::get(ctx, "cpu"));
+          op->setAttr(kDeviceAttrName, StringAttr::get(ctx, "cpu"));
         ++numCpu;
         continue;
       }

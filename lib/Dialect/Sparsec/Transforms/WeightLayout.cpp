@@ -82,7 +82,7 @@ struct WeightLayoutPass
       auto sparse = dyn_cast<SparseLinearOp>(op);
       bool wantNK = sparse ? sparse.getSparseDim() == SparseDim::output
                            : denseLayout == "nk" &&
-                                 !op->hasAttr("sparsec.device");
+                                 !op->hasAttr(kDeviceAttrName);
       bool isNK = op->hasAttr("transpose_weight");
       if (wantNK == isNK)
         continue;

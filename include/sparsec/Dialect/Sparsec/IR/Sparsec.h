@@ -44,6 +44,17 @@ constexpr int64_t kMaxStaticElements = int64_t(1) << 48;
 /// elements the slice has.
 int64_t sliceExtent(int64_t dim, int64_t start, int64_t end, int64_t step,
                     int64_t &begin);
+
+/// The discardable attribute with which the hybrid split
+/// (sparsec-split-hot-cold) places an op on the CPU: `sparsec.device =
+/// "cpu"`. Ops without it run on the module's target.
+constexpr llvm::StringLiteral kDeviceAttrName = "sparsec.device";
+
+/// Whether the hybrid split placed `op` on the CPU.
+inline bool placedOnCpu(mlir::Operation *op) {
+  auto a = op->getAttrOfType<mlir::StringAttr>(kDeviceAttrName);
+  return a && a.getValue() == "cpu";
+}
 } // namespace sparsec
 
 #define GET_OP_CLASSES
