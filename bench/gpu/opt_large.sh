@@ -44,10 +44,14 @@ if [ "${DENSE_ONLY:-0}" = 1 ]; then
   exit 0
 fi
 # Predictor samples only for a predicted build (PRED_RANKS=64,128 adds one).
-# Training needs at least 2 d samples (4096 at d = 2048): 128 chunks of 32.
+# Training needs at least 2 d samples (4096 at d = 2048, 8192 at d = 4096),
+# the default; SAMPLES overrides it. Chunks of 32 tokens.
 # (GRAPH may also be a materialized model.onnx: new weights, same graph.)
 samples=0 chunks=4
-[ -n "${PRED_RANKS:-}" ] && samples=${SAMPLES:-4096} chunks=$(( (samples + 31) / 32 ))
+if [ -n "${PRED_RANKS:-}" ]; then
+  samples=${SAMPLES:-$(python3 -c "import sys; sys.path.insert(0, 'bench/gpu'); import opt_synth as o; print(max(4096, 2 * o.SHAPES['$shape']['d']))")}
+  chunks=$(( (samples + 31) / 32 ))
+fi
 # PROFILE_WEIGHTS=f16: an fp16 profiling build (OPT-6.7B: 13.7 GB instead
 # of 27.5 GB, read from memory instead of disk on a 24 GB machine).
 "$S" profile "$M" --calib "$calib" --max-chunks $chunks --seq-len 32 --samples $samples -o "$P" -q \
