@@ -25,9 +25,12 @@ namespace {
 
 using ops::Activation;
 
+/// Threads a block of the elementwise (grid-stride) kernels.
+constexpr int kBlock = 256;
+
 /// Blocks of `threads` for a grid-stride loop over n elements: one per
 /// `threads` elements, at least one, at most 8 x 65535.
-inline int blocksFor(int64_t n, int threads = 256) {
+inline int blocksFor(int64_t n, int threads = kBlock) {
   int64_t b = (n + threads - 1) / threads;
   return int(std::min<int64_t>(std::max<int64_t>(b, 1), 65535 * 8));
 }

@@ -43,8 +43,6 @@ using ops::detail::shapeString;
 using ops::detail::transposeIsView;
 using ops::detail::validShape;
 
-constexpr int kBlock = 256; // threads of the elementwise kernels (blocksFor's)
-
 Device &dev(Context &ctx) { return *static_cast<Device *>(ctx.backend.get()); }
 
 bool launched(Context &ctx, const char *what) {
