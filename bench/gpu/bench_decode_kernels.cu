@@ -32,7 +32,10 @@
 // whose blocks start while the call before finishes and wait for it
 // before they read the set, h or x (cuBLAS and cuSPARSE launch normally);
 // "up, warp a row": the up kernel that takes a whole row a warp, which the
-// split kernel (a row across a block's warps) replaces at 1-2 tokens.
+// split kernel (a row across a block's warps) replaces at 1-2 tokens. The
+// last table puts a layer norm in front of the predicted FFN: the norm
+// kernel and predictUp against predictUp with the norm in its hidden-vector
+// kernel, each followed by the down projection, every kernel early.
 //
 //   sparsec-bench-decode-kernels [--d 4096] [--ffn 16384] [--tokens 1]
 //                                [--sparsity S]   (S alone, no FFN step)
@@ -40,6 +43,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GpuBench.h"
+#include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/SparseDecode.h"
 
 #include <cublas_v2.h>
@@ -58,6 +62,14 @@
 
 using namespace sparsec::rt::cuda;
 using namespace sparsec::bench;
+
+namespace {
+/// The runtime's layer norm kernel, launched early (DenseDecode.h).
+void normRowsForBench(const float *x, int rows, int width, const float *scale,
+                      const float *bias, float eps, float *y, cudaStream_t s) {
+  CHECK_CUDA(normRows(x, rows, width, scale, bias, eps, false, y, s, /*early=*/true));
+}
+} // namespace
 
 constexpr int kFreshSets = 64;
 
@@ -563,6 +575,103 @@ int main(int argc, char **argv) {
                           (void *)dMask})
           cudaFree(ptr);
       }
+    }
+    CHECK_CUDA(cudaGetLastError());
+
+    // The layer norm in front of the predicted FFN (OPT's): the norm kernel,
+    // predictUp and the down projection against predictUp with the norm in
+    // its hidden-vector kernel and the down projection, every kernel
+    // launched early as a decode step launches them. The threshold is the
+    // quantile of the logits of the normalised x.
+    if (predictUpNormFits(tokens, d, 32)) {
+      std::printf("\nPredicted FFN step with its layer norm, early launches, microseconds: "
+                  "norm + predictUp + down (4 kernels) against predictUp with the norm "
+                  "+ down (3 kernels)\n\n");
+      std::printf("| sparsity | predictor rank | selected | 4 kernels | 3 kernels | saved |\n"
+                  "|---:|---:|---:|---:|---:|---:|\n");
+      std::vector<float> scale(d), nbias(d), xn(x.size());
+      for (float &v : scale) v = 1.0f + 0.2f * val(rng);
+      for (float &v : nbias) v = 0.1f * val(rng);
+      for (int t = 0; t < tokens; ++t) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < d; ++i)
+          mean += x[size_t(t) * d + i];
+        mean /= d;
+        for (int i = 0; i < d; ++i)
+          var += (x[size_t(t) * d + i] - mean) * (x[size_t(t) * d + i] - mean);
+        const double inv = 1.0 / std::sqrt(var / d + 1e-5);
+        for (int i = 0; i < d; ++i)
+          xn[size_t(t) * d + i] = float((x[size_t(t) * d + i] - mean) * inv * scale[i] + nbias[i]);
+      }
+      float *dScale = upload(scale), *dNB = upload(nbias), *dXn = alloc<float>(x.size());
+      for (double sparsity : {0.9, 0.97}) {
+        for (int rank : {32, 64}) {
+          std::vector<__half> p1(size_t(d) * rank), p2(size_t(rank) * f);
+          for (auto &v : p1) v = __float2half(val(rng) * 0.02f);
+          for (auto &v : p2) v = __float2half(val(rng) * 0.02f);
+          std::vector<double> hid(size_t(tokens) * rank, 0.0), score(f, -1e30);
+          for (int t = 0; t < tokens; ++t)
+            for (int i = 0; i < d; ++i)
+              for (int e = 0; e < rank; ++e)
+                hid[size_t(t) * rank + e] += double(xn[size_t(t) * d + i]) *
+                                             __half2float(p1[size_t(i) * rank + e]);
+          for (int t = 0; t < tokens; ++t)
+            for (int j = 0; j < f; ++j) {
+              double l = 0;
+              for (int e = 0; e < rank; ++e)
+                l += hid[size_t(t) * rank + e] * __half2float(p2[size_t(e) * f + j]);
+              score[j] = std::max(score[j], l);
+            }
+          std::vector<double> sorted(score);
+          std::sort(sorted.begin(), sorted.end());
+          const float threshold = float(sorted[size_t(sparsity * (f - 1))]);
+          __half *dP1 = upload(p1), *dP2 = upload(p2);
+          const size_t sf = predictScratchFloats(tokens, d, rank);
+          float *dScratch = alloc<float>(sf);
+          CHECK_CUDA(cudaMemset(dScratch, 0, sizeof(float) * sf));
+          IndexView ixP = deviceIndex(f);
+          ixP.list = alloc<int32_t>(f);
+          ixP.count = alloc<int32_t>(1);
+          const RowsInit init{dYd, nullptr, nullptr, tokens, d};
+          FfnNorm norm;
+          norm.x = dX;
+          norm.scale = dScale;
+          norm.bias = dNB;
+          norm.epsilon = 1e-5f;
+          auto four = [&] {
+            normRowsForBench(dX, tokens, d, dScale, dNB, 1e-5f, dXn, stream);
+            predictUp<__half>(dXn, tokens, dP1, d, rank, dP2, f, nullptr, threshold, dScratch,
+                              ixP, nullptr, 0, dWt, nullptr, true, dHf, f, init, stream,
+                              /*early=*/true);
+            sparseDown<__half>(dHf, tokens, f, dW, d, ixP, dYd, stream, 0, nullptr,
+                               /*early=*/true);
+          };
+          auto three = [&] {
+            predictUp<__half>(dXn, tokens, dP1, d, rank, dP2, f, nullptr, threshold, dScratch,
+                              ixP, nullptr, 0, dWt, nullptr, true, dHf, f, init, stream,
+                              /*early=*/true, &norm);
+            sparseDown<__half>(dHf, tokens, f, dW, d, ixP, dYd, stream, 0, nullptr,
+                               /*early=*/true);
+          };
+          const double fourUs = timeUs(four, g);
+          const int selected = download(ixP.count, 1)[0];
+          std::vector<float> yFour = download(dYd, size_t(tokens) * d);
+          const double threeUs = timeUs(three, g);
+          const double e = relErr(download(dYd, size_t(tokens) * d), yFour);
+          if (e > 1e-5) {
+            std::printf("predictUp with the norm: relative error %.1e against the 4 kernels\n",
+                        e);
+            ok = false;
+          }
+          std::printf("| %.0f %% | %d | %d | %.1f | %.1f | %.1f |\n", sparsity * 100, rank,
+                      selected, fourUs, threeUs, fourUs - threeUs);
+          for (void *ptr : {(void *)dP1, (void *)dP2, (void *)dScratch, (void *)ixP.idx,
+                            (void *)ixP.cnt, (void *)ixP.list, (void *)ixP.count})
+            cudaFree(ptr);
+        }
+      }
+      for (void *ptr : {(void *)dScale, (void *)dNB, (void *)dXn})
+        cudaFree(ptr);
     }
     CHECK_CUDA(cudaGetLastError());
   }

@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/SparseDecode.h"
 
 #include "CudaTest.h"
@@ -420,6 +421,134 @@ void runPredictUp(int f, int d, int r, int tokens, uint32_t seed) {
     cudaFree(p);
 }
 
+/// predictUp with a norm against what it replaces, normRows followed by
+/// predictUp over the normalised x: the normalised x it writes, the same
+/// segments, list (as a set), base and h, all bit for bit (the hidden
+/// kernel normalises with normRows' arithmetic and order, then adds the
+/// hidden vector as before), h outside the set untouched. The fused call
+/// runs three times on one index (the list count it starts from is the
+/// hidden kernel's), the last launched early behind a slow kernel that
+/// writes the norm's input.
+template <typename W>
+void runNormPredictUp(int f, int d, int r, int tokens, bool rms, double sparsity,
+                      uint32_t seed) {
+  const char *wtype = sizeof(W) == 2 ? "fp16" : "fp32";
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> val(-1, 1);
+  std::vector<W> w1(size_t(d) * r), w2(size_t(r) * f), wt(size_t(f) * d);
+  for (auto &v : w1) v = fromFloat<W>(val(rng));
+  for (auto &v : w2) v = fromFloat<W>(val(rng));
+  for (auto &v : wt) v = fromFloat<W>(val(rng));
+  // x with an offset and a scale of its own, as a residual stream has.
+  std::vector<float> x(size_t(tokens) * d), scale(d), nbias(d), pbias(f), ubias(f), dbias(d);
+  for (float &v : x) v = 3.0f * val(rng) + 0.5f;
+  for (float &v : scale) v = val(rng);
+  for (float &v : nbias) v = val(rng);
+  for (float &v : pbias) v = val(rng);
+  for (float &v : ubias) v = val(rng);
+  for (float &v : dbias) v = val(rng);
+  // The logits' spread: normalised x (about unit variance) times scale
+  // (variance 1/3) through w1 and w2 (1/3 each); the threshold that leaves
+  // about `sparsity` of a token's neurons out.
+  const double spread = std::sqrt(double(d) * r / 27.0);
+  const float threshold =
+      float(spread * (sparsity >= 0.99 ? 2.33 : sparsity >= 0.9 ? 1.28 : 0.0));
+  W *dW1 = upload(w1), *dW2 = upload(w2), *dWt = upload(wt);
+  float *dX = upload(x), *dScale = upload(scale), *dNB = upload(nbias), *dPB = upload(pbias),
+        *dUB = upload(ubias), *dDB = upload(dbias);
+  const size_t scratchFloats = predictScratchFloats(tokens, d, r);
+  float *dScratch = nullptr;
+  CHECK_CUDA(cudaMalloc(&dScratch, sizeof(float) * scratchFloats));
+  CHECK_CUDA(cudaMemset(dScratch, 0, sizeof(float) * scratchFloats));
+  const float eps = 1e-5f;
+  struct Result {
+    std::vector<int32_t> set, list;
+    std::vector<float> xn, h, base;
+    bool wellFormed = false;
+  };
+  const std::vector<float> sentinel(size_t(tokens) * f, -7.0f);
+  const std::vector<float> unwritten(x.size(), -5.0f);
+  IndexView ix = makeIndex(f);
+  CHECK_CUDA(cudaMalloc(&ix.list, sizeof(int32_t) * f));
+  CHECK_CUDA(cudaMalloc(&ix.count, sizeof(int32_t)));
+  auto run = [&](bool fused, bool early) {
+    CHECK_CUDA(cudaMemset(ix.cnt, 0x7f, sizeof(int32_t) * indexSegments(f)));
+    CHECK_CUDA(cudaMemset(ix.count, 0x7f, sizeof(int32_t)));
+    float *dH = upload(sentinel), *dXn = upload(unwritten);
+    float *dY = upload(std::vector<float>(size_t(tokens) * d, -3.0f));
+    // The base: the norm's input (the residual) plus the down bias.
+    const RowsInit init{dY, dDB, dX, tokens, d};
+    if (fused) {
+      SlowX slow(early, x, dX);
+      FfnNorm norm;
+      norm.x = dX;
+      norm.scale = dScale;
+      norm.bias = rms ? nullptr : dNB;
+      norm.epsilon = eps;
+      norm.rms = rms;
+      CHECK_CUDA(predictUp<W>(dXn, tokens, dW1, d, r, dW2, f, dPB, threshold, dScratch, ix,
+                              nullptr, 0, dWt, dUB, true, dH, f, init, slow.stream, early,
+                              &norm));
+    } else {
+      CHECK_CUDA(normRows(dX, tokens, d, dScale, rms ? nullptr : dNB, eps, rms, dXn, 0));
+      CHECK_CUDA(predictUp<W>(dXn, tokens, dW1, d, r, dW2, f, dPB, threshold, dScratch, ix,
+                              nullptr, 0, dWt, dUB, true, dH, f, init, 0));
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+    Result res;
+    res.set = listOf(ix, res.wellFormed);
+    const int count = download(ix.count, 1)[0];
+    res.list = download(ix.list, size_t(std::max(0, std::min(count, f))));
+    std::sort(res.list.begin(), res.list.end());
+    res.xn = download(dXn, x.size());
+    res.h = download(dH, sentinel.size());
+    res.base = download(dY, size_t(tokens) * d);
+    for (void *p : {(void *)dH, (void *)dXn, (void *)dY})
+      cudaFree(p);
+    return res;
+  };
+  const Result ref = run(false, false);
+  bool ok = ref.wellFormed && !ref.set.empty() && int(ref.set.size()) < f;
+  for (bool early : {false, false, true}) {
+    const Result got = run(true, early);
+    const bool same = got.wellFormed && got.xn == ref.xn && got.set == ref.set &&
+                      got.list == ref.list && got.h == ref.h && got.base == ref.base;
+    if (!same)
+      std::printf("  (%s: x normalised %d, set %d, list %d, h %d, base %d)\n",
+                  early ? "early" : "normal", int(got.xn == ref.xn),
+                  int(got.set == ref.set), int(got.list == ref.list), int(got.h == ref.h),
+                  int(got.base == ref.base));
+    ok &= same;
+  }
+  report(ok, rms ? "predictUp + rms norm" : "predictUp + layer norm", f, d, tokens,
+         1.0 - double(ref.set.size()) / f, wtype, 0.0);
+  cudaFree(ix.list);
+  cudaFree(ix.count);
+  freeIndex(ix);
+  for (void *p : {(void *)dW1, (void *)dW2, (void *)dWt, (void *)dX, (void *)dScale,
+                  (void *)dNB, (void *)dPB, (void *)dUB, (void *)dDB, (void *)dScratch})
+    cudaFree(p);
+}
+
+/// predictUp refuses a norm for shapes predictUpNormFits does not take,
+/// with cudaErrorInvalidValue and nothing launched.
+void runNormPredictUpRefusals() {
+  IndexView ix;
+  ix.neurons = 64;
+  FfnNorm norm;
+  const __half *w = reinterpret_cast<const __half *>(uintptr_t(256));
+  norm.x = reinterpret_cast<const float *>(uintptr_t(256));
+  norm.scale = norm.x;
+  bool ok = !predictUpNormFits(3, 4096, 32) && !predictUpNormFits(1, 4097, 32) &&
+            !predictUpNormFits(1, 4096, 136) && predictUpNormFits(2, 4096, 128) &&
+            predictUpNormFits(1, 77, 8);
+  ok &= predictUp<__half>(reinterpret_cast<const float *>(w), 3, w, 4096, 32, w, 64, nullptr,
+                          0.0f, nullptr, ix, nullptr, 0, w, nullptr, true, nullptr, 64,
+                          RowsInit{}, 0, false, &norm) == cudaErrorInvalidValue;
+  ok &= cudaGetLastError() == cudaSuccess;
+  report(ok, "predictUp norm refusals", 64, 4096, 3, 0.0, "fp16", 0.0);
+}
+
 /// predictIndex against a double-precision reference: the flags (away from
 /// the threshold) and the index set, sorted and appended.
 template <typename W>
@@ -582,6 +711,18 @@ int main() {
   runPredictUp<__half>(1000, 77, 16, 3, seed++);
   runPredictUp<float>(999, 130, 200, 8, seed++);
   runPredictUp<__half>(4096, 1024, 256, 4, seed++);
+  // predictUp with the norm in its hidden-vector kernel: layer and RMS
+  // norms, OPT-1.3B and -6.7B rows, 1-2 tokens, ranks 8-128, fp32 weights,
+  // rows that are not 512-multiples (77, 1000, 3000: partial register
+  // rows, scalar tails).
+  runNormPredictUp<__half>(16384, 4096, 32, 1, false, 0.9, seed++);
+  runNormPredictUp<__half>(16384, 4096, 64, 2, false, 0.9, seed++);
+  runNormPredictUp<__half>(8192, 2048, 128, 1, false, 0.9, seed++);
+  runNormPredictUp<__half>(8192, 2048, 16, 2, true, 0.99, seed++);
+  runNormPredictUp<__half>(3000, 1000, 40, 1, true, 0.5, seed++);
+  runNormPredictUp<float>(2048, 1024, 32, 1, false, 0.9, seed++);
+  runNormPredictUp<float>(1000, 77, 8, 2, true, 0.5, seed++);
+  runNormPredictUpRefusals();
   // A decode-sized case.
   runCase<__half>(16384, 4096, 1, 0.9, seed++);
   // The split up kernel's other row lengths and token counts: every row

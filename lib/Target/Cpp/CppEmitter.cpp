@@ -345,10 +345,13 @@ private:
   /// run in between; the up kernel writes the result's base, so the
   /// result's slot (the residual add's, when one is folded) must not be
   /// memory the up projection reads.
-  SparseLinearOp fusedDown(SparseLinearOp up) {
+  /// `indexPending`: up's active mask is a predictor's that is not emitted
+  /// yet (its index is registered when it is).
+  SparseLinearOp fusedDown(SparseLinearOp up, bool indexPending = false) {
     if (!cuda() || placedOnCpu(up) || up.getSparseDim() != SparseDim::output ||
         !up.getTransposeWeight() || !up.getActive() ||
-        !indexOf.count(up.getActive()) || !up.getResult().hasOneUse())
+        (!indexPending && !indexOf.count(up.getActive())) ||
+        !up.getResult().hasOneUse())
       return nullptr;
     auto down = dyn_cast<SparseLinearOp>(*up.getResult().getUsers().begin());
     if (!down || down->getBlock() != up->getBlock() || placedOnCpu(down) ||
@@ -372,7 +375,7 @@ private:
   /// projection (fusedDown), and only weights come between p and it, so
   /// nothing runs between the predictor's place and the FFN's. p's index
   /// must be registered (indexOf) before this is asked.
-  SparseLinearOp fusedPredictUp(PredictOp p) {
+  SparseLinearOp fusedPredictUp(PredictOp p, bool indexPending = false) {
     if (!cuda() || placedOnCpu(p) || !p.getResult().hasOneUse())
       return nullptr;
     auto up = dyn_cast<SparseLinearOp>(*p.getResult().getUsers().begin());
@@ -382,10 +385,49 @@ private:
     Operation *next = p->getNextNode();
     while (next && isa<WeightOp>(next))
       next = next->getNextNode();
-    if (next != up.getOperation() || !fusedDown(up))
+    if (next != up.getOperation() || !fusedDown(up, indexPending))
       return nullptr;
     return up;
   }
+  /// The predictor that the layer or RMS norm `norm` is emitted with (one
+  /// cuda::predictFfnNorm at the FFN's place, whose decode kernels
+  /// normalise x in the predictor's first kernel): the norm's result is
+  /// read by exactly a predictor emitted with its FFN (fusedPredictUp) and
+  /// that FFN's up projection, and only weights come between the norm and
+  /// the predictor. (The FFN's result may take the norm input's slot: the
+  /// kernel that writes its base runs after the one that normalises.)
+  PredictOp fusedNormPredict(Operation *norm) {
+    if (!cuda() || placedOnCpu(norm) || norm->getNumResults() != 1)
+      return nullptr;
+    Value r = norm->getResult(0);
+    PredictOp p;
+    for (Operation *user : r.getUsers())
+      if (auto q = dyn_cast<PredictOp>(user)) {
+        if (p && q != p)
+          return nullptr;
+        p = q;
+      }
+    if (!p || p.getInput() != r || p->getBlock() != norm->getBlock())
+      return nullptr;
+    Operation *next = norm->getNextNode();
+    while (next && isa<WeightOp>(next))
+      next = next->getNextNode();
+    if (next != p.getOperation())
+      return nullptr;
+    SparseLinearOp up = fusedPredictUp(p, /*indexPending=*/true);
+    if (!up)
+      return nullptr;
+    for (OpOperand &use : r.getUses())
+      if (use.getOwner() != p.getOperation() && use.getOwner() != up.getOperation())
+        return nullptr;
+    return p;
+  }
+  /// The norm arguments of a predictor emitted with its norm (cuda::
+  /// predictFfnNorm), by predictor: "in, scale, bias, axis, epsilon, rms,
+  /// slot, x".
+  DenseMap<Operation *, std::string> fusedNorms;
+  /// Up projections whose FFN call also takes the norm (predictFfnNorm).
+  DenseSet<Operation *> normedUps;
   /// The arguments of a predictor emitted with its FFN, by up projection:
   /// "x, w1, w2, bias, threshold, site, slot, mask, index".
   DenseMap<Operation *, std::string> fusedPredicts;
@@ -928,13 +970,32 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
       .Case([&](MatMulOp m) {
         return call("matmul(ctx, " + dv(m.getLhs()) + ", " + dv(m.getRhs()));
       })
-      .Case([&](LayerNormOp l) {
-        return call("layerNorm(ctx, " + dv(l.getInput()) + ", " +
-                    dv(l.getScale()) + ", " + dptr(l.getBias()) + ", " +
-                    std::to_string(static_cast<int64_t>(l.getAxis())) + ", " +
-                    floatLiteral(l.getEpsilon().convertToFloat(), true));
+      .Case([&](LayerNormOp l) -> LogicalResult {
+        std::string args =
+            dv(l.getInput()) + ", " + dv(l.getScale()) + ", " +
+            dptr(l.getBias()) + ", " +
+            std::to_string(static_cast<int64_t>(l.getAxis())) + ", " +
+            floatLiteral(l.getEpsilon().convertToFloat(), true);
+        if (PredictOp p = fusedNormPredict(op)) {
+          // Emitted with the predicted FFN (cuda::predictFfnNorm).
+          std::string v = define(l.getResult());
+          body << "  Tensor " << v << ";\n  // (normalised with the FFN below)\n";
+          fusedNorms[p.getOperation()] =
+              args + ", false, " + std::to_string(slot(op)) + ", " + v;
+          return success();
+        }
+        return call("layerNorm(ctx, " + args);
       })
-      .Case([&](RmsNormOp l) {
+      .Case([&](RmsNormOp l) -> LogicalResult {
+        if (PredictOp p = fusedNormPredict(op)) {
+          std::string v = define(l.getResult());
+          body << "  Tensor " << v << ";\n  // (normalised with the FFN below)\n";
+          fusedNorms[p.getOperation()] =
+              dv(l.getInput()) + ", " + dv(l.getScale()) + ", nullptr, -1, " +
+              floatLiteral(l.getEpsilon().convertToFloat(), true) + ", true, " +
+              std::to_string(slot(op)) + ", " + v;
+          return success();
+        }
         return call("rmsNorm(ctx, " + dv(l.getInput()) + ", " +
                     dv(l.getScale()) + ", " +
                     floatLiteral(l.getEpsilon().convertToFloat(), true));
@@ -1004,18 +1065,29 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         std::string v = define(p.getResult());
         body << "  Tensor " << v << ";\n";
         indexOf[p.getResult()] = ix;
-        const std::string args =
-            x + ", " + w1 + ", " + w2 + ", " + bias + ", " +
+        const std::string rest =
+            w1 + ", " + w2 + ", " + bias + ", " +
             llvm::formatv("{0:e}f", p.getThreshold().convertToFloat()).str() +
             ", " + std::to_string(indexSites++) + ", " +
             std::to_string(slot(op)) + ", " + v + ", " + ix;
         if (SparseLinearOp up = fusedPredictUp(p)) {
-          // Emitted with the FFN (cuda::predictFfn).
-          fusedPredicts[up.getOperation()] = args;
+          // Emitted with the FFN (cuda::predictFfn, or predictFfnNorm with
+          // the norm before it).
+          auto norm = fusedNorms.find(op);
+          if (norm != fusedNorms.end()) {
+            fusedPredicts[up.getOperation()] = norm->second + ", " + rest;
+            normedUps.insert(up.getOperation());
+          } else {
+            fusedPredicts[up.getOperation()] = x + ", " + rest;
+          }
           body << "  // (predicted with the FFN below)\n";
           return success();
         }
-        body << "  if (!cuda::predict(ctx, " << args << ")) return false;\n";
+        if (fusedNorms.count(op))
+          return p.emitError("internal error: the norm before this predictor "
+                             "was left to its FFN, which does not take it");
+        body << "  if (!cuda::predict(ctx, " << x << ", " << rest
+             << ")) return false;\n";
         return success();
       })
       .Case([&](SparseLinearOp s) -> LogicalResult {
@@ -1080,7 +1152,10 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           std::string wd = dv(s.getWeight()), bd = dptr(s.getBias());
           auto pred = fusedPredicts.find(up.getOperation());
           if (pred != fusedPredicts.end())
-            return finish("predictFfn(ctx, " + pred->second + ", " + wu + ", " +
+            return finish(std::string(normedUps.contains(up.getOperation())
+                                          ? "predictFfnNorm(ctx, "
+                                          : "predictFfn(ctx, ") +
+                              pred->second + ", " + wu + ", " +
                               bu + ", " + activationArg(up.getActivation()) +
                               ", " + std::to_string(slot(up)) + ", " + wd +
                               ", " + bd + ", " + pitTile + ", ",

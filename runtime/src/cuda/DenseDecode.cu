@@ -461,8 +461,7 @@ __device__ __forceinline__ void normRowInRegs(const float *row,
 #pragma unroll
   for (int k = 0; k < PER; ++k)
     if (threadIdx.x + k * Threads < width) {
-      const float c = v[k] - mean;
-      q += c * c;
+      q = normSquare(v[k] - mean, q);
     }
   const float inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
 #pragma unroll
@@ -471,10 +470,10 @@ __device__ __forceinline__ void normRowInRegs(const float *row,
     if (i >= width)
       continue;
     if constexpr (Coherent)
-      out[i] = (v[k] - mean) * inv * __ldg(scale + i) +
-               (bias ? __ldg(bias + i) : 0.0f);
+      out[i] = normApply(v[k], mean, inv, __ldg(scale + i),
+                         bias ? __ldg(bias + i) : 0.0f);
     else
-      out[i] = (v[k] - mean) * inv * sc[k] + bi[k];
+      out[i] = normApply(v[k], mean, inv, sc[k], bi[k]);
   }
 }
 

@@ -309,6 +309,11 @@ struct Device : Context::Backend {
   /// kernels. SPARSEC_CUDA_PDL: 0 none, 1 all, or a comma-separated list of
   /// small, gemv, sparse; by default all three.
   bool earlySmall = false, earlyGemv = false, earlySparse = false;
+  /// A norm whose only readers are a predicted FFN's predictor and up
+  /// projection runs inside the predictor's hidden-vector kernel (predictUp
+  /// with a norm) where it can; SPARSEC_CUDA_NORM_FUSE=0 keeps it a kernel
+  /// of its own.
+  bool fuseNorms = true;
   /// The decode attention over a KV cache requests its first pass's past
   /// rows before it waits for the kernel before (DecodeAttention::pastReady).
   bool prefetchPast = true;

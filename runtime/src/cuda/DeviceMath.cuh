@@ -275,6 +275,18 @@ mmaRows16(const __half *rowAh, const __half *rowBh, const float *x, int M,
   __syncthreads();
 }
 
+/// A norm's arithmetic, one definition for every kernel that normalises
+/// (normRows and the fused predictor kernel give the same bits): the
+/// squared deviation added to a running sum, and the normalised,
+/// scaled and shifted value.
+__device__ __forceinline__ float normSquare(float c, float q) {
+  return fmaf(c, c, q);
+}
+__device__ __forceinline__ float normApply(float v, float mean, float inv,
+                                           float scale, float bias) {
+  return fmaf((v - mean) * inv, scale, bias);
+}
+
 /// Block-wide sum/max (blockDim a multiple of 32, at most 1024); every
 /// thread gets the result.
 template <bool Max> __device__ float blockReduce(float v) {

@@ -1785,14 +1785,35 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
 }
 
 namespace {
+/// A norm held back by predictFfnNorm: x (the FFN's input) is its output;
+/// launch() runs the norm kernel into it wherever the FFN does not take
+/// the norm into its predictor's kernel.
+struct DeferredNorm {
+  const float *in = nullptr, *scale = nullptr, *bias = nullptr;
+  int64_t rows = 0, width = 0;
+  float epsilon = 0.0f;
+  bool rms = false;
+  float *out = nullptr;
+  bool launch(Context &ctx, Device &d) const {
+    return rms ? launchNorm<true>(ctx, d, "rms_norm", in, scale, nullptr, rows,
+                                  width, epsilon, out)
+               : launchNorm<false>(ctx, d, "layer_norm", in, scale, bias, rows,
+                                   width, epsilon, out);
+  }
+};
+
 /// sparseFfn; `pred` (or null): the predictor of `active` and `index`,
-/// held back, which this call launches, as predictUp where it can.
+/// held back, which this call launches, as predictUp where it can; `norm`
+/// (or null, only with `pred`): the norm that writes x, held back, which
+/// this call launches first, or inside the predictor's hidden-vector
+/// kernel (predictUp with a norm) where it can.
 bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
                    const Tensor *bUp, const Tensor &active,
                    const IndexSet &index, Activation act, int hSlot,
                    const Tensor &wDown, const Tensor *bDown, int pitTile,
                    const Tensor *residual, int outSlot, Tensor &out, Tensor &h,
-                   const DeferredPredict *pred) {
+                   const DeferredPredict *pred,
+                   const DeferredNorm *norm = nullptr) {
   Device &d = dev(ctx);
   LinearShape up, down;
   // The held-back predictor as its own kernels (wherever this call does
@@ -1803,7 +1824,31 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
   };
   if (!linearOperands(ctx, "sparse_linear", x, wUp, bUp, true, up))
     return false;
-  if (!decodeIndex(index, up.M, up.N, act) || !index.listed) {
+  const int64_t M = up.M;
+  const bool listedDecode = decodeIndex(index, M, up.N, act) && index.listed;
+  // predictUp: the predictor of this set read the same x and has weights
+  // of the up projection's type, x fits in shared memory, and at most 2
+  // tokens (H200, d 4096, FFN 16384, predictor + up + down: 1.11-1.19x
+  // faster fused at one token, 1.01-1.14x at two, 0.98-1.09x at four, where
+  // a segment's busiest rows keep its block longest; OPT-1.3B at batch 4
+  // decoded 2 % slower fused).
+  const bool fuse = listedDecode && pred && pred->pending && M <= 2 &&
+                    pred->x == x.as<float>() && pred->tokens == M &&
+                    pred->f == up.N && pred->d == up.K &&
+                    pred->wtype == wUp.dtype &&
+                    predictUpFits(pred->tokens, pred->d, pred->r);
+  // The norm too, in predictUp's hidden-vector kernel, where it takes the
+  // shapes (H200, OPT-6.7B's FFN: 1.5-2.9 us a layer; docs/GPU.md).
+  // (Its blocks write the normalised x while all of them read the input:
+  // not in place.)
+  const bool fuseNorm = fuse && norm && d.fuseNorms && norm->width == up.K &&
+                        norm->rows == M &&
+                        predictUpNormFits(int(M), int(up.K), pred->r) &&
+                        (norm->out + M * up.K <= norm->in ||
+                         norm->in + M * up.K <= norm->out);
+  if (norm && !fuseNorm && !norm->launch(ctx, d))
+    return false;
+  if (!listedDecode) {
     if (!flush())
       return false;
     // Not a decode step over a predicted set (predict lists every decode
@@ -1829,7 +1874,6 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
     return false;
   h = hr;
   out = y;
-  const int64_t M = up.M;
   if (M == 0 || down.N == 0 || !d.launching())
     return flush();
   d.countsDensity = true;
@@ -1847,16 +1891,6 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
   const RowsInit init = maskInY ? RowsInit{}
                                 : RowsInit{y.as<float>(), down.bias, res, int(M),
                                            int(down.N)};
-  // predictUp: the predictor of this set read the same x and has weights
-  // of the up projection's type, x fits in shared memory, and at most 2
-  // tokens (H200, d 4096, FFN 16384, predictor + up + down: 1.11-1.19x
-  // faster fused at one token, 1.01-1.14x at two, 0.98-1.09x at four, where
-  // a segment's busiest rows keep its block longest; OPT-1.3B at batch 4
-  // decoded 2 % slower fused).
-  const bool fuse = pred && pred->pending && M <= 2 && pred->x == x.as<float>() &&
-                    pred->tokens == M && pred->f == up.N && pred->d == up.K &&
-                    pred->wtype == wUp.dtype &&
-                    predictUpFits(pred->tokens, pred->d, pred->r);
   if (fuse) {
     // The mask's only reader is the up projection computed here: predictUp
     // keeps each token's selection to itself and writes no mask rows (the
@@ -1865,6 +1899,16 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
     p.mask = nullptr;
     p.maskRows = 0;
     const RowsInit fusedInit{y.as<float>(), down.bias, res, int(M), int(down.N)};
+    // With the norm: x is where the hidden kernel writes the norm of its
+    // input (the held-back norm's output).
+    FfnNorm fn;
+    if (fuseNorm) {
+      fn.x = norm->in;
+      fn.scale = norm->scale;
+      fn.bias = norm->bias;
+      fn.epsilon = norm->epsilon;
+      fn.rms = norm->rms;
+    }
     cudaError_t e =
         p.wtype == DType::f16
             ? predictUp<__half>(p.x, p.tokens, static_cast<const __half *>(p.w1), p.d,
@@ -1872,14 +1916,15 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
                                 p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
                                 wUp.as<__half>(), up.bias, act == Activation::relu,
                                 hr.as<float>(), int(up.N), fusedInit, d.stream,
-                                d.earlySparse)
+                                d.earlySparse, fuseNorm ? &fn : nullptr)
             : predictUp<float>(p.x, p.tokens, static_cast<const float *>(p.w1), p.d,
                                p.r, static_cast<const float *>(p.w2), p.f, p.bias,
                                p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
                                wUp.as<float>(), up.bias, act == Activation::relu,
                                hr.as<float>(), int(up.N), fusedInit, d.stream,
-                               d.earlySparse);
-    if (!check(ctx, e, "predictor and up projection"))
+                               d.earlySparse, fuseNorm ? &fn : nullptr);
+    if (!check(ctx, e, fuseNorm ? "norm, predictor and up projection"
+                                : "predictor and up projection"))
       return false;
   } else if (!flush() ||
              !check(ctx,
@@ -1924,6 +1969,47 @@ bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
                      mask, index, &pred) &&
          sparseFfnImpl(ctx, x, wUp, bUp, mask, index, act, hSlot, wDown, bDown,
                        pitTile, residual, outSlot, out, h, &pred);
+}
+
+bool predictFfnNorm(Context &ctx, const Tensor &normIn, const Tensor &scale,
+                    const Tensor *normBias, int64_t axis, float epsilon,
+                    bool rms, int normSlot, Tensor &x, const Tensor &w1,
+                    const Tensor &w2, const Tensor *pBias, float threshold,
+                    int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
+                    const Tensor &wUp, const Tensor *bUp, Activation act,
+                    int hSlot, const Tensor &wDown, const Tensor *bDown,
+                    int pitTile, const Tensor *residual, int outSlot,
+                    Tensor &out, Tensor &h) {
+  Device &d = dev(ctx);
+  const char *op = rms ? "rms_norm" : "layer_norm";
+  DeferredNorm norm;
+  if (!normCommon(ctx, op, normIn, scale, rms ? nullptr : normBias, axis,
+                  norm.rows, norm.width))
+    return false;
+  Tensor r;
+  if (!allocate(ctx, d, normSlot, r, DType::f32, normIn.rank, normIn.shape))
+    return false;
+  x = r;
+  norm.in = normIn.as<float>();
+  norm.scale = scale.as<float>();
+  norm.bias = !rms && normBias ? normBias->as<float>() : nullptr;
+  norm.epsilon = epsilon;
+  norm.rms = rms;
+  norm.out = r.as<float>();
+  // Above a decode batch the predictor's GEMMs read x at once: the norm
+  // first. A decode step holds the predictor back, and sparseFfnImpl
+  // launches the norm (or takes it into predictUp).
+  const int64_t M = norm.width ? normIn.numel() / norm.width : 0;
+  if (M > kMaxTokens || norm.width != w1.shape[0])
+    return norm.launch(ctx, d) &&
+           predictFfn(ctx, x, w1, w2, pBias, threshold, indexSite, maskSlot,
+                      mask, index, wUp, bUp, act, hSlot, wDown, bDown, pitTile,
+                      residual, outSlot, out, h);
+  DeferredPredict pred;
+  return predictImpl(ctx, x, w1, w2, pBias, threshold, indexSite, maskSlot,
+                     mask, index, &pred) &&
+         sparseFfnImpl(ctx, x, wUp, bUp, mask, index, act, hSlot, wDown, bDown,
+                       pitTile, residual, outSlot, out, h, &pred, &norm);
 }
 
 } // namespace sparsec::rt::cuda

@@ -1158,6 +1158,8 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kColsThreads = 512;
 constexpr int kColsPerBlock = 8;
 constexpr int kColsMaxRank = 128;
+/// Tokens predictHiddenColsNormKernel takes (x in registers).
+constexpr int kNormMaxTokens = 2;
 template <typename W, int T>
 __global__ void __launch_bounds__(kColsThreads)
     predictHiddenColsKernel(const float *__restrict__ x,
@@ -1239,6 +1241,121 @@ __global__ void __launch_bounds__(kColsThreads)
       hidden[t * r + c0 + c] = sum;
   }
   if (listCount && blockIdx.x == 0 && threadIdx.x == 0)
+    *listCount = 0;
+}
+
+/// predictHiddenColsKernel whose input is the norm of norm.x (T rows of d
+/// <= 512 PER, PER = 4 or 8), which every block computes itself: the
+/// block's threads hold rows tid + 512 k of x as normRows' register kernel
+/// does, so the same two block reductions and formula give normRows' bits.
+/// Block b writes the normalised rows tid + 512 k with k % grid == b to
+/// xNorm (the select kernel's x) and adds its hidden columns from the
+/// registers in predictHiddenColsKernel's order. The w1 rows and the
+/// norm's scale and bias are requested before the wait; x (written by the
+/// kernel before) after it, through L2.
+template <typename W, int T, int PER, bool Rms>
+__global__ void __launch_bounds__(kColsThreads)
+    predictHiddenColsNormKernel(FfnNorm norm, float *xNorm,
+                                const W *__restrict__ w1, int d, int r,
+                                float *hidden, int32_t *listCount) {
+  pdlTrigger();
+  constexpr int C = kColsPerBlock;
+  constexpr int Warps = kColsThreads / 32;
+  constexpr int Stride = kColsThreads;
+  __shared__ float red[Warps][T * C];
+  const int tid = threadIdx.x;
+  const int c0 = blockIdx.x * C;
+  const int cols = min(C, r - c0);
+  const bool vec = sizeof(W) == 2 && cols == C && r % C == 0 &&
+                   reinterpret_cast<uintptr_t>(w1) % 16 == 0;
+  uint4 ahead[PER];
+  float sc[PER], bi[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = tid + k * Stride;
+    if (vec && i < d)
+      ahead[k] = __ldg(reinterpret_cast<const uint4 *>(w1 + int64_t(i) * r + c0));
+    sc[k] = i < d ? __ldg(norm.scale + i) : 0.0f;
+    bi[k] = norm.bias && i < d ? __ldg(norm.bias + i) : 0.0f;
+  }
+  pdlWait(); // early launches: x comes from the kernel before
+  float xv[T][PER];
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int i = tid + k * Stride;
+      xv[t][k] = i < d ? __ldcg(norm.x + int64_t(t) * d + i) : 0.0f;
+    }
+  // normRowInRegs' arithmetic, token by token.
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    float mean = 0.0f;
+    if (!Rms) {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < PER; ++k)
+        s += xv[t][k];
+      mean = blockReduce<false>(s) / float(d);
+    }
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PER; ++k)
+      if (tid + k * Stride < d)
+        q = normSquare(xv[t][k] - mean, q);
+    const float inv = rsqrtf(blockReduce<false>(q) / float(d) + norm.epsilon);
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int i = tid + k * Stride;
+      xv[t][k] = i < d ? normApply(xv[t][k], mean, inv, sc[k], bi[k]) : 0.0f;
+      if (i < d && k % gridDim.x == blockIdx.x)
+        xNorm[int64_t(t) * d + i] = xv[t][k];
+    }
+  }
+  // predictHiddenColsKernel's sums: rows tid + 512 k in increasing k.
+  float acc[T][C];
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      acc[t][c] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = tid + k * Stride;
+    float wv[1][C], xk[1][T];
+    const W *p = w1 + int64_t(i) * r + c0;
+    if (i < d && vec) {
+      Vec<__half>::convert(ahead[k], wv[0]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        wv[0][c] = i < d && c < cols ? toFloat(p[c]) : 0.0f;
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+      xk[0][t] = xv[t][k];
+    addScaledRows(acc, xk, wv);
+  }
+  const int warp = tid / 32, lane = tid % 32;
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const float v = warpSum(acc[t][c]);
+      if (lane == 0)
+        red[warp][t * C + c] = v;
+    }
+  __syncthreads();
+  if (tid < T * C) {
+    const int t = tid / C, c = tid % C;
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < Warps; ++k)
+      sum += red[k][tid];
+    if (c < cols)
+      hidden[t * r + c0 + c] = sum;
+  }
+  if (listCount && blockIdx.x == 0 && tid == 0)
     *listCount = 0;
 }
 
@@ -1779,6 +1896,12 @@ size_t selectUpStaticBytes(int tokens) {
 }
 } // namespace
 
+bool predictUpNormFits(int tokens, int d, int r) {
+  return tokens >= 1 && tokens <= kNormMaxTokens && d >= 1 &&
+         d <= 8 * kColsThreads && r >= 1 && r <= kColsMaxRank &&
+         predictUpFits(tokens, d, r);
+}
+
 bool predictUpFits(int tokens, int d, int r) {
   return tokens >= 1 && tokens <= kMaxTokens &&
          selectUpDynamicBytes(tokens, d, r) + selectUpStaticBytes(tokens) <=
@@ -1793,15 +1916,36 @@ template <typename W> float *predictHidden(float *scratch, int tokens, int d, in
 
 /// The predictor's hidden vector (one pass for ranks up to kColsMaxRank,
 /// else partial sums and a last block); zeroes `listCount` (or not: null).
+/// With `norm` (predictUpNormFits), x is the norm of norm->x, which the
+/// hidden kernel computes and writes to x.
 template <typename W, int T>
 cudaError_t launchHidden(const float *x, const W *w1, int d, int r,
                          float *scratch, int32_t *listCount,
-                         cudaStream_t stream, bool early) {
+                         cudaStream_t stream, bool early,
+                         const FfnNorm *norm = nullptr) {
   const PredictGrid g = predictGrid<W>(d, r);
   float *part = scratch;
   float *hidden = predictHidden<W>(scratch, T, d, r);
   unsigned *done = reinterpret_cast<unsigned *>(
       scratch + predictCounterOffset(T, d, r));
+  if (norm) {
+    if constexpr (T > kNormMaxTokens) {
+      return cudaErrorInvalidValue;
+    } else {
+      if (!predictUpNormFits(T, d, r))
+        return cudaErrorInvalidValue;
+      auto launch = [&](auto kernel) {
+        return launchKernel(kernel, dim3((r + kColsPerBlock - 1) / kColsPerBlock),
+                            dim3(kColsThreads), 0, stream, early, *norm,
+                            const_cast<float *>(x), w1, d, r, hidden, listCount);
+      };
+      if (d <= 4 * kColsThreads)
+        return norm->rms ? launch(predictHiddenColsNormKernel<W, T, 4, true>)
+                         : launch(predictHiddenColsNormKernel<W, T, 4, false>);
+      return norm->rms ? launch(predictHiddenColsNormKernel<W, T, 8, true>)
+                       : launch(predictHiddenColsNormKernel<W, T, 8, false>);
+    }
+  }
   return r <= kColsMaxRank
              ? launchKernel(predictHiddenColsKernel<W, T>,
                             dim3((r + kColsPerBlock - 1) / kColsPerBlock),
@@ -1821,12 +1965,12 @@ cudaError_t launchPredict(void (*select)(Params...), size_t smem,
                           size_t staticBytes, const float *x, const W *w1,
                           int d, int r, float *scratch, const IndexView &ix,
                           int f, cudaStream_t stream, bool early,
-                          Args &&...args) {
+                          const FfnNorm *norm, Args &&...args) {
   cudaError_t e = allowShared(select, smem, staticBytes);
   if (e != cudaSuccess)
     return e;
   e = launchHidden<W, T>(x, w1, d, r, scratch, ix.list ? ix.count : nullptr,
-                         stream, early);
+                         stream, early, norm);
   if (e != cudaSuccess)
     return e;
   e = launchKernel(select, dim3(indexSegments(f)), dim3(kThreads), smem,
@@ -1841,9 +1985,12 @@ cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
                       float threshold, float *scratch, IndexView ix,
                       uint8_t *mask, int maskRows, const W *wt,
                       const float *upBias, bool relu, float *h, int ldh,
-                      RowsInit init, cudaStream_t stream, bool early) {
+                      RowsInit init, cudaStream_t stream, bool early,
+                      const FfnNorm *norm) {
   if (tokens == 0 || f == 0)
     return cudaSuccess;
+  if (norm && (!predictUpNormFits(tokens, d, r) || !norm->x || !norm->scale))
+    return cudaErrorInvalidValue;
   const size_t smem = selectUpDynamicBytes(tokens, d, r);
   const bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   if constexpr (std::is_same_v<W, __half>) {
@@ -1853,7 +2000,7 @@ cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
         return launchPredict<W, T>(
             selectUpSplitKernel<T, U>, sizeof(float) * size_t(T) * size_t(r),
             selectUpStaticBytes(T) + sizeof(float) * 2 * kSelectSplitRows * T * kWarps,
-            x, w1, d, r, scratch, ix, f, stream, early,
+            x, w1, d, r, scratch, ix, f, stream, early, norm,
             predictHidden<W>(scratch, T, d, r), r, w2, f, predBias, threshold, ix,
             mask, maskRows, x, wt, upBias, relu, h, ldh, init);
       });
@@ -1864,7 +2011,7 @@ cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
     if (!predictUpFits(T, d, r))
       return cudaErrorInvalidValue; // x and the hidden vector do not fit
     return launchPredict<W, T>(kernel, smem, selectUpStaticBytes(T), x, w1, d,
-                               r, scratch, ix, f, stream, early,
+                               r, scratch, ix, f, stream, early, norm,
                                predictHidden<W>(scratch, T, d, r), r, w2, f,
                                predBias, threshold, ix, mask, maskRows, x, wt,
                                d, upBias, relu, h, ldh, init);
@@ -1890,7 +2037,8 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
     if (smem > 160 * 1024)
       return cudaErrorInvalidValue;
     return launchPredict<W, T>(selectKernel, smem, sizeof(SelectShared<T>), x,
-                               w1, d, r, scratch, ix, f, stream, early, hidden,
+                               w1, d, r, scratch, ix, f, stream, early,
+                               static_cast<const FfnNorm *>(nullptr), hidden,
                                r, w2, f, bias, threshold, ix, mask, maskRows);
   });
 }
@@ -1909,7 +2057,7 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
   template cudaError_t predictUp<W>(                                           \
       const float *, int, const W *, int, int, const W *, int, const float *,  \
       float, float *, IndexView, uint8_t *, int, const W *, const float *,     \
-      bool, float *, int, RowsInit, cudaStream_t, bool);
+      bool, float *, int, RowsInit, cudaStream_t, bool, const FfnNorm *);
 SPARSEC_INSTANTIATE(__half)
 SPARSEC_INSTANTIATE(float)
 #undef SPARSEC_INSTANTIATE

@@ -212,6 +212,23 @@ bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
                 int hSlot, const Tensor &wDown, const Tensor *bDown,
                 int pitTile, const Tensor *residual, int outSlot, Tensor &out,
                 Tensor &h);
+/// A layer norm (or, with `rms`, an RMS norm: normBias unused) of normIn
+/// over dims [axis, rank) into normSlot (`x`) followed by predictFfn over
+/// x, for a norm whose only readers are the predictor and the up
+/// projection: a decode step of 1 or 2 tokens launches predictUp with the
+/// norm in its hidden-vector kernel (which writes x) and the down
+/// projection, three kernels instead of four, where the shapes allow
+/// (predictUpNormFits); anything else runs the norm and then predictFfn.
+/// SPARSEC_CUDA_NORM_FUSE=0 keeps the norm's own kernel.
+bool predictFfnNorm(Context &ctx, const Tensor &normIn, const Tensor &scale,
+                    const Tensor *normBias, int64_t axis, float epsilon,
+                    bool rms, int normSlot, Tensor &x, const Tensor &w1,
+                    const Tensor &w2, const Tensor *pBias, float threshold,
+                    int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
+                    const Tensor &wUp, const Tensor *bUp, ops::Activation act,
+                    int hSlot, const Tensor &wDown, const Tensor *bDown,
+                    int pitTile, const Tensor *residual, int outSlot,
+                    Tensor &out, Tensor &h);
 
 } // namespace sparsec::rt::cuda
 

@@ -43,6 +43,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace sparsec::rt::cuda {
@@ -168,6 +169,17 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
                          uint8_t *mask, int maskRows, cudaStream_t stream,
                          bool early = false);
 
+/// The layer or RMS norm in front of a predicted FFN, which predictUp can
+/// apply itself: y[t] = (x[t] - mean) / sqrt(var + epsilon) * scale + bias
+/// over rows of d (RMS: no mean, no bias), as normRows computes it.
+struct FfnNorm {
+  const float *x = nullptr;     ///< [tokens, d], the norm's input
+  const float *scale = nullptr; ///< [d]
+  const float *bias = nullptr;  ///< [d] or null
+  float epsilon = 0.0f;
+  bool rms = false;
+};
+
 /// predictIndex followed by sparseUp over its set, in two kernels instead
 /// of three: the hidden vector, then one block per segment that selects
 /// the segment's neurons (writing ix, its list and the mask rows exactly as
@@ -177,17 +189,27 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
 /// Also writes `init` (the base of the sparseDown that follows). x is the
 /// input of both the predictor and the up projection. Errors as the two
 /// calls it replaces; x [tokens, d] must fit in shared memory with the
-/// hidden vector.
+/// hidden vector. With `norm` (where predictUpNormFits), x is not an input
+/// but where the call writes the norm of norm->x: the hidden-vector kernel
+/// normalises x itself (every block all of it, with normRows' arithmetic:
+/// the same bits) and writes it for the select kernel, so normRows and
+/// predictUp become two kernels instead of three.
 template <typename W>
 cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
                       const W *w2, int f, const float *predBias,
                       float threshold, float *scratch, IndexView ix,
                       uint8_t *mask, int maskRows, const W *wt,
                       const float *upBias, bool relu, float *h, int ldh,
-                      RowsInit init, cudaStream_t stream, bool early = false);
+                      RowsInit init, cudaStream_t stream, bool early = false,
+                      const FfnNorm *norm = nullptr);
 /// Whether predictUp takes `tokens` tokens of d inputs with a rank-r
 /// predictor (x and the hidden vector in shared memory).
 bool predictUpFits(int tokens, int d, int r);
+/// Whether predictUp takes a norm for these shapes: 1-2 tokens, d up to
+/// 4096 (rows held in registers as normRows does), ranks up to 128 (the
+/// one-pass hidden kernel), and predictUpFits.
+bool predictUpNormFits(int tokens, int d, int r);
+
 
 } // namespace sparsec::rt::cuda
 
