@@ -64,6 +64,32 @@ using namespace sparsec::rt::cuda;
 using namespace sparsec::bench;
 
 namespace {
+/// The predictor threshold that leaves `sparsity` of the neurons out: the
+/// quantile of the neurons' scores, each its largest logit (x . p1) . p2
+/// over the tokens (double precision on the host).
+float quantileThreshold(const std::vector<float> &x, int tokens, int d,
+                        const std::vector<__half> &p1, const std::vector<__half> &p2,
+                        int rank, int f, double sparsity) {
+  std::vector<double> hid(size_t(tokens) * rank, 0.0), score(f, -1e30);
+  for (int t = 0; t < tokens; ++t)
+    for (int i = 0; i < d; ++i)
+      for (int e = 0; e < rank; ++e)
+        hid[size_t(t) * rank + e] += double(x[size_t(t) * d + i]) *
+                                     __half2float(p1[size_t(i) * rank + e]);
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<double> l(f, 0.0);
+    for (int e = 0; e < rank; ++e) {
+      const double hv = hid[size_t(t) * rank + e];
+      for (int j = 0; j < f; ++j)
+        l[j] += hv * __half2float(p2[size_t(e) * f + j]);
+    }
+    for (int j = 0; j < f; ++j)
+      score[j] = std::max(score[j], l[j]);
+  }
+  std::sort(score.begin(), score.end());
+  return float(score[size_t(sparsity * (f - 1))]);
+}
+
 /// The runtime's layer norm kernel, launched early (DenseDecode.h).
 void normRowsForBench(const float *x, int rows, int width, const float *scale,
                       const float *bias, float eps, float *y, cudaStream_t s) {
@@ -501,26 +527,7 @@ int main(int argc, char **argv) {
         std::vector<__half> p1(size_t(d) * rank), p2(size_t(rank) * f);
         for (auto &v : p1) v = __float2half(val(rng) * 0.02f);
         for (auto &v : p2) v = __float2half(val(rng) * 0.02f);
-        // Host logits; a neuron's score is its largest logit over the tokens.
-        std::vector<double> hid(size_t(tokens) * rank, 0.0), score(f, -1e30);
-        for (int t = 0; t < tokens; ++t)
-          for (int i = 0; i < d; ++i)
-            for (int e = 0; e < rank; ++e)
-              hid[size_t(t) * rank + e] += double(x[size_t(t) * d + i]) *
-                                           __half2float(p1[size_t(i) * rank + e]);
-        for (int t = 0; t < tokens; ++t) {
-          std::vector<double> l(f, 0.0);
-          for (int e = 0; e < rank; ++e) {
-            const double hv = hid[size_t(t) * rank + e];
-            for (int j = 0; j < f; ++j)
-              l[j] += hv * __half2float(p2[size_t(e) * f + j]);
-          }
-          for (int j = 0; j < f; ++j)
-            score[j] = std::max(score[j], l[j]);
-        }
-        std::vector<double> sorted(score);
-        std::sort(sorted.begin(), sorted.end());
-        const float threshold = float(sorted[size_t(sparsity * (f - 1))]);
+        const float threshold = quantileThreshold(x, tokens, d, p1, p2, rank, f, sparsity);
         __half *dP1 = upload(p1), *dP2 = upload(p2);
         const size_t sf = predictScratchFloats(tokens, d, rank);
         float *dScratch = alloc<float>(sf);
@@ -609,22 +616,8 @@ int main(int argc, char **argv) {
           std::vector<__half> p1(size_t(d) * rank), p2(size_t(rank) * f);
           for (auto &v : p1) v = __float2half(val(rng) * 0.02f);
           for (auto &v : p2) v = __float2half(val(rng) * 0.02f);
-          std::vector<double> hid(size_t(tokens) * rank, 0.0), score(f, -1e30);
-          for (int t = 0; t < tokens; ++t)
-            for (int i = 0; i < d; ++i)
-              for (int e = 0; e < rank; ++e)
-                hid[size_t(t) * rank + e] += double(xn[size_t(t) * d + i]) *
-                                             __half2float(p1[size_t(i) * rank + e]);
-          for (int t = 0; t < tokens; ++t)
-            for (int j = 0; j < f; ++j) {
-              double l = 0;
-              for (int e = 0; e < rank; ++e)
-                l += hid[size_t(t) * rank + e] * __half2float(p2[size_t(e) * f + j]);
-              score[j] = std::max(score[j], l);
-            }
-          std::vector<double> sorted(score);
-          std::sort(sorted.begin(), sorted.end());
-          const float threshold = float(sorted[size_t(sparsity * (f - 1))]);
+          const float threshold =
+              quantileThreshold(xn, tokens, d, p1, p2, rank, f, sparsity);
           __half *dP1 = upload(p1), *dP2 = upload(p2);
           const size_t sf = predictScratchFloats(tokens, d, rank);
           float *dScratch = alloc<float>(sf);

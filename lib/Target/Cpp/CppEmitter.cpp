@@ -345,6 +345,13 @@ private:
   /// run in between; the up kernel writes the result's base, so the
   /// result's slot (the residual add's, when one is folded) must not be
   /// memory the up projection reads.
+  /// The op after `op` that launches anything: weight views emit no call.
+  static Operation *nextLaunching(Operation *op) {
+    Operation *next = op->getNextNode();
+    while (next && isa<WeightOp>(next))
+      next = next->getNextNode();
+    return next;
+  }
   /// `indexPending`: up's active mask is a predictor's that is not emitted
   /// yet (its index is registered when it is).
   SparseLinearOp fusedDown(SparseLinearOp up, bool indexPending = false) {
@@ -358,9 +365,7 @@ private:
         down.getSparseDim() != SparseDim::input || down.getActive() ||
         down.getTransposeWeight() || down.getInput() != up.getResult())
       return nullptr;
-    Operation *next = up->getNextNode();
-    while (next && isa<WeightOp>(next))
-      next = next->getNextNode();
+    Operation *next = nextLaunching(up);
     if (next != down.getOperation())
       return nullptr;
     AddOp add = residualAdd(down);
@@ -382,9 +387,7 @@ private:
     if (!up || up->getBlock() != p->getBlock() || up.getActive() != p.getResult() ||
         up.getInput() != p.getInput())
       return nullptr;
-    Operation *next = p->getNextNode();
-    while (next && isa<WeightOp>(next))
-      next = next->getNextNode();
+    Operation *next = nextLaunching(p);
     if (next != up.getOperation() || !fusedDown(up, indexPending))
       return nullptr;
     return up;
@@ -409,9 +412,7 @@ private:
       }
     if (!p || p.getInput() != r || p->getBlock() != norm->getBlock())
       return nullptr;
-    Operation *next = norm->getNextNode();
-    while (next && isa<WeightOp>(next))
-      next = next->getNextNode();
+    Operation *next = nextLaunching(norm);
     if (next != p.getOperation())
       return nullptr;
     SparseLinearOp up = fusedPredictUp(p, /*indexPending=*/true);

@@ -1160,6 +1160,38 @@ constexpr int kColsPerBlock = 8;
 constexpr int kColsMaxRank = 128;
 /// Tokens predictHiddenColsNormKernel takes (x in registers).
 constexpr int kNormMaxTokens = 2;
+/// The end of the hidden-vector kernels of one pass: each thread's column
+/// sums acc[t][c] summed over its warp, then the warps' sums in warp order
+/// (red: shared memory), written to hidden[t][c0 + c] for c < cols; block
+/// 0 zeroes the list count. The whole block calls it.
+template <int T, int C, int Warps>
+__device__ __forceinline__ void finishHiddenCols(const float (&acc)[T][C],
+                                                 float (&red)[Warps][T * C],
+                                                 float *hidden, int r, int c0,
+                                                 int cols, int32_t *listCount) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const float v = warpSum(acc[t][c]);
+      if (lane == 0)
+        red[warp][t * C + c] = v;
+    }
+  __syncthreads();
+  if (threadIdx.x < T * C) {
+    const int t = threadIdx.x / C, c = threadIdx.x % C;
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < Warps; ++k)
+      sum += red[k][threadIdx.x];
+    if (c < cols)
+      hidden[t * r + c0 + c] = sum;
+  }
+  if (listCount && blockIdx.x == 0 && threadIdx.x == 0)
+    *listCount = 0;
+}
+
 template <typename W, int T>
 __global__ void __launch_bounds__(kColsThreads)
     predictHiddenColsKernel(const float *__restrict__ x,
@@ -1221,27 +1253,7 @@ __global__ void __launch_bounds__(kColsThreads)
     rows(threadIdx.x + h * Unroll * Stride, ahead + h * Unroll);
   for (int i0 = threadIdx.x + Ahead * Stride; i0 < d; i0 += Unroll * Stride)
     rows(i0, nullptr);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int t = 0; t < T; ++t)
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const float v = warpSum(acc[t][c]);
-      if (lane == 0)
-        red[warp][t * C + c] = v;
-    }
-  __syncthreads();
-  if (threadIdx.x < T * C) {
-    const int t = threadIdx.x / C, c = threadIdx.x % C;
-    float sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < Warps; ++k)
-      sum += red[k][threadIdx.x];
-    if (c < cols)
-      hidden[t * r + c0 + c] = sum;
-  }
-  if (listCount && blockIdx.x == 0 && threadIdx.x == 0)
-    *listCount = 0;
+  finishHiddenCols(acc, red, hidden, r, c0, cols, listCount);
 }
 
 /// predictHiddenColsKernel whose input is the norm of norm.x (T rows of d
@@ -1336,27 +1348,7 @@ __global__ void __launch_bounds__(kColsThreads)
       xk[0][t] = xv[t][k];
     addScaledRows(acc, xk, wv);
   }
-  const int warp = tid / 32, lane = tid % 32;
-#pragma unroll
-  for (int t = 0; t < T; ++t)
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const float v = warpSum(acc[t][c]);
-      if (lane == 0)
-        red[warp][t * C + c] = v;
-    }
-  __syncthreads();
-  if (tid < T * C) {
-    const int t = tid / C, c = tid % C;
-    float sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < Warps; ++k)
-      sum += red[k][tid];
-    if (c < cols)
-      hidden[t * r + c0 + c] = sum;
-  }
-  if (listCount && blockIdx.x == 0 && tid == 0)
-    *listCount = 0;
+  finishHiddenCols(acc, red, hidden, r, c0, cols, listCount);
 }
 
 /// The first rows of w2 a select block's warp reads, and the segment's
