@@ -31,7 +31,9 @@ agreement also reported):
     attention's wait (SPARSEC_CUDA_ATTN_PREFETCH=0) and greedy picks on the
     host (SPARSEC_CUDA_ARGMAX=0) and each decode step waited for
     (SPARSEC_CUDA_AHEAD=0; by default a step is launched ahead, its ids the
-    device's picks); the default's steps must be replayed.
+    device's picks); the default's steps must be replayed; the predicted
+    builds decode the same bytes with the norm kernel of its own
+    (SPARSEC_CUDA_NORM_FUSE=0) as with the norm in the predictor's kernel.
 """
 import argparse
 import glob
@@ -528,6 +530,12 @@ def run(args):
         if name in have:
             for what, env in switches:
                 same_as_default(name, what, env)
+    # The norm in front of each predicted FFN in the predictor's kernel (the
+    # default) against the norm kernel of its own: the same bits.
+    for name in ("kv_pred", "kv_pred_f16"):
+        if name in have:
+            same_as_default(name, "the norm kernel of its own",
+                            {"SPARSEC_CUDA_NORM_FUSE": "0"})
     # Greedy picks on the device (the default): the decode steps must still
     # replay their graphs (its buffers grow after a step, never inside a
     # capture).
