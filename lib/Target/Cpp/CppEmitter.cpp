@@ -427,8 +427,19 @@ private:
   /// predictFfnNorm), by predictor: "in, scale, bias, axis, epsilon, rms,
   /// slot, x".
   DenseMap<Operation *, std::string> fusedNorms;
-  /// Up projections whose FFN call also takes the norm (predictFfnNorm).
-  DenseSet<Operation *> normedUps;
+  /// Holds back norm `op` (arguments `args`, all but its slot and result)
+  /// for the predicted FFN it is emitted with, if fusedNormPredict finds
+  /// one; false otherwise (nothing emitted).
+  bool deferNorm(Operation *op, const std::string &args) {
+    PredictOp p = fusedNormPredict(op);
+    if (!p)
+      return false;
+    std::string v = define(op->getResult(0));
+    body << "  Tensor " << v << ";\n  // (normalised with the FFN below)\n";
+    fusedNorms[p.getOperation()] =
+        args + ", " + std::to_string(slot(op)) + ", " + v;
+    return true;
+  }
   /// The arguments of a predictor emitted with its FFN, by up projection:
   /// "x, w1, w2, bias, threshold, site, slot, mask, index".
   DenseMap<Operation *, std::string> fusedPredicts;
@@ -977,26 +988,17 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
             dptr(l.getBias()) + ", " +
             std::to_string(static_cast<int64_t>(l.getAxis())) + ", " +
             floatLiteral(l.getEpsilon().convertToFloat(), true);
-        if (PredictOp p = fusedNormPredict(op)) {
-          // Emitted with the predicted FFN (cuda::predictFfnNorm).
-          std::string v = define(l.getResult());
-          body << "  Tensor " << v << ";\n  // (normalised with the FFN below)\n";
-          fusedNorms[p.getOperation()] =
-              args + ", false, " + std::to_string(slot(op)) + ", " + v;
+        // Or emitted with the predicted FFN (cuda::predictFfnNorm).
+        if (deferNorm(op, args + ", false"))
           return success();
-        }
         return call("layerNorm(ctx, " + args);
       })
       .Case([&](RmsNormOp l) -> LogicalResult {
-        if (PredictOp p = fusedNormPredict(op)) {
-          std::string v = define(l.getResult());
-          body << "  Tensor " << v << ";\n  // (normalised with the FFN below)\n";
-          fusedNorms[p.getOperation()] =
-              dv(l.getInput()) + ", " + dv(l.getScale()) + ", nullptr, -1, " +
-              floatLiteral(l.getEpsilon().convertToFloat(), true) + ", true, " +
-              std::to_string(slot(op)) + ", " + v;
+        if (deferNorm(op, dv(l.getInput()) + ", " + dv(l.getScale()) +
+                              ", nullptr, -1, " +
+                              floatLiteral(l.getEpsilon().convertToFloat(), true) +
+                              ", true"))
           return success();
-        }
         return call("rmsNorm(ctx, " + dv(l.getInput()) + ", " +
                     dv(l.getScale()) + ", " +
                     floatLiteral(l.getEpsilon().convertToFloat(), true));
@@ -1075,12 +1077,8 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           // Emitted with the FFN (cuda::predictFfn, or predictFfnNorm with
           // the norm before it).
           auto norm = fusedNorms.find(op);
-          if (norm != fusedNorms.end()) {
-            fusedPredicts[up.getOperation()] = norm->second + ", " + rest;
-            normedUps.insert(up.getOperation());
-          } else {
-            fusedPredicts[up.getOperation()] = x + ", " + rest;
-          }
+          fusedPredicts[up.getOperation()] =
+              (norm != fusedNorms.end() ? norm->second : x) + ", " + rest;
           body << "  // (predicted with the FFN below)\n";
           return success();
         }
@@ -1153,7 +1151,8 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           std::string wd = dv(s.getWeight()), bd = dptr(s.getBias());
           auto pred = fusedPredicts.find(up.getOperation());
           if (pred != fusedPredicts.end())
-            return finish(std::string(normedUps.contains(up.getOperation())
+            return finish(std::string(fusedNorms.count(
+                                          up.getActive().getDefiningOp())
                                           ? "predictFfnNorm(ctx, "
                                           : "predictFfn(ctx, ") +
                               pred->second + ", " + wu + ", " +

@@ -449,21 +449,8 @@ __device__ __forceinline__ void normRowInRegs(const float *row,
       bi[k] = bias && i < width ? __ldg(bias + i) : 0.0f;
     }
   }
-  float mean = 0.0f;
-  if (!Rms) {
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < PER; ++k)
-      s += v[k];
-    mean = blockReduce<false>(s) / float(width);
-  }
-  float q = 0.0f;
-#pragma unroll
-  for (int k = 0; k < PER; ++k)
-    if (threadIdx.x + k * Threads < width) {
-      q = normSquare(v[k] - mean, q);
-    }
-  const float inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
+  float mean, inv;
+  normStats<Rms, PER, Threads>(v, width, eps, mean, inv);
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int i = threadIdx.x + k * Threads;
@@ -477,8 +464,7 @@ __device__ __forceinline__ void normRowInRegs(const float *row,
   }
 }
 
-/// normKernel for rows of up to 512 * PER elements (normRowInRegs).
-constexpr int kNormThreads = 512;
+/// normKernel for rows of up to kNormThreads * PER elements (normRowInRegs).
 template <bool Rms, int PER>
 __global__ void __launch_bounds__(kNormThreads)
 normRegKernel(const float *x, const float *scale, const float *bias, int width,

@@ -275,18 +275,6 @@ mmaRows16(const __half *rowAh, const __half *rowBh, const float *x, int M,
   __syncthreads();
 }
 
-/// A norm's arithmetic, one definition for every kernel that normalises
-/// (normRows and the fused predictor kernel give the same bits): the
-/// squared deviation added to a running sum, and the normalised,
-/// scaled and shifted value.
-__device__ __forceinline__ float normSquare(float c, float q) {
-  return fmaf(c, c, q);
-}
-__device__ __forceinline__ float normApply(float v, float mean, float inv,
-                                           float scale, float bias) {
-  return fmaf((v - mean) * inv, scale, bias);
-}
-
 /// Block-wide sum/max (blockDim a multiple of 32, at most 1024); every
 /// thread gets the result.
 template <bool Max> __device__ float blockReduce(float v) {
@@ -309,6 +297,40 @@ template <bool Max> __device__ float blockReduce(float v) {
   __syncthreads();
   return r;
 }
+
+/// A norm's arithmetic, one definition for every kernel that normalises
+/// (normRows and the predictor's hidden-vector kernel give the same bits).
+/// normApply: the normalised, scaled and shifted value. normStats: the mean
+/// (0 for Rms) and 1 / sqrt(var + eps) of a row of `width` whose elements
+/// threadIdx.x + k Threads (k < PER) the calling thread holds in v (0 past
+/// the row); the whole block of Threads threads calls it.
+__device__ __forceinline__ float normApply(float v, float mean, float inv,
+                                           float scale, float bias) {
+  return fmaf((v - mean) * inv, scale, bias);
+}
+template <bool Rms, int PER, int Threads>
+__device__ __forceinline__ void normStats(const float (&v)[PER], int width,
+                                          float eps, float &mean, float &inv) {
+  mean = 0.0f;
+  if (!Rms) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PER; ++k)
+      s += v[k];
+    mean = blockReduce<false>(s) / float(width);
+  }
+  float q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < PER; ++k)
+    if (int(threadIdx.x) + k * Threads < width) {
+      const float c = v[k] - mean;
+      q = fmaf(c, c, q);
+    }
+  inv = rsqrtf(blockReduce<false>(q) / float(width) + eps);
+}
+/// The threads of normRows' register kernel, whose element layout
+/// (thread i: elements i + kNormThreads k) normStats' callers share.
+constexpr int kNormThreads = 512;
 
 /// Whether this block is the last of `blocks` to arrive at *counter: each
 /// thread's earlier global writes are made visible first, and the last

@@ -1789,16 +1789,14 @@ namespace {
 /// launch() runs the norm kernel into it wherever the FFN does not take
 /// the norm into its predictor's kernel.
 struct DeferredNorm {
-  const float *in = nullptr, *scale = nullptr, *bias = nullptr;
+  FfnNorm f; // its input, scale, bias, epsilon and kind
   int64_t rows = 0, width = 0;
-  float epsilon = 0.0f;
-  bool rms = false;
   float *out = nullptr;
   bool launch(Context &ctx, Device &d) const {
-    return rms ? launchNorm<true>(ctx, d, "rms_norm", in, scale, nullptr, rows,
-                                  width, epsilon, out)
-               : launchNorm<false>(ctx, d, "layer_norm", in, scale, bias, rows,
-                                   width, epsilon, out);
+    return f.rms ? launchNorm<true>(ctx, d, "rms_norm", f.x, f.scale, nullptr,
+                                    rows, width, f.epsilon, out)
+                 : launchNorm<false>(ctx, d, "layer_norm", f.x, f.scale, f.bias,
+                                     rows, width, f.epsilon, out);
   }
 };
 
@@ -1844,8 +1842,8 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
   const bool fuseNorm = fuse && norm && d.fuseNorms && norm->width == up.K &&
                         norm->rows == M &&
                         predictUpNormFits(int(M), int(up.K), pred->r) &&
-                        (norm->out + M * up.K <= norm->in ||
-                         norm->in + M * up.K <= norm->out);
+                        (norm->out + M * up.K <= norm->f.x ||
+                         norm->f.x + M * up.K <= norm->out);
   if (norm && !fuseNorm && !norm->launch(ctx, d))
     return false;
   if (!listedDecode) {
@@ -1901,14 +1899,7 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
     const RowsInit fusedInit{y.as<float>(), down.bias, res, int(M), int(down.N)};
     // With the norm: x is where the hidden kernel writes the norm of its
     // input (the held-back norm's output).
-    FfnNorm fn;
-    if (fuseNorm) {
-      fn.x = norm->in;
-      fn.scale = norm->scale;
-      fn.bias = norm->bias;
-      fn.epsilon = norm->epsilon;
-      fn.rms = norm->rms;
-    }
+    const FfnNorm *fn = fuseNorm ? &norm->f : nullptr;
     cudaError_t e =
         p.wtype == DType::f16
             ? predictUp<__half>(p.x, p.tokens, static_cast<const __half *>(p.w1), p.d,
@@ -1916,13 +1907,13 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
                                 p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
                                 wUp.as<__half>(), up.bias, act == Activation::relu,
                                 hr.as<float>(), int(up.N), fusedInit, d.stream,
-                                d.earlySparse, fuseNorm ? &fn : nullptr)
+                                d.earlySparse, fn)
             : predictUp<float>(p.x, p.tokens, static_cast<const float *>(p.w1), p.d,
                                p.r, static_cast<const float *>(p.w2), p.f, p.bias,
                                p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
                                wUp.as<float>(), up.bias, act == Activation::relu,
                                hr.as<float>(), int(up.N), fusedInit, d.stream,
-                               d.earlySparse, fuseNorm ? &fn : nullptr);
+                               d.earlySparse, fn);
     if (!check(ctx, e, fuseNorm ? "norm, predictor and up projection"
                                 : "predictor and up projection"))
       return false;
@@ -1990,11 +1981,11 @@ bool predictFfnNorm(Context &ctx, const Tensor &normIn, const Tensor &scale,
   if (!allocate(ctx, d, normSlot, r, DType::f32, normIn.rank, normIn.shape))
     return false;
   x = r;
-  norm.in = normIn.as<float>();
-  norm.scale = scale.as<float>();
-  norm.bias = !rms && normBias ? normBias->as<float>() : nullptr;
-  norm.epsilon = epsilon;
-  norm.rms = rms;
+  norm.f.x = normIn.as<float>();
+  norm.f.scale = scale.as<float>();
+  norm.f.bias = !rms && normBias ? normBias->as<float>() : nullptr;
+  norm.f.epsilon = epsilon;
+  norm.f.rms = rms;
   norm.out = r.as<float>();
   // Above a decode batch the predictor's GEMMs read x at once: the norm
   // first. A decode step holds the predictor back, and sparseFfnImpl

@@ -1160,6 +1160,8 @@ constexpr int kColsPerBlock = 8;
 constexpr int kColsMaxRank = 128;
 /// Tokens predictHiddenColsNormKernel takes (x in registers).
 constexpr int kNormMaxTokens = 2;
+static_assert(kColsThreads == kNormThreads,
+              "the norm in the hidden kernel holds x as normRows does");
 /// The end of the hidden-vector kernels of one pass: each thread's column
 /// sums acc[t][c] summed over its warp, then the warps' sums in warp order
 /// (red: shared memory), written to hidden[t][c0 + c] for c < cols; block
@@ -1302,20 +1304,8 @@ __global__ void __launch_bounds__(kColsThreads)
   // normRowInRegs' arithmetic, token by token.
 #pragma unroll
   for (int t = 0; t < T; ++t) {
-    float mean = 0.0f;
-    if (!Rms) {
-      float s = 0.0f;
-#pragma unroll
-      for (int k = 0; k < PER; ++k)
-        s += xv[t][k];
-      mean = blockReduce<false>(s) / float(d);
-    }
-    float q = 0.0f;
-#pragma unroll
-    for (int k = 0; k < PER; ++k)
-      if (tid + k * Stride < d)
-        q = normSquare(xv[t][k] - mean, q);
-    const float inv = rsqrtf(blockReduce<false>(q) / float(d) + norm.epsilon);
+    float mean, inv;
+    normStats<Rms, PER, Stride>(xv[t], d, norm.epsilon, mean, inv);
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
       const int i = tid + k * Stride;
@@ -1908,8 +1898,8 @@ template <typename W> float *predictHidden(float *scratch, int tokens, int d, in
 
 /// The predictor's hidden vector (one pass for ranks up to kColsMaxRank,
 /// else partial sums and a last block); zeroes `listCount` (or not: null).
-/// With `norm` (predictUpNormFits), x is the norm of norm->x, which the
-/// hidden kernel computes and writes to x.
+/// With `norm` (the caller has checked predictUpNormFits), x is the norm
+/// of norm->x, which the hidden kernel computes and writes to x.
 template <typename W, int T>
 cudaError_t launchHidden(const float *x, const W *w1, int d, int r,
                          float *scratch, int32_t *listCount,
@@ -1924,14 +1914,12 @@ cudaError_t launchHidden(const float *x, const W *w1, int d, int r,
     if constexpr (T > kNormMaxTokens) {
       return cudaErrorInvalidValue;
     } else {
-      if (!predictUpNormFits(T, d, r))
-        return cudaErrorInvalidValue;
       auto launch = [&](auto kernel) {
         return launchKernel(kernel, dim3((r + kColsPerBlock - 1) / kColsPerBlock),
                             dim3(kColsThreads), 0, stream, early, *norm,
                             const_cast<float *>(x), w1, d, r, hidden, listCount);
       };
-      if (d <= 4 * kColsThreads)
+      if (d <= 4 * kNormThreads) // normRows' register rows for this width
         return norm->rms ? launch(predictHiddenColsNormKernel<W, T, 4, true>)
                          : launch(predictHiddenColsNormKernel<W, T, 4, false>);
       return norm->rms ? launch(predictHiddenColsNormKernel<W, T, 8, true>)
