@@ -36,6 +36,7 @@ struct Case {
   bool halfX = false, halfY = false;
   bool bias = false, relu = false, residual = false;
   int columns = 0; // output columns per block (0: the kernel's choice)
+  int stages = 0;  // pipeline depth (0: the default)
 };
 
 void run(const Case &c) {
@@ -103,9 +104,10 @@ void run(const Case &c) {
   const float *b = c.bias ? db : nullptr;
   const float *r = c.residual ? dres : nullptr;
   ops::Activation act = c.relu ? ops::Activation::relu : ops::Activation::none;
-  CHECK_CUDA(c.halfY ? pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dyh, s, c.columns)
+  CHECK_CUDA(c.halfY ? pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dyh, s,
+                                 c.columns, c.stages)
                      : pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dy, s,
-                                 c.columns));
+                                 c.columns, c.stages));
   CHECK_CUDA(cudaDeviceSynchronize());
 
   // Index sets.
@@ -156,10 +158,10 @@ void run(const Case &c) {
   double tol = c.halfY ? 2e-3 : 1e-4;
   bool ok = idxOk && err <= tol;
   std::printf("%s pit tile=%d M=%d K=%d N=%d density=%.2f sorted=%d x=%s y=%s "
-              "bias=%d relu=%d residual=%d columns=%d index=%s max rel err %.2e\n",
+              "bias=%d relu=%d residual=%d columns=%d stages=%d index=%s max rel err %.2e\n",
               ok ? "PASS" : "FAIL", c.tile, c.M, c.K, c.N, c.density, c.sorted,
               c.halfX ? "f16" : "f32", c.halfY ? "f16" : "f32", c.bias, c.relu,
-              c.residual, c.columns, idxOk ? "ok" : "wrong", err);
+              c.residual, c.columns, c.stages, idxOk ? "ok" : "wrong", err);
   (ok ? passes : failures)++;
   cudaFree(ws.idx);
   cudaFree(ws.count);
@@ -202,6 +204,15 @@ int main() {
   // Larger K at both loaders (fp16 4 columns a thread; K odd, one).
   run({512, 4096, 256, 32, 0.05, false, true, false, true, false, true});
   run({256, 4095, 264, 8, 0.1, false, false, true, false, true, false});
+  // Shallower pipelines (3 and 2 stages): sets of one chunk, of several,
+  // and empty ones, both block widths.
+  for (int stages : {2, 3})
+    for (int tile : {8, 16, 32}) {
+      run({96, 700, 392, tile, 0.3, tile != 8, true, false, true, true, true, 128,
+           stages});
+      run({64, 1000, 256, tile, 0.02, false, false, true, false, false, false, 256,
+           stages});
+    }
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

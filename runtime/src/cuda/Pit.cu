@@ -20,7 +20,7 @@ namespace {
 
 constexpr int kSReadThreads = 512;
 constexpr int kBK = kPitChunk; // gathered rows per pipeline stage
-constexpr int kStages = 4;
+constexpr int kStages = 4; // the deepest cp.async pipeline (see launchMatmulS)
 constexpr int kThreads = 128;  // 4 warps
 
 //===----------------------------------------------------------------------===//
@@ -222,16 +222,16 @@ template <int WM> __host__ __device__ constexpr int wStride() {
 template <int T> __host__ __device__ constexpr int xStride() {
   return T == 8 ? 24 : T + 8;
 }
-template <int T, int WM> constexpr size_t pitSmemBytes() {
+template <int T, int WM, int Stages> constexpr size_t pitSmemBytes() {
   size_t pipe =
-      size_t(kStages) * kBK * (wStride<WM>() + xStride<T>()) * sizeof(__half);
+      size_t(Stages) * kBK * (wStride<WM>() + xStride<T>()) * sizeof(__half);
   size_t epi = size_t(T) * (4 * WM + 4) * sizeof(float);
   return pipe > epi ? pipe : epi;
 }
 
 /// One block: T tokens (one micro-tile row) x BN = 4 * WM output columns;
 /// warp w owns columns [w * WM, (w + 1) * WM) for all T tokens.
-template <int T, int WM, typename Y>
+template <int T, int WM, typename Y, int Stages>
 __global__ void __launch_bounds__(kThreads)
     pitMatmulKernel(const __half *__restrict__ xg,
                     const int32_t *__restrict__ idx,
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int NT = T / 8;   // n8 tiles (tokens) per warp
   extern __shared__ __align__(16) unsigned char smem[];
   __half *ws = reinterpret_cast<__half *>(smem);
-  __half *xs = ws + kStages * kBK * WS;
+  __half *xs = ws + Stages * kBK * WS;
 
   const int b = blockIdx.y, n0 = blockIdx.x * BN;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -302,27 +302,27 @@ __global__ void __launch_bounds__(kThreads)
 
   int pending[RPT];
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < Stages - 1; ++s) {
     if (s < chunks) {
       fetch(s, pending);
       load(s, s, pending);
     }
     cpAsyncCommit();
   }
-  if (kStages - 1 < chunks)
-    fetch(kStages - 1, pending);
+  if (Stages - 1 < chunks)
+    fetch(Stages - 1, pending);
   for (int c = 0; c < chunks; ++c) {
-    cpAsyncWait<kStages - 2>();
+    cpAsyncWait<Stages - 2>();
     __syncthreads();
-    const int next = c + kStages - 1;
+    const int next = c + Stages - 1;
     if (next < chunks) {
-      load(next % kStages, next, pending);
+      load(next % Stages, next, pending);
       if (next + 1 < chunks)
         fetch(next + 1, pending);
     }
     cpAsyncCommit();
-    const __half *wst = ws + (c % kStages) * kBK * WS;
-    const __half *xst = xs + (c % kStages) * kBK * XS;
+    const __half *wst = ws + (c % Stages) * kBK * WS;
+    const __half *xst = xs + (c % Stages) * kBK * XS;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       unsigned a[MT][4];
@@ -424,36 +424,66 @@ cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
   return cudaGetLastError();
 }
 
-template <int T, int WM, typename Y>
+template <int T, int WM, typename Y, int Stages>
 cudaError_t launchMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
                          const __half *w, int64_t N, const float *bias,
                          Activation act, const float *residual, Y *y,
                          cudaStream_t stream) {
-  constexpr size_t bytes = pitSmemBytes<T, WM>();
+  constexpr size_t bytes = pitSmemBytes<T, WM, Stages>();
   static bool configured = false; // per instantiation
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(
-        pitMatmulKernel<T, WM, Y>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        pitMatmulKernel<T, WM, Y, Stages>,
+        cudaFuncAttributeMaxDynamicSharedMemorySize,
         int(bytes));
     if (e != cudaSuccess)
       return e;
     configured = true;
   }
   dim3 grid{unsigned((N + 4 * WM - 1) / (4 * WM)), unsigned(pitBlocks(M, T))};
-  pitMatmulKernel<T, WM, Y><<<grid, kThreads, bytes, stream>>>(
+  pitMatmulKernel<T, WM, Y, Stages><<<grid, kThreads, bytes, stream>>>(
       ws.xg, ws.idx, ws.count, int(M), int(pitCapacity(K)), w, int(N), bias,
       act, residual, y);
   return cudaGetLastError();
 }
 
+template <int T, int WM, typename Y>
+cudaError_t launchMatmulS(const PitWorkspace &ws, int64_t M, int64_t K,
+                          const __half *w, int64_t N, int stages,
+                          const float *bias, Activation act,
+                          const float *residual, Y *y, cudaStream_t stream) {
+  switch (stages) {
+  case 2:
+    return launchMatmul<T, WM, Y, 2>(ws, M, K, w, N, bias, act, residual, y,
+                                     stream);
+  case 3:
+    return launchMatmul<T, WM, Y, 3>(ws, M, K, w, N, bias, act, residual, y,
+                                     stream);
+  case 4:
+    return launchMatmul<T, WM, Y, 4>(ws, M, K, w, N, bias, act, residual, y,
+                                     stream);
+  }
+  // The default: 3 stages for 128 columns (on the H200 as fast or faster
+  // than 4 from 0 to 99 % micro-tile sparsity: one block more an SM), 4 for
+  // 256 (docs/GPU.md).
+  if constexpr (WM == 32)
+    return launchMatmul<T, WM, Y, 3>(ws, M, K, w, N, bias, act, residual, y,
+                                     stream);
+  else
+    return launchMatmul<T, WM, Y, 4>(ws, M, K, w, N, bias, act, residual, y,
+                                     stream);
+}
+
 template <int T, typename Y>
 cudaError_t launchMatmulT(const PitWorkspace &ws, int64_t M, int64_t K,
-                          const __half *w, int64_t N, int columns,
+                          const __half *w, int64_t N, int columns, int stages,
                           const float *bias, Activation act,
                           const float *residual, Y *y, cudaStream_t stream) {
   if (columns == 256)
-    return launchMatmul<T, 64>(ws, M, K, w, N, bias, act, residual, y, stream);
-  return launchMatmul<T, 32>(ws, M, K, w, N, bias, act, residual, y, stream);
+    return launchMatmulS<T, 64>(ws, M, K, w, N, stages, bias, act, residual,
+                                y, stream);
+  return launchMatmulS<T, 32>(ws, M, K, w, N, stages, bias, act, residual, y,
+                              stream);
 }
 
 } // namespace
@@ -500,24 +530,28 @@ template <typename Y>
 cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
                       const __half *w, int64_t N, int tile, const float *bias,
                       Activation act, const float *residual, Y *y,
-                      cudaStream_t stream, int columns) {
+                      cudaStream_t stream, int columns, int stages) {
   if (M <= 0 || N <= 0)
     return cudaSuccess;
   auto aligned = [](const void *p) {
     return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
   };
   if (!pitSupported(M, K, N, tile, w) || !aligned(y) || !aligned(residual) ||
-      (columns && columns != 128 && columns != 256))
+      (columns && columns != 128 && columns != 256) ||
+      (stages && (stages < 2 || stages > kStages)))
     return cudaErrorInvalidValue;
   if (!columns)
     columns = pitDefaultColumns(M, N, tile);
   switch (tile) {
   case 8:
-    return launchMatmulT<8>(ws, M, K, w, N, columns, bias, act, residual, y, stream);
+    return launchMatmulT<8>(ws, M, K, w, N, columns, stages, bias, act, residual,
+                             y, stream);
   case 16:
-    return launchMatmulT<16>(ws, M, K, w, N, columns, bias, act, residual, y, stream);
+    return launchMatmulT<16>(ws, M, K, w, N, columns, stages, bias, act, residual,
+                             y, stream);
   case 32:
-    return launchMatmulT<32>(ws, M, K, w, N, columns, bias, act, residual, y, stream);
+    return launchMatmulT<32>(ws, M, K, w, N, columns, stages, bias, act, residual,
+                             y, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -529,10 +563,10 @@ template cudaError_t pitSRead<__half>(const __half *, int64_t, int64_t, int,
 template cudaError_t pitMatmul<float>(const PitWorkspace &, int64_t, int64_t,
                                       const __half *, int64_t, int,
                                       const float *, Activation, const float *,
-                                      float *, cudaStream_t, int);
+                                      float *, cudaStream_t, int, int);
 template cudaError_t pitMatmul<__half>(const PitWorkspace &, int64_t, int64_t,
                                        const __half *, int64_t, int,
                                        const float *, Activation, const float *,
-                                       __half *, cudaStream_t, int);
+                                       __half *, cudaStream_t, int, int);
 
 } // namespace sparsec::rt::cuda
