@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <cstdint>
 #include <vector>
 
 #define CHECK_CUDA(x)                                                          \
@@ -111,6 +112,52 @@ template <typename T> std::vector<T> download(const T *p, size_t n) {
   CHECK_CUDA(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
   return v;
 }
+
+#ifdef __CUDACC__
+/// Deterministic values in [-scale, scale) from each element's index and
+/// `seed` (T: float or __half), so a benchmark's weights need no upload.
+template <typename T>
+__global__ void fillKernel(T *p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ (seed * 0x9e3779b9u) ^ uint32_t(i >> 32);
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    p[i] = T((float(h & 0xffffff) / 16777216.0f * 2.0f - 1.0f) * scale);
+  }
+}
+
+static __global__ void readKernel(const float4 *p, size_t n, float *out) {
+  float s = 0.0f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float4 v = __ldcs(p + i);
+    s += v.x + v.y + v.z + v.w;
+  }
+  if (s == 1234.5f) // keeps the loads; never true for the zero buffer
+    out[0] = s;
+}
+
+/// The read bandwidth in GB/s: a reduction kernel over 4 GiB of zeros,
+/// each byte read once (the yardstick of the decode benchmarks).
+inline double readBandwidth(const cudaDeviceProp &prop) {
+  const size_t bytes = size_t(4) << 30;
+  float4 *p = alloc<float4>(bytes / 16);
+  float *sink = alloc<float>(1);
+  CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream));
+  bool g;
+  const double us = timeUs(
+      [&] {
+        readKernel<<<prop.multiProcessorCount * 8, 512, 0, stream>>>(
+            p, bytes / 16, sink);
+      },
+      g, 5);
+  cudaFree(p);
+  cudaFree(sink);
+  return bytes / (us * 1e3);
+}
+#endif
 
 inline double relErr(const std::vector<float> &got, const std::vector<float> &ref) {
   double maxRef = 0, maxDiff = 0;

@@ -60,17 +60,6 @@ using namespace sparsec::bench;
 
 namespace {
 
-__global__ void readKernel(const float4 *p, size_t n, float *out) {
-  float s = 0.0f;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    float4 v = __ldcs(p + i);
-    s += v.x + v.y + v.z + v.w;
-  }
-  if (s == 1234.5f) // keeps the loads; never true for the zero buffer
-    out[0] = s;
-}
-
 __global__ void tinyKernel(float *x, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n)
@@ -124,18 +113,7 @@ int main(int argc, char **argv) {
   setUp(prop, blas, sparse);
   bool g;
 
-  size_t readBytes = size_t(4) << 30;
-  float4 *rb = alloc<float4>(readBytes / 16);
-  float *sink = alloc<float>(1);
-  CHECK_CUDA(cudaMemset(rb, 0, readBytes));
-  double readUs = timeUs(
-      [&] {
-        readKernel<<<prop.multiProcessorCount * 8, 512, 0, stream>>>(
-            rb, readBytes / 16, sink);
-      },
-      g, 5);
-  const double readBw = readBytes / (readUs * 1e3); // GB/s
-  cudaFree(rb);
+  const double readBw = readBandwidth(prop); // GB/s
   std::printf("GPU: %s, %d SMs; read bandwidth %.0f GB/s (4 GiB reduction)\n",
               prop.name, prop.multiProcessorCount, readBw);
   std::printf("OPT-%s shapes: d %d, FFN %d, %d heads of %d, vocabulary %d; "

@@ -49,18 +49,6 @@ using namespace sparsec::bench;
 namespace {
 constexpr int kLayers = 8, kGraphLayers = 64;
 
-/// Deterministic values in [-scale, scale) from the element's index.
-__global__ void fillKernel(__half *p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ (seed * 0x9e3779b9u) ^ uint32_t(i >> 32);
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    p[i] = __float2half((float(h & 0xffffff) / 16777216.0f * 2.0f - 1.0f) * scale);
-  }
-}
-
 __half *filled(size_t n, uint32_t seed, float scale) {
   __half *p = alloc<__half>(n);
   fillKernel<<<1024, 256, 0, stream>>>(p, n, seed, scale);

@@ -516,18 +516,6 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
   }
 }
 
-template <typename T>
-__global__ void fillKernel(T *p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ (seed * 0x9e3779b9u) ^ uint32_t(i >> 32);
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    p[i] = T((float(h & 0xffffff) / 16777216.0f * 2.0f - 1.0f) * scale);
-  }
-}
-
 struct Shape {
   const char *name;
   int d, layers;
@@ -783,17 +771,6 @@ bool runShape(const Shape &sh, bool attention, int layersArg, int slotsArg,
   return ok && g1 && g2;
 }
 
-__global__ void readKernel(const float4 *p, size_t n, float *out) {
-  float s = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    float4 v = __ldcs(p + i);
-    s += v.x + v.y + v.z + v.w;
-  }
-  if (s == 12345.678f)
-    *out = s;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -820,17 +797,7 @@ int main(int argc, char **argv) {
   cublasHandle_t blas;
   cusparseHandle_t sp;
   setUp(prop, blas, sp);
-  // The read bandwidth: a reduction over 4 GiB.
-  const size_t n4 = (size_t(1) << 32) / 16;
-  float4 *big = alloc<float4>(n4);
-  CHECK_CUDA(cudaMemsetAsync(big, 0, n4 * 16, stream));
-  float *sink = alloc<float>(1);
-  bool g;
-  const double tRead = timeUs([&] {
-    readKernel<<<prop.multiProcessorCount * 8, 512, 0, stream>>>(big, n4, sink);
-  }, g, 3);
-  const double readBw = double(n4) * 16 / (tRead * 1e3); // GB/s
-  cudaFree(big);
+  const double readBw = readBandwidth(prop); // GB/s
   std::printf("%s, %d SMs; read bandwidth %.0f GB/s (a reduction over 4 GiB)\n\n",
               prop.name, prop.multiProcessorCount, readBw);
   std::printf("| shape | ops | kernels | layers | MB a layer | us all | us a layer | TB/s | of read bw |\n"
