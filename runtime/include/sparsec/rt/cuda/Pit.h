@@ -84,7 +84,7 @@ cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
 /// y [M, N] = act(xg . W[idx] + bias) + residual, W [K, N] fp16, bias [N]
 /// fp32 or null, residual [M, N] fp32 or null (may alias y only when Y is
 /// float). Y: float or __half. `columns` (128 or 256) is the output columns
-/// per block; 0 picks pitDefaultColumns. `stages` (2 to 4) is the depth
+/// per block; 0 picks 128. `stages` (2 to 4) is the depth
 /// of the cp.async pipeline: fewer stages take less shared memory, so more
 /// blocks run on an SM, which pays when the gathered sets are short (high
 /// micro-tile sparsity); 0 picks 3 for 128 columns and 4 for 256.
@@ -93,8 +93,6 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
                       const __half *w, int64_t N, int tile, const float *bias,
                       ops::Activation act, const float *residual, Y *y,
                       cudaStream_t stream, int columns = 0, int stages = 0);
-/// 256 when the grid of 256-column blocks still fills the GPU twice, else 128.
-int pitDefaultColumns(int64_t M, int64_t N, int tile);
 
 /// Measures, on the current GPU, what the compiler's PIT cost model needs
 /// (`sparsec tune --target cuda` runs this): for an m x k x n problem with
