@@ -43,6 +43,10 @@
 //   sparsec-bench-persistent-chain [--shape 1.3b|6.7b|both] [--layers L]
 //                                  [--slots S]
 //
+// --layers: layers a model (default 24 at 1.3B, 32 at 6.7B); --slots: ring
+// slots of 8 KB (default: as many as fit beside x, 24 at 1.3B and 16 at
+// 6.7B; rounded down to a multiple of the 8 consumer warps).
+//
 //===----------------------------------------------------------------------===//
 
 #include "GpuBench.h"
