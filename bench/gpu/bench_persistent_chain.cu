@@ -234,6 +234,21 @@ __device__ void attentionTasks(const ChainOp &op, int j, int *done,
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int D = op.D, keysPerSlot = kSlotBytes / (D * 4);
   float *q = xs, *scores = xs + 256, *acc = xs + 512, *stats = xs + 1024;
+  // The next `half` pieces of the ring (the task's keys, or its values),
+  // each shared by all warps: body(slot, p, n) with n keys in piece p,
+  // then the slot is released once every warp is done with it.
+  auto sharedPieces = [&](int half, int nk, auto &&body) {
+    for (int p = 0; p < half; ++p, ++it) {
+      const SlotOf so = slotOf(it, slotsInRing);
+      const int s = so.slot;
+      mbarWait(full + s, so.parity);
+      body(reinterpret_cast<const float *>(ring + size_t(s) * kSlotBytes), p,
+           min(keysPerSlot, nk - p * keysPerSlot));
+      consumerSync(); // every warp is done with the slot
+      if (tid == 0)
+        mbarArrive(empty + s);
+    }
+  };
   for (int t = blockIdx.x; t < op.tasks; t += gridDim.x) {
     const int h = t / op.blocks, nk = attnKeys(op, t);
     const int half = pieceCount(op, t) / 2;
@@ -241,12 +256,7 @@ __device__ void attentionTasks(const ChainOp &op, int j, int *done,
       q[d] = __ldcg(op.x + size_t(h) * D + d) * op.scale;
     consumerSync();
     // Keys: warp w scores keys w, w + 8, ... of each slot.
-    for (int p = 0; p < half; ++p, ++it) {
-      const SlotOf so = slotOf(it, slotsInRing);
-      const int s = so.slot;
-      mbarWait(full + s, so.parity);
-      const float *slot = reinterpret_cast<const float *>(ring + size_t(s) * kSlotBytes);
-      const int n = min(keysPerSlot, nk - p * keysPerSlot);
+    sharedPieces(half, nk, [&](const float *slot, int p, int n) {
       for (int k = warp; k < n; k += kConsumers / 32) {
         float v = 0;
         for (int d = lane; d < D; d += 32)
@@ -257,10 +267,7 @@ __device__ void attentionTasks(const ChainOp &op, int j, int *done,
         if (lane == 0)
           scores[p * keysPerSlot + k] = v;
       }
-      consumerSync(); // every warp is done with the slot
-      if (tid == 0)
-        mbarArrive(empty + s);
-    }
+    });
     consumerSync();
     if (warp == 0) {
       float m = -INFINITY;
@@ -287,19 +294,11 @@ __device__ void attentionTasks(const ChainOp &op, int j, int *done,
     // Values: thread (g, d) adds keys g, g + G, ... of each slot.
     const int groups = kConsumers / D, g = tid / D, d = tid % D;
     float a = 0;
-    for (int p = 0; p < half; ++p, ++it) {
-      const SlotOf so = slotOf(it, slotsInRing);
-      const int s = so.slot;
-      mbarWait(full + s, so.parity);
-      const float *slot = reinterpret_cast<const float *>(ring + size_t(s) * kSlotBytes);
-      const int n = min(keysPerSlot, nk - p * keysPerSlot);
+    sharedPieces(half, nk, [&](const float *slot, int p, int n) {
       if (g < groups)
         for (int k = g; k < n; k += groups)
           a += scores[p * keysPerSlot + k] * slot[k * D + d];
-      consumerSync(); // every warp is done with the slot
-      if (tid == 0)
-        mbarArrive(empty + s);
-    }
+    });
     if (g < groups)
       acc[g * D + d] = a;
     consumerSync();
