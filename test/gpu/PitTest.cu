@@ -37,6 +37,7 @@ struct Case {
   bool bias = false, relu = false, residual = false;
   int columns = 0; // output columns per block (0: the kernel's choice)
   int stages = 0;  // pipeline depth (0: the default)
+  bool early = false; // both kernels as programmatic dependent launches
 };
 
 void run(const Case &c) {
@@ -98,16 +99,22 @@ void run(const Case &c) {
   size_t ysize = size_t(c.M) * c.N;
   CHECK_CUDA(cudaMalloc(&dy, sizeof(float) * ysize));
   CHECK_CUDA(cudaMalloc(&dyh, sizeof(__half) * ysize));
-  cudaStream_t s = nullptr;
-  CHECK_CUDA(c.halfX ? pitSRead(dxh, c.M, c.K, c.tile, c.sorted, ws, s)
-                     : pitSRead(dx, c.M, c.K, c.tile, c.sorted, ws, s));
+  cudaStream_t s = nullptr; // early launches on a stream of their own
+  if (c.early)
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (c.early) { // something for the early launches to overlap and wait for
+    CHECK_CUDA(cudaMemsetAsync(ws.count, 0xff, pitCountBytes(c.M, c.tile), s));
+    CHECK_CUDA(cudaMemsetAsync(ws.idx, 0xff, pitIdxBytes(c.M, c.K, c.tile), s));
+  }
+  CHECK_CUDA(c.halfX ? pitSRead(dxh, c.M, c.K, c.tile, c.sorted, ws, s, c.early)
+                     : pitSRead(dx, c.M, c.K, c.tile, c.sorted, ws, s, c.early));
   const float *b = c.bias ? db : nullptr;
   const float *r = c.residual ? dres : nullptr;
   ops::Activation act = c.relu ? ops::Activation::relu : ops::Activation::none;
   CHECK_CUDA(c.halfY ? pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dyh, s,
-                                 c.columns, c.stages)
+                                 c.columns, c.stages, c.early)
                      : pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dy, s,
-                                 c.columns, c.stages));
+                                 c.columns, c.stages, c.early));
   CHECK_CUDA(cudaDeviceSynchronize());
 
   // Index sets.
@@ -158,11 +165,13 @@ void run(const Case &c) {
   double tol = c.halfY ? 2e-3 : 1e-4;
   bool ok = idxOk && err <= tol;
   std::printf("%s pit tile=%d M=%d K=%d N=%d density=%.2f sorted=%d x=%s y=%s "
-              "bias=%d relu=%d residual=%d columns=%d stages=%d index=%s max rel err %.2e\n",
+              "bias=%d relu=%d residual=%d columns=%d stages=%d early=%d index=%s max rel err %.2e\n",
               ok ? "PASS" : "FAIL", c.tile, c.M, c.K, c.N, c.density, c.sorted,
               c.halfX ? "f16" : "f32", c.halfY ? "f16" : "f32", c.bias, c.relu,
-              c.residual, c.columns, c.stages, idxOk ? "ok" : "wrong", err);
+              c.residual, c.columns, c.stages, c.early, idxOk ? "ok" : "wrong", err);
   (ok ? passes : failures)++;
+  if (s)
+    cudaStreamDestroy(s);
   cudaFree(ws.idx);
   cudaFree(ws.count);
   cudaFree(ws.xg);
@@ -213,6 +222,18 @@ int main() {
       run({64, 1000, 256, tile, 0.02, false, false, true, false, false, false, 256,
            stages});
     }
+  // Programmatic dependent launches: each kernel waits for the one before
+  // (the sets were just filled with garbage), sorted and unsorted sets,
+  // every tile; and the sorted SRead's passes over K > 2048 fp32 columns
+  // (512 threads x 2) and K > 512 odd (one column a thread).
+  for (int tile : {8, 16, 32}) {
+    run({200, 3000, 392, tile, 0.1, true, tile == 16, tile != 8, true, true, true,
+         128, 0, true});
+    run({96, 1001, 136, tile, 0.3, tile != 32, false, false, false, false, false,
+         256, 2, true});
+  }
+  run({64, 5000, 64, 32, 0.02, true, false, true, true, false, false});
+  run({64, 1203, 64, 16, 0.5, true, false, false, false, false, false});
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

@@ -1748,11 +1748,12 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
     ws.xg = static_cast<__half *>(d.pitGather.ptr);
     return check(ctx,
                  pitSRead(x.as<float>(), M, K, pitTile, d.pitSorted, ws,
-                          d.stream),
+                          d.stream, d.earlySparse),
                  "sparse_linear (PIT gather)") &&
            check(ctx,
                  pitMatmul(ws, M, K, w.as<__half>(), N, pitTile, b,
-                           Activation::none, nullptr, r.as<float>(), d.stream),
+                           Activation::none, nullptr, r.as<float>(), d.stream,
+                           0, 0, d.earlySparse),
                  "sparse_linear (PIT matmul)") &&
            addResidual();
   }

@@ -13,6 +13,7 @@
 #include "DeviceMath.cuh"
 #include "sparsec/rt/cuda/SparseDecode.h"
 
+#include <algorithm>
 #include <cuda_fp16.h>
 
 namespace sparsec::rt::cuda {
@@ -63,48 +64,6 @@ __device__ __forceinline__ void storeColumn(int32_t *bidx, __half *bxg, int pos,
     dst[q] = make_uint4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
 }
 
-template <typename X, int T>
-__global__ void __launch_bounds__(kSReadThreads)
-    pitSReadSortedKernel(const X *__restrict__ x, int M, int K, int cap,
-                   int32_t *__restrict__ idx, int32_t *__restrict__ count,
-                   __half *__restrict__ xg) {
-  __shared__ int warpCounts[kSReadThreads / 32];
-  __shared__ int base;
-  const int b = blockIdx.x, row0 = b * T;
-  const int rows = min(T, M - row0);
-  int32_t *bidx = idx + size_t(b) * cap;
-  __half *bxg = xg + size_t(b) * cap * T;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (threadIdx.x == 0)
-    base = 0;
-  __syncthreads();
-  for (int k0 = 0; k0 < K; k0 += kSReadThreads) {
-    const int k = k0 + threadIdx.x;
-    unsigned v[T / 2];
-    const bool any = loadColumn<X, T>(x, K, row0, rows, k, v);
-    const unsigned ballot = __ballot_sync(0xffffffffu, any);
-    const int rank = __popc(ballot & ((1u << lane) - 1u));
-    if (lane == 0)
-      warpCounts[warp] = __popc(ballot);
-    __syncthreads();
-    int before = 0, total = 0;
-    for (int w = 0; w < kSReadThreads / 32; ++w) {
-      int c = warpCounts[w];
-      before += w < warp ? c : 0;
-      total += c;
-    }
-    const int pos = base + before + rank;
-    __syncthreads();
-    if (threadIdx.x == 0)
-      base += total;
-    __syncthreads();
-    if (any)
-      storeColumn<T>(bidx, bxg, pos, k, v);
-  }
-  if (threadIdx.x == 0)
-    count[b] = base;
-}
-
 /// 8 bytes of x as floats: 2 fp32 or 4 fp16 values.
 template <typename X> constexpr int kPerLoad = 8 / int(sizeof(X));
 __device__ __forceinline__ void unpack8(uint2 u, const float *, float (&f)[2]) {
@@ -151,6 +110,68 @@ __device__ __forceinline__ void loadColumnsV(const X *__restrict__ x, int K,
   }
 }
 
+/// The sorted SRead: one block per token block, each pass kSReadThreads
+/// threads x V adjacent columns (V as pitSReadWideKernel), the columns'
+/// positions an exclusive prefix over the block's flags in column order.
+/// The set comes out sorted and the same on every run, and count is
+/// written rather than added to, so nothing has to clear it first.
+template <typename X, int T, int V>
+__global__ void __launch_bounds__(kSReadThreads)
+    pitSReadScanKernel(const X *__restrict__ x, int M, int K, int cap,
+                       int32_t *__restrict__ idx, int32_t *__restrict__ count,
+                       __half *__restrict__ xg) {
+  constexpr int kWarps = kSReadThreads / 32;
+  // Two sets of warp totals: a pass writes one while a slow warp may still
+  // read the other pass's (a barrier lies between a set's reads and its
+  // next writes).
+  __shared__ int warpCounts[2][kWarps];
+  const int b = blockIdx.x, row0 = b * T;
+  const int rows = min(T, M - row0);
+  int32_t *bidx = idx + size_t(b) * cap;
+  __half *bxg = xg + size_t(b) * cap * T;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  pdlTrigger();
+  pdlWait(); // x comes from before
+  int base = 0, parity = 0;
+  for (int g = 0; g < K; g += kSReadThreads * V, parity ^= 1) {
+    const int k0 = g + threadIdx.x * V;
+    unsigned v[V][T / 2];
+    bool any[V];
+    if constexpr (V == 1)
+      any[0] = loadColumn<X, T>(x, K, row0, rows, k0, v[0]);
+    else
+      loadColumnsV<X, T, V>(x, K, row0, rows, k0, v, any);
+    int mine = 0;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      mine += any[j];
+    int upTo = mine; // inclusive prefix over the warp's lanes
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      int t = __shfl_up_sync(0xffffffffu, upTo, d);
+      upTo += lane >= d ? t : 0;
+    }
+    if (lane == 31)
+      warpCounts[parity][warp] = upTo;
+    __syncthreads();
+    int before = 0, all = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      int c = warpCounts[parity][w];
+      before += w < warp ? c : 0;
+      all += c;
+    }
+    int pos = base + before + upTo - mine;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (any[j])
+        storeColumn<T>(bidx, bxg, pos++, k0 + j, v[j]);
+    base += all;
+  }
+  if (threadIdx.x == 0)
+    count[b] = base;
+}
+
 /// The unsorted SRead: a wide grid (token block, 256 threads x V columns)
 /// whose warps append to the block's set with one atomic each; count must
 /// be zero. V = kPerLoad<X> (2 fp32 or 4 fp16 columns, one 8-byte load a
@@ -164,6 +185,7 @@ __global__ void __launch_bounds__(256)
   const int rows = min(T, M - row0);
   const int k0 = (blockIdx.x * 256 + threadIdx.x) * V;
   const int lane = threadIdx.x & 31;
+  pdlTrigger(); // (launched normally, after the memset of count)
   unsigned v[V][T / 2];
   bool any[V];
   if constexpr (V == 1)
@@ -199,15 +221,20 @@ __global__ void __launch_bounds__(256)
 // Epilogue stores (the tensor-core primitives are in DeviceMath.cuh)
 //===----------------------------------------------------------------------===//
 
-__device__ __forceinline__ void store4(float *p, float4 v) {
-  *reinterpret_cast<float4 *>(p) = v;
+/// 8 adjacent outputs (32-byte aligned for fp32, 16 for fp16).
+__device__ __forceinline__ void store8(float *p, const float (&v)[8]) {
+  reinterpret_cast<float4 *>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4 *>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
-__device__ __forceinline__ void store4(__half *p, float4 v) {
-  __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-  uint2 u;
-  u.x = *reinterpret_cast<unsigned *>(&lo);
-  u.y = *reinterpret_cast<unsigned *>(&hi);
-  *reinterpret_cast<uint2 *>(p) = u;
+__device__ __forceinline__ void store8(__half *p, const float (&v)[8]) {
+  uint4 u;
+  unsigned *w = reinterpret_cast<unsigned *>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+    w[i] = *reinterpret_cast<unsigned *>(&h);
+  }
+  *reinterpret_cast<uint4 *>(p) = u;
 }
 
 //===----------------------------------------------------------------------===//
@@ -250,6 +277,8 @@ __global__ void __launch_bounds__(kThreads)
 
   const int b = blockIdx.y, n0 = blockIdx.x * BN;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  pdlTrigger();
+  pdlWait(); // the set, the gathered x and the residual come from before
   const int total = count[b];
   const int chunks = (total + kBK - 1) / kBK;
   const int32_t *bidx = idx + size_t(b) * cap;
@@ -370,49 +399,61 @@ __global__ void __launch_bounds__(kThreads)
         ys[t * YS + m] = acc[mi][ni][r];
       }
   __syncthreads();
-  for (int p = tid; p < T * (BN / 4); p += kThreads) {
-    int t = p / (BN / 4), c = (p % (BN / 4)) * 4;
-    int row = b * T + t, n = n0 + c;
-    if (row >= M || n >= N)
-      continue;
-    float4 v = *reinterpret_cast<const float4 *>(ys + t * YS + c);
-    if (bias) {
-      v.x += bias[n];
-      v.y += bias[n + 1];
-      v.z += bias[n + 2];
-      v.w += bias[n + 3];
-    }
-    v.x = activate(act, v.x);
-    v.y = activate(act, v.y);
-    v.z = activate(act, v.z);
-    v.w = activate(act, v.w);
+  // Each thread finishes 8 adjacent columns (fixed: their bias is read once)
+  // of every TSTEP-th token; N is a multiple of 8, so those 8 are all in
+  // or all out.
+  constexpr int CPT = BN / 8;          // threads per token row
+  constexpr int TSTEP = kThreads / CPT; // token rows per pass
+  static_assert(kThreads % CPT == 0 && T % TSTEP == 0, "whole passes");
+  const int c = (tid % CPT) * 8, n = n0 + c;
+  if (n >= N)
+    return;
+  float bv[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    bv[i] = bias ? bias[n + i] : 0.0f;
+#pragma unroll
+  for (int t = tid / CPT; t < T; t += TSTEP) {
+    const int row = b * T + t;
+    if (row >= M)
+      break;
+    const float4 lo = *reinterpret_cast<const float4 *>(ys + t * YS + c),
+                 hi = *reinterpret_cast<const float4 *>(ys + t * YS + c + 4);
+    float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      v[i] = activate(act, v[i] + bv[i]);
     if (residual) {
-      float4 r = *reinterpret_cast<const float4 *>(residual + size_t(row) * N + n);
-      v.x += r.x;
-      v.y += r.y;
-      v.z += r.z;
-      v.w += r.w;
+      const float4 *rp =
+          reinterpret_cast<const float4 *>(residual + size_t(row) * N + n);
+      const float4 r0 = rp[0], r1 = rp[1];
+      v[0] += r0.x, v[1] += r0.y, v[2] += r0.z, v[3] += r0.w;
+      v[4] += r1.x, v[5] += r1.y, v[6] += r1.z, v[7] += r1.w;
     }
-    store4(y + size_t(row) * N + n, v);
+    store8(y + size_t(row) * N + n, v);
   }
 }
 
 template <int T, typename X>
 cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
-                        const PitWorkspace &ws, cudaStream_t stream) {
+                        const PitWorkspace &ws, cudaStream_t stream,
+                        bool early) {
   const unsigned blocks = unsigned(pitBlocks(M, T));
   const int cap = int(pitCapacity(K));
-  if (sorted) {
-    pitSReadSortedKernel<X, T><<<blocks, kSReadThreads, 0, stream>>>(
-        x, int(M), int(K), cap, ws.idx, ws.count, ws.xg);
-    return cudaGetLastError();
-  }
+  constexpr int V = kPerLoad<X>;
+  const bool wide = K % V == 0 && (reinterpret_cast<uintptr_t>(x) & 7) == 0;
+  if (sorted)
+    return launchKernel(wide ? pitSReadScanKernel<X, T, V>
+                             : pitSReadScanKernel<X, T, 1>,
+                        dim3(blocks), dim3(kSReadThreads), 0, stream, early, x,
+                        int(M), int(K), cap, ws.idx, ws.count, ws.xg);
+  // (After the memset the kernel launches normally: a programmatic launch
+  // overlaps only a kernel before it.)
   cudaError_t e =
       cudaMemsetAsync(ws.count, 0, sizeof(int32_t) * blocks, stream);
   if (e != cudaSuccess)
     return e;
-  constexpr int V = kPerLoad<X>;
-  if (K % V == 0 && (reinterpret_cast<uintptr_t>(x) & 7) == 0) {
+  if (wide) {
     dim3 grid{unsigned((K + 256 * V - 1) / (256 * V)), blocks};
     pitSReadWideKernel<X, T, V><<<grid, 256, 0, stream>>>(
         x, int(M), int(K), cap, ws.idx, ws.count, ws.xg);
@@ -424,66 +465,63 @@ cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
   return cudaGetLastError();
 }
 
+/// One pitMatmul call's operands, passed down the template dispatch.
+template <typename Y> struct MatmulCall {
+  const PitWorkspace &ws;
+  int64_t M, K;
+  const __half *w;
+  int64_t N;
+  const float *bias;
+  Activation act;
+  const float *residual;
+  Y *y;
+  cudaStream_t stream;
+  bool early; // a programmatic dependent launch
+};
+
 template <int T, int WM, typename Y, int Stages>
-cudaError_t launchMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
-                         const __half *w, int64_t N, const float *bias,
-                         Activation act, const float *residual, Y *y,
-                         cudaStream_t stream) {
+cudaError_t launchMatmul(const MatmulCall<Y> &c) {
   constexpr size_t bytes = pitSmemBytes<T, WM, Stages>();
+  auto *kernel = pitMatmulKernel<T, WM, Y, Stages>;
   static bool configured = false; // per instantiation
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(
-        pitMatmulKernel<T, WM, Y, Stages>,
-        cudaFuncAttributeMaxDynamicSharedMemorySize,
-        int(bytes));
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
     if (e != cudaSuccess)
       return e;
     configured = true;
   }
-  dim3 grid{unsigned((N + 4 * WM - 1) / (4 * WM)), unsigned(pitBlocks(M, T))};
-  pitMatmulKernel<T, WM, Y, Stages><<<grid, kThreads, bytes, stream>>>(
-      ws.xg, ws.idx, ws.count, int(M), int(pitCapacity(K)), w, int(N), bias,
-      act, residual, y);
-  return cudaGetLastError();
+  dim3 grid{unsigned((c.N + 4 * WM - 1) / (4 * WM)), unsigned(pitBlocks(c.M, T))};
+  return launchKernel(kernel, grid, dim3(kThreads), bytes, c.stream, c.early,
+                      c.ws.xg, c.ws.idx, c.ws.count, int(c.M),
+                      int(pitCapacity(c.K)), c.w, int(c.N), c.bias, c.act,
+                      c.residual, c.y);
 }
 
 template <int T, int WM, typename Y>
-cudaError_t launchMatmulS(const PitWorkspace &ws, int64_t M, int64_t K,
-                          const __half *w, int64_t N, int stages,
-                          const float *bias, Activation act,
-                          const float *residual, Y *y, cudaStream_t stream) {
+cudaError_t launchMatmulS(const MatmulCall<Y> &c, int stages) {
   switch (stages) {
   case 2:
-    return launchMatmul<T, WM, Y, 2>(ws, M, K, w, N, bias, act, residual, y,
-                                     stream);
+    return launchMatmul<T, WM, Y, 2>(c);
   case 3:
-    return launchMatmul<T, WM, Y, 3>(ws, M, K, w, N, bias, act, residual, y,
-                                     stream);
+    return launchMatmul<T, WM, Y, 3>(c);
   case 4:
-    return launchMatmul<T, WM, Y, 4>(ws, M, K, w, N, bias, act, residual, y,
-                                     stream);
+    return launchMatmul<T, WM, Y, 4>(c);
   }
   // The default: 3 stages for 128 columns (on the H200 as fast or faster
   // than 4 from 0 to 99 % micro-tile sparsity: one block more an SM), 4 for
   // 256 (docs/GPU.md).
   if constexpr (WM == 32)
-    return launchMatmul<T, WM, Y, 3>(ws, M, K, w, N, bias, act, residual, y,
-                                     stream);
+    return launchMatmul<T, WM, Y, 3>(c);
   else
-    return launchMatmul<T, WM, Y, 4>(ws, M, K, w, N, bias, act, residual, y,
-                                     stream);
+    return launchMatmul<T, WM, Y, 4>(c);
 }
 
 template <int T, typename Y>
-cudaError_t launchMatmulT(const PitWorkspace &ws, int64_t M, int64_t K,
-                          const __half *w, int64_t N, int columns, int stages,
-                          const float *bias, Activation act,
-                          const float *residual, Y *y, cudaStream_t stream) {
+cudaError_t launchMatmulT(const MatmulCall<Y> &c, int columns, int stages) {
   if (columns == 256)
-    return launchMatmulS<T, 64>(ws, M, K, w, N, stages, bias, act, residual,
-                                y, stream);
-  return launchMatmulS<T, 32>(ws, M, K, w, N, stages, bias, act, residual, y,
-                              stream);
+    return launchMatmulS<T, 64>(c, stages);
+  return launchMatmulS<T, 32>(c, stages);
 }
 
 } // namespace
@@ -508,13 +546,13 @@ bool pitSupported(int64_t M, int64_t K, int64_t N, int tile, const void *w) {
 
 template <typename X>
 cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
-                     const PitWorkspace &ws, cudaStream_t stream) {
+                     const PitWorkspace &ws, cudaStream_t stream, bool early) {
   if (M <= 0 || K <= 0)
     return cudaSuccess;
   switch (tile) {
-  case 8: return launchSRead<8>(x, M, K, sorted, ws, stream);
-  case 16: return launchSRead<16>(x, M, K, sorted, ws, stream);
-  case 32: return launchSRead<32>(x, M, K, sorted, ws, stream);
+  case 8: return launchSRead<8>(x, M, K, sorted, ws, stream, early);
+  case 16: return launchSRead<16>(x, M, K, sorted, ws, stream, early);
+  case 32: return launchSRead<32>(x, M, K, sorted, ws, stream, early);
   }
   return cudaErrorInvalidValue;
 }
@@ -523,7 +561,7 @@ template <typename Y>
 cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
                       const __half *w, int64_t N, int tile, const float *bias,
                       Activation act, const float *residual, Y *y,
-                      cudaStream_t stream, int columns, int stages) {
+                      cudaStream_t stream, int columns, int stages, bool early) {
   if (M <= 0 || N <= 0)
     return cudaSuccess;
   auto aligned = [](const void *p) {
@@ -540,31 +578,30 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
   // the H200: more blocks an SM for short gathered sets (docs/GPU.md).
   if (!columns)
     columns = 128;
+  const MatmulCall<Y> c{ws, M, K, w, N, bias, act, residual, y, stream, early};
   switch (tile) {
   case 8:
-    return launchMatmulT<8>(ws, M, K, w, N, columns, stages, bias, act, residual,
-                             y, stream);
+    return launchMatmulT<8>(c, columns, stages);
   case 16:
-    return launchMatmulT<16>(ws, M, K, w, N, columns, stages, bias, act, residual,
-                             y, stream);
+    return launchMatmulT<16>(c, columns, stages);
   case 32:
-    return launchMatmulT<32>(ws, M, K, w, N, columns, stages, bias, act, residual,
-                             y, stream);
+    return launchMatmulT<32>(c, columns, stages);
   }
   return cudaErrorInvalidValue;
 }
 
 template cudaError_t pitSRead<float>(const float *, int64_t, int64_t, int, bool,
-                                     const PitWorkspace &, cudaStream_t);
+                                     const PitWorkspace &, cudaStream_t, bool);
 template cudaError_t pitSRead<__half>(const __half *, int64_t, int64_t, int,
-                                      bool, const PitWorkspace &, cudaStream_t);
+                                      bool, const PitWorkspace &, cudaStream_t,
+                                      bool);
 template cudaError_t pitMatmul<float>(const PitWorkspace &, int64_t, int64_t,
                                       const __half *, int64_t, int,
                                       const float *, Activation, const float *,
-                                      float *, cudaStream_t, int, int);
+                                      float *, cudaStream_t, int, int, bool);
 template cudaError_t pitMatmul<__half>(const PitWorkspace &, int64_t, int64_t,
                                        const __half *, int64_t, int,
                                        const float *, Activation, const float *,
-                                       __half *, cudaStream_t, int, int);
+                                       __half *, cudaStream_t, int, int, bool);
 
 } // namespace sparsec::rt::cuda

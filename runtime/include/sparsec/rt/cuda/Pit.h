@@ -15,8 +15,9 @@
 //              compute kernel stages them with 16-byte copies). Default:
 //              a wide grid (token block x 256 columns) whose warps append
 //              with one atomic each (any order, the same set); `sorted`
-//              (deterministic, for tests): one block of threads per token
-//              block scanning the columns in order.
+//              (deterministic): one block of threads per token block
+//              placing the columns by a prefix sum over its flags, with
+//              the same wide loads and no count to clear beforehand.
 //   pitMatmul  one block per (token block, 128 or 256 output columns): a
 //              cp.async pipeline (2-4 stages) stages 32 gathered rows of W
 //              (whole row segments of the k-major W [K, N]) and the
@@ -76,10 +77,13 @@ size_t pitGatherBytes(int64_t M, int64_t K, int tile);
 bool pitSupported(int64_t M, int64_t K, int64_t N, int tile, const void *w);
 
 /// SRead: builds ws.idx / ws.count / ws.xg from x [M, K] (X: float or
-/// __half). Rows past M count as zero.
+/// __half). Rows past M count as zero. With `early` a sorted SRead is a
+/// programmatic dependent launch (docs/GPU.md): its launch overlaps the
+/// kernel before it, and it waits for that kernel before reading x.
 template <typename X>
 cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
-                     const PitWorkspace &ws, cudaStream_t stream);
+                     const PitWorkspace &ws, cudaStream_t stream,
+                     bool early = false);
 
 /// y [M, N] = act(xg . W[idx] + bias) + residual, W [K, N] fp16, bias [N]
 /// fp32 or null, residual [M, N] fp32 or null (may alias y only when Y is
@@ -88,11 +92,13 @@ cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
 /// of the cp.async pipeline: fewer stages take less shared memory, so more
 /// blocks run on an SM, which pays when the gathered sets are short (high
 /// micro-tile sparsity); 0 picks 3 for 128 columns and 4 for 256.
+/// `early`: a programmatic dependent launch, as pitSRead's.
 template <typename Y>
 cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
                       const __half *w, int64_t N, int tile, const float *bias,
                       ops::Activation act, const float *residual, Y *y,
-                      cudaStream_t stream, int columns = 0, int stages = 0);
+                      cudaStream_t stream, int columns = 0, int stages = 0,
+                      bool early = false);
 
 /// Measures, on the current GPU, what the compiler's PIT cost model needs
 /// (`sparsec tune --target cuda` runs this): for an m x k x n problem with
