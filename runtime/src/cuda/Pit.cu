@@ -13,7 +13,6 @@
 #include "DeviceMath.cuh"
 #include "sparsec/rt/cuda/SparseDecode.h"
 
-#include <algorithm>
 #include <cuda_fp16.h>
 
 namespace sparsec::rt::cuda {
