@@ -109,6 +109,19 @@ __device__ __forceinline__ void loadColumnsV(const X *__restrict__ x, int K,
   }
 }
 
+/// V adjacent columns from k0 (V = kPerLoad<X>: one 8-byte load a row, as
+/// loadColumnsV; V = 1: one column, as loadColumn).
+template <typename X, int T, int V>
+__device__ __forceinline__ void loadColumns(const X *__restrict__ x, int K,
+                                            int row0, int rows, int k0,
+                                            unsigned (&v)[V][T / 2],
+                                            bool (&any)[V]) {
+  if constexpr (V == 1)
+    any[0] = loadColumn<X, T>(x, K, row0, rows, k0, v[0]);
+  else
+    loadColumnsV<X, T, V>(x, K, row0, rows, k0, v, any);
+}
+
 /// The sorted SRead: one block per token block, each pass kSReadThreads
 /// threads x V adjacent columns (V as pitSReadWideKernel), the columns'
 /// positions an exclusive prefix over the block's flags in column order.
@@ -136,10 +149,7 @@ __global__ void __launch_bounds__(kSReadThreads)
     const int k0 = g + threadIdx.x * V;
     unsigned v[V][T / 2];
     bool any[V];
-    if constexpr (V == 1)
-      any[0] = loadColumn<X, T>(x, K, row0, rows, k0, v[0]);
-    else
-      loadColumnsV<X, T, V>(x, K, row0, rows, k0, v, any);
+    loadColumns<X, T, V>(x, K, row0, rows, k0, v, any);
     int mine = 0;
 #pragma unroll
     for (int j = 0; j < V; ++j)
@@ -187,10 +197,7 @@ __global__ void __launch_bounds__(256)
   pdlTrigger(); // (launched normally, after the memset of count)
   unsigned v[V][T / 2];
   bool any[V];
-  if constexpr (V == 1)
-    any[0] = loadColumn<X, T>(x, K, row0, rows, k0, v[0]);
-  else
-    loadColumnsV<X, T, V>(x, K, row0, rows, k0, v, any);
+  loadColumns<X, T, V>(x, K, row0, rows, k0, v, any);
   // Positions column-major over the warp (all lanes' column j before any
   // lane's column j + 1): the lanes storing column j write consecutive
   // entries, so each store instruction covers one contiguous run of xg.
