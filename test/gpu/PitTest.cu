@@ -99,10 +99,14 @@ void run(const Case &c) {
   size_t ysize = size_t(c.M) * c.N;
   CHECK_CUDA(cudaMalloc(&dy, sizeof(float) * ysize));
   CHECK_CUDA(cudaMalloc(&dyh, sizeof(__half) * ysize));
-  cudaStream_t s = nullptr; // early launches on a stream of their own
-  if (c.early)
+  // Early launches on a stream of their own. It does not wait for the
+  // uploads above (a copy from pageable memory may return before it lands,
+  // and a non-blocking stream is not ordered after it): synchronise first.
+  // Then something for the early launches to overlap and wait for.
+  cudaStream_t s = nullptr;
+  if (c.early) {
+    CHECK_CUDA(cudaDeviceSynchronize());
     CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  if (c.early) { // something for the early launches to overlap and wait for
     CHECK_CUDA(cudaMemsetAsync(ws.count, 0xff, pitCountBytes(c.M, c.tile), s));
     CHECK_CUDA(cudaMemsetAsync(ws.idx, 0xff, pitIdxBytes(c.M, c.K, c.tile), s));
   }

@@ -263,9 +263,12 @@ template <int T, int WM, int Stages> constexpr size_t pitSmemBytes() {
 }
 
 /// One block: T tokens (one micro-tile row) x BN = 4 * WM output columns;
-/// warp w owns columns [w * WM, (w + 1) * WM) for all T tokens.
+/// warp w owns columns [w * WM, (w + 1) * WM) for all T tokens. At 128
+/// columns (WM = 32) it is held to 64 registers a thread, without spills,
+/// so that 8 blocks fit on an SM (72 registers allowed 7): with one or two
+/// chunks a block at high sparsity, blocks in flight set the pace.
 template <int T, int WM, typename Y, int Stages>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     pitMatmulKernel(const __half *__restrict__ xg,
                     const int32_t *__restrict__ idx,
                     const int32_t *__restrict__ count, int M, int cap,
@@ -285,8 +288,6 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   pdlTrigger();
   pdlWait(); // the set, the gathered x and the residual come from before
-  const int total = count[b];
-  const int chunks = (total + kBK - 1) / kBK;
   const int32_t *bidx = idx + size_t(b) * cap;
   const __half *bxg = xg + size_t(b) * cap * T;
 
@@ -298,6 +299,21 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int RSTEP = kThreads / SEGS;
   static_assert(kBK * SEGS % kThreads == 0, "whole rows per thread");
   const int q = tid % SEGS, r0 = tid / SEGS;
+
+  // The prologue's row numbers are requested together with the count
+  // (every j < cap lies in the block's slice of idx), so the two share one
+  // round trip instead of following each other; those past the count are
+  // dropped once it arrives.
+  const int total = count[b];
+  int first[Stages - 1][RPT];
+#pragma unroll
+  for (int s = 0; s < Stages - 1; ++s)
+#pragma unroll
+    for (int i = 0; i < RPT; ++i) {
+      int j = s * kBK + r0 + i * RSTEP;
+      first[s][i] = j < cap ? bidx[j] : -1;
+    }
+  const int chunks = (total + kBK - 1) / kBK;
   auto fetch = [&](int c, int (&rowsOf)[RPT]) {
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
@@ -339,8 +355,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int s = 0; s < Stages - 1; ++s) {
     if (s < chunks) {
-      fetch(s, pending);
-      load(s, s, pending);
+#pragma unroll
+      for (int i = 0; i < RPT; ++i)
+        if (s * kBK + r0 + i * RSTEP >= total)
+          first[s][i] = -1;
+      load(s, s, first[s]);
     }
     cpAsyncCommit();
   }
@@ -514,11 +533,12 @@ cudaError_t launchMatmulS(const MatmulCall<Y> &c, int stages) {
   case 4:
     return launchMatmul<T, WM, Y, 4>(c);
   }
-  // The default: 3 stages for 128 columns (on the H200 as fast or faster
-  // than 4 from 0 to 99 % micro-tile sparsity: one block more an SM), 4 for
-  // 256 (docs/GPU.md).
+  // The default at 128 columns: 2 stages for 32- and 8-token tiles (held to
+  // 64 registers, 8 blocks an SM; on the H200 as fast as 3 stages or
+  // faster from 0 to 99 % micro-tile sparsity), 3 for 16-token tiles
+  // (3-5 % faster there than 2); 4 stages at 256 columns (docs/GPU.md).
   if constexpr (WM == 32)
-    return launchMatmul<T, WM, Y, 3>(c);
+    return launchMatmul<T, WM, Y, T == 16 ? 3 : 2>(c);
   else
     return launchMatmul<T, WM, Y, 4>(c);
 }

@@ -19,7 +19,9 @@
 //              placing the columns by a prefix sum over its flags, with
 //              the same wide loads and no count to clear beforehand.
 //   pitMatmul  one block per (token block, 128 or 256 output columns): a
-//              cp.async pipeline (2-4 stages) stages 32 gathered rows of W
+//              cp.async pipeline (2-4 stages; by default 2 at 128 columns,
+//              where 8 blocks fit an SM, 3 at 16-token tiles) stages 32
+//              gathered rows of W
 //              (whole row segments of the k-major W [K, N]) and the
 //              matching xg rows in shared memory, zero-filling past the
 //              set; mma.sync m16n8k16 (fp16 in, fp32 accumulation) through
@@ -91,7 +93,8 @@ cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
 /// per block; 0 picks 128. `stages` (2 to 4) is the depth
 /// of the cp.async pipeline: fewer stages take less shared memory, so more
 /// blocks run on an SM, which pays when the gathered sets are short (high
-/// micro-tile sparsity); 0 picks 3 for 128 columns and 4 for 256.
+/// micro-tile sparsity); 0 picks 2 for 128 columns (3 at 16-token tiles)
+/// and 4 for 256.
 /// `early`: a programmatic dependent launch, as pitSRead's.
 template <typename Y>
 cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
