@@ -11,7 +11,6 @@
 #include "sparsec/rt/cuda/Pit.h"
 
 #include "DeviceMath.cuh"
-#include "sparsec/rt/cuda/SparseDecode.h"
 
 #include <cuda_fp16.h>
 
@@ -466,10 +465,11 @@ cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
   const unsigned blocks = unsigned(pitBlocks(M, T));
   const int cap = int(pitCapacity(K));
   constexpr int V = kPerLoad<X>;
-  const bool wide = K % V == 0 && (reinterpret_cast<uintptr_t>(x) & 7) == 0;
+  // One 8-byte load a row for V columns where K and x allow it.
+  const bool loads8 = K % V == 0 && (reinterpret_cast<uintptr_t>(x) & 7) == 0;
   if (sorted)
-    return launchKernel(wide ? pitSReadScanKernel<X, T, V>
-                             : pitSReadScanKernel<X, T, 1>,
+    return launchKernel(loads8 ? pitSReadScanKernel<X, T, V>
+                               : pitSReadScanKernel<X, T, 1>,
                         dim3(blocks), dim3(kSReadThreads), 0, stream, early, x,
                         int(M), int(K), cap, ws.idx, ws.count, ws.xg);
   // (After the memset the kernel launches normally: a programmatic launch
@@ -478,7 +478,7 @@ cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
       cudaMemsetAsync(ws.count, 0, sizeof(int32_t) * blocks, stream);
   if (e != cudaSuccess)
     return e;
-  if (wide) {
+  if (loads8) {
     dim3 grid{unsigned((K + 256 * V - 1) / (256 * V)), blocks};
     pitSReadWideKernel<X, T, V><<<grid, 256, 0, stream>>>(
         x, int(M), int(K), cap, ws.idx, ws.count, ws.xg);
@@ -600,8 +600,9 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
   // 128 columns by default. 256 halve the shared-memory fragment loads per
   // mma and win by up to 5 % on nearly dense inputs, but PIT runs where
   // most micro-tiles are empty (the cost model keeps denser calls on the
-  // dense GEMM), and there 128 columns with 3 stages are 20-45 % faster on
-  // the H200: more blocks an SM for short gathered sets (docs/GPU.md).
+  // dense GEMM), and there 128 columns are 20-45 % faster on the H200
+  // (measured at 3 stages): more blocks an SM for short gathered sets
+  // (docs/GPU.md).
   if (!columns)
     columns = 128;
   const MatmulCall<Y> c{ws, M, K, w, N, bias, act, residual, y, stream, early};
