@@ -238,6 +238,14 @@ int main() {
   }
   run({64, 5000, 64, 32, 0.02, true, false, true, true, false, false});
   run({64, 1203, 64, 16, 0.5, true, false, false, false, false, false});
+  // 2 stages with sets of at most 2 chunks (copied at once, one wait)
+  // and of just over (the pipeline, its third chunk's rows read with the
+  // count): exactly 64 and 65 entries (K = 64, 65, every tile dense), 1-2
+  // chunks a block at random, launched early.
+  run({64, 64, 128, 32, 1.0, true, false, false, true, true, true, 128, 2});
+  run({64, 65, 136, 8, 1.0, false, true, true, false, false, true, 128, 2});
+  run({96, 2000, 256, 16, 0.02, true, false, true, true, false, false, 128, 2,
+       true});
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

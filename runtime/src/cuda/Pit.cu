@@ -303,10 +303,14 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
   // (every j < cap lies in the block's slice of idx), so the two share one
   // round trip instead of following each other; those past the count are
   // dropped once it arrives.
+  // With 2 stages the rows of both first chunks come with the count (a set
+  // of up to 2 chunks then needs no other round trip); deeper pipelines
+  // keep their Stages - 1 chunks in flight from the start anyway.
+  constexpr int Pre = Stages == 2 ? 2 : Stages - 1;
   const int total = count[b];
-  int first[Stages - 1][RPT];
+  int first[Pre][RPT];
 #pragma unroll
-  for (int s = 0; s < Stages - 1; ++s)
+  for (int s = 0; s < Pre; ++s)
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
       int j = s * kBK + r0 + i * RSTEP;
@@ -350,32 +354,10 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
       for (int r = 0; r < 4; ++r)
         acc[i][j][r] = 0.0f;
 
-  int pending[RPT];
-#pragma unroll
-  for (int s = 0; s < Stages - 1; ++s) {
-    if (s < chunks) {
-#pragma unroll
-      for (int i = 0; i < RPT; ++i)
-        if (s * kBK + r0 + i * RSTEP >= total)
-          first[s][i] = -1;
-      load(s, s, first[s]);
-    }
-    cpAsyncCommit();
-  }
-  if (Stages - 1 < chunks)
-    fetch(Stages - 1, pending);
-  for (int c = 0; c < chunks; ++c) {
-    cpAsyncWait<Stages - 2>();
-    __syncthreads();
-    const int next = c + Stages - 1;
-    if (next < chunks) {
-      load(next % Stages, next, pending);
-      if (next + 1 < chunks)
-        fetch(next + 1, pending);
-    }
-    cpAsyncCommit();
-    const __half *wst = ws + (c % Stages) * kBK * WS;
-    const __half *xst = xs + (c % Stages) * kBK * XS;
+  // One chunk's product from its stage of shared memory.
+  auto compute = [&](int stage) {
+    const __half *wst = ws + stage * kBK * WS;
+    const __half *xst = xs + stage * kBK * XS;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       unsigned a[MT][4];
@@ -404,6 +386,60 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
         for (int ni = 0; ni < NT; ++ni)
           mma16816(acc[mi][ni], a[mi][0], a[mi][1], a[mi][2], a[mi][3],
                    bf[ni][0], bf[ni][1]);
+    }
+  };
+  if (Stages == 2 && chunks <= 2) {
+    // The whole set fits the 2 stages (short sets: high micro-tile
+    // sparsity): both chunks' copies at once and one wait, where the
+    // pipeline would request the second only once the first had landed.
+#pragma unroll
+    for (int s = 0; s < Pre; ++s)
+      if (s < chunks) {
+#pragma unroll
+        for (int i = 0; i < RPT; ++i)
+          if (s * kBK + r0 + i * RSTEP >= total)
+            first[s][i] = -1;
+        load(s, s, first[s]);
+      }
+    cpAsyncCommit();
+    cpAsyncWait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < Pre; ++s)
+      if (s < chunks)
+        compute(s);
+  } else {
+    // The pipeline.
+#pragma unroll
+    for (int s = 0; s < Stages - 1; ++s) {
+      if (s < chunks) {
+#pragma unroll
+        for (int i = 0; i < RPT; ++i)
+          if (s * kBK + r0 + i * RSTEP >= total)
+            first[s][i] = -1;
+        load(s, s, first[s]);
+      }
+      cpAsyncCommit();
+    }
+    int pending[RPT];
+    if constexpr (Pre == Stages) { // chunk Stages - 1 (whole: chunks > 2)
+#pragma unroll
+      for (int i = 0; i < RPT; ++i)
+        pending[i] = first[Stages - 1][i];
+    } else if (Stages - 1 < chunks) {
+      fetch(Stages - 1, pending);
+    }
+    for (int c = 0; c < chunks; ++c) {
+      cpAsyncWait<Stages - 2>();
+      __syncthreads();
+      const int next = c + Stages - 1;
+      if (next < chunks) {
+        load(next % Stages, next, pending);
+        if (next + 1 < chunks)
+          fetch(next + 1, pending);
+      }
+      cpAsyncCommit();
+      compute(c % Stages);
     }
   }
   cpAsyncWait<0>();

@@ -24,7 +24,8 @@
 //              gathered rows of W
 //              (whole row segments of the k-major W [K, N]) and the
 //              matching xg rows in shared memory, zero-filling past the
-//              set; mma.sync m16n8k16 (fp16 in, fp32 accumulation) through
+//              set (with 2 stages a set of up to 2 chunks is copied at
+//              once); mma.sync m16n8k16 (fp16 in, fp32 accumulation) through
 //              ldmatrix; the epilogue goes through shared memory so every
 //              store is a coalesced 16-byte write.
 //
