@@ -388,19 +388,23 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
                    bf[ni][0], bf[ni][1]);
     }
   };
+  // One of the first chunks, into its stage; row numbers past the set
+  // (read before the count was known) dropped.
+  auto loadFirst = [&](int s) {
+#pragma unroll
+    for (int i = 0; i < RPT; ++i)
+      if (s * kBK + r0 + i * RSTEP >= total)
+        first[s][i] = -1;
+    load(s, s, first[s]);
+  };
   if (Stages == 2 && chunks <= 2) {
     // The whole set fits the 2 stages (short sets: high micro-tile
     // sparsity): both chunks' copies at once and one wait, where the
     // pipeline would request the second only once the first had landed.
 #pragma unroll
     for (int s = 0; s < Pre; ++s)
-      if (s < chunks) {
-#pragma unroll
-        for (int i = 0; i < RPT; ++i)
-          if (s * kBK + r0 + i * RSTEP >= total)
-            first[s][i] = -1;
-        load(s, s, first[s]);
-      }
+      if (s < chunks)
+        loadFirst(s);
     cpAsyncCommit();
     cpAsyncWait<0>();
     __syncthreads();
@@ -412,13 +416,8 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     // The pipeline.
 #pragma unroll
     for (int s = 0; s < Stages - 1; ++s) {
-      if (s < chunks) {
-#pragma unroll
-        for (int i = 0; i < RPT; ++i)
-          if (s * kBK + r0 + i * RSTEP >= total)
-            first[s][i] = -1;
-        load(s, s, first[s]);
-      }
+      if (s < chunks)
+        loadFirst(s);
       cpAsyncCommit();
     }
     int pending[RPT];
