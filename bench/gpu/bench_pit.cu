@@ -20,6 +20,8 @@
 //                    128 or 256 output columns per block (4-stage pipeline)
 //   128, 3/2 stages  128 columns with a shallower pipeline (less shared
 //                    memory, more blocks an SM)
+//   sweep 2/4/8      128 columns, 2 stages, each block computing that many
+//                    output blocks of its token block in turn
 //   total            sread + the fastest matmul, what a model pays per call
 //   total, early     sread sorted + the fastest matmul, both launched as
 //                    programmatic dependent launches (each launch overlaps
@@ -29,7 +31,10 @@
 // are checked against cuBLAS; exit 1 when one is off.
 //
 //   sparsec-bench-pit [--m 4096] [--k 4096] [--n 4096] [--tile 32]
-//                     [--sparsity 0,50,90,95,99]
+//                     [--sparsity 0,50,90,95,99] [--y f16|f32]
+//
+// --y f32: PIT's outputs in fp32, as the runtime's sparse_linear calls
+// write them (the peers keep fp16 outputs).
 //
 //===----------------------------------------------------------------------===//
 
@@ -131,12 +136,16 @@ double timeSpMM(cusparseHandle_t sp, cusparseSpMatDescr_t a, __half *w,
 int main(int argc, char **argv) {
   int64_t M = 4096, K = 4096, N = 4096;
   int tile = 32;
+  bool y32 = false;
   std::vector<double> sparsities = {0, 50, 90, 95, 99};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--m")) M = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--k")) K = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--n")) N = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--tile")) tile = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--y") &&
+             (!std::strcmp(argv[i + 1], "f16") || !std::strcmp(argv[i + 1], "f32")))
+      y32 = !std::strcmp(argv[i + 1], "f32");
     else if (!std::strcmp(argv[i], "--sparsity")) {
       sparsities.clear();
       std::stringstream ss(argv[i + 1]);
@@ -164,21 +173,43 @@ int main(int argc, char **argv) {
     v = __float2half(val(rng) * 0.05f);
   __half *dW = upload(w);
   __half *dY = alloc<__half>(size_t(M * N)), *dYRef = alloc<__half>(size_t(M * N));
+  float *dYf = y32 ? alloc<float>(size_t(M * N)) : nullptr;
   const int64_t blocks = pitBlocks(M, tile);
   PitWorkspace ws;
   ws.idx = alloc<int32_t>(pitIdxBytes(M, K, tile) / 4);
   ws.count = alloc<int32_t>(size_t(blocks));
   ws.xg = alloc<__half>(pitGatherBytes(M, K, tile) / 2);
+  // PIT's product into dY or, with --y f32, dYf; what it wrote as floats,
+  // and the output cleared.
+  auto pitMatmulTo = [&](int columns, int stages, bool early, int sweep) {
+    return dYf ? pitMatmul(ws, M, K, dW, N, tile, nullptr, ops::Activation::none,
+                           nullptr, dYf, stream, columns, stages, early, sweep)
+               : pitMatmul(ws, M, K, dW, N, tile, nullptr, ops::Activation::none,
+                           nullptr, dY, stream, columns, stages, early, sweep);
+  };
+  auto pitOutput = [&] {
+    std::vector<float> out =
+        dYf ? download(dYf, size_t(M * N)) : toFloats(download(dY, size_t(M * N)));
+    CHECK_CUDA(dYf ? cudaMemset(dYf, 0, sizeof(float) * size_t(M * N))
+                   : cudaMemset(dY, 0, sizeof(__half) * size_t(M * N)));
+    return out;
+  };
 
   std::printf("GPU: %s, %d SMs, %.0f MB L2\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize / 1e6);
   std::printf("y = x . W, M=%lld K=%lld N=%lld, fp16 in/out, fp32 accumulation; "
-              "x sparse in %d x 1 micro-tiles; microseconds per call\n\n",
-              (long long)M, (long long)K, (long long)N, tile);
+              "x sparse in %d x 1 micro-tiles; microseconds per call%s\n\n",
+              (long long)M, (long long)K, (long long)N, tile,
+              y32 ? "; PIT's outputs fp32" : "");
+  std::printf("pitMatmul's default here: %d output blocks a block (1: no "
+              "sweep; the sweep columns are its candidates)\n\n",
+              pitSweepTiles(M, N, tile, prop.multiProcessorCount));
   std::printf("| sparsity | cuBLAS dense | cuSPARSE CSR | cuSPARSE BSR | PIT sread | sread sorted | "
               "PIT matmul 128 | PIT matmul 256 | 128, 3 stages | 128, 2 stages | "
+              "sweep 2 | sweep 4 | sweep 8 | "
               "PIT total | total, early | vs cuBLAS | vs best cuSPARSE | PIT TFLOP/s | err |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+              "---:|---:|---:|\n");
   bool ok = true;
   std::string bsrNote;
   bool squareOnly = false; // cuSPARSE rejected tile x 1 blocks once
@@ -294,52 +325,53 @@ int main(int argc, char **argv) {
     double sortedUs = timeUs([&] { pitSRead(dX, M, K, tile, true, ws, stream); }, g, 20);
     double sreadUs = timeUs([&] { pitSRead(dX, M, K, tile, false, ws, stream); }, g, 20);
     CHECK_CUDA(pitSRead(dX, M, K, tile, false, ws, stream));
-    // Block widths and pipeline depths: 128 and 256 columns with the
-    // default 4 stages, then 128 columns with 3 and 2 stages (more blocks
-    // an SM). Every variant's result is checked.
-    double matmulUs[4];
-    const int widths[4] = {128, 256, 128, 128}, stages[4] = {4, 4, 3, 2};
+    // Block widths and pipeline depths: 128 and 256 columns with 4
+    // stages, then 128 columns with 3 and 2 stages (more blocks an SM),
+    // then sweeps of 2, 4 and 8 output blocks a block (128 columns, 2
+    // stages). Every variant's result is checked.
+    constexpr int kVariants = 7;
+    double matmulUs[kVariants];
+    const int widths[kVariants] = {128, 256, 128, 128, 128, 128, 128},
+              stages[kVariants] = {4, 4, 3, 2, 2, 2, 2},
+              sweeps[kVariants] = {0, 0, 0, 0, 2, 4, 8};
     double err = 0;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kVariants; ++i) {
       matmulUs[i] = timeUs([&] {
-        pitMatmul(ws, M, K, dW, N, tile, nullptr, ops::Activation::none, nullptr,
-                  dY, stream, widths[i], stages[i]);
+        pitMatmulTo(widths[i], stages[i], false, sweeps[i]);
       }, g, 20);
       CHECK_CUDA(cudaGetLastError());
-      err = std::max(err, relErr(toFloats(download(dY, size_t(M * N))), ref));
-      CHECK_CUDA(cudaMemset(dY, 0, sizeof(__half) * size_t(M * N)));
+      err = std::max(err, relErr(pitOutput(), ref));
     }
     int best = 0;
-    for (int i = 1; i < 4; ++i)
+    for (int i = 1; i < kVariants; ++i)
       if (matmulUs[i] < matmulUs[best])
         best = i;
     double totalUs = timeUs([&] {
       pitSRead(dX, M, K, tile, false, ws, stream);
-      pitMatmul(ws, M, K, dW, N, tile, nullptr, ops::Activation::none, nullptr, dY,
-                stream, widths[best], stages[best]);
+      pitMatmulTo(widths[best], stages[best], false, sweeps[best]);
     }, g, 20);
     CHECK_CUDA(cudaGetLastError());
-    std::vector<float> pitOut = toFloats(download(dY, size_t(M * N)));
-    err = std::max(err, relErr(pitOut, ref));
-    CHECK_CUDA(cudaMemset(dY, 0, sizeof(__half) * size_t(M * N)));
+    err = std::max(err, relErr(pitOutput(), ref));
     double earlyUs = timeUs([&] {
       pitSRead(dX, M, K, tile, true, ws, stream, true);
-      pitMatmul(ws, M, K, dW, N, tile, nullptr, ops::Activation::none, nullptr, dY,
-                stream, widths[best], stages[best], true);
+      pitMatmulTo(widths[best], stages[best], true, sweeps[best]);
     }, g, 20);
     CHECK_CUDA(cudaGetLastError());
-    err = std::max(err, relErr(toFloats(download(dY, size_t(M * N))), ref));
+    err = std::max(err, relErr(pitOutput(), ref));
     const double pitUs = std::min(totalUs, earlyUs);
     double errCsr = csrOut.empty() ? 0 : relErr(csrOut, ref);
     double errBsr = bsrOut.empty() ? 0 : relErr(bsrOut, ref);
     ok &= err < 5e-3 && errCsr < 5e-3 && errBsr < 5e-3;
     double bestSparse = csrUs < 0 ? bsrUs : (bsrUs < 0 ? csrUs : std::min(csrUs, bsrUs));
     double usefulFlops = 2.0 * double(M) * N * K * (1.0 - sparsity / 100.0);
-    std::printf("| %.0f %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %.1e |\n",
+    std::printf("| %.0f %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
+                "%s | %s | %.0f | %.1e |\n",
                 sparsity, cell(denseUs).c_str(), cell(csrUs).c_str(),
                 cell(bsrUs).c_str(), cell(sreadUs).c_str(), cell(sortedUs).c_str(),
                 cell(matmulUs[0]).c_str(), cell(matmulUs[1]).c_str(),
                 cell(matmulUs[2]).c_str(), cell(matmulUs[3]).c_str(),
+                cell(matmulUs[4]).c_str(), cell(matmulUs[5]).c_str(),
+                cell(matmulUs[6]).c_str(),
                 cell(totalUs).c_str(), cell(earlyUs).c_str(),
                 ratio(denseUs, pitUs).c_str(), ratio(bestSparse, pitUs).c_str(),
                 usefulFlops / (pitUs * 1e6),

@@ -14,12 +14,16 @@
 #include "CudaTest.h"
 
 #include "sparsec/rt/cuda/Pit.h"
+#include "sparsec/rt/cuda/SparseDecode.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 
 using namespace sparsec::rt;
 using namespace sparsec::rt::cuda;
@@ -38,6 +42,7 @@ struct Case {
   int columns = 0; // output columns per block (0: the kernel's choice)
   int stages = 0;  // pipeline depth (0: the default)
   bool early = false; // both kernels as programmatic dependent launches
+  int sweep = 0;      // output blocks a block (> 1: a sweep, 0: the default's)
 };
 
 void run(const Case &c) {
@@ -116,9 +121,9 @@ void run(const Case &c) {
   const float *r = c.residual ? dres : nullptr;
   ops::Activation act = c.relu ? ops::Activation::relu : ops::Activation::none;
   CHECK_CUDA(c.halfY ? pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dyh, s,
-                                 c.columns, c.stages, c.early)
+                                 c.columns, c.stages, c.early, c.sweep)
                      : pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dy, s,
-                                 c.columns, c.stages, c.early));
+                                 c.columns, c.stages, c.early, c.sweep));
   CHECK_CUDA(cudaDeviceSynchronize());
 
   // Index sets.
@@ -169,10 +174,12 @@ void run(const Case &c) {
   double tol = c.halfY ? 2e-3 : 1e-4;
   bool ok = idxOk && err <= tol;
   std::printf("%s pit tile=%d M=%d K=%d N=%d density=%.2f sorted=%d x=%s y=%s "
-              "bias=%d relu=%d residual=%d columns=%d stages=%d early=%d index=%s max rel err %.2e\n",
+              "bias=%d relu=%d residual=%d columns=%d stages=%d early=%d sweep=%d index=%s "
+              "max rel err %.2e\n",
               ok ? "PASS" : "FAIL", c.tile, c.M, c.K, c.N, c.density, c.sorted,
               c.halfX ? "f16" : "f32", c.halfY ? "f16" : "f32", c.bias, c.relu,
-              c.residual, c.columns, c.stages, c.early, idxOk ? "ok" : "wrong", err);
+              c.residual, c.columns, c.stages, c.early, c.sweep,
+              idxOk ? "ok" : "wrong", err);
   (ok ? passes : failures)++;
   if (s)
     cudaStreamDestroy(s);
@@ -246,6 +253,73 @@ int main() {
   run({64, 65, 136, 8, 1.0, false, true, true, false, false, true, 128, 2});
   run({96, 2000, 256, 16, 0.02, true, false, true, true, false, false, 128, 2,
        true});
+  // Sweeps (a block computes 2-8 output blocks in turn): every tile, sets
+  // of 0, 1, 2 and many chunks (x kept in shared memory for the short
+  // ones), ragged N (a last sweep short of output blocks, a last block
+  // short of columns), more blocks asked for than N has, the epilogue
+  // options, fp16 and fp32 in and out, launched early, exactly 64 and 65
+  // entries.
+  for (int tile : {8, 16, 32}) {
+    run({96, 1000, 392, tile, 0.02, tile != 16, tile == 8, tile != 32, true, true,
+         true, 0, 0, false, 3});
+    run({70, 2000, 520, tile, 0.03, true, tile == 32, false, true, false, false,
+         128, 2, false, 2});
+    run({64, 700, 392, tile, 0.3, false, false, true, false, true, true, 0, 0,
+         false, 4});
+    run({40, 300, 200, tile, 0.0, true, false, false, true, false, false, 0, 0,
+         false, 8});
+    run({200, 3000, 648, tile, 0.01, tile == 16, tile == 8, tile == 32, true,
+         true, true, 128, 0, true, 4});
+  }
+  run({64, 64, 264, 32, 1.0, true, false, false, true, true, true, 0, 0, false, 2});
+  run({64, 65, 264, 8, 1.0, false, true, true, false, false, true, 0, 0, true, 3});
+  run({512, 4096, 1024, 32, 0.01, false, true, true, false, false, false, 0, 0,
+       false, 8});
+  // The default's sweep: the largest that leaves 6 blocks an SM, 4 / 8 / 2
+  // at most for 32- / 16- / 8-token tiles; then two defaults that sweep on
+  // this GPU (2 output blocks a block at 8-token tiles, 8 at 16).
+  {
+    const int got[] = {pitSweepTiles(4096, 4096, 32, 132),
+                       pitSweepTiles(4096, 4096, 16, 132),
+                       pitSweepTiles(4096, 4096, 8, 132),
+                       pitSweepTiles(2048, 4096, 32, 132),
+                       pitSweepTiles(512, 4096, 32, 132),
+                       pitSweepTiles(4096, 8, 16, 132)};
+    const int want[] = {4, 8, 2, 2, 1, 1};
+    bool ok = std::equal(std::begin(got), std::end(got), std::begin(want));
+    std::printf("%s pit default sweeps %d %d %d %d %d %d\n", ok ? "PASS" : "FAIL",
+                got[0], got[1], got[2], got[3], got[4], got[5]);
+    (ok ? passes : failures)++;
+  }
+  {
+    const int sms = multiprocessorCount();
+    const bool sweeps8 = pitSweepTiles(2048, 4096, 8, sms) == 2,
+               sweeps16 = pitSweepTiles(4096, 4096, 16, sms) > 1;
+    std::printf("%s pit default sweeps on this GPU (%d SMs): %d at 8 tokens, "
+                "%d at 16\n", sweeps8 && sweeps16 ? "PASS" : "FAIL", sms,
+                pitSweepTiles(2048, 4096, 8, sms),
+                pitSweepTiles(4096, 4096, 16, sms));
+    (sweeps8 && sweeps16 ? passes : failures)++;
+  }
+  run({2048, 64, 4096, 8, 0.3, true, true, true, true, true, false});
+  run({4096, 48, 4096, 16, 0.5, false, false, true, false, false, true, 0, 0,
+       true});
+  // A sweep needs 128 columns and 2 stages: anything else is refused.
+  {
+    PitWorkspace ws{};
+    int refused = 0;
+    __half *y = nullptr;
+    for (auto [columns, stages] : {std::pair{256, 0}, std::pair{0, 3}})
+      refused += pitMatmul<__half>(ws, 32, 64, reinterpret_cast<const __half *>(
+                                                   uintptr_t(256)),
+                                   128, 32, nullptr, ops::Activation::none,
+                                   nullptr, y, nullptr, columns, stages, false,
+                                   2) == cudaErrorInvalidValue;
+    bool ok = refused == 2;
+    std::printf("%s pit sweep refuses 256 columns and 3 stages\n",
+                ok ? "PASS" : "FAIL");
+    (ok ? passes : failures)++;
+  }
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

@@ -9,10 +9,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "sparsec/rt/cuda/Pit.h"
+#include "sparsec/rt/cuda/SparseDecode.h"
 
 #include "DeviceMath.cuh"
 
 #include <cuda_fp16.h>
+
+#include <algorithm>
 
 namespace sparsec::rt::cuda {
 namespace {
@@ -254,10 +257,14 @@ template <int WM> __host__ __device__ constexpr int wStride() {
 template <int T> __host__ __device__ constexpr int xStride() {
   return T == 8 ? 24 : T + 8;
 }
-template <int T, int WM, int Stages> constexpr size_t pitSmemBytes() {
+template <int T, int WM, int Stages, bool Sweep = false>
+constexpr size_t pitSmemBytes() {
   size_t pipe =
       size_t(Stages) * kBK * (wStride<WM>() + xStride<T>()) * sizeof(__half);
   size_t epi = size_t(T) * (4 * WM + 4) * sizeof(float);
+  // A sweep keeps its first chunks' row numbers after the stages.
+  if (Sweep)
+    pipe += size_t(Stages) * kBK * sizeof(int32_t);
   return pipe > epi ? pipe : epi;
 }
 
@@ -266,14 +273,22 @@ template <int T, int WM, int Stages> constexpr size_t pitSmemBytes() {
 /// columns (WM = 32) it is held to 64 registers a thread, without spills,
 /// so that 8 blocks fit on an SM (72 registers allowed 7): with one or two
 /// chunks a block at high sparsity, blocks in flight set the pace.
-template <int T, int WM, typename Y, int Stages>
+///
+/// Sweep (128 columns, 2 stages): a block computes `tiles` output blocks of
+/// its token block in turn. The set's count and row numbers are read once;
+/// a set of at most 2 chunks keeps its gathered x and its row numbers in
+/// shared memory for all of them (the same shared memory and registers as
+/// one output block's, so 8 blocks still fit an SM); longer sets run the
+/// pipeline once per output block.
+template <int T, int WM, typename Y, int Stages, bool Sweep = false>
 __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     pitMatmulKernel(const __half *__restrict__ xg,
                     const int32_t *__restrict__ idx,
                     const int32_t *__restrict__ count, int M, int cap,
                     const __half *__restrict__ w, int N,
                     const float *__restrict__ bias, Activation act,
-                    const float *residual, Y *y) {
+                    const float *residual, Y *y, int tiles) {
+  static_assert(!Sweep || Stages == 2, "a sweep runs 2 stages");
   constexpr int BN = 4 * WM;
   constexpr int WS = wStride<WM>();
   constexpr int XS = xStride<T>();
@@ -282,8 +297,17 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
   extern __shared__ __align__(16) unsigned char smem[];
   __half *ws = reinterpret_cast<__half *>(smem);
   __half *xs = ws + Stages * kBK * WS;
+  // Accumulators (row = output column, col = token) go to ys [T][BN + 4]
+  // for the epilogue, over the stages of W (not over those of x).
+  constexpr int YS = BN + 4;
+  static_assert(T * YS * sizeof(float) <= Stages * kBK * WS * sizeof(__half),
+                "the epilogue fits over the stages of W");
+  float *ys = reinterpret_cast<float *>(smem);
 
-  const int b = blockIdx.y, n0 = blockIdx.x * BN;
+  const int b = blockIdx.y;
+  if (!Sweep)
+    tiles = 1;
+  const int tile0 = blockIdx.x * tiles;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   pdlTrigger();
   pdlWait(); // the set, the gathered x and the residual come from before
@@ -316,6 +340,13 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
       int j = s * kBK + r0 + i * RSTEP;
       first[s][i] = j < cap ? bidx[j] : -1;
     }
+  // Row numbers of first chunk s past the set dropped (idempotent).
+  auto mask = [&](int s) {
+#pragma unroll
+    for (int i = 0; i < RPT; ++i)
+      if (s * kBK + r0 + i * RSTEP >= total)
+        first[s][i] = -1;
+  };
   const int chunks = (total + kBK - 1) / kBK;
   auto fetch = [&](int c, int (&rowsOf)[RPT]) {
 #pragma unroll
@@ -325,9 +356,8 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     }
   };
   // Rows past the set (and columns past N) are zero-filled by cp.async.
-  auto load = [&](int stage, int c, const int (&rowsOf)[RPT]) {
+  auto loadW = [&](int stage, int n0, const int (&rowsOf)[RPT]) {
     __half *wst = ws + stage * kBK * WS;
-    __half *xst = xs + stage * kBK * XS;
     const int n = n0 + q * 8;
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
@@ -335,6 +365,9 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
       const __half *src = ok ? w + size_t(rowsOf[i]) * N + n : w;
       cpAsync16(wst + (r0 + i * RSTEP) * WS + q * 8, src, ok ? 16 : 0);
     }
+  };
+  auto loadX = [&](int stage, int c) {
+    __half *xst = xs + stage * kBK * XS;
 #pragma unroll
     for (int p = tid; p < kBK * NT; p += kThreads) {
       int r = p / NT, qq = p % NT;
@@ -346,14 +379,6 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
   };
 
   float acc[MT][NT][4];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        acc[i][j][r] = 0.0f;
-
   // One chunk's product from its stage of shared memory.
   auto compute = [&](int stage) {
     const __half *wst = ws + stage * kBK * WS;
@@ -388,36 +413,25 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
                    bf[ni][0], bf[ni][1]);
     }
   };
-  // One of the first chunks, into its stage; row numbers past the set
-  // (read before the count was known) dropped.
-  auto loadFirst = [&](int s) {
+  auto zero = [&] {
 #pragma unroll
-    for (int i = 0; i < RPT; ++i)
-      if (s * kBK + r0 + i * RSTEP >= total)
-        first[s][i] = -1;
-    load(s, s, first[s]);
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          acc[i][j][r] = 0.0f;
   };
-  if (Stages == 2 && chunks <= 2) {
-    // The whole set fits the 2 stages (short sets: high micro-tile
-    // sparsity): both chunks' copies at once and one wait, where the
-    // pipeline would request the second only once the first had landed.
-#pragma unroll
-    for (int s = 0; s < Pre; ++s)
-      if (s < chunks)
-        loadFirst(s);
-    cpAsyncCommit();
-    cpAsyncWait<0>();
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < Pre; ++s)
-      if (s < chunks)
-        compute(s);
-  } else {
-    // The pipeline.
+  // The chunks of output block n0 through the pipeline, from the copies of
+  // its first chunks on (long sets, or any set outside a sweep).
+  auto pipeline = [&](int n0) {
 #pragma unroll
     for (int s = 0; s < Stages - 1; ++s) {
-      if (s < chunks)
-        loadFirst(s);
+      if (s < chunks) {
+        mask(s);
+        loadW(s, n0, first[s]);
+        loadX(s, s);
+      }
       cpAsyncCommit();
     }
     int pending[RPT];
@@ -433,63 +447,155 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
       __syncthreads();
       const int next = c + Stages - 1;
       if (next < chunks) {
-        load(next % Stages, next, pending);
+        loadW(next % Stages, n0, pending);
+        loadX(next % Stages, next);
         if (next + 1 < chunks)
           fetch(next + 1, pending);
       }
       cpAsyncCommit();
       compute(c % Stages);
     }
-  }
-  cpAsyncWait<0>();
-  __syncthreads();
-
-  // Accumulators (row = output column, col = token) to ys [T][BN + 4].
-  float *ys = reinterpret_cast<float *>(smem);
-  constexpr int YS = BN + 4;
-#pragma unroll
-  for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        int m = warp * WM + mi * 16 + (lane >> 2) + (r >= 2 ? 8 : 0);
-        int t = ni * 8 + (lane & 3) * 2 + (r & 1);
-        ys[t * YS + m] = acc[mi][ni][r];
-      }
-  __syncthreads();
-  // Each thread finishes 8 adjacent columns (fixed: their bias is read once)
-  // of every TSTEP-th token; N is a multiple of 8, so those 8 are all in
-  // or all out.
-  constexpr int CPT = BN / 8;          // threads per token row
+  };
+  // Accumulators to ys, then bias, activation, residual and 16-byte
+  // stores of output block n0. Each thread finishes 8 adjacent columns
+  // (fixed: their bias is read once) of every TSTEP-th token; N is a
+  // multiple of 8, so those 8 are all in or all out.
+  constexpr int CPT = BN / 8;           // threads per token row
   constexpr int TSTEP = kThreads / CPT; // token rows per pass
   static_assert(kThreads % CPT == 0 && T % TSTEP == 0, "whole passes");
-  const int c = (tid % CPT) * 8, n = n0 + c;
-  if (n >= N)
-    return;
-  float bv[8];
+  auto epilogue = [&](int n0) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
-    bv[i] = bias ? bias[n + i] : 0.0f;
+    for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
-  for (int t = tid / CPT; t < T; t += TSTEP) {
-    const int row = b * T + t;
-    if (row >= M)
-      break;
-    const float4 lo = *reinterpret_cast<const float4 *>(ys + t * YS + c),
-                 hi = *reinterpret_cast<const float4 *>(ys + t * YS + c + 4);
-    float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          int m = warp * WM + mi * 16 + (lane >> 2) + (r >= 2 ? 8 : 0);
+          int t = ni * 8 + (lane & 3) * 2 + (r & 1);
+          ys[t * YS + m] = acc[mi][ni][r];
+        }
+    __syncthreads();
+    const int c = (tid % CPT) * 8, n = n0 + c;
+    if (n >= N)
+      return;
+    float bv[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      v[i] = activate(act, v[i] + bv[i]);
-    if (residual) {
-      const float4 *rp =
-          reinterpret_cast<const float4 *>(residual + size_t(row) * N + n);
-      const float4 r0 = rp[0], r1 = rp[1];
-      v[0] += r0.x, v[1] += r0.y, v[2] += r0.z, v[3] += r0.w;
-      v[4] += r1.x, v[5] += r1.y, v[6] += r1.z, v[7] += r1.w;
+      bv[i] = bias ? bias[n + i] : 0.0f;
+#pragma unroll
+    for (int t = tid / CPT; t < T; t += TSTEP) {
+      const int row = b * T + t;
+      if (row >= M)
+        break;
+      const float4 lo = *reinterpret_cast<const float4 *>(ys + t * YS + c),
+                   hi = *reinterpret_cast<const float4 *>(ys + t * YS + c + 4);
+      float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        v[i] = activate(act, v[i] + bv[i]);
+      if (residual) {
+        const float4 *rp =
+            reinterpret_cast<const float4 *>(residual + size_t(row) * N + n);
+        const float4 r0 = rp[0], r1 = rp[1];
+        v[0] += r0.x, v[1] += r0.y, v[2] += r0.z, v[3] += r0.w;
+        v[4] += r1.x, v[5] += r1.y, v[6] += r1.z, v[7] += r1.w;
+      }
+      store8(y + size_t(row) * N + n, v);
     }
-    store8(y + size_t(row) * N + n, v);
+  };
+
+  if constexpr (Sweep) {
+    const int last = min(tiles, (N + BN - 1) / BN - tile0); // blocks to do
+    // Each thread keeps the first chunks' row numbers it copies in shared
+    // memory (it reads back only its own: no barrier), not in registers.
+    int32_t *rows = reinterpret_cast<int32_t *>(xs + Stages * kBK * XS);
+#pragma unroll
+    for (int s = 0; s < Pre; ++s) {
+      mask(s);
+#pragma unroll
+      for (int i = 0; i < RPT; ++i)
+        rows[s * kBK + r0 + i * RSTEP] = first[s][i];
+    }
+    if (chunks <= 2) {
+      // The set fits the 2 stages: its x once, then each output block's
+      // rows of W.
+#pragma unroll
+      for (int s = 0; s < 2; ++s)
+        if (s < chunks) {
+          loadW(s, tile0 * BN, first[s]);
+          loadX(s, s);
+        }
+      cpAsyncCommit();
+      for (int g = 0; g < last; ++g) {
+        const int n0 = (tile0 + g) * BN;
+        cpAsyncWait<0>();
+        __syncthreads();
+        zero();
+#pragma unroll
+        for (int s = 0; s < 2; ++s)
+          if (s < chunks)
+            compute(s);
+        __syncthreads(); // the epilogue writes over the stages of W
+        epilogue(n0);
+        if (g + 1 < last) {
+          __syncthreads(); // ... and has read them
+#pragma unroll
+          for (int s = 0; s < 2; ++s)
+            if (s < chunks) {
+              int rowsOf[RPT];
+#pragma unroll
+              for (int i = 0; i < RPT; ++i)
+                rowsOf[i] = rows[s * kBK + r0 + i * RSTEP];
+              loadW(s, n0 + BN, rowsOf);
+            }
+          cpAsyncCommit();
+        }
+      }
+    } else {
+      for (int g = 0; g < last; ++g) {
+        const int n0 = (tile0 + g) * BN;
+        zero();
+#pragma unroll
+        for (int s = 0; s < Pre; ++s)
+#pragma unroll
+          for (int i = 0; i < RPT; ++i)
+            first[s][i] = rows[s * kBK + r0 + i * RSTEP];
+        pipeline(n0);
+        cpAsyncWait<0>();
+        __syncthreads();
+        epilogue(n0);
+        if (g + 1 < last)
+          __syncthreads(); // the next prologue copies over ys
+      }
+    }
+    return;
+  } else {
+    const int n0 = blockIdx.x * BN;
+    zero();
+    if (Stages == 2 && chunks <= 2) {
+      // The whole set fits the 2 stages (short sets: high micro-tile
+      // sparsity): both chunks' copies at once and one wait, where the
+      // pipeline would request the second only once the first had landed.
+#pragma unroll
+      for (int s = 0; s < Pre; ++s)
+        if (s < chunks) {
+          mask(s);
+          loadW(s, n0, first[s]);
+          loadX(s, s);
+        }
+      cpAsyncCommit();
+      cpAsyncWait<0>();
+      __syncthreads();
+#pragma unroll
+      for (int s = 0; s < Pre; ++s)
+        if (s < chunks)
+          compute(s);
+    } else {
+      pipeline(n0);
+    }
+    cpAsyncWait<0>();
+    __syncthreads();
+    epilogue(n0);
   }
 }
 
@@ -537,12 +643,13 @@ template <typename Y> struct MatmulCall {
   Y *y;
   cudaStream_t stream;
   bool early; // a programmatic dependent launch
+  int tiles;  // output blocks a block (> 1: a sweep)
 };
 
-template <int T, int WM, typename Y, int Stages>
+template <int T, int WM, typename Y, int Stages, bool Sweep = false>
 cudaError_t launchMatmul(const MatmulCall<Y> &c) {
-  constexpr size_t bytes = pitSmemBytes<T, WM, Stages>();
-  auto *kernel = pitMatmulKernel<T, WM, Y, Stages>;
+  constexpr size_t bytes = pitSmemBytes<T, WM, Stages, Sweep>();
+  auto *kernel = pitMatmulKernel<T, WM, Y, Stages, Sweep>;
   static bool configured = false; // per instantiation
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(
@@ -551,15 +658,21 @@ cudaError_t launchMatmul(const MatmulCall<Y> &c) {
       return e;
     configured = true;
   }
-  dim3 grid{unsigned((c.N + 4 * WM - 1) / (4 * WM)), unsigned(pitBlocks(c.M, T))};
+  const int64_t outBlocks = (c.N + 4 * WM - 1) / (4 * WM);
+  const int tiles = Sweep ? c.tiles : 1;
+  dim3 grid{unsigned((outBlocks + tiles - 1) / tiles),
+            unsigned(pitBlocks(c.M, T))};
   return launchKernel(kernel, grid, dim3(kThreads), bytes, c.stream, c.early,
                       c.ws.xg, c.ws.idx, c.ws.count, int(c.M),
                       int(pitCapacity(c.K)), c.w, int(c.N), c.bias, c.act,
-                      c.residual, c.y);
+                      c.residual, c.y, tiles);
 }
 
 template <int T, int WM, typename Y>
 cudaError_t launchMatmulS(const MatmulCall<Y> &c, int stages) {
+  if constexpr (WM == 32)
+    if (c.tiles > 1)
+      return launchMatmul<T, WM, Y, 2, true>(c);
   switch (stages) {
   case 2:
     return launchMatmul<T, WM, Y, 2>(c);
@@ -605,6 +718,19 @@ bool pitSupported(int64_t M, int64_t K, int64_t N, int tile, const void *w) {
          (reinterpret_cast<uintptr_t>(w) & 15) == 0;
 }
 
+int pitSweepTiles(int64_t M, int64_t N, int tile, int multiprocessors) {
+  // Measured on the H200 (docs/GPU.md, "Sweeps"): at 4096^3 the best sweep
+  // leaves about one resident wave of 8 blocks an SM at 16- and 32-token
+  // tiles; at 8-token tiles 2 beats 4 and 8 from 90 to 99 %.
+  int tiles = tile == 16 ? 8 : tile == 32 ? 4 : 2;
+  const int64_t outBlocks = (N + 127) / 128, tokenBlocks = pitBlocks(M, tile);
+  for (; tiles > 1; tiles /= 2)
+    if ((outBlocks + tiles - 1) / tiles * tokenBlocks >=
+        6 * int64_t(std::max(1, multiprocessors)))
+      break;
+  return tiles;
+}
+
 template <typename X>
 cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
                      const PitWorkspace &ws, cudaStream_t stream, bool early) {
@@ -622,7 +748,8 @@ template <typename Y>
 cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
                       const __half *w, int64_t N, int tile, const float *bias,
                       Activation act, const float *residual, Y *y,
-                      cudaStream_t stream, int columns, int stages, bool early) {
+                      cudaStream_t stream, int columns, int stages, bool early,
+                      int sweep) {
   if (M <= 0 || N <= 0)
     return cudaSuccess;
   auto aligned = [](const void *p) {
@@ -630,7 +757,8 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
   };
   if (!pitSupported(M, K, N, tile, w) || !aligned(y) || !aligned(residual) ||
       (columns && columns != 128 && columns != 256) ||
-      (stages && (stages < 2 || stages > kStages)))
+      (stages && (stages < 2 || stages > kStages)) || sweep < 0 ||
+      (sweep > 1 && ((columns && columns != 128) || (stages && stages != 2))))
     return cudaErrorInvalidValue;
   // 128 columns by default. 256 halve the shared-memory fragment loads per
   // mma and win by up to 5 % on nearly dense inputs, but PIT runs where
@@ -638,9 +766,14 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
   // dense GEMM), and there 128 columns are 20-45 % faster on the H200
   // (measured at 3 stages): more blocks an SM for short gathered sets
   // (docs/GPU.md).
+  if (sweep == 0)
+    sweep = stages == 0 && columns != 256
+                ? pitSweepTiles(M, N, tile, multiprocessorCount())
+                : 1;
   if (!columns)
     columns = 128;
-  const MatmulCall<Y> c{ws, M, K, w, N, bias, act, residual, y, stream, early};
+  const MatmulCall<Y> c{ws,       M,      K,     w,    N, bias, act,
+                        residual, y,      stream, early, sweep > 1 ? sweep : 1};
   switch (tile) {
   case 8:
     return launchMatmulT<8>(c, columns, stages);
@@ -660,10 +793,12 @@ template cudaError_t pitSRead<__half>(const __half *, int64_t, int64_t, int,
 template cudaError_t pitMatmul<float>(const PitWorkspace &, int64_t, int64_t,
                                       const __half *, int64_t, int,
                                       const float *, Activation, const float *,
-                                      float *, cudaStream_t, int, int, bool);
+                                      float *, cudaStream_t, int, int, bool,
+                                      int);
 template cudaError_t pitMatmul<__half>(const PitWorkspace &, int64_t, int64_t,
                                        const __half *, int64_t, int,
                                        const float *, Activation, const float *,
-                                       __half *, cudaStream_t, int, int, bool);
+                                       __half *, cudaStream_t, int, int, bool,
+                                       int);
 
 } // namespace sparsec::rt::cuda

@@ -27,7 +27,10 @@
 //              set (with 2 stages a set of up to 2 chunks is copied at
 //              once); mma.sync m16n8k16 (fp16 in, fp32 accumulation) through
 //              ldmatrix; the epilogue goes through shared memory so every
-//              store is a coalesced 16-byte write.
+//              store is a coalesced 16-byte write. By default, where the
+//              grid stays large enough, a block sweeps several output
+//              blocks of its token block (pitSweepTiles), reading the set
+//              once and keeping a short set's x in shared memory.
 //
 // Because the micro-tile spans the reduction axis, the output tile is
 // dense: SWrite is the direct (coalesced) store of each block's rows.
@@ -94,15 +97,30 @@ cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
 /// per block; 0 picks 128. `stages` (2 to 4) is the depth
 /// of the cp.async pipeline: fewer stages take less shared memory, so more
 /// blocks run on an SM, which pays when the gathered sets are short (high
-/// micro-tile sparsity); 0 picks 2 for 128 columns (3 at 16-token tiles)
-/// and 4 for 256.
+/// micro-tile sparsity); 0 picks 2 for 128 columns (3 at 16-token tiles
+/// where no sweep runs) and 4 for 256.
 /// `early`: a programmatic dependent launch, as pitSRead's.
+/// `sweep` > 1: each block computes that many 128-column output blocks of
+/// its token block in turn (128 columns, 2 stages; other settings are
+/// refused), reading the set's count and row numbers once and, for a set
+/// of at most 2 chunks, its gathered x once (W's rows are copied again for
+/// each output block, after the previous one's epilogue). 1: no sweep.
+/// 0 (the default): pitSweepTiles' choice where `columns` is 0 or 128 and
+/// `stages` 0, no sweep otherwise.
 template <typename Y>
 cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
                       const __half *w, int64_t N, int tile, const float *bias,
                       ops::Activation act, const float *residual, Y *y,
                       cudaStream_t stream, int columns = 0, int stages = 0,
-                      bool early = false);
+                      bool early = false, int sweep = 0);
+
+/// The output blocks a block sweeps when pitMatmul picks (its `sweep` 0)
+/// for an M x N product with `tile`-token micro-tiles on a GPU of
+/// `multiprocessors` SMs: the largest of 8 (16-token tiles), 4 (32) or 2
+/// (8), halved while the grid would hold fewer than 6 blocks an SM, down
+/// to 1 (no sweep). On the H200 at 4096^3 these are the fastest sweeps at
+/// 90-99 % micro-tile sparsity (docs/GPU.md, "Sweeps").
+int pitSweepTiles(int64_t M, int64_t N, int tile, int multiprocessors);
 
 /// Measures, on the current GPU, what the compiler's PIT cost model needs
 /// (`sparsec tune --target cuda` runs this): for an m x k x n problem with
