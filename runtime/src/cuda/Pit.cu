@@ -29,9 +29,11 @@ constexpr int kThreads = 128;  // 4 warps
 // SRead: index construction and gather
 //===----------------------------------------------------------------------===//
 
-__device__ __forceinline__ float loadF(const float *p) { return *p; }
+// x is read once, here (the matmul reads the gathered copy): streaming
+// loads (evict-first) leave the L2 to W's rows and the outputs.
+__device__ __forceinline__ float loadF(const float *p) { return __ldcs(p); }
 __device__ __forceinline__ float loadF(const __half *p) {
-  return __half2float(*p);
+  return __half2float(__ldcs(p));
 }
 
 /// Column k of the token block's rows [row0, row0 + rows) as fp16 pairs
@@ -80,7 +82,8 @@ __device__ __forceinline__ void unpack8(uint2 u, const __half *, float (&f)[4]) 
 /// V = kPerLoad<X> adjacent columns [k0, k0 + V) of the token block's rows
 /// as fp16 pairs (as loadColumn), one 8-byte load a row; K is a multiple
 /// of V and x 8-byte aligned (launchSRead checks). 8 bytes keep a thread's
-/// T loads in flight within 64 registers at T = 32.
+/// T loads in flight within 64 registers at T = 32. Streaming loads, as
+/// loadF.
 template <typename X, int T, int V>
 __device__ __forceinline__ void loadColumnsV(const X *__restrict__ x, int K,
                                              int row0, int rows, int k0,
@@ -92,7 +95,7 @@ __device__ __forceinline__ void loadColumnsV(const X *__restrict__ x, int K,
 #pragma unroll
   for (int t = 0; t < T; ++t)
     raw[t] = in && t < rows
-                 ? __ldg(reinterpret_cast<const uint2 *>(x + size_t(row0 + t) * K + k0))
+                 ? __ldcs(reinterpret_cast<const uint2 *>(x + size_t(row0 + t) * K + k0))
                  : make_uint2(0u, 0u);
 #pragma unroll
   for (int j = 0; j < V; ++j)
@@ -490,9 +493,17 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
       const float4 lo = *reinterpret_cast<const float4 *>(ys + t * YS + c),
                    hi = *reinterpret_cast<const float4 *>(ys + t * YS + c + 4);
       float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      // The activation tested once a row, not once a value: without one
+      // (a down projection) no activation's code runs at all.
+      if (act == Activation::none) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
-        v[i] = activate(act, v[i] + bv[i]);
+        for (int i = 0; i < 8; ++i)
+          v[i] += bv[i];
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          v[i] = activate(act, v[i] + bv[i]);
+      }
       if (residual) {
         const float4 *rp =
             reinterpret_cast<const float4 *>(residual + size_t(row) * N + n);
