@@ -520,6 +520,11 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     // Each thread keeps the first chunks' row numbers it copies in shared
     // memory (it reads back only its own: no barrier), not in registers.
     int32_t *rows = reinterpret_cast<int32_t *>(xs + Stages * kBK * XS);
+    auto saved = [&](int s, int (&rowsOf)[RPT]) {
+#pragma unroll
+      for (int i = 0; i < RPT; ++i)
+        rowsOf[i] = rows[s * kBK + r0 + i * RSTEP];
+    };
 #pragma unroll
     for (int s = 0; s < Pre; ++s) {
       mask(s);
@@ -554,9 +559,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
           for (int s = 0; s < 2; ++s)
             if (s < chunks) {
               int rowsOf[RPT];
-#pragma unroll
-              for (int i = 0; i < RPT; ++i)
-                rowsOf[i] = rows[s * kBK + r0 + i * RSTEP];
+              saved(s, rowsOf);
               loadW(s, n0 + BN, rowsOf);
             }
           cpAsyncCommit();
@@ -568,9 +571,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
         zero();
 #pragma unroll
         for (int s = 0; s < Pre; ++s)
-#pragma unroll
-          for (int i = 0; i < RPT; ++i)
-            first[s][i] = rows[s * kBK + r0 + i * RSTEP];
+          saved(s, first[s]);
         pipeline(n0);
         cpAsyncWait<0>();
         __syncthreads();
@@ -579,7 +580,6 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
           __syncthreads(); // the next prologue copies over ys
       }
     }
-    return;
   } else {
     const int n0 = blockIdx.x * BN;
     zero();
