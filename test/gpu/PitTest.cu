@@ -275,6 +275,20 @@ int main() {
   run({64, 65, 264, 8, 1.0, false, true, true, false, false, true, 0, 0, true, 3});
   run({512, 4096, 1024, 32, 0.01, false, true, true, false, false, false, 0, 0,
        false, 8});
+  // fp16 outputs without a residual: at 8- and 16-token tiles the
+  // epilogue from the accumulators through stmatrix (each warp finishing
+  // its own columns, no block barrier), at 32 the block's: bias and ReLU,
+  // ragged M and N, sweeps over short and long sets, the plain kernel at
+  // 256 columns and 3 stages and at 2 stages, launched early.
+  for (int tile : {8, 16, 32}) {
+    run({70, 1000, 392, tile, 0.02, false, true, true, true, true, false, 0, 0,
+         false, 3});
+    run({70, 700, 520, tile, 0.3, false, false, true, true, true, false, 0, 0,
+         true, 4});
+    run({40, 700, 392, tile, 0.3, true, true, true, true, false, false, 256, 3});
+    run({33, 2000, 136, tile, 0.05, false, false, true, false, true, false, 128,
+         2, true});
+  }
   // The default's sweep: the largest that leaves 6 blocks an SM, 4 / 8 / 2
   // at most for 32- / 16- / 8-token tiles; then two defaults that sweep on
   // this GPU (2 output blocks a block at 8-token tiles, 8 at 16).

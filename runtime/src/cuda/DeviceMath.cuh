@@ -170,6 +170,31 @@ __device__ __forceinline__ void ldmatrixX2T(unsigned (&r)[2], const void *p) {
                : "r"(smemAddr(p)));
 }
 
+/// stmatrix (sm_90): four (or two) 8 x 8 fp16 tiles, each held as an
+/// mma accumulator fragment (lane l: row l / 4, columns 2 (l % 4) and
+/// 2 (l % 4) + 1, packed), stored transposed: lane 8 i + j gives the address
+/// of row j of stored tile i, which receives column j of fragment i.
+__device__ __forceinline__ void stmatrixX4T(void *p, unsigned r0, unsigned r1,
+                                            unsigned r2, unsigned r3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n"
+      ::"r"(smemAddr(p)), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+      : "memory");
+#else
+  __trap(); // sparsec builds sm_90
+#endif
+}
+__device__ __forceinline__ void stmatrixX2T(void *p, unsigned r0, unsigned r1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1,%2};\n"
+               ::"r"(smemAddr(p)), "r"(r0), "r"(r1)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
 /// One m16n8k16 tensor-core product, fp16 in, fp32 accumulate.
 __device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0,
                                          unsigned a1, unsigned a2, unsigned a3,

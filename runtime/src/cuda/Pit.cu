@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace sparsec::rt::cuda {
 namespace {
@@ -24,6 +25,7 @@ constexpr int kSReadThreads = 512;
 constexpr int kBK = kPitChunk; // gathered rows per pipeline stage
 constexpr int kStages = 4; // the deepest cp.async pipeline (see launchMatmulS)
 constexpr int kThreads = 128;  // 4 warps
+constexpr int kSweepColumns = 128; // a sweep's output block (WM = 32)
 
 //===----------------------------------------------------------------------===//
 // SRead: index construction and gather
@@ -515,6 +517,92 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     }
   };
 
+  // fp16 outputs without a residual, 8- and 16-token tiles: each warp
+  // finishes its own WM columns from its accumulators. Bias and activation
+  // are applied in registers (the same operations in the same order as
+  // `epilogue`, so the same bits), the results rounded to fp16 pairs and
+  // stored transposed (tokens as rows) by stmatrix into the warp's own
+  // columns of W's first stage, which no other warp reads: no block
+  // barrier before or inside it, and a quarter of `epilogue`'s
+  // shared-memory traffic. Read back as 16-byte row segments (64 bytes of
+  // a token's row a warp at 128 columns) and stored. On the H200 at 99 %
+  // micro-tile sparsity it made the 16- and 8-token sweeps 6-12 % faster
+  // and the 32-token ones 3 % slower (docs/GPU.md, "T calls"), so
+  // 32-token tiles keep `epilogue`. (Warp pairs reading back whole
+  // 128-byte rows behind a named barrier were slower at every tile.)
+  constexpr bool HalfOut = std::is_same_v<Y, __half>;
+  const bool direct = HalfOut && T <= 16 && !residual;
+  auto epilogueDirect = [&](int n0) {
+    if constexpr (HalfOut && T <= 16) {
+    constexpr int SEG = WM / 8; // 16-byte segments of a warp's token row
+    __half *st = ws + warp * WM; // token t's row at st + t * WS
+    const int nw = n0 + warp * WM;
+    float bv[MT][2];
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int n = nw + mi * 16 + (lane >> 2) + 8 * h;
+        bv[mi][h] = bias && n < N ? bias[n] : 0.0f;
+      }
+    auto pack = [&](int mi, int ni, int h) {
+      float v0 = acc[mi][ni][2 * h] + bv[mi][h],
+            v1 = acc[mi][ni][2 * h + 1] + bv[mi][h];
+      if (act != Activation::none) {
+        v0 = activate(act, v0);
+        v1 = activate(act, v1);
+      }
+      __half2 p2 = __floats2half2_rn(v0, v1);
+      return *reinterpret_cast<unsigned *>(&p2);
+    };
+    const int i8 = lane & 7, j = lane >> 3; // row i8 of stored tile j
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+      if constexpr (NT == 1) {
+        stmatrixX2T(st + i8 * WS + mi * 16 + (j & 1) * 8, pack(mi, 0, 0),
+                    pack(mi, 0, 1));
+      } else {
+#pragma unroll
+        for (int ni = 0; ni < NT; ni += 2)
+          stmatrixX4T(st + ((ni + (j >> 1)) * 8 + i8) * WS + mi * 16 +
+                          (j & 1) * 8,
+                      pack(mi, ni, 0), pack(mi, ni, 1), pack(mi, ni + 1, 0),
+                      pack(mi, ni + 1, 1));
+      }
+    }
+    __syncwarp();
+    // A quarter-warp's 16-byte reads fall on distinct banks: at WM = 32
+    // (rows of 64 bytes, 4 words of bank offset between rows) it reads
+    // rows t and t + 4, at WM = 64 one whole row.
+    constexpr int RPP = 32 / SEG; // rows a pass
+    const int seg = lane % SEG;
+    const int rowOf = SEG == 4 ? (lane >> 3) + 4 * ((lane >> 2) & 1) : lane / SEG;
+    const int n = nw + seg * 8;
+    if (n < N) {
+#pragma unroll
+      for (int t0 = 0; t0 < T; t0 += RPP) {
+        const int t = t0 + rowOf, row = b * T + t;
+        if (row < M)
+          *reinterpret_cast<uint4 *>(y + size_t(row) * N + n) =
+              *reinterpret_cast<const uint4 *>(st + t * WS + seg * 8);
+      }
+    }
+    }
+  };
+
+  // Output block n0's epilogue once its chunks are computed. (The direct
+  // one needs no wait: every chunk's copies were waited for before its
+  // product.)
+  auto finish = [&](int n0) {
+    if (direct) {
+      epilogueDirect(n0);
+    } else {
+      cpAsyncWait<0>();
+      __syncthreads();
+      epilogue(n0);
+    }
+  };
+
   if constexpr (Sweep) {
     const int last = min(tiles, (N + BN - 1) / BN - tile0); // blocks to do
     // Each thread keeps the first chunks' row numbers it copies in shared
@@ -551,8 +639,12 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
         for (int s = 0; s < 2; ++s)
           if (s < chunks)
             compute(s);
-        __syncthreads(); // the epilogue writes over the stages of W
-        epilogue(n0);
+        if (direct) {
+          epilogueDirect(n0);
+        } else {
+          __syncthreads(); // the epilogue writes over the stages of W
+          epilogue(n0);
+        }
         if (g + 1 < last) {
           __syncthreads(); // ... and has read them
 #pragma unroll
@@ -573,9 +665,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
         for (int s = 0; s < Pre; ++s)
           saved(s, first[s]);
         pipeline(n0);
-        cpAsyncWait<0>();
-        __syncthreads();
-        epilogue(n0);
+        finish(n0);
         if (g + 1 < last)
           __syncthreads(); // the next prologue copies over ys
       }
@@ -604,9 +694,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     } else {
       pipeline(n0);
     }
-    cpAsyncWait<0>();
-    __syncthreads();
-    epilogue(n0);
+    finish(n0);
   }
 }
 
@@ -681,9 +769,11 @@ cudaError_t launchMatmul(const MatmulCall<Y> &c) {
 
 template <int T, int WM, typename Y>
 cudaError_t launchMatmulS(const MatmulCall<Y> &c, int stages) {
-  if constexpr (WM == 32)
+  if constexpr (WM == 32) {
+    static_assert(4 * WM == kSweepColumns, "a sweep's block width");
     if (c.tiles > 1)
       return launchMatmul<T, WM, Y, 2, true>(c);
+  }
   switch (stages) {
   case 2:
     return launchMatmul<T, WM, Y, 2>(c);
@@ -734,7 +824,8 @@ int pitSweepTiles(int64_t M, int64_t N, int tile, int multiprocessors) {
   // leaves about one resident wave of 8 blocks an SM at 16- and 32-token
   // tiles; at 8-token tiles 2 beats 4 and 8 from 90 to 99 %.
   int tiles = tile == 16 ? 8 : tile == 32 ? 4 : 2;
-  const int64_t outBlocks = (N + 127) / 128, tokenBlocks = pitBlocks(M, tile);
+  const int64_t outBlocks = (N + kSweepColumns - 1) / kSweepColumns,
+                tokenBlocks = pitBlocks(M, tile);
   for (; tiles > 1; tiles /= 2)
     if ((outBlocks + tiles - 1) / tiles * tokenBlocks >=
         6 * int64_t(std::max(1, multiprocessors)))
@@ -769,7 +860,8 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
   if (!pitSupported(M, K, N, tile, w) || !aligned(y) || !aligned(residual) ||
       (columns && columns != 128 && columns != 256) ||
       (stages && (stages < 2 || stages > kStages)) || sweep < 0 ||
-      (sweep > 1 && ((columns && columns != 128) || (stages && stages != 2))))
+      (sweep > 1 &&
+       ((columns && columns != kSweepColumns) || (stages && stages != 2))))
     return cudaErrorInvalidValue;
   // 128 columns by default. 256 halve the shared-memory fragment loads per
   // mma and win by up to 5 % on nearly dense inputs, but PIT runs where

@@ -27,7 +27,10 @@
 //              set (with 2 stages a set of up to 2 chunks is copied at
 //              once); mma.sync m16n8k16 (fp16 in, fp32 accumulation) through
 //              ldmatrix; the epilogue goes through shared memory so every
-//              store is a coalesced 16-byte write. By default, where the
+//              store is a coalesced 16-byte write (fp16 outputs without a
+//              residual at 8- and 16-token tiles: each warp its own
+//              columns, stored by stmatrix, with no block barrier). By
+//              default, where the
 //              grid stays large enough, a block sweeps several output
 //              blocks of its token block (pitSweepTiles), reading the set
 //              once and keeping a short set's x in shared memory.
