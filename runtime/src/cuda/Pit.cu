@@ -530,63 +530,63 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
   // and the 32-token ones 3 % slower (docs/GPU.md, "T calls"), so
   // 32-token tiles keep `epilogue`. (Warp pairs reading back whole
   // 128-byte rows behind a named barrier were slower at every tile.)
-  constexpr bool HalfOut = std::is_same_v<Y, __half>;
-  const bool direct = HalfOut && T <= 16 && !residual;
+  constexpr bool Direct = std::is_same_v<Y, __half> && T <= 16;
+  const bool direct = Direct && !residual;
   auto epilogueDirect = [&](int n0) {
-    if constexpr (HalfOut && T <= 16) {
-    constexpr int SEG = WM / 8; // 16-byte segments of a warp's token row
-    __half *st = ws + warp * WM; // token t's row at st + t * WS
-    const int nw = n0 + warp * WM;
-    float bv[MT][2];
+    if constexpr (Direct) {
+      constexpr int SEG = WM / 8; // 16-byte segments of a warp's token row
+      __half *st = ws + warp * WM; // token t's row at st + t * WS
+      const int nw = n0 + warp * WM;
+      float bv[MT][2];
 #pragma unroll
-    for (int mi = 0; mi < MT; ++mi)
+      for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int n = nw + mi * 16 + (lane >> 2) + 8 * h;
-        bv[mi][h] = bias && n < N ? bias[n] : 0.0f;
+        for (int h = 0; h < 2; ++h) {
+          const int n = nw + mi * 16 + (lane >> 2) + 8 * h;
+          bv[mi][h] = bias && n < N ? bias[n] : 0.0f;
+        }
+      auto pack = [&](int mi, int ni, int h) {
+        float v0 = acc[mi][ni][2 * h] + bv[mi][h],
+              v1 = acc[mi][ni][2 * h + 1] + bv[mi][h];
+        if (act != Activation::none) {
+          v0 = activate(act, v0);
+          v1 = activate(act, v1);
+        }
+        __half2 p2 = __floats2half2_rn(v0, v1);
+        return *reinterpret_cast<unsigned *>(&p2);
+      };
+      const int i8 = lane & 7, j = lane >> 3; // row i8 of stored tile j
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        if constexpr (NT == 1) {
+          stmatrixX2T(st + i8 * WS + mi * 16 + (j & 1) * 8, pack(mi, 0, 0),
+                      pack(mi, 0, 1));
+        } else {
+#pragma unroll
+          for (int ni = 0; ni < NT; ni += 2)
+            stmatrixX4T(st + ((ni + (j >> 1)) * 8 + i8) * WS + mi * 16 +
+                            (j & 1) * 8,
+                        pack(mi, ni, 0), pack(mi, ni, 1), pack(mi, ni + 1, 0),
+                        pack(mi, ni + 1, 1));
+        }
       }
-    auto pack = [&](int mi, int ni, int h) {
-      float v0 = acc[mi][ni][2 * h] + bv[mi][h],
-            v1 = acc[mi][ni][2 * h + 1] + bv[mi][h];
-      if (act != Activation::none) {
-        v0 = activate(act, v0);
-        v1 = activate(act, v1);
-      }
-      __half2 p2 = __floats2half2_rn(v0, v1);
-      return *reinterpret_cast<unsigned *>(&p2);
-    };
-    const int i8 = lane & 7, j = lane >> 3; // row i8 of stored tile j
+      __syncwarp();
+      // A quarter-warp's 16-byte reads fall on distinct banks: at WM = 32
+      // (rows of 64 bytes, 4 words of bank offset between rows) it reads
+      // rows t and t + 4, at WM = 64 one whole row.
+      constexpr int RPP = 32 / SEG; // rows a pass
+      const int seg = lane % SEG;
+      const int rowOf = SEG == 4 ? (lane >> 3) + 4 * ((lane >> 2) & 1) : lane / SEG;
+      const int n = nw + seg * 8;
+      if (n < N) {
 #pragma unroll
-    for (int mi = 0; mi < MT; ++mi) {
-      if constexpr (NT == 1) {
-        stmatrixX2T(st + i8 * WS + mi * 16 + (j & 1) * 8, pack(mi, 0, 0),
-                    pack(mi, 0, 1));
-      } else {
-#pragma unroll
-        for (int ni = 0; ni < NT; ni += 2)
-          stmatrixX4T(st + ((ni + (j >> 1)) * 8 + i8) * WS + mi * 16 +
-                          (j & 1) * 8,
-                      pack(mi, ni, 0), pack(mi, ni, 1), pack(mi, ni + 1, 0),
-                      pack(mi, ni + 1, 1));
+        for (int t0 = 0; t0 < T; t0 += RPP) {
+          const int t = t0 + rowOf, row = b * T + t;
+          if (row < M)
+            *reinterpret_cast<uint4 *>(y + size_t(row) * N + n) =
+                *reinterpret_cast<const uint4 *>(st + t * WS + seg * 8);
+        }
       }
-    }
-    __syncwarp();
-    // A quarter-warp's 16-byte reads fall on distinct banks: at WM = 32
-    // (rows of 64 bytes, 4 words of bank offset between rows) it reads
-    // rows t and t + 4, at WM = 64 one whole row.
-    constexpr int RPP = 32 / SEG; // rows a pass
-    const int seg = lane % SEG;
-    const int rowOf = SEG == 4 ? (lane >> 3) + 4 * ((lane >> 2) & 1) : lane / SEG;
-    const int n = nw + seg * 8;
-    if (n < N) {
-#pragma unroll
-      for (int t0 = 0; t0 < T; t0 += RPP) {
-        const int t = t0 + rowOf, row = b * T + t;
-        if (row < M)
-          *reinterpret_cast<uint4 *>(y + size_t(row) * N + n) =
-              *reinterpret_cast<const uint4 *>(st + t * WS + seg * 8);
-      }
-    }
     }
   };
 
