@@ -4,13 +4,15 @@
 //
 // What the kernel benchmarks in bench/gpu share: CUDA error checks (exit
 // status 2), the stream and library handles, graph-based timing on that
-// stream, device memory in and out, and the relative error of a result
-// against a reference.
+// stream, device memory in and out (and a PIT workspace), and the relative
+// error of a result against a reference.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef SPARSEC_BENCH_GPU_GPUBENCH_H
 #define SPARSEC_BENCH_GPU_GPUBENCH_H
+
+#include "sparsec/rt/cuda/Pit.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -111,6 +113,16 @@ template <typename T> std::vector<T> download(const T *p, size_t n) {
   std::vector<T> v(n);
   CHECK_CUDA(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
   return v;
+}
+
+/// Device buffers for PIT on an M x K input with `tile`-token micro-tiles
+/// (never freed: a benchmark keeps them to its end).
+inline rt::cuda::PitWorkspace allocPitWorkspace(int64_t M, int64_t K, int tile) {
+  rt::cuda::PitWorkspace ws;
+  ws.idx = alloc<int32_t>(rt::cuda::pitIdxBytes(M, K, tile) / sizeof(int32_t));
+  ws.count = alloc<int32_t>(rt::cuda::pitCountBytes(M, tile) / sizeof(int32_t));
+  ws.xg = alloc<__half>(rt::cuda::pitGatherBytes(M, K, tile) / sizeof(__half));
+  return ws;
 }
 
 #ifdef __CUDACC__

@@ -175,10 +175,7 @@ int main(int argc, char **argv) {
   __half *dY = alloc<__half>(size_t(M * N)), *dYRef = alloc<__half>(size_t(M * N));
   float *dYf = y32 ? alloc<float>(size_t(M * N)) : nullptr;
   const int64_t blocks = pitBlocks(M, tile);
-  PitWorkspace ws;
-  ws.idx = alloc<int32_t>(pitIdxBytes(M, K, tile) / 4);
-  ws.count = alloc<int32_t>(size_t(blocks));
-  ws.xg = alloc<__half>(pitGatherBytes(M, K, tile) / 2);
+  const PitWorkspace ws = allocPitWorkspace(M, K, tile);
   // PIT's product into dY or, with --y f32, dYf; what it wrote as floats,
   // and the output cleared.
   auto pitMatmulTo = [&](int columns, int stages, bool early, int sweep) {

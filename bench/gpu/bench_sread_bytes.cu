@@ -35,19 +35,26 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 
 using namespace sparsec::rt::cuda;
 using namespace sparsec::bench;
 
 namespace {
 
+/// A load's words folded into one (the kernels keep their loads alive
+/// with it).
+__device__ __forceinline__ unsigned fold(uint2 v) { return v.x ^ v.y; }
+__device__ __forceinline__ unsigned fold(uint4 v) {
+  return v.x ^ v.y ^ v.z ^ v.w;
+}
+
 __global__ void contiguousKernel(const uint4 *__restrict__ p, size_t n,
                                  unsigned *sink) {
   unsigned s = 0;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    const uint4 v = __ldcs(p + i);
-    s ^= v.x ^ v.y ^ v.z ^ v.w;
+    s ^= fold(__ldcs(p + i));
   }
   if (s == 0x9e3779b9u) // keeps the loads; the sink is never read
     sink[0] = s;
@@ -57,27 +64,18 @@ __global__ void contiguousKernel(const uint4 *__restrict__ p, size_t n,
 template <int B>
 __global__ void __launch_bounds__(256)
     rowsKernel(const __half *__restrict__ x, int K, unsigned *sink) {
+  using Load = std::conditional_t<B == 8, uint2, uint4>;
   constexpr int T = 32, V = B / 2;
   const int row0 = blockIdx.y * T;
   const int k0 = (blockIdx.x * 256 + threadIdx.x) * V;
+  Load raw[T];
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+    raw[t] = __ldcs(reinterpret_cast<const Load *>(x + size_t(row0 + t) * K + k0));
   unsigned s = 0;
-  if constexpr (B == 8) {
-    uint2 raw[T];
 #pragma unroll
-    for (int t = 0; t < T; ++t)
-      raw[t] = __ldcs(reinterpret_cast<const uint2 *>(x + size_t(row0 + t) * K + k0));
-#pragma unroll
-    for (int t = 0; t < T; ++t)
-      s ^= raw[t].x ^ raw[t].y;
-  } else {
-    uint4 raw[T];
-#pragma unroll
-    for (int t = 0; t < T; ++t)
-      raw[t] = __ldcs(reinterpret_cast<const uint4 *>(x + size_t(row0 + t) * K + k0));
-#pragma unroll
-    for (int t = 0; t < T; ++t)
-      s ^= raw[t].x ^ raw[t].y ^ raw[t].z ^ raw[t].w;
-  }
+  for (int t = 0; t < T; ++t)
+    s ^= fold(raw[t]);
   if (s == 0x9e3779b9u)
     sink[0] = s;
 }
@@ -103,7 +101,7 @@ __global__ void __launch_bounds__(256)
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-        s ^= raw[r][j].x ^ raw[r][j].y ^ raw[r][j].z ^ raw[r][j].w;
+        s ^= fold(raw[r][j]);
   }
   if (s == 0x9e3779b9u)
     sink[0] = s;
@@ -158,10 +156,7 @@ int main(int argc, char **argv) {
   for (auto &c : copies)
     c = upload(x);
   unsigned *sink = alloc<unsigned>(1);
-  PitWorkspace ws;
-  ws.idx = alloc<int32_t>(pitIdxBytes(M, K, tile) / 4);
-  ws.count = alloc<int32_t>(pitCountBytes(M, tile) / 4);
-  ws.xg = alloc<__half>(pitGatherBytes(M, K, tile) / 2);
+  const PitWorkspace ws = allocPitWorkspace(M, K, tile);
 
   int next = 0;
   auto copy = [&] { return copies[next++ % kCopies]; };
@@ -178,10 +173,14 @@ int main(int argc, char **argv) {
     contiguousKernel<<<prop.multiProcessorCount * 8, 512, 0, stream>>>(
         reinterpret_cast<const uint4 *>(copy()), size_t(M * K / 8), sink);
   });
-  row("rows 8B", [&] {
+  auto rows8 = [&] {
     rowsKernel<8><<<dim3(unsigned(K / 1024), unsigned(M / 32)), 256, 0, stream>>>(
         copy(), int(K), sink);
-  });
+  };
+  auto reset = [&] {
+    CHECK_CUDA(cudaMemsetAsync(ws.count, 0, pitCountBytes(M, tile), stream));
+  };
+  row("rows 8B", rows8);
   row("rows 16B", [&] {
     rowsKernel<16><<<dim3(unsigned(K / 2048), unsigned(M / 32)), 256, 0, stream>>>(
         copy(), int(K), sink);
@@ -190,13 +189,10 @@ int main(int argc, char **argv) {
     runsKernel<<<dim3(unsigned(K / 2048), unsigned(M / 32)), 256, 0, stream>>>(
         copy(), int(K), sink);
   });
-  row("reset", [&] {
-    CHECK_CUDA(cudaMemsetAsync(ws.count, 0, pitCountBytes(M, tile), stream));
-  });
+  row("reset", reset);
   row("reset + 8B", [&] {
-    CHECK_CUDA(cudaMemsetAsync(ws.count, 0, pitCountBytes(M, tile), stream));
-    rowsKernel<8><<<dim3(unsigned(K / 1024), unsigned(M / 32)), 256, 0, stream>>>(
-        copy(), int(K), sink);
+    reset();
+    rows8();
   });
   row("sread", [&] { CHECK_CUDA(pitSRead(copy(), M, K, tile, false, ws, stream)); });
   row("sread sorted",
