@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the CUDA kernels, their device tests and the decode-kernel (sparse
-# and dense), L2-prefetch, PIT and SRead-bytes benchmarks with nvcc (sm_90) in build-gpu/, then runs the
+# and dense), L2-prefetch, look-ahead, PIT and SRead-bytes benchmarks with nvcc (sm_90) in build-gpu/, then runs the
 # tests, the benchmarks and the PyTorch peers. For a machine with an NVIDIA GPU (Hopper):
 #   scripts/gpu-bench.sh [OUTDIR]
 # Logs go to OUTDIR (default build-gpu/).
@@ -18,6 +18,8 @@ flags=(-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90
     -lcublas -lcusparse -o build-gpu/sparsec-bench-dense-decode
 "$NVCC" "${flags[@]}" bench/gpu/bench_l2_prefetch.cu build-gpu/SparseDecode.o \
     build-gpu/DenseDecode.o -lcublas -lcusparse -o build-gpu/sparsec-bench-l2-prefetch
+"$NVCC" "${flags[@]}" bench/gpu/bench_lookahead.cu build-gpu/SparseDecode.o \
+    build-gpu/DenseDecode.o -lcublas -lcusparse -o build-gpu/sparsec-bench-lookahead
 "$NVCC" "${flags[@]}" test/gpu/PitTest.cu build-gpu/Pit.o build-gpu/SparseDecode.o \
     -o build-gpu/sparsec-cuda-pit-test
 "$NVCC" "${flags[@]}" bench/gpu/bench_pit.cu build-gpu/Pit.o build-gpu/SparseDecode.o \
@@ -36,6 +38,7 @@ build-gpu/sparsec-bench-decode-kernels --tokens 4 | tee "$out/bench_t4.log" || s
 build-gpu/sparsec-bench-dense-decode --shape 6.7b | tee "$out/bench_dense_67.log" || status=1
 build-gpu/sparsec-bench-dense-decode --shape 1.3b | tee "$out/bench_dense_13.log" || status=1
 build-gpu/sparsec-bench-l2-prefetch | tee "$out/bench_l2_prefetch.log" || status=1
+build-gpu/sparsec-bench-lookahead | tee "$out/bench_lookahead.log" || status=1
 build-gpu/sparsec-cuda-pit-test | tee "$out/pit-test.log" || status=1
 build-gpu/sparsec-bench-pit | tee "$out/bench_pit.log" || status=1
 build-gpu/sparsec-bench-sread-bytes | tee "$out/bench_sread_bytes.log" || status=1

@@ -250,6 +250,29 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
     }
     report(sameH(download(dH2, sentinel.size()), hUp, exactUp, d),
            "sparseUp (listed, early launch)", f, d, tokens, sparsity, wtype, 0.0);
+    // The same with the set marked ready (complete before the launch): the
+    // kernels that take it request their rows before their wait, and must
+    // still read x, and the residual of the base, only after it.
+    CHECK_CUDA(cudaMemcpy(dH2, sentinel.data(), sentinel.size() * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    {
+      IndexView ready = listedUp;
+      ready.ready = true;
+      float *dBase3 = upload(std::vector<float>(size_t(tokens) * d, -3.0f));
+      bool baseReadyOk = true;
+      {
+        SlowX slow(true, x, dX);
+        CHECK_CUDA(sparseUp<W>(dX, tokens, dWt, d, dBias, ready, true, dH2, f,
+                               RowsInit{dBase3, dBiasD, dRes, tokens, d}, slow.stream,
+                               nullptr, nullptr, true));
+      }
+      const std::vector<float> base3 = download(dBase3, y0.size());
+      for (size_t i = 0; i < y0.size(); ++i)
+        baseReadyOk &= std::fabs(double(base3[i]) - y0[i]) < 1e-6;
+      cudaFree(dBase3);
+      report(sameH(download(dH2, sentinel.size()), hUp, exactUp, d) && baseReadyOk,
+             "sparseUp (listed, ready, early launch)", f, d, tokens, sparsity, wtype, 0.0);
+    }
     // With a per-token mask: h[t, j] is 0 where token t did not select j.
     std::vector<uint8_t> tokenMask(size_t(tokens) * f);
     for (auto &m : tokenMask)
@@ -311,6 +334,18 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
   const double errEarly = errAgainstDense(download(dY, y0.size()));
   report(errEarly < 1e-4, "sparseDown (list, early launch)", f, d, tokens, sparsity,
          wtype, errEarly);
+  // The same with the set marked ready: rows before the wait, h after it.
+  CHECK_CUDA(cudaMemcpy(dY, y0.data(), y0.size() * sizeof(float), cudaMemcpyHostToDevice));
+  {
+    IndexView ready = listed;
+    ready.ready = true;
+    SlowX slow(true, h, dHin);
+    CHECK_CUDA(sparseDown<W>(dHin, tokens, f, dW, d, ready, dY, slow.stream, 0,
+                             nullptr, true));
+  }
+  const double errReady = errAgainstDense(download(dY, y0.size()));
+  report(errReady < 1e-4, "sparseDown (list, ready, early launch)", f, d, tokens,
+         sparsity, wtype, errReady);
 
   // Exact mode from the activations alone: the index kernel writes the base.
   CHECK_CUDA(cudaMemset(dY, 0xff, y0.size() * sizeof(float)));

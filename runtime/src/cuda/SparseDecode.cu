@@ -306,13 +306,18 @@ __device__ __forceinline__ void countDensity(unsigned long long *density,
 /// Compact: the set is ix.list / ix.count, read straight from global
 /// memory (the list has room for ix.neurons entries); otherwise the
 /// segments, whose scan and the block's rows go to shared memory first.
-template <typename W, int T, bool Aligned, bool Compact>
+/// Ready (Compact only; the set was complete at launch, IndexView::ready):
+/// the list, the count and each warp's first rows are requested before the
+/// wait, h after it.
+template <typename W, int T, bool Aligned, bool Compact, bool Ready = false>
 __global__ void __launch_bounds__(kThreads)
     sparseDownKernel(const float *__restrict__ h, int ldh,
                      const W *__restrict__ w, int d, IndexView ix, float *y,
                      unsigned long long *density) {
+  static_assert(Compact || !Ready, "a ready set is read as a list");
   pdlTrigger();
-  pdlWait(); // early launches: the set and h come from the kernels before
+  if constexpr (!Ready)
+    pdlWait(); // early launches: the set and h come from the kernels before
   constexpr int V = Vec<W>::N;
   constexpr int Tile = 32 * V; // columns per block
   constexpr int Unroll = 4; // rows in flight per warp
@@ -360,7 +365,41 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < Unroll; ++u)
       j[u] = g + u * G < ix.neurons ? ix.list[g + u * G] : 0;
     n = *ix.count;
-    for (int i = g; i < n; i += Unroll * G) {
+    if constexpr (Ready) {
+      // The first group's weights before the wait, h after it.
+      bool ok[Unroll];
+#pragma unroll
+      for (int u = 0; u < Unroll; ++u)
+        ok[u] = g + u * G < n;
+      float wv[Unroll][V], a[Unroll][T];
+#pragma unroll
+      for (int u = 0; u < Unroll; ++u) {
+        if (ok[u]) {
+          loadRow<W, Aligned>(w + int64_t(j[u]) * d, col, d, wv[u]);
+        } else {
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+            wv[u][v] = 0.0f;
+        }
+      }
+      pdlWait(); // h comes from the kernel before
+      if (g < n) {
+        int next[Unroll];
+#pragma unroll
+        for (int u = 0; u < Unroll; ++u) {
+          const int k = g + (Unroll + u) * G;
+          next[u] = k < n ? ix.list[k] : 0;
+#pragma unroll
+          for (int t = 0; t < T; ++t)
+            a[u][t] = ok[u] ? h[int64_t(t) * ldh + j[u]] : 0.0f;
+        }
+        addScaledRows(acc, a, wv);
+#pragma unroll
+        for (int u = 0; u < Unroll; ++u)
+          j[u] = next[u];
+      }
+    }
+    for (int i = Ready ? g + Unroll * G : g; i < n; i += Unroll * G) {
       bool ok[Unroll];
       int next[Unroll];
 #pragma unroll
@@ -805,17 +844,13 @@ __device__ __forceinline__ void splitX(const float *__restrict__ x,
     }
 }
 
-/// The warp's partial sums of rows rows[0, valid) (at most R) against x's
-/// slice: all their words requested at once, then partial[r T + t][warp] =
-/// the warp's share of row r's product with token t (two accumulators a
-/// lane, then the warp's sum). No barrier.
-template <int T, int U, int R>
-__device__ __forceinline__ void splitRows(const __half *__restrict__ wt,
+/// Requests the warp's words of rows rows[0, valid) (at most R) in the
+/// split layout, all at once.
+template <int U, int R>
+__device__ __forceinline__ void splitLoad(const __half *__restrict__ wt,
                                           const int (&rows)[R], int valid,
-                                          const float4 (&xv)[T][U][2],
-                                          float (*partial)[kWarps]) {
+                                          uint4 (&raw)[R][U]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  uint4 raw[R][U];
 #pragma unroll
   for (int r = 0; r < R; ++r)
     if (r < valid) {
@@ -824,6 +859,16 @@ __device__ __forceinline__ void splitRows(const __half *__restrict__ wt,
       for (int u = 0; u < U; ++u)
         raw[r][u] = __ldg(reinterpret_cast<const uint4 *>(row + u * 256));
     }
+}
+
+/// The warp's partial sums of the rows splitLoad requested against x's
+/// slice: partial[r T + t][warp] = the warp's share of row r's product with
+/// token t (two accumulators a lane, then the warp's sum). No barrier.
+template <int T, int U, int R>
+__device__ __forceinline__ void splitDot(const uint4 (&raw)[R][U], int valid,
+                                         const float4 (&xv)[T][U][2],
+                                         float (*partial)[kWarps]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     float acc[T][2];
@@ -858,6 +903,17 @@ __device__ __forceinline__ void splitRows(const __half *__restrict__ wt,
   }
 }
 
+/// splitLoad then splitDot.
+template <int T, int U, int R>
+__device__ __forceinline__ void splitRows(const __half *__restrict__ wt,
+                                          const int (&rows)[R], int valid,
+                                          const float4 (&xv)[T][U][2],
+                                          float (*partial)[kWarps]) {
+  uint4 raw[R][U];
+  splitLoad<U, R>(wt, rows, valid, raw);
+  splitDot<T, U, R>(raw, valid, xv, partial);
+}
+
 /// Row r's product with token t from the warps' partial sums (in warp
 /// order), its bias added.
 __device__ __forceinline__ float splitSum(const float *partial, float bias) {
@@ -877,8 +933,11 @@ __device__ __forceinline__ float splitSum(const float *partial, float bias) {
 /// group) and thread (r, t) writes h as sparseUpKernel does (bias, ReLU,
 /// token mask, `list`, `count`, the down projection's base). Against
 /// sparseUpKernel at one token: no block stages all of x in shared memory
-/// before its rows, and a few rows spread over all SMs' warps.
-template <int T, int U>
+/// before its rows, and a few rows spread over all SMs' warps. Ready (the
+/// set was complete at launch, IndexView::ready): the list, the count and
+/// the first group's words are requested before the wait, so an early
+/// launch has its rows in flight while the kernel before it runs.
+template <int T, int U, bool Ready>
 __global__ void __launch_bounds__(kThreads)
     sparseUpSplitKernel(const float *__restrict__ x,
                         const __half *__restrict__ wt,
@@ -887,12 +946,14 @@ __global__ void __launch_bounds__(kThreads)
                         int32_t *list, int32_t *count,
                         const uint8_t *__restrict__ tokenMask) {
   pdlTrigger();
-  pdlWait(); // early launches: x, the list and the residual come from before
+  if constexpr (!Ready)
+    pdlWait(); // early launches: x, the list and the residual come from before
   constexpr int R = kUpSplitRows;
   __shared__ float partial[2][R * T][kWarps];
   const int grid = gridDim.x;
   InitWriter base;
-  base.begin(init);
+  if constexpr (!Ready)
+    base.begin(init);
   // The first group's entries, read with the count (the list has room for
   // ix.neurons entries).
   int j[R];
@@ -902,6 +963,13 @@ __global__ void __launch_bounds__(kThreads)
     j[r] = i < ix.neurons ? ix.list[i] : 0;
   }
   const int n = *ix.count;
+  uint4 first[R][U]; // Ready: the first group's words
+  if constexpr (Ready) {
+    if (n > int(blockIdx.x))
+      splitLoad<U, R>(wt, j, min(R, (n - int(blockIdx.x) + grid - 1) / grid), first);
+    pdlWait(); // x and the residual come from before
+    base.begin(init);
+  }
   if (count && blockIdx.x == 0 && threadIdx.x == 0)
     *count = n;
   if (n <= int(blockIdx.x)) {
@@ -920,7 +988,10 @@ __global__ void __launch_bounds__(kThreads)
       const int i = i0 + (R + r) * grid;
       next[r] = i < n ? ix.list[i] : 0;
     }
-    splitRows<T, U, R>(wt, j, valid, xv, partial[buf]);
+    if (Ready && i0 == int(blockIdx.x))
+      splitDot<T, U, R>(first, valid, xv, partial[buf]);
+    else
+      splitRows<T, U, R>(wt, j, valid, xv, partial[buf]);
     __syncthreads();
     if (threadIdx.x < valid * T) {
       const int r = threadIdx.x / T, t = threadIdx.x % T;
@@ -1738,7 +1809,8 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
     if (ix.list && ix.count && splitFits(tokens, d, fast))
       return withSplit(tokens, d / 2048, [&](auto t, auto u) {
         constexpr int T = decltype(t)::value, U = decltype(u)::value;
-        auto kernel = sparseUpSplitKernel<T, U>;
+        auto kernel = ix.ready ? sparseUpSplitKernel<T, U, true>
+                               : sparseUpSplitKernel<T, U, false>;
         const int blocks = residentWave(kernel, kThreads, 0, capacity, upSplitBlocks);
         cudaError_t e = launchKernel(kernel, dim3(blocks), dim3(kThreads), 0,
                                      stream, early, x, wt, bias, ix, relu, h,
@@ -1815,10 +1887,13 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
     const bool compact = ix.list && ix.count;
-    auto kernel = compact ? (fast ? sparseDownKernel<W, T, true, true>
-                                  : sparseDownKernel<W, T, false, true>)
-                          : (fast ? sparseDownKernel<W, T, true, false>
-                                  : sparseDownKernel<W, T, false, false>);
+    const bool ready = compact && ix.ready;
+    auto kernel = ready ? (fast ? sparseDownKernel<W, T, true, true, true>
+                                : sparseDownKernel<W, T, false, true, true>)
+                  : compact ? (fast ? sparseDownKernel<W, T, true, true>
+                                    : sparseDownKernel<W, T, false, true>)
+                            : (fast ? sparseDownKernel<W, T, true, false>
+                                    : sparseDownKernel<W, T, false, false>);
     int perSM = 1;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kernel, kThreads, 0);
     int s = splits > 0 ? splits

@@ -71,6 +71,18 @@ struct IndexView {
   /// past the count (never using them) together with the count.
   int32_t *list = nullptr;
   int32_t *count = nullptr;
+  /// The set (its list and count) was complete when the kernels that read
+  /// it started, not written by the kernel just before them: an early
+  /// launch of the listed sparseUp (1-2 tokens, fp16 rows of 2048-8192)
+  /// and sparseDown (CUDA cores) then reads the set and requests its first
+  /// rows before its wait, while the kernel before it still runs. Such as a
+  /// look-ahead predictor on a branch of the step's graph, joined in front
+  /// of them. Mind the join: captured into an early launch, an event join
+  /// from another stream's kernel becomes a programmatic edge, which lets
+  /// the kernel start before that branch has finished; the join must go
+  /// through a kernel that waits before it lets its dependents launch (as
+  /// sparsec-bench-lookahead's gate does), or be a full dependency.
+  bool ready = false;
 };
 
 /// y[t, c] = bias[c] + residual[t, c] (either may be null: 0) for t <
