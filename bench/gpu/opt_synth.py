@@ -22,6 +22,9 @@ pack, bench, selftest) must be given the same option.
         a sparsec weight pack from a manifest (`sparsec compile` writes it),
         rebuilt from the synthetic weights (or --onnx FILE's initializers):
         byte-identical to the compiler's, so the binary's checksum holds
+  opt_synth.py lookahead --shape 1.3b [--layers N]    # GPU machine (PyTorch):
+        how well each FFN is predicted from the attention block's input
+        against its own input on these weights (DejaVu's look-ahead)
   opt_synth.py bench --dir DIR --shape 1.3b            # GPU machine: packs,
         builds, `model generate` per build, PyTorch (transformers' OPT with
         the same weights) eager and compiled, one table; --batches 1,4,16
@@ -817,6 +820,92 @@ def cmd_bench(args):
         print(f"pytorch peer failed: {e!r}", flush=True)
 
 
+def cmd_lookahead(args):
+    """How well each FFN's neurons are predicted from the attention block's
+    input against the FFN's own input, on these synthetic weights (the
+    question scripts/lookahead_predictability.py answers for a trained
+    export): rank-r reduced-rank least squares from each source, fitted on
+    random prompts and evaluated on others, in float64 on the GPU."""
+    import torch
+    cfg = shape_cfg(args)
+    layers = cfg["layers"] if not args.layers else min(args.layers, cfg["layers"])
+    try:
+        ranks = [int(r) for r in args.ranks.split(",")]
+        recalls = [float(r) for r in args.recall.split(",")]
+    except ValueError:
+        sys.exit("error: --ranks takes integers and --recall numbers, comma-separated")
+    if not ranks or min(ranks) < 1 or not all(0.0 < r <= 1.0 for r in recalls):
+        sys.exit("error: --ranks must be positive and --recall in (0, 1]")
+    if args.tokens < 2 * cfg["d"]:
+        sys.exit(f"error: --tokens {args.tokens}: fit on at least 2 d = {2 * cfg['d']} "
+                 "tokens, or the least squares fit the noise")
+    cfg = dict(cfg, layers=layers)  # the first layers' weights are the whole model's
+    model = hf_model(cfg, args.density).float()
+    dec = model.model.decoder
+    seen = {}
+
+    def keep(name):
+        def hook(_m, _i, out):
+            seen.setdefault(name, []).append(out.reshape(-1, out.shape[-1]).clone())
+        return hook
+
+    for i, layer in enumerate(dec.layers):
+        layer.self_attn_layer_norm.register_forward_hook(keep(("attn", i)))
+        layer.final_layer_norm.register_forward_hook(keep(("ffn", i)))
+        layer.fc1.register_forward_hook(keep(("pre", i)))
+    gen = torch.Generator(device="cuda").manual_seed(1)
+
+    def run(tokens):
+        seen.clear()
+        with torch.no_grad():
+            for _ in range(max(1, tokens // args.seq_len)):
+                ids = torch.randint(0, cfg["vocab"], (1, args.seq_len), device="cuda",
+                                    generator=gen)
+                model(ids, attention_mask=torch.ones_like(ids))
+        return {k: torch.cat(v) for k, v in seen.items()}
+
+    train, test = run(args.tokens), run(args.tokens // 2)
+
+    def fit(src, tgt, rank):
+        src, tgt = src.double(), tgt.double()
+        ones = torch.ones(len(src), 1, dtype=src.dtype, device=src.device)
+        b = torch.linalg.lstsq(torch.cat([src, ones], 1), tgt).solution
+        fitted = torch.cat([src, ones], 1) @ b
+        mean = fitted.mean(0)
+        c = fitted - mean
+        _, vecs = torch.linalg.eigh(c.T @ c)
+        v = vecs[:, -rank:]
+        return lambda x: ((torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype,
+                                                     device=x.device)], 1) @ b - mean)
+                          @ v @ v.T + mean)
+
+    def density_at(pred, fires, recall):
+        scores = pred[fires]
+        t = torch.quantile(scores[torch.randperm(len(scores), device=scores.device)
+                                  [:1 << 24]].float(), 1.0 - recall).double()
+        return float((pred >= t).double().mean())
+
+    print(f"synthetic OPT-{args.shape} (--predictable {args.predictable or 'none'}), "
+          f"first {layers} layers, {len(train[('pre', 0)])} tokens to fit, "
+          f"{len(test[('pre', 0)])} held out; predicted density at each recall from "
+          "the FFN's input (ffn) and the attention block's input (attn)")
+    cols = [f"{src} r{r} @{rc:g}" for r in ranks for rc in recalls for src in ("ffn", "attn")]
+    print("| layer | fires | " + " | ".join(cols) + " |")
+    print("|---:|---:|" + "---:|" * len(cols))
+    for i in range(layers):
+        fires = test[("pre", i)] > 0
+        cells = []
+        for r in ranks:
+            preds = {src: fit(train[(src, i)], train[("pre", i)], r)(test[(src, i)].double())
+                     for src in ("ffn", "attn")}
+            for rc in recalls:
+                for src in ("ffn", "attn"):
+                    cells.append(f"{density_at(preds[src], fires, rc):.3f}")
+        print(f"| {i} | {float(fires.double().mean()):.3f} | " + " | ".join(cells) + " |",
+              flush=True)
+    return 0
+
+
 def cmd_selftest(args):
     """The exported module and transformers' OPT agree on the same weights."""
     import torch
@@ -895,16 +984,24 @@ def main():
                    help="new tokens per batch-sweep run")
     b.add_argument("--keep-weights", action="store_true",
                    help="leave each build's weight pack (for a profiler run)")
+    la = sub.add_parser("lookahead")
+    la.add_argument("--shape", default="1.3b", choices=SHAPES)
+    la.add_argument("--density", type=float, default=0.1)
+    la.add_argument("--layers", type=int, default=0, help="only the first N layers")
+    la.add_argument("--tokens", type=int, default=16384, help="tokens to fit on")
+    la.add_argument("--seq-len", type=int, default=128)
+    la.add_argument("--ranks", default="32")
+    la.add_argument("--recall", default="0.99,0.999")
     t = sub.add_parser("selftest")
     t.add_argument("--shape", default="tiny", choices=SHAPES)
     t.add_argument("--density", type=float, default=0.1)
-    for parser in (m, p, b, t):
+    for parser in (m, p, b, t, la):
         parser.add_argument("--predictable", metavar="R:A",
                             help="up projections of rank R plus an i.i.d. part "
                                  "with the share A of the variance")
     a = ap.parse_args()
     return {"selftest": cmd_selftest, "export": cmd_export, "materialize": cmd_materialize, "pack": cmd_pack,
-            "extract-inline": cmd_extract_inline,
+            "extract-inline": cmd_extract_inline, "lookahead": cmd_lookahead,
             "bench": cmd_bench}[a.cmd](a) or 0
 
 
