@@ -98,6 +98,29 @@ inline double timeUs(const std::function<void()> &fn, bool &graphed, int inner =
   return t[t.size() / 2];
 }
 
+/// Median microseconds per call of an instantiated graph of `calls` calls
+/// on `stream`: `replays` replays, the first left out (warm-up).
+inline double replayUs(cudaGraphExec_t exec, int calls, int replays = 6) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int r = 0; r < replays; ++r) {
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    if (r > 0)
+      t.push_back(ms * 1000.0 / calls);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 template <typename T> T *alloc(size_t n) {
   T *p = nullptr;
   CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)));

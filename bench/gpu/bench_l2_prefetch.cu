@@ -233,26 +233,10 @@ int main(int argc, char **argv) {
     }
     CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
     CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t a, b;
-    CHECK_CUDA(cudaEventCreate(&a));
-    CHECK_CUDA(cudaEventCreate(&b));
-    std::vector<double> t;
-    for (int r = 0; r < 6; ++r) {
-      CHECK_CUDA(cudaEventRecord(a, stream));
-      CHECK_CUDA(cudaGraphLaunch(exec, stream));
-      CHECK_CUDA(cudaEventRecord(b, stream));
-      CHECK_CUDA(cudaEventSynchronize(b));
-      float ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-      if (r > 0)
-        t.push_back(ms * 1000.0 / kGraphLayers);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
+    const double us = replayUs(exec, kGraphLayers);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return us;
   };
 
   // What each part takes alone, and the selection's size.
