@@ -19,11 +19,14 @@
 #include <cusparse.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
-#include <cstdint>
+#include <string>
 #include <vector>
 
 #define CHECK_CUDA(x)                                                          \
@@ -37,6 +40,98 @@
   } while (0)
 
 namespace sparsec::bench {
+/// A benchmark's command line: `--name value` pairs, each bound to a
+/// variable by add(). parse() sets them and, on an unknown option, a
+/// missing value or a value that is not a number of the variable's type
+/// (a list: numbers separated by commas), prints what is wrong and the
+/// usage on stderr and returns false. The checks of the values' ranges
+/// stay with each benchmark.
+class Options {
+public:
+  explicit Options(const char *program) : program(program) {}
+  Options &add(const char *name, int &v) {
+    return bind(name, [&v](const char *t) {
+      long long x;
+      return toInt(t, x) && x >= INT32_MIN && x <= INT32_MAX && (v = int(x), true);
+    });
+  }
+  Options &add(const char *name, int64_t &v) {
+    return bind(name, [&v](const char *t) {
+      long long x;
+      return toInt(t, x) && (v = int64_t(x), true);
+    });
+  }
+  Options &add(const char *name, double &v) {
+    return bind(name, [&v](const char *t) { return toDouble(t, v); });
+  }
+  Options &add(const char *name, std::string &v) {
+    return bind(name, [&v](const char *t) { return v = t, true; });
+  }
+  Options &add(const char *name, std::vector<double> &v) {
+    return bind(name, [&v](const char *t) {
+      std::vector<double> out;
+      std::string all(t);
+      for (size_t at = 0; at <= all.size();) {
+        size_t end = all.find(',', at);
+        if (end == std::string::npos)
+          end = all.size();
+        double x;
+        if (!toDouble(all.substr(at, end - at).c_str(), x))
+          return false;
+        out.push_back(x);
+        at = end + 1;
+      }
+      return v = out, true;
+    });
+  }
+  bool parse(int argc, char **argv) const {
+    for (int i = 1; i < argc; i += 2) {
+      const Option *o = nullptr;
+      for (const Option &c : options)
+        if (c.name == argv[i])
+          o = &c;
+      if (!o)
+        return fail(std::string("unknown option '") + argv[i] + "'");
+      if (i + 1 >= argc)
+        return fail(std::string(argv[i]) + " wants a value");
+      if (!o->set(argv[i + 1]))
+        return fail(std::string(argv[i]) + ": bad value '" + argv[i + 1] + "'");
+    }
+    return true;
+  }
+
+private:
+  struct Option {
+    std::string name;
+    std::function<bool(const char *)> set;
+  };
+  const char *program;
+  std::vector<Option> options;
+  Options &bind(const char *name, std::function<bool(const char *)> set) {
+    options.push_back({name, std::move(set)});
+    return *this;
+  }
+  static bool toInt(const char *t, long long &x) {
+    char *end = nullptr;
+    errno = 0;
+    x = std::strtoll(t, &end, 10);
+    return *t && end && !*end && errno == 0;
+  }
+  static bool toDouble(const char *t, double &x) {
+    char *end = nullptr;
+    errno = 0;
+    x = std::strtod(t, &end);
+    return *t && end && !*end && errno == 0 && std::isfinite(x);
+  }
+  bool fail(const std::string &what) const {
+    std::string usage = std::string("usage: ") + program;
+    for (const Option &o : options)
+      usage += " [" + o.name + " V]";
+    std::fprintf(stderr, "error: %s\n%s\n", what.c_str(), usage.c_str());
+    return false;
+  }
+};
+
 /// The stream every benchmarked call enqueues its work on.
 inline cudaStream_t stream = nullptr;
 

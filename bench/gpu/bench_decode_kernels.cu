@@ -129,14 +129,17 @@ IndexView deviceIndex(int f, const std::vector<int32_t> *list = nullptr) {
 int main(int argc, char **argv) {
   int d = 4096, f = 16384, tokens = 1;
   double only = -1; // --sparsity S: that sparsity alone, no FFN step table
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--sparsity")) only = std::atof(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--d")) d = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--ffn")) f = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
-  }
-  if (tokens < 1 || tokens > kMaxTokens || d < 1 || f < 1) {
-    std::fprintf(stderr, "error: bad arguments\n");
+  if (!Options("sparsec-bench-decode-kernels")
+           .add("--sparsity", only)
+           .add("--d", d)
+           .add("--ffn", f)
+           .add("--tokens", tokens)
+           .parse(argc, argv))
+    return 1;
+  if (tokens < 1 || tokens > kMaxTokens || d < 1 || f < 1 ||
+      (only != -1 && !(only >= 0 && only < 1))) {
+    std::fprintf(stderr, "error: bad arguments: --tokens 1 to %d, positive --d and "
+                         "--ffn, --sparsity a fraction in [0, 1)\n", kMaxTokens);
     return 1;
   }
   cudaDeviceProp prop;

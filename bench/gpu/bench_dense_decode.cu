@@ -80,13 +80,12 @@ int main(int argc, char **argv) {
   std::string shape = "6.7b";
   int tokens = 1; // of the projection table
   std::string only; // "layer": the layer chains alone; "pick": the argmax
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (!std::strcmp(argv[i], "--shape"))
-      shape = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--tokens"))
-      tokens = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--only"))
-      only = argv[i + 1];
+  if (!Options("sparsec-bench-dense-decode")
+           .add("--shape", shape)
+           .add("--tokens", tokens)
+           .add("--only", only)
+           .parse(argc, argv))
+    return 1;
   if (!only.empty() && only != "layer" && only != "pick") {
     std::fprintf(stderr, "error: --only takes 'layer' or 'pick', not '%s'\n",
                  only.c_str());

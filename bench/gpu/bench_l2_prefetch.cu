@@ -110,12 +110,13 @@ struct Layer {
 int main(int argc, char **argv) {
   int d = 4096, f = 16384, rank = 32;
   double density = 0.1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--density")) density = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--rank")) rank = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--d")) d = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--ffn")) f = std::atoi(argv[i + 1]);
-  }
+  if (!Options("sparsec-bench-l2-prefetch")
+           .add("--density", density)
+           .add("--rank", rank)
+           .add("--d", d)
+           .add("--ffn", f)
+           .parse(argc, argv))
+    return 1;
   if (d < 256 || f < 256 || rank < 1 || !(density > 0 && density <= 1) ||
       !predictUpFits(1, d, rank)) {
     std::fprintf(stderr, "error: bad arguments (or predictUp does not take them)\n");

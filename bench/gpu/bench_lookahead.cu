@@ -120,20 +120,13 @@ float quantileThreshold(std::vector<double> v, double density) {
 int main(int argc, char **argv) {
   int d = 4096, f = 16384, rank = 32;
   double density = 0.1;
-  for (int i = 1; i < argc; i += 2) {
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "error: %s wants a value\n", argv[i]);
-      return 1;
-    }
-    if (!std::strcmp(argv[i], "--density")) density = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--rank")) rank = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--d")) d = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--ffn")) f = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "error: unknown option %s\n", argv[i]);
-      return 1;
-    }
-  }
+  if (!Options("sparsec-bench-lookahead")
+           .add("--density", density)
+           .add("--rank", rank)
+           .add("--d", d)
+           .add("--ffn", f)
+           .parse(argc, argv))
+    return 1;
   if (d < 2048 || d % 2048 != 0 || d > 8192 || f < 256 || rank < 1 ||
       !(density > 0 && density <= 1) || !predictUpNormFits(1, d, rank)) {
     std::fprintf(stderr, "error: bad arguments: d a multiple of 2048 up to 8192 (the "

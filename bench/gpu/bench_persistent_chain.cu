@@ -779,22 +779,15 @@ bool runShape(const Shape &sh, bool attention, int layersArg, int slotsArg,
 int main(int argc, char **argv) {
   std::string shape = "both";
   int layers = 0, slots = 0;
-  for (int i = 1; i < argc; ++i) {
-    if (i + 1 < argc && !std::strcmp(argv[i], "--shape"))
-      shape = argv[++i];
-    else if (i + 1 < argc && !std::strcmp(argv[i], "--layers"))
-      layers = std::atoi(argv[++i]);
-    else if (i + 1 < argc && !std::strcmp(argv[i], "--slots"))
-      slots = std::atoi(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: sparsec-bench-persistent-chain "
-                           "[--shape 1.3b|6.7b|both] [--layers L] [--slots S]\n");
-      return 2;
-    }
-  }
+  if (!Options("sparsec-bench-persistent-chain")
+           .add("--shape", shape)
+           .add("--layers", layers)
+           .add("--slots", slots)
+           .parse(argc, argv))
+    return 1;
   if (shape != "1.3b" && shape != "6.7b" && shape != "both") {
     std::fprintf(stderr, "error: --shape takes 1.3b, 6.7b or both\n");
-    return 2;
+    return 1;
   }
   cudaDeviceProp prop;
   cublasHandle_t blas;

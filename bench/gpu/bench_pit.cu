@@ -47,7 +47,6 @@
 
 #include <cstring>
 #include <random>
-#include <sstream>
 #include <string>
 
 using namespace sparsec::rt;
@@ -136,26 +135,27 @@ double timeSpMM(cusparseHandle_t sp, cusparseSpMatDescr_t a, __half *w,
 int main(int argc, char **argv) {
   int64_t M = 4096, K = 4096, N = 4096;
   int tile = 32;
-  bool y32 = false;
+  std::string y = "f16";
   std::vector<double> sparsities = {0, 50, 90, 95, 99};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--m")) M = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--k")) K = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--n")) N = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--tile")) tile = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--y") &&
-             (!std::strcmp(argv[i + 1], "f16") || !std::strcmp(argv[i + 1], "f32")))
-      y32 = !std::strcmp(argv[i + 1], "f32");
-    else if (!std::strcmp(argv[i], "--sparsity")) {
-      sparsities.clear();
-      std::stringstream ss(argv[i + 1]);
-      for (std::string t; std::getline(ss, t, ',');)
-        sparsities.push_back(std::atof(t.c_str()));
-    } else {
-      std::fprintf(stderr, "error: unknown argument '%s'\n", argv[i]);
+  if (!Options("sparsec-bench-pit")
+           .add("--m", M)
+           .add("--k", K)
+           .add("--n", N)
+           .add("--tile", tile)
+           .add("--y", y)
+           .add("--sparsity", sparsities)
+           .parse(argc, argv))
+    return 1;
+  if (y != "f16" && y != "f32") {
+    std::fprintf(stderr, "error: --y takes f16 or f32, not '%s'\n", y.c_str());
+    return 1;
+  }
+  const bool y32 = y == "f32";
+  for (double s : sparsities)
+    if (s < 0 || s > 100) {
+      std::fprintf(stderr, "error: --sparsity takes percentages from 0 to 100\n");
       return 1;
     }
-  }
   if (M < 1 || K < 1 || N < 1 || !pitTileSupported(tile) || N % 8) {
     std::fprintf(stderr, "error: need positive sizes, N a multiple of 8 and "
                          "--tile 8, 16 or 32\n");

@@ -113,25 +113,18 @@ int main(int argc, char **argv) {
   int64_t M = 4096, K = 4096;
   int tile = 32;
   double sparsity = 99;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--m"))
-      M = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--k"))
-      K = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--tile"))
-      tile = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--sparsity"))
-      sparsity = std::atof(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
-  if (M % 32 || K % 4096 || !pitTileSupported(tile) || sparsity < 0 ||
-      sparsity > 100) {
-    std::fprintf(stderr, "needs M a multiple of 32, K of 4096, tile 8, 16 "
-                         "or 32, sparsity in [0, 100]\n");
-    return 2;
+  if (!Options("sparsec-bench-sread-bytes")
+           .add("--m", M)
+           .add("--k", K)
+           .add("--tile", tile)
+           .add("--sparsity", sparsity)
+           .parse(argc, argv))
+    return 1;
+  if (M < 32 || M % 32 || K < 4096 || K % 4096 || !pitTileSupported(tile) ||
+      sparsity < 0 || sparsity > 100) {
+    std::fprintf(stderr, "error: needs M a positive multiple of 32, K of 4096, "
+                         "--tile 8, 16 or 32, --sparsity in [0, 100]\n");
+    return 1;
   }
   cudaDeviceProp prop;
   cublasHandle_t blas;
