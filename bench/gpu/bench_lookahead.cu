@@ -17,7 +17,10 @@
 // (with x as its residual; its input is q's slice, standing in for the
 // attention), then the FFN:
 //   inline    predictUp with the norm (today's default: the norm, the
-//             hidden vector, the selection with the up rows), sparseDown
+//             hidden vector, the selection with the up rows), sparseDown;
+//             also with the norm a kernel of its own, and without the
+//             list (the selection's atomic; the down projection then scans
+//             the segments), to see what those parts of the chain cost
 //   ahead     predictIndex of x forked at the layer's start (two kernels on
 //             a second stream), joined in front of the up projection
 //             through a memset node; normRows, sparseUp over the list,
@@ -210,18 +213,25 @@ int main(int argc, char **argv) {
     CHECK_CUDA(gemvRows<__half>(dQ, 1, L.out, d, d, nullptr, Activation::none, dX,
                                 dR, stream, !joinHere));
   };
-  auto ffnInline = [&](const Layer &L) {
+  // fusedNorm: the norm in predictUp's hidden-vector kernel (else a
+  // normRows kernel first); listed: the selection also writes the set as
+  // one list, which the down projection reads (else it scans the segments).
+  auto ffnInline = [&](const Layer &L, bool fusedNorm, bool listed) {
     FfnNorm norm;
     norm.x = dR;
     norm.scale = dScale;
     norm.bias = dShift;
     norm.epsilon = eps;
+    IndexView ix = ixInline;
+    if (!listed)
+      ix.list = ix.count = nullptr;
+    if (!fusedNorm)
+      CHECK_CUDA(normRows(dR, 1, d, dScale, dShift, eps, false, dXn, stream, true));
     CHECK_CUDA(predictUp<__half>(dXn, 1, L.p1, d, rank, L.p2, f, nullptr,
-                                 L.inlineThreshold, scratchInline, ixInline, nullptr, 0,
-                                 L.up, L.upBias, true, dH, f,
-                                 RowsInit{dY, L.downBias, dR, 1, d}, stream, true, &norm));
-    CHECK_CUDA(sparseDown<__half>(dH, 1, f, L.down, d, ixInline, dY, stream, 0, nullptr,
-                                  true));
+                                 L.inlineThreshold, scratchInline, ix, nullptr, 0, L.up,
+                                 L.upBias, true, dH, f, RowsInit{dY, L.downBias, dR, 1, d},
+                                 stream, true, fusedNorm ? &norm : nullptr));
+    CHECK_CUDA(sparseDown<__half>(dH, 1, f, L.down, d, ix, dY, stream, 0, nullptr, true));
   };
   // The selection on the side stream, from the layer's input. Join
   // through a memset node (one int on the side stream after the
@@ -264,7 +274,8 @@ int main(int argc, char **argv) {
                                   early));
   };
 
-  enum class Ffn { none, inline_, ahead, aheadNoBranch, branchOnly };
+  enum class Ffn { none, inline_, inlineNorm, inlineNoList, ahead, aheadNoBranch,
+                   branchOnly };
   struct Variant {
     const char *name;
     Ffn ffn;
@@ -290,8 +301,8 @@ int main(int argc, char **argv) {
       if (v.ffn == Ffn::ahead)
         forkPredictor(L, v.memsetJoin);
       attention(L, v.ffn == Ffn::ahead && v.at == Join::out);
-      if (v.ffn == Ffn::inline_)
-        ffnInline(L);
+      if (v.ffn == Ffn::inline_ || v.ffn == Ffn::inlineNorm || v.ffn == Ffn::inlineNoList)
+        ffnInline(L, v.ffn != Ffn::inlineNorm, v.ffn != Ffn::inlineNoList);
       else if (v.ffn == Ffn::ahead || v.ffn == Ffn::aheadNoBranch)
         ffnAhead(L, v.upReady, v.downReady, v.ffn == Ffn::ahead, v.at, v.early);
     }
@@ -319,9 +330,21 @@ int main(int argc, char **argv) {
   const std::vector<__half> upW = download(last.up, size_t(f) * d),
                             downW = download(last.down, size_t(f) * d);
   const std::vector<float> b1 = download(last.upBias, f), b2 = download(last.downBias, d);
+  // A set as the GPU left it: its list, or (none written) its segments.
+  auto setOf = [&](const IndexView &ix) {
+    std::vector<int32_t> list;
+    if (ix.list && ix.count)
+      return download(ix.list, size_t(download(ix.count, 1)[0]));
+    const int segments = indexSegments(f);
+    const std::vector<int32_t> cnt = download(ix.cnt, size_t(segments)),
+                               idx = download(ix.idx, size_t(segments) * kSegment);
+    for (int sg = 0; sg < segments; ++sg)
+      for (int k = 0; k < cnt[sg]; ++k)
+        list.push_back(idx[size_t(sg) * kSegment + k]);
+    return list;
+  };
   auto reference = [&](const IndexView &ix) {
-    const int n = download(ix.count, 1)[0];
-    const std::vector<int32_t> list = download(ix.list, size_t(n));
+    const std::vector<int32_t> list = setOf(ix);
     const std::vector<float> xn = download(dXn, d), r = download(dR, d);
     std::vector<double> y(d);
     for (int c = 0; c < d; ++c)
@@ -342,6 +365,8 @@ int main(int argc, char **argv) {
       {"attention GEMVs alone (q/k/v, out)", Ffn::none},
       {"predictor branch alone (predictIndex)", Ffn::branchOnly},
       {"inline: predictUp with the norm, sparseDown", Ffn::inline_},
+      {"inline, the norm a kernel of its own", Ffn::inlineNorm},
+      {"inline, no list (the down projection scans the segments)", Ffn::inlineNoList},
       {"ahead: predictIndex forked; norm, sparseUp, sparseDown, not early", Ffn::ahead,
        false, false, false},
       {"ahead, early", Ffn::ahead},
@@ -392,7 +417,11 @@ int main(int argc, char **argv) {
       std::printf("| %s | %.2f | | | |\n", v.name, us);
       continue;
     }
-    const IndexView &ix = v.ffn == Ffn::inline_ ? ixInline : ixAhead;
+    const bool inl =
+        v.ffn == Ffn::inline_ || v.ffn == Ffn::inlineNorm || v.ffn == Ffn::inlineNoList;
+    IndexView ix = inl ? ixInline : ixAhead;
+    if (v.ffn == Ffn::inlineNoList)
+      ix.list = ix.count = nullptr;
     const double err = us < 0 ? 0.0 : relErr(download(dY, d), reference(ix));
     // The variants whose set is complete before its readers launch must
     // agree with the host; one joined from the selection kernel may not
@@ -402,7 +431,7 @@ int main(int argc, char **argv) {
     if (mustAgree && err > 1e-4)
       ok = false;
     std::printf("| %s | %.2f | %.2f | %d | %.1e%s |\n", v.name, us, us - attn,
-                download(ix.count, 1)[0], err,
+                int(setOf(ix).size()), err,
                 err > 1e-4 ? (mustAgree ? " MISMATCH" : " (race)") : "");
   }
   std::printf("\n%s\n", ok ? "every variant's y agrees with the host (1e-4)"
