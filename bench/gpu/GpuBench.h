@@ -15,6 +15,7 @@
 #include "sparsec/rt/cuda/Pit.h"
 
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cusparse.h>
 
@@ -256,6 +257,38 @@ __global__ void fillKernel(T *p, size_t n, uint32_t seed, float scale) {
     h ^= h >> 13;
     p[i] = T((float(h & 0xffffff) / 16777216.0f * 2.0f - 1.0f) * scale);
   }
+}
+
+/// n fp16 values from fillKernel on `stream` (never freed: a benchmark
+/// keeps its weights to its end).
+inline __half *filledHalf(size_t n, uint32_t seed, float scale) {
+  __half *p = alloc<__half>(n);
+  fillKernel<<<1024, 256, 0, stream>>>(p, n, seed, scale);
+  CHECK_CUDA(cudaGetLastError());
+  return p;
+}
+
+/// A rank-r predictor's logit of every neuron for input x [d], in double:
+/// (x . w1) . w2 with w1 [d, r] and w2 [r, f] on the device (fp16).
+inline std::vector<double> predictorLogits(const std::vector<float> &x, const __half *p1,
+                                           const __half *p2, int d, int r, int f) {
+  const std::vector<__half> w1 = download(p1, size_t(d) * r),
+                            w2 = download(p2, size_t(r) * f);
+  std::vector<double> hid(r, 0.0), out(f, 0.0);
+  for (int i = 0; i < d; ++i)
+    for (int e = 0; e < r; ++e)
+      hid[e] += double(x[i]) * __half2float(w1[size_t(i) * r + e]);
+  for (int e = 0; e < r; ++e)
+    for (int j = 0; j < f; ++j)
+      out[j] += hid[e] * __half2float(w2[size_t(e) * f + j]);
+  return out;
+}
+
+/// The value at the (1 - density) quantile: a threshold that keeps about
+/// `density` of them above it.
+inline float quantileThreshold(std::vector<double> v, double density) {
+  std::sort(v.begin(), v.end());
+  return float(v[size_t((1.0 - density) * (v.size() - 1))]);
 }
 
 static __global__ void readKernel(const float4 *p, size_t n, float *out) {

@@ -49,12 +49,6 @@ using namespace sparsec::bench;
 namespace {
 constexpr int kLayers = 8, kGraphLayers = 64;
 
-__half *filled(size_t n, uint32_t seed, float scale) {
-  __half *p = alloc<__half>(n);
-  fillKernel<<<1024, 256, 0, stream>>>(p, n, seed, scale);
-  CHECK_CUDA(cudaGetLastError());
-  return p;
-}
 
 /// Requests `bytes` from p into the L2, 32 KB a bulk prefetch, the chunks
 /// dealt round the grid's threads. Last: with the evict_last priority.
@@ -140,23 +134,13 @@ int main(int argc, char **argv) {
   for (int l = 0; l < kLayers; ++l) {
     Layer &L = layers[l];
     const uint32_t s = uint32_t(l) * 16;
-    L.up = filled(size_t(f) * d, s + 1, 0.02f);
-    L.down = filled(size_t(f) * d, s + 2, 0.02f);
-    L.p1 = filled(size_t(d) * rank, s + 3, 0.02f);
-    L.p2 = filled(size_t(rank) * f, s + 4, 0.02f);
-    L.qkv = filled(size_t(3) * d * d, s + 5, 0.02f);
+    L.up = filledHalf(size_t(f) * d, s + 1, 0.02f);
+    L.down = filledHalf(size_t(f) * d, s + 2, 0.02f);
+    L.p1 = filledHalf(size_t(d) * rank, s + 3, 0.02f);
+    L.p2 = filledHalf(size_t(rank) * f, s + 4, 0.02f);
+    L.qkv = filledHalf(size_t(3) * d * d, s + 5, 0.02f);
     // The threshold at the logits' (1 - density) quantile.
-    std::vector<__half> p1 = download(L.p1, size_t(d) * rank),
-                        p2 = download(L.p2, size_t(rank) * f);
-    std::vector<double> hid(rank, 0.0), logit(f, 0.0);
-    for (int i = 0; i < d; ++i)
-      for (int e = 0; e < rank; ++e)
-        hid[e] += double(x[i]) * __half2float(p1[size_t(i) * rank + e]);
-    for (int e = 0; e < rank; ++e)
-      for (int j = 0; j < f; ++j)
-        logit[j] += hid[e] * __half2float(p2[size_t(e) * f + j]);
-    std::sort(logit.begin(), logit.end());
-    L.threshold = float(logit[size_t((1.0 - density) * (f - 1))]);
+    L.threshold = quantileThreshold(predictorLogits(x, L.p1, L.p2, d, rank, f), density);
   }
   const size_t sf = predictScratchFloats(1, d, rank);
   float *dScratch = alloc<float>(sf), *dH = alloc<float>(f),

@@ -62,12 +62,6 @@ using sparsec::rt::ops::Activation;
 namespace {
 constexpr int kLayers = 8, kGraphLayers = 64;
 
-__half *filled(size_t n, uint32_t seed, float scale) {
-  __half *p = alloc<__half>(n);
-  fillKernel<<<1024, 256, 0, stream>>>(p, n, seed, scale);
-  CHECK_CUDA(cudaGetLastError());
-  return p;
-}
 
 /// A one-warp kernel that waits for every kernel its launch depends on,
 /// then lets its dependents launch: the join of the predictor's branch as
@@ -98,26 +92,6 @@ struct Layer {
   float inlineThreshold = 0.0f, aheadThreshold = 0.0f;
 };
 
-/// The predictor's logit of every neuron for input x, in double.
-std::vector<double> logits(const std::vector<float> &x, const __half *p1,
-                           const __half *p2, int d, int rank, int f) {
-  std::vector<__half> w1 = download(p1, size_t(d) * rank),
-                      w2 = download(p2, size_t(rank) * f);
-  std::vector<double> hid(rank, 0.0), out(f, 0.0);
-  for (int i = 0; i < d; ++i)
-    for (int e = 0; e < rank; ++e)
-      hid[e] += double(x[i]) * __half2float(w1[size_t(i) * rank + e]);
-  for (int e = 0; e < rank; ++e)
-    for (int j = 0; j < f; ++j)
-      out[j] += hid[e] * __half2float(w2[size_t(e) * f + j]);
-  return out;
-}
-
-/// The logit at the (1 - density) quantile.
-float quantileThreshold(std::vector<double> v, double density) {
-  std::sort(v.begin(), v.end());
-  return float(v[size_t((1.0 - density) * (v.size() - 1))]);
-}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -159,12 +133,12 @@ int main(int argc, char **argv) {
   for (int l = 0; l < kLayers; ++l) {
     Layer &L = layers[l];
     const uint32_t s = uint32_t(l) * 16;
-    L.qkv = filled(size_t(3) * d * d, s + 1, 0.03f);
-    L.out = filled(size_t(d) * d, s + 2, 0.03f);
-    L.up = filled(size_t(f) * d, s + 3, 0.03f);
-    L.down = filled(size_t(f) * d, s + 4, 0.03f);
-    L.p1 = filled(size_t(d) * rank, s + 5, 0.03f);
-    L.p2 = filled(size_t(rank) * f, s + 6, 0.03f);
+    L.qkv = filledHalf(size_t(3) * d * d, s + 1, 0.03f);
+    L.out = filledHalf(size_t(d) * d, s + 2, 0.03f);
+    L.up = filledHalf(size_t(f) * d, s + 3, 0.03f);
+    L.down = filledHalf(size_t(f) * d, s + 4, 0.03f);
+    L.p1 = filledHalf(size_t(d) * rank, s + 5, 0.03f);
+    L.p2 = filledHalf(size_t(rank) * f, s + 6, 0.03f);
     std::vector<float> b(f);
     for (int j = 0; j < f; ++j)
       b[j] = float((j * 31 + l) % 17 - 8) / 64.0f;
@@ -177,8 +151,10 @@ int main(int argc, char **argv) {
                                 dR, stream));
     CHECK_CUDA(normRows(dR, 1, d, dScale, dShift, eps, false, dXn, stream));
     const std::vector<float> xn = download(dXn, d);
-    L.inlineThreshold = quantileThreshold(logits(xn, L.p1, L.p2, d, rank, f), density);
-    L.aheadThreshold = quantileThreshold(logits(x, L.p1, L.p2, d, rank, f), density);
+    L.inlineThreshold =
+        quantileThreshold(predictorLogits(xn, L.p1, L.p2, d, rank, f), density);
+    L.aheadThreshold =
+        quantileThreshold(predictorLogits(x, L.p1, L.p2, d, rank, f), density);
   }
   const size_t sf = predictScratchFloats(1, d, rank);
   float *scratchInline = alloc<float>(sf), *scratchAhead = alloc<float>(sf);
