@@ -592,12 +592,14 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
 
   // Output block n0's epilogue once its chunks are computed. (The direct
   // one needs no wait: every chunk's copies were waited for before its
-  // product.)
-  auto finish = [&](int n0) {
+  // product.) `pending`: copies may still be in flight (the pipeline's),
+  // so the block epilogue waits for them before writing over the stages.
+  auto finish = [&](int n0, bool pending) {
     if (direct) {
       epilogueDirect(n0);
     } else {
-      cpAsyncWait<0>();
+      if (pending)
+        cpAsyncWait<0>();
       __syncthreads();
       epilogue(n0);
     }
@@ -639,12 +641,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
         for (int s = 0; s < 2; ++s)
           if (s < chunks)
             compute(s);
-        if (direct) {
-          epilogueDirect(n0);
-        } else {
-          __syncthreads(); // the epilogue writes over the stages of W
-          epilogue(n0);
-        }
+        finish(n0, false); // (the epilogue writes over the stages of W)
         if (g + 1 < last) {
           __syncthreads(); // ... and has read them
 #pragma unroll
@@ -665,7 +662,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
         for (int s = 0; s < Pre; ++s)
           saved(s, first[s]);
         pipeline(n0);
-        finish(n0);
+        finish(n0, true);
         if (g + 1 < last)
           __syncthreads(); // the next prologue copies over ys
       }
@@ -694,7 +691,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     } else {
       pipeline(n0);
     }
-    finish(n0);
+    finish(n0, true);
   }
 }
 
