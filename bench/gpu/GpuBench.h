@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -136,6 +135,30 @@ private:
 /// The stream every benchmarked call enqueues its work on.
 inline cudaStream_t stream = nullptr;
 
+/// Median microseconds per call of `launch`, which enqueues `calls` calls
+/// on `stream`: timed `replays` times, the first left out (warm-up).
+inline double medianUs(const std::function<void()> &launch, int calls,
+                       int replays = 6) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int r = 0; r < replays; ++r) {
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    launch();
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    if (r > 0)
+      t.push_back(ms * 1000.0 / calls);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 /// Creates `stream` (non-blocking) and the cuBLAS and cuSPARSE handles of
 /// the peers, both on it; `prop` describes device 0.
 inline void setUp(cudaDeviceProp &prop, cublasHandle_t &blas,
@@ -166,55 +189,25 @@ inline double timeUs(const std::function<void()> &fn, bool &graphed, int inner =
       graphed = true;
   }
   cudaGetLastError(); // clear a failed capture
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<double> t;
-  for (int r = 0; r < 6; ++r) {
-    cudaEventRecord(a, stream);
-    if (graphed)
-      cudaGraphLaunch(exec, stream);
-    else
-      for (int i = 0; i < inner; ++i)
-        fn();
-    cudaEventRecord(b, stream);
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    if (r > 0)
-      t.push_back(ms * 1000.0 / inner);
-  }
+  const double us = medianUs(
+      [&] {
+        if (graphed)
+          CHECK_CUDA(cudaGraphLaunch(exec, stream));
+        else
+          for (int i = 0; i < inner; ++i)
+            fn();
+      },
+      inner);
   if (exec)
     cudaGraphExecDestroy(exec);
   if (graph)
     cudaGraphDestroy(graph);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return us;
 }
 
-/// Median microseconds per call of an instantiated graph of `calls` calls
-/// on `stream`: `replays` replays, the first left out (warm-up).
-inline double replayUs(cudaGraphExec_t exec, int calls, int replays = 6) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  std::vector<double> t;
-  for (int r = 0; r < replays; ++r) {
-    CHECK_CUDA(cudaEventRecord(a, stream));
-    CHECK_CUDA(cudaGraphLaunch(exec, stream));
-    CHECK_CUDA(cudaEventRecord(b, stream));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    if (r > 0)
-      t.push_back(ms * 1000.0 / calls);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+/// medianUs of an instantiated graph of `calls` calls.
+inline double replayUs(cudaGraphExec_t exec, int calls) {
+  return medianUs([&] { CHECK_CUDA(cudaGraphLaunch(exec, stream)); }, calls);
 }
 
 template <typename T> T *alloc(size_t n) {

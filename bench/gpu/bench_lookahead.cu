@@ -62,7 +62,6 @@ using sparsec::rt::ops::Activation;
 namespace {
 constexpr int kLayers = 8, kGraphLayers = 64;
 
-
 /// A one-warp kernel that waits for every kernel its launch depends on,
 /// then lets its dependents launch: the join of the predictor's branch as
 /// a programmatic edge. A kernel after it may read the set before its own
@@ -252,6 +251,9 @@ int main(int argc, char **argv) {
 
   enum class Ffn { none, inline_, inlineNorm, inlineNoList, ahead, aheadNoBranch,
                    branchOnly };
+  auto isInline = [](Ffn f) {
+    return f == Ffn::inline_ || f == Ffn::inlineNorm || f == Ffn::inlineNoList;
+  };
   struct Variant {
     const char *name;
     Ffn ffn;
@@ -277,7 +279,7 @@ int main(int argc, char **argv) {
       if (v.ffn == Ffn::ahead)
         forkPredictor(L, v.memsetJoin);
       attention(L, v.ffn == Ffn::ahead && v.at == Join::out);
-      if (v.ffn == Ffn::inline_ || v.ffn == Ffn::inlineNorm || v.ffn == Ffn::inlineNoList)
+      if (isInline(v.ffn))
         ffnInline(L, v.ffn != Ffn::inlineNorm, v.ffn != Ffn::inlineNoList);
       else if (v.ffn == Ffn::ahead || v.ffn == Ffn::aheadNoBranch)
         ffnAhead(L, v.upReady, v.downReady, v.ffn == Ffn::ahead, v.at, v.early);
@@ -393,9 +395,7 @@ int main(int argc, char **argv) {
       std::printf("| %s | %.2f | | | |\n", v.name, us);
       continue;
     }
-    const bool inl =
-        v.ffn == Ffn::inline_ || v.ffn == Ffn::inlineNorm || v.ffn == Ffn::inlineNoList;
-    IndexView ix = inl ? ixInline : ixAhead;
+    IndexView ix = isInline(v.ffn) ? ixInline : ixAhead;
     if (v.ffn == Ffn::inlineNoList)
       ix.list = ix.count = nullptr;
     const double err = us < 0 ? 0.0 : relErr(download(dY, d), reference(ix));

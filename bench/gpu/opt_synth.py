@@ -880,6 +880,8 @@ def cmd_lookahead(args):
                           @ v @ v.T + mean)
 
     def density_at(pred, fires, recall):
+        # The threshold that keeps `recall` of the firing pairs; torch.quantile
+        # takes at most 2^24 values, so larger sets are sampled at random.
         scores = pred[fires]
         t = torch.quantile(scores[torch.randperm(len(scores), device=scores.device)
                                   [:1 << 24]].float(), 1.0 - recall).double()
