@@ -43,6 +43,10 @@ struct Case {
   int stages = 0;  // pipeline depth (0: the default)
   bool early = false; // both kernels as programmatic dependent launches
   int sweep = 0;      // output blocks a block (> 1: a sweep, 0: the default's)
+  // > 1: one workspace for a call of half the tokens and then `repeat`
+  // calls, sorted and unsorted in turn (the last as `sorted`): what one
+  // call leaves in the counts and the set must not reach the next.
+  int repeat = 1;
 };
 
 void run(const Case &c) {
@@ -115,15 +119,21 @@ void run(const Case &c) {
     CHECK_CUDA(cudaMemsetAsync(ws.count, 0xff, pitCountBytes(c.M, c.tile), s));
     CHECK_CUDA(cudaMemsetAsync(ws.idx, 0xff, pitIdxBytes(c.M, c.K, c.tile), s));
   }
-  CHECK_CUDA(c.halfX ? pitSRead(dxh, c.M, c.K, c.tile, c.sorted, ws, s, c.early)
-                     : pitSRead(dx, c.M, c.K, c.tile, c.sorted, ws, s, c.early));
   const float *b = c.bias ? db : nullptr;
   const float *r = c.residual ? dres : nullptr;
   ops::Activation act = c.relu ? ops::Activation::relu : ops::Activation::none;
-  CHECK_CUDA(c.halfY ? pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dyh, s,
-                                 c.columns, c.stages, c.early, c.sweep)
-                     : pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dy, s,
-                                 c.columns, c.stages, c.early, c.sweep));
+  if (c.repeat > 1) // a call of fewer tokens on the same workspace first
+    CHECK_CUDA(c.halfX ? pitSRead(dxh, c.M / 2, c.K, c.tile, !c.sorted, ws, s, c.early)
+                       : pitSRead(dx, c.M / 2, c.K, c.tile, !c.sorted, ws, s, c.early));
+  for (int call = 0; call < c.repeat; ++call) {
+    const bool sorted = (c.repeat - 1 - call) % 2 ? !c.sorted : c.sorted;
+    CHECK_CUDA(c.halfX ? pitSRead(dxh, c.M, c.K, c.tile, sorted, ws, s, c.early)
+                       : pitSRead(dx, c.M, c.K, c.tile, sorted, ws, s, c.early));
+    CHECK_CUDA(c.halfY ? pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dyh, s,
+                                   c.columns, c.stages, c.early, c.sweep)
+                       : pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dy, s,
+                                   c.columns, c.stages, c.early, c.sweep));
+  }
   CHECK_CUDA(cudaDeviceSynchronize());
 
   // Index sets.
@@ -175,11 +185,11 @@ void run(const Case &c) {
   bool ok = idxOk && err <= tol;
   std::printf("%s pit tile=%d M=%d K=%d N=%d density=%.2f sorted=%d x=%s y=%s "
               "bias=%d relu=%d residual=%d columns=%d stages=%d early=%d sweep=%d index=%s "
-              "max rel err %.2e\n",
+              "max rel err %.2e%s\n",
               ok ? "PASS" : "FAIL", c.tile, c.M, c.K, c.N, c.density, c.sorted,
               c.halfX ? "f16" : "f32", c.halfY ? "f16" : "f32", c.bias, c.relu,
               c.residual, c.columns, c.stages, c.early, c.sweep,
-              idxOk ? "ok" : "wrong", err);
+              idxOk ? "ok" : "wrong", err, c.repeat > 1 ? " (calls in turn)" : "");
   (ok ? passes : failures)++;
   if (s)
     cudaStreamDestroy(s);
@@ -333,6 +343,15 @@ int main() {
     std::printf("%s pit sweep refuses 256 columns and 3 stages\n",
                 ok ? "PASS" : "FAIL");
     (ok ? passes : failures)++;
+  }
+  // Calls in turn on one workspace: a call of half the tokens, then 3 or
+  // 4 calls, sorted and unsorted alternating; every tile, normal and early
+  // launches.
+  for (int tile : {8, 16, 32}) {
+    run({100, 700, 136, tile, 0.2, tile != 16, false, false, true, false, false, 0, 0,
+         false, 0, 3});
+    run({200, 1001, 264, tile, 0.1, tile == 16, true, true, false, true, false, 0, 0,
+         true, 0, 4});
   }
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
