@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the CUDA kernels, their device tests and the decode-kernel (sparse
-# and dense), L2-prefetch, look-ahead, PIT and SRead-bytes benchmarks with nvcc (sm_90) in build-gpu/, then runs the
+# and dense), L2-prefetch, look-ahead, PIT, SRead-bytes and PIT-bound benchmarks with nvcc (sm_90) in build-gpu/, then runs the
 # tests, the benchmarks and the PyTorch peers. For a machine with an NVIDIA GPU (Hopper):
 #   scripts/gpu-bench.sh [OUTDIR]
 # Logs go to OUTDIR (default build-gpu/).
@@ -26,6 +26,8 @@ flags=(-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90
     -lcublas -lcusparse -o build-gpu/sparsec-bench-pit
 "$NVCC" "${flags[@]}" bench/gpu/bench_sread_bytes.cu build-gpu/Pit.o build-gpu/SparseDecode.o \
     -lcublas -lcusparse -o build-gpu/sparsec-bench-sread-bytes
+"$NVCC" "${flags[@]}" bench/gpu/bench_pit_bound.cu build-gpu/Pit.o build-gpu/SparseDecode.o \
+    -lcublas -lcusparse -o build-gpu/sparsec-bench-pit-bound
 "$NVCC" "${flags[@]}" test/gpu/SparseDecodeTest.cu build-gpu/SparseDecode.o \
     -o build-gpu/sparsec-cuda-sparse-test
 "$NVCC" "${flags[@]}" bench/gpu/bench_decode_kernels.cu build-gpu/SparseDecode.o \
@@ -42,6 +44,7 @@ build-gpu/sparsec-bench-lookahead | tee "$out/bench_lookahead.log" || status=1
 build-gpu/sparsec-cuda-pit-test | tee "$out/pit-test.log" || status=1
 build-gpu/sparsec-bench-pit | tee "$out/bench_pit.log" || status=1
 build-gpu/sparsec-bench-sread-bytes | tee "$out/bench_sread_bytes.log" || status=1
+build-gpu/sparsec-bench-pit-bound | tee "$out/bench_pit_bound.log" || status=1
 if [ -z "${SKIP_TORCH:-}" ]; then
   python3 bench/gpu/bench_decode_torch.py | tee "$out/torch.log" || status=1
 fi

@@ -44,7 +44,8 @@ namespace sparsec::bench {
 /// variable by add(). parse() sets them and, on an unknown option, a
 /// missing value or a value that is not a number of the variable's type
 /// (a list: numbers separated by commas), prints what is wrong and the
-/// usage on stderr and returns false. The checks of the values' ranges
+/// usage on stderr and returns false; --help (or -h) prints the usage on
+/// stdout and exits with status 0. The checks of the values' ranges
 /// stay with each benchmark.
 class Options {
 public:
@@ -86,6 +87,10 @@ public:
   }
   bool parse(int argc, char **argv) const {
     for (int i = 1; i < argc; i += 2) {
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+        std::printf("%s\n", usage().c_str());
+        std::exit(0);
+      }
       const Option *o = nullptr;
       for (const Option &c : options)
         if (c.name == argv[i])
@@ -123,11 +128,14 @@ private:
     x = std::strtod(t, &end);
     return *t && end && !*end && errno == 0 && std::isfinite(x);
   }
-  bool fail(const std::string &what) const {
-    std::string usage = std::string("usage: ") + program;
+  std::string usage() const {
+    std::string u = std::string("usage: ") + program;
     for (const Option &o : options)
-      usage += " [" + o.name + " V]";
-    std::fprintf(stderr, "error: %s\n%s\n", what.c_str(), usage.c_str());
+      u += " [" + o.name + " V]";
+    return u;
+  }
+  bool fail(const std::string &what) const {
+    std::fprintf(stderr, "error: %s\n%s\n", what.c_str(), usage().c_str());
     return false;
   }
 };
