@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -243,6 +244,44 @@ inline rt::cuda::PitWorkspace allocPitWorkspace(int64_t M, int64_t K, int tile) 
   ws.count = alloc<int32_t>(rt::cuda::pitCountBytes(M, tile) / sizeof(int32_t));
   ws.xg = alloc<__half>(rt::cuda::pitGatherBytes(M, K, tile) / sizeof(__half));
   return ws;
+}
+
+/// The PIT benchmarks' problem, y [M, N] = x [M, K] . W [K, N] in fp16:
+/// W uniform in [-0.05, 0.05), and x sparse in random `tile` x 1
+/// micro-tiles, each (token block, column) active with probability 1 -
+/// sparsity / 100 (active[block * K + k]), its entries in [0.01, 1.01).
+struct PitProblem {
+  std::mt19937 rng{0};
+  std::uniform_real_distribution<float> val{-1, 1}, coin{0, 1};
+  std::vector<__half> weights(int64_t K, int64_t N) {
+    std::vector<__half> w(size_t(K * N));
+    for (auto &v : w)
+      v = __float2half(val(rng) * 0.05f);
+    return w;
+  }
+  std::vector<__half> input(int64_t M, int64_t K, int tile, double sparsity,
+                            std::vector<uint8_t> &active) {
+    const int64_t blocks = rt::cuda::pitBlocks(M, tile);
+    active.assign(size_t(blocks * K), 0);
+    for (auto &a : active)
+      a = coin(rng) >= sparsity / 100.0;
+    std::vector<__half> x(size_t(M * K), __float2half(0.0f));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k)
+        if (active[size_t((m / tile) * K + k)])
+          x[size_t(m * K + k)] = __float2half(std::fabs(val(rng)) + 0.01f);
+    return x;
+  }
+};
+
+/// cuBLAS's dense y [M, N] = x [M, K] . W [K, N] (row-major, fp16, fp32
+/// compute), as the column-major y^T = W^T . x^T.
+inline cublasStatus_t denseGemm(cublasHandle_t blas, int64_t M, int64_t N, int64_t K,
+                                const __half *w, const __half *x, __half *y) {
+  const float one = 1.0f, zero = 0.0f;
+  return cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &one, w,
+                      CUDA_R_16F, int(N), x, CUDA_R_16F, int(K), &zero, y, CUDA_R_16F,
+                      int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 #ifdef __CUDACC__

@@ -27,6 +27,13 @@
 //             sparseDown
 //   ready     ahead, the set marked ready: up (and down) request their
 //             rows before their wait
+//   dense     the dense build's FFN: normRows, gemvRows over the up rows
+//             (ReLU), gemvRows over the down projection's [d, FFN] rows
+//             (residual and bias): the peer. The ratios of whole layers,
+//             dense over inline and dense over the chain with its set given
+//             and ready, bound a predicted step's gain over dense at this
+//             shape from above (the parts a step adds, the attention's
+//             core, the LM head, are the same in both and lower it)
 // and the same joined straight from the selection kernel, whose edge to an
 // early launch is programmatic (the up kernel may start before the set is
 // complete: reported, not failed). A graph of 64 layers is replayed 6
@@ -86,7 +93,7 @@ void launchGate(cudaStream_t s) {
 
 struct Layer {
   __half *qkv = nullptr, *out = nullptr, *up = nullptr, *down = nullptr,
-         *p1 = nullptr, *p2 = nullptr;
+         *downRows = nullptr, *p1 = nullptr, *p2 = nullptr;
   float *upBias = nullptr, *downBias = nullptr;
   float inlineThreshold = 0.0f, aheadThreshold = 0.0f;
 };
@@ -136,6 +143,7 @@ int main(int argc, char **argv) {
     L.out = filledHalf(size_t(d) * d, s + 2, 0.03f);
     L.up = filledHalf(size_t(f) * d, s + 3, 0.03f);
     L.down = filledHalf(size_t(f) * d, s + 4, 0.03f);
+    L.downRows = filledHalf(size_t(d) * f, s + 7, 0.03f); // [d, f]: dense's layout
     L.p1 = filledHalf(size_t(d) * rank, s + 5, 0.03f);
     L.p2 = filledHalf(size_t(rank) * f, s + 6, 0.03f);
     std::vector<float> b(f);
@@ -249,8 +257,17 @@ int main(int argc, char **argv) {
                                   early));
   };
 
+  // The dense build's FFN (the peer).
+  auto ffnDense = [&](const Layer &L) {
+    CHECK_CUDA(normRows(dR, 1, d, dScale, dShift, eps, false, dXn, stream, true));
+    CHECK_CUDA(gemvRows<__half>(dXn, 1, L.up, d, f, L.upBias, Activation::relu, nullptr,
+                                dH, stream, true));
+    CHECK_CUDA(gemvRows<__half>(dH, 1, L.downRows, f, d, L.downBias, Activation::none,
+                                dR, dY, stream, true));
+  };
+
   enum class Ffn { none, inline_, inlineNorm, inlineNoList, ahead, aheadNoBranch,
-                   branchOnly };
+                   branchOnly, dense };
   auto isInline = [](Ffn f) {
     return f == Ffn::inline_ || f == Ffn::inlineNorm || f == Ffn::inlineNoList;
   };
@@ -283,6 +300,8 @@ int main(int argc, char **argv) {
         ffnInline(L, v.ffn != Ffn::inlineNorm, v.ffn != Ffn::inlineNoList);
       else if (v.ffn == Ffn::ahead || v.ffn == Ffn::aheadNoBranch)
         ffnAhead(L, v.upReady, v.downReady, v.ffn == Ffn::ahead, v.at, v.early);
+      else if (v.ffn == Ffn::dense)
+        ffnDense(L);
     }
     cudaError_t e = cudaStreamEndCapture(stream, &graph);
     if (e == cudaSuccess)
@@ -338,9 +357,30 @@ int main(int argc, char **argv) {
     }
     return std::vector<float>(y.begin(), y.end());
   };
+  // The dense FFN's output, in double.
+  auto referenceDense = [&] {
+    const std::vector<__half> rows = download(last.downRows, size_t(d) * f);
+    const std::vector<float> xn = download(dXn, d), r = download(dR, d);
+    std::vector<double> h(f);
+    for (int j = 0; j < f; ++j) {
+      double a = b1[j];
+      for (int c = 0; c < d; ++c)
+        a += double(xn[c]) * __half2float(upW[size_t(j) * d + c]);
+      h[j] = a > 0 ? a : 0;
+    }
+    std::vector<float> y(d);
+    for (int c = 0; c < d; ++c) {
+      double a = double(b2[c]) + r[c];
+      for (int j = 0; j < f; ++j)
+        a += h[j] * __half2float(rows[size_t(c) * f + j]);
+      y[c] = float(a);
+    }
+    return y;
+  };
 
   const Variant variants[] = {
       {"attention GEMVs alone (q/k/v, out)", Ffn::none},
+      {"dense: normRows, gemvRows up and down (the dense build's FFN)", Ffn::dense},
       {"predictor branch alone (predictIndex)", Ffn::branchOnly},
       {"inline: predictUp with the norm, sparseDown", Ffn::inline_},
       {"inline, the norm a kernel of its own", Ffn::inlineNorm},
@@ -383,7 +423,7 @@ int main(int argc, char **argv) {
       {"both ready, no predictor, a gate kernel in front of the norm", Ffn::aheadNoBranch,
        true, true, true, false, 0, Join::gateNorm},
   };
-  double attn = 0;
+  double attn = 0, denseUs = 0, inlineUs = 0, givenUs = 0;
   bool ok = true;
   std::printf("| layer | us a layer | FFN (layer - attention) | selected | y against the "
               "host |\n|---|---:|---:|---:|---:|\n");
@@ -395,6 +435,18 @@ int main(int argc, char **argv) {
       std::printf("| %s | %.2f | | | |\n", v.name, us);
       continue;
     }
+    if (v.ffn == Ffn::dense) {
+      denseUs = us;
+      const double err = us < 0 ? 0.0 : relErr(download(dY, d), referenceDense());
+      ok &= err <= 1e-4;
+      std::printf("| %s | %.2f | %.2f | %d | %.1e%s |\n", v.name, us, us - attn, f, err,
+                  err > 1e-4 ? " MISMATCH" : "");
+      continue;
+    }
+    if (v.ffn == Ffn::inline_)
+      inlineUs = us;
+    if (v.ffn == Ffn::aheadNoBranch && v.upReady && v.upCap == 2)
+      givenUs = us;
     IndexView ix = isInline(v.ffn) ? ixInline : ixAhead;
     if (v.ffn == Ffn::inlineNoList)
       ix.list = ix.count = nullptr;
@@ -410,6 +462,10 @@ int main(int argc, char **argv) {
                 int(setOf(ix).size()), err,
                 err > 1e-4 ? (mustAgree ? " MISMATCH" : " (race)") : "");
   }
+  if (denseUs > 0 && inlineUs > 0 && givenUs > 0)
+    std::printf("\nwhole layers, dense over predicted: %.2fx inline (today's chain), "
+                "%.2fx with the set given and ready (no predictor at all)\n",
+                denseUs / inlineUs, denseUs / givenUs);
   std::printf("\n%s\n", ok ? "every variant's y agrees with the host (1e-4)"
                            : "MISMATCH: a variant's y differs from the host's");
   return ok ? 0 : 1;

@@ -46,7 +46,6 @@
 #include <cusparse.h>
 
 #include <cstring>
-#include <random>
 #include <string>
 
 using namespace sparsec::rt;
@@ -166,12 +165,8 @@ int main(int argc, char **argv) {
   cusparseHandle_t sp;
   setUp(prop, blas, sp);
 
-  std::mt19937 rng(0);
-  std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
-  std::vector<__half> w(size_t(K * N));
-  for (auto &v : w)
-    v = __float2half(val(rng) * 0.05f);
-  __half *dW = upload(w);
+  PitProblem problem;
+  __half *dW = upload(problem.weights(K, N));
   __half *dY = alloc<__half>(size_t(M * N)), *dYRef = alloc<__half>(size_t(M * N));
   float *dYf = y32 ? alloc<float>(size_t(M * N)) : nullptr;
   const int64_t blocks = pitBlocks(M, tile);
@@ -211,24 +206,12 @@ int main(int argc, char **argv) {
   std::string bsrNote;
   bool squareOnly = false; // cuSPARSE rejected tile x 1 blocks once
   for (double sparsity : sparsities) {
-    std::vector<uint8_t> active(size_t(blocks * K));
-    for (auto &a : active)
-      a = coin(rng) >= sparsity / 100.0;
-    std::vector<__half> x(size_t(M * K), __float2half(0.0f));
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t k = 0; k < K; ++k)
-        if (active[size_t((m / tile) * K + k)])
-          x[size_t(m * K + k)] = __float2half(std::fabs(val(rng)) + 0.01f);
+    std::vector<uint8_t> active;
+    const std::vector<__half> x = problem.input(M, K, tile, sparsity, active);
     __half *dX = upload(x);
-    float one = 1.0f, zero = 0.0f;
 
-    // cuBLAS: column-major y^T [N, M] = W^T [N, K] . x^T [K, M].
     bool g;
-    auto dense = [&] {
-      cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &one,
-                   dW, CUDA_R_16F, int(N), dX, CUDA_R_16F, int(K), &zero, dYRef,
-                   CUDA_R_16F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    };
+    auto dense = [&] { denseGemm(blas, M, N, K, dW, dX, dYRef); };
     double denseUs = timeUs(dense, g, 10);
     dense();
     std::vector<float> ref = toFloats(download(dYRef, size_t(M * N)));

@@ -36,8 +36,6 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
-#include <random>
-
 using namespace sparsec::rt;
 using namespace sparsec::rt::cuda;
 using namespace sparsec::bench;
@@ -135,12 +133,8 @@ int main(int argc, char **argv) {
   cusparseHandle_t sp;
   setUp(prop, blas, sp);
 
-  std::mt19937 rng(0);
-  std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
-  std::vector<__half> w(size_t(K * N));
-  for (auto &v : w)
-    v = __float2half(val(rng) * 0.05f);
-  __half *dW = upload(w);
+  PitProblem problem;
+  __half *dW = upload(problem.weights(K, N));
   __half *dY = alloc<__half>(size_t(M * N)), *dYRef = alloc<__half>(size_t(M * N));
   unsigned *sink = alloc<unsigned>(1);
   const int64_t blocks = pitBlocks(M, tile);
@@ -171,31 +165,21 @@ int main(int argc, char **argv) {
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   bool ok = true;
   for (double sparsity : sparsities) {
-    std::vector<uint8_t> active(size_t(blocks * K));
-    for (auto &a : active)
-      a = coin(rng) >= sparsity / 100.0;
-    std::vector<__half> x(size_t(M * K), __float2half(0.0f));
+    std::vector<uint8_t> active;
+    __half *dX = upload(problem.input(M, K, tile, sparsity, active));
+    // Each token block's active columns: the rows of W its blocks read.
     std::vector<int32_t> list, first(size_t(blocks + 1), 0);
     for (int64_t b = 0; b < blocks; ++b) {
       for (int64_t k = 0; k < K; ++k)
-        if (active[size_t(b * K + k)]) {
+        if (active[size_t(b * K + k)])
           list.push_back(int32_t(k));
-          for (int64_t m = b * tile; m < std::min(M, (b + 1) * tile); ++m)
-            x[size_t(m * K + k)] = __float2half(std::fabs(val(rng)) + 0.01f);
-        }
       first[size_t(b + 1)] = int32_t(list.size());
     }
-    __half *dX = upload(x);
     int32_t *dList = upload(list), *dFirst = upload(first);
     uint4 *dXg = alloc<uint4>(std::max<size_t>(1, list.size() * 4));
     CHECK_CUDA(cudaMemsetAsync(dXg, 0, std::max<size_t>(1, list.size()) * 64, stream));
 
-    float one = 1.0f, zero = 0.0f;
-    auto dense = [&] {
-      cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &one, dW,
-                   CUDA_R_16F, int(N), dX, CUDA_R_16F, int(K), &zero, dYRef, CUDA_R_16F,
-                   int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    };
+    auto dense = [&] { denseGemm(blas, M, N, K, dW, dX, dYRef); };
     const double denseUs = timeUs(dense, g, 10);
     dense();
     const std::vector<__half> refH = download(dYRef, size_t(M * N));
