@@ -19,6 +19,10 @@
 //                   256-byte slices of its set's rows of W: 16-byte L2
 //                   loads, 16 rows a warp in flight, summed (kept alive)
 //   W rows + xg     the same, also reading the gathered x (64 bytes a row)
+//   to shared memory  the W rows copied into shared memory as the matmul
+//                   copies them (two stages of 32 rows): 16-byte
+//                   cp.async.cg (the matmul's), cp.async.ca, or one bulk
+//                   copy (cp.async.bulk) of 256 bytes a row
 //   L2 stream       W (32 MB) read whole 8 times a kernel, 16 bytes a
 //                   thread (it stays in the L2): the L2's read bandwidth
 //   DRAM stream     4 GiB read once (GpuBench.h's readBandwidth)
@@ -80,6 +84,109 @@ __global__ void __launch_bounds__(kRowThreads)
   if (ReadX) // 32 fp16 values a row: 4 x 16 bytes
     for (int i = r0 * 4 + threadIdx.x; i < r1 * 4; i += kRowThreads)
       s ^= fold(__ldcg(xg + i));
+  if (s == 0x9e3779b9u)
+    sink[0] = s;
+}
+
+/// The W rows of rowsKernel copied into shared memory as PIT's matmul
+/// copies them: chunks of 32 rows, two stages, each thread 4 rows of 16
+/// bytes a chunk (Mode 0: cp.async.cg, the matmul's; 1: cp.async.ca), or
+/// (Mode 2) one bulk copy (cp.async.bulk, the TMA unit) of 256 bytes a row
+/// completing on a stage's mbarrier. A word of each landed chunk is summed.
+constexpr int kCopyRows = 32, kCopyStride = 272; // bytes a staged row (the matmul's)
+__device__ __forceinline__ unsigned smemAddr(const void *p) {
+  return unsigned(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cpAsync16(void *dst, const void *src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr(dst)),
+               "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void mbarInit(uint64_t *bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smemAddr(bar)));
+}
+__device__ __forceinline__ void mbarWait(uint64_t *bar, uint32_t parity) {
+  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               "@!p bra WAIT_%=;\n}\n" ::"r"(smemAddr(bar)),
+               "r"(parity)
+               : "memory");
+}
+template <int Mode>
+__global__ void __launch_bounds__(kRowThreads)
+    rowsCopyKernel(const __half *__restrict__ w, int64_t n,
+                   const int32_t *__restrict__ list, const int32_t *__restrict__ first,
+                   unsigned *sink) {
+  __shared__ __align__(128) unsigned char stage[2][kCopyRows * kCopyStride];
+  __shared__ uint64_t bar[2];
+  const int b = blockIdx.x;
+  const int r0 = first[b], rows = first[b + 1] - r0;
+  const int chunks = (rows + kCopyRows - 1) / kCopyRows;
+  const int64_t col = int64_t(blockIdx.y) * kRowCols;
+  const int q = threadIdx.x % 16, rr = threadIdx.x / 16; // 16 B of 8 rows a pass
+  if (Mode == 2 && threadIdx.x == 0) {
+    mbarInit(&bar[0]);
+    mbarInit(&bar[1]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  auto issue = [&](int c) {
+    unsigned char *dst = stage[c & 1];
+    const int cnt = min(kCopyRows, rows - c * kCopyRows);
+    if constexpr (Mode == 2) {
+      if (threadIdx.x == 0)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                         smemAddr(&bar[c & 1])),
+                     "r"(unsigned(cnt * kRowCols * 2))
+                     : "memory");
+      if (int(threadIdx.x) < cnt)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+                     "bytes [%0], [%1], %2, [%3];" ::"r"(
+                         smemAddr(dst + threadIdx.x * kCopyStride)),
+                     "l"(w + int64_t(list[r0 + c * kCopyRows + threadIdx.x]) * n + col),
+                     "r"(unsigned(kRowCols * 2)), "r"(smemAddr(&bar[c & 1]))
+                     : "memory");
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = rr + 8 * i;
+        if (r < cnt) {
+          const __half *src = w + int64_t(list[r0 + c * kCopyRows + r]) * n + col + q * 8;
+          if constexpr (Mode == 0)
+            cpAsync16(dst + r * kCopyStride + q * 16, src, 16);
+          else
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(
+                             smemAddr(dst + r * kCopyStride + q * 16)),
+                         "l"(src));
+        }
+      }
+      cpAsyncCommit();
+    }
+  };
+  unsigned s = 0;
+  if (chunks > 0)
+    issue(0);
+  for (int c = 0; c < chunks; ++c) {
+    if (c + 1 < chunks)
+      issue(c + 1);
+    if constexpr (Mode == 2) {
+      mbarWait(&bar[c & 1], (c >> 1) & 1);
+    } else {
+      if (c + 1 < chunks)
+        cpAsyncWait<1>();
+      else
+        cpAsyncWait<0>();
+
+      __syncthreads();
+    }
+    s ^= reinterpret_cast<const unsigned *>(stage[c & 1])[threadIdx.x];
+    __syncthreads(); // the stage is read before the next chunk overwrites it
+  }
   if (s == 0x9e3779b9u)
     sink[0] = s;
 }
@@ -161,8 +268,9 @@ int main(int argc, char **argv) {
               dramGBs);
   std::printf("| sparsity | cuBLAS dense | PIT total | PIT vs cuBLAS | W rows read "
               "| W rows, MB | GB/s | W rows + xg | GB/s | cuBLAS / W rows | "
-              "cuBLAS / (W rows at the L2 stream's rate) | err |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "cuBLAS / (W rows at the L2 stream's rate) | W rows to shared memory: "
+              "cp.async.cg | cp.async.ca | bulk copies | err |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   bool ok = true;
   for (double sparsity : sparsities) {
     std::vector<uint8_t> active;
@@ -208,17 +316,27 @@ int main(int argc, char **argv) {
       rowsKernel<true><<<grid, kRowThreads, 0, stream>>>(dW, N, dList, dFirst, dXg,
                                                           sink);
     }, g, 20);
+    double copyUs[3];
+    const auto copyKernels = {rowsCopyKernel<0>, rowsCopyKernel<1>, rowsCopyKernel<2>};
+    int mode = 0;
+    for (auto kernel : copyKernels)
+      copyUs[mode++] = timeUs([&] {
+        kernel<<<grid, kRowThreads, 0, stream>>>(dW, N, dList, dFirst, sink);
+      }, g, 20);
     CHECK_CUDA(cudaGetLastError());
     const double rowMB = double(list.size()) * N * sizeof(__half) / 1e6;
     const double xgMB = double(list.size()) * 64 * double(N / kRowCols) / 1e6;
-    std::printf("| %.0f %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1e |\n",
+    std::printf("| %.0f %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
+                "%.1e |\n",
                 sparsity, cell(denseUs).c_str(), cell(pitUs).c_str(),
                 cell(denseUs / pitUs, "%.2fx").c_str(), cell(rowsUs).c_str(),
                 cell(rowMB, "%.0f").c_str(), cell(rowMB * 1e3 / rowsUs, "%.0f").c_str(),
                 cell(rowsXUs).c_str(),
                 cell((rowMB + xgMB) * 1e3 / rowsXUs, "%.0f").c_str(),
                 cell(denseUs / rowsUs, "%.2fx").c_str(),
-                cell(denseUs / (rowMB * 1e3 / l2GBs), "%.2fx").c_str(), err);
+                cell(denseUs / (rowMB * 1e3 / l2GBs), "%.2fx").c_str(),
+                cell(copyUs[0]).c_str(), cell(copyUs[1]).c_str(), cell(copyUs[2]).c_str(),
+                err);
     std::fflush(stdout);
     cudaFree(dX);
     cudaFree(dList);
