@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     for (int i = 0; i < RPT; ++i) {
       bool ok = rowsOf[i] >= 0 && n < N;
       const __half *src = ok ? w + size_t(rowsOf[i]) * N + n : w;
-      cpAsync16(wst + (r0 + i * RSTEP) * WS + q * 8, src, ok ? 16 : 0);
+      cpAsync16L1(wst + (r0 + i * RSTEP) * WS + q * 8, src, ok ? 16 : 0);
     }
   };
   auto loadX = [&](int stage, int c) {
@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
       int r = p / NT, qq = p % NT;
       int j = c * kBK + r;
       bool ok = j < total;
-      cpAsync16(xst + r * XS + qq * 8, ok ? bxg + size_t(j) * T + qq * 8 : bxg,
+      cpAsync16L1(xst + r * XS + qq * 8, ok ? bxg + size_t(j) * T + qq * 8 : bxg,
                 ok ? 16 : 0);
     }
   };
