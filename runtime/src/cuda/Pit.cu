@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
       int j = c * kBK + r;
       bool ok = j < total;
       cpAsync16L1(xst + r * XS + qq * 8, ok ? bxg + size_t(j) * T + qq * 8 : bxg,
-                ok ? 16 : 0);
+                  ok ? 16 : 0);
     }
   };
 
