@@ -21,8 +21,10 @@
 //   W rows + xg     the same, also reading the gathered x (64 bytes a row)
 //   to shared memory  the W rows copied into shared memory as the matmul
 //                   copies them (two stages of 32 rows): 16-byte
-//                   cp.async.cg (the matmul's), cp.async.ca, or one bulk
-//                   copy (cp.async.bulk) of 256 bytes a row
+//                   cp.async.cg (the matmul's before it took .ca: on the
+//                   H200 it moved about 1.5x the bytes), cp.async.ca (the
+//                   matmul's now), or one bulk copy (cp.async.bulk) of 256
+//                   bytes a row
 //   L2 stream       W (32 MB) read whole 8 times a kernel, 16 bytes a
 //                   thread (it stays in the L2): the L2's read bandwidth
 //   DRAM stream     4 GiB read once (GpuBench.h's readBandwidth)
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
 /// The W rows of rowsKernel copied into shared memory as PIT's matmul
 /// copies them: chunks of 32 rows, two stages, each thread 4 rows of 16
-/// bytes a chunk (Mode 0: cp.async.cg, the matmul's; 1: cp.async.ca), or
+/// bytes a chunk (Mode 0: cp.async.cg; 1: cp.async.ca, the matmul's), or
 /// (Mode 2) one bulk copy (cp.async.bulk, the TMA unit) of 256 bytes a row
 /// completing on a stage's mbarrier. A word of each landed chunk is summed.
 constexpr int kCopyRows = 32, kCopyStride = 272; // bytes a staged row (the matmul's)
