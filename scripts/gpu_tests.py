@@ -119,6 +119,11 @@ def cmd_check(a):
     if not manifest:
         print(f"error: {path} lists no outputs", file=sys.stderr)
         return 1
+    keys = {"test", "run", "output", "status", "filecheck"}
+    if not isinstance(manifest, list) or not all(
+            isinstance(e, dict) and keys <= e.keys() for e in manifest):
+        print(f"error: {path} is not a manifest gpu_tests.py run wrote", file=sys.stderr)
+        return 1
     passed = failed = 0
     for e in manifest:
         test = os.path.join(a.tests, e["test"])
