@@ -3,9 +3,10 @@
 // Part of the sparsec project.
 //
 // What the kernel benchmarks in bench/gpu share: CUDA error checks (exit
-// status 2), the stream and library handles, graph-based timing on that
-// stream, device memory in and out (and a PIT workspace), and the relative
-// error of a result against a reference.
+// status 2), the command line, the stream and library handles, graph-based
+// timing on that stream, device memory in and out (and a PIT workspace and
+// problem), table cells, the relative error of a result against a
+// reference, and the device helpers their own kernels use.
 //
 //===----------------------------------------------------------------------===//
 
@@ -284,7 +285,70 @@ inline cublasStatus_t denseGemm(cublasHandle_t blas, int64_t M, int64_t N, int64
                       int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
+/// Whether every value of a --sparsity list is a percentage (0 to 100);
+/// says what is wrong otherwise.
+inline bool percentages(const std::vector<double> &v) {
+  for (double s : v)
+    if (s < 0 || s > 100) {
+      std::fprintf(stderr, "error: --sparsity takes percentages from 0 to 100\n");
+      return false;
+    }
+  return true;
+}
+
+/// A table cell: v by `fmt`, or "n/a" for a negative v (a measurement that
+/// could not be made).
+inline std::string cell(double v, const char *fmt = "%.1f") {
+  if (v < 0)
+    return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
 #ifdef __CUDACC__
+/// A load's words folded into one (the read benchmarks keep their loads
+/// alive with it).
+__device__ __forceinline__ unsigned fold(uint2 v) { return v.x ^ v.y; }
+__device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+
+/// Shared-memory addresses, mbarriers and bulk copies (cp.async.bulk, the
+/// TMA unit) for the benchmarks' own kernels.
+__device__ __forceinline__ uint32_t smemAddr(const void *p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbarInit(uint64_t *bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smemAddr(bar)),
+               "r"(count));
+}
+__device__ __forceinline__ void mbarExpectTx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                   smemAddr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarArrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smemAddr(bar))
+               : "memory");
+}
+__device__ __forceinline__ void mbarWait(uint64_t *bar, uint32_t parity) {
+  asm volatile("{\n"
+               ".reg .pred p;\n"
+               "WAIT_%=:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               "@!p bra WAIT_%=;\n"
+               "}\n" ::"r"(smemAddr(bar)),
+               "r"(parity)
+               : "memory");
+}
+__device__ __forceinline__ void bulkCopy(void *dst, const void *src, uint32_t bytes,
+                                         uint64_t *bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+               "bytes [%0], [%1], %2, [%3];" ::"r"(smemAddr(dst)),
+               "l"(src), "r"(bytes), "r"(smemAddr(bar))
+               : "memory");
+}
+
 /// Deterministic values in [-scale, scale) from each element's index and
 /// `seed` (T: float or __half), so a benchmark's weights need no upload.
 template <typename T>

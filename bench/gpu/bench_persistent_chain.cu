@@ -114,41 +114,6 @@ struct ChainOp {
   float scale;
 };
 
-__device__ __forceinline__ uint32_t smemAddr(const void *p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbarInit(uint64_t *bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smemAddr(bar)),
-               "r"(count));
-}
-__device__ __forceinline__ void mbarExpectTx(uint64_t *bar, uint32_t bytes) {
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-          smemAddr(bar)),
-      "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void mbarArrive(uint64_t *bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smemAddr(bar))
-               : "memory");
-}
-__device__ __forceinline__ void mbarWait(uint64_t *bar, uint32_t parity) {
-  asm volatile("{\n"
-               ".reg .pred p;\n"
-               "WAIT_%=:\n"
-               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-               "@!p bra WAIT_%=;\n"
-               "}\n" ::"r"(smemAddr(bar)),
-               "r"(parity)
-               : "memory");
-}
-__device__ __forceinline__ void bulkCopy(void *dst, const void *src,
-                                         uint32_t bytes, uint64_t *bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
-               "bytes [%0], [%1], %2, [%3];" ::"r"(smemAddr(dst)),
-               "l"(src), "r"(bytes), "r"(smemAddr(bar))
-               : "memory");
-}
 __device__ __forceinline__ int loadAcquire(const int *p) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p)

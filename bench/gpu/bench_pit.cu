@@ -54,19 +54,8 @@ using namespace sparsec::bench;
 
 namespace {
 
-std::string cell(double us) {
-  if (us < 0)
-    return "n/a";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f", us);
-  return buf;
-}
 std::string ratio(double a, double b) {
-  if (a < 0 || b < 0)
-    return "n/a";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2fx", a / b);
-  return buf;
+  return a < 0 || b < 0 ? "n/a" : cell(a / b, "%.2fx");
 }
 
 std::vector<float> toFloats(const std::vector<__half> &h) {
@@ -150,11 +139,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   const bool y32 = y == "f32";
-  for (double s : sparsities)
-    if (s < 0 || s > 100) {
-      std::fprintf(stderr, "error: --sparsity takes percentages from 0 to 100\n");
-      return 1;
-    }
+  if (!percentages(sparsities))
+    return 1;
   if (M < 1 || K < 1 || N < 1 || !pitTileSupported(tile) || N % 8) {
     std::fprintf(stderr, "error: need positive sizes, N a multiple of 8 and "
                          "--tile 8, 16 or 32\n");

@@ -52,8 +52,6 @@ constexpr int kRowThreads = 128; // 4 warps
 constexpr int kRowCols = 128;    // output columns a block: 256 bytes a row
 constexpr int kUnroll = 8;       // loads in flight a thread
 
-__device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
-
 /// Block (b, c): the rows list[first[b] .. first[b + 1]) of W, columns
 /// [c * 128, c * 128 + 128): 16 lanes a row, two rows a warp a load, 8
 /// loads in flight. With `xg`, also that token block's gathered values
@@ -96,9 +94,6 @@ __global__ void __launch_bounds__(kRowThreads)
 /// (Mode 2) one bulk copy (cp.async.bulk, the TMA unit) of 256 bytes a row
 /// completing on a stage's mbarrier. A word of each landed chunk is summed.
 constexpr int kCopyRows = 32, kCopyStride = 272; // bytes a staged row (the matmul's)
-__device__ __forceinline__ unsigned smemAddr(const void *p) {
-  return unsigned(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void cpAsync16(void *dst, const void *src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr(dst)),
                "l"(src), "r"(bytes));
@@ -108,16 +103,6 @@ __device__ __forceinline__ void cpAsyncCommit() {
 }
 template <int N> __device__ __forceinline__ void cpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void mbarInit(uint64_t *bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smemAddr(bar)));
-}
-__device__ __forceinline__ void mbarWait(uint64_t *bar, uint32_t parity) {
-  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
-               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-               "@!p bra WAIT_%=;\n}\n" ::"r"(smemAddr(bar)),
-               "r"(parity)
-               : "memory");
 }
 template <int Mode>
 __global__ void __launch_bounds__(kRowThreads)
@@ -132,8 +117,8 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t col = int64_t(blockIdx.y) * kRowCols;
   const int q = threadIdx.x % 16, rr = threadIdx.x / 16; // 16 B of 8 rows a pass
   if (Mode == 2 && threadIdx.x == 0) {
-    mbarInit(&bar[0]);
-    mbarInit(&bar[1]);
+    mbarInit(&bar[0], 1);
+    mbarInit(&bar[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -142,17 +127,11 @@ __global__ void __launch_bounds__(kRowThreads)
     const int cnt = min(kCopyRows, rows - c * kCopyRows);
     if constexpr (Mode == 2) {
       if (threadIdx.x == 0)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                         smemAddr(&bar[c & 1])),
-                     "r"(unsigned(cnt * kRowCols * 2))
-                     : "memory");
+        mbarExpectTx(&bar[c & 1], unsigned(cnt * kRowCols * 2));
       if (int(threadIdx.x) < cnt)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
-                     "bytes [%0], [%1], %2, [%3];" ::"r"(
-                         smemAddr(dst + threadIdx.x * kCopyStride)),
-                     "l"(w + int64_t(list[r0 + c * kCopyRows + threadIdx.x]) * n + col),
-                     "r"(unsigned(kRowCols * 2)), "r"(smemAddr(&bar[c & 1]))
-                     : "memory");
+        bulkCopy(dst + threadIdx.x * kCopyStride,
+                 w + int64_t(list[r0 + c * kCopyRows + threadIdx.x]) * n + col,
+                 unsigned(kRowCols * 2), &bar[c & 1]);
     } else {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -207,12 +186,6 @@ __global__ void streamKernel(const uint4 *__restrict__ p, size_t n, unsigned *si
     sink[0] = s;
 }
 
-std::string cell(double v, const char *fmt = "%.1f") {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), fmt, v);
-  return buf;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -227,11 +200,8 @@ int main(int argc, char **argv) {
            .add("--sparsity", sparsities)
            .parse(argc, argv))
     return 1;
-  for (double s : sparsities)
-    if (s < 0 || s > 100) {
-      std::fprintf(stderr, "error: --sparsity takes percentages from 0 to 100\n");
-      return 1;
-    }
+  if (!percentages(sparsities))
+    return 1;
   if (M < 1 || K < 1 || N < kRowCols || N % kRowCols || !pitTileSupported(tile)) {
     std::fprintf(stderr, "error: need positive sizes, N a multiple of %d and "
                          "--tile 8, 16 or 32\n", kRowCols);

@@ -42,13 +42,6 @@ using namespace sparsec::bench;
 
 namespace {
 
-/// A load's words folded into one (the kernels keep their loads alive
-/// with it).
-__device__ __forceinline__ unsigned fold(uint2 v) { return v.x ^ v.y; }
-__device__ __forceinline__ unsigned fold(uint4 v) {
-  return v.x ^ v.y ^ v.z ^ v.w;
-}
-
 __global__ void contiguousKernel(const uint4 *__restrict__ p, size_t n,
                                  unsigned *sink) {
   unsigned s = 0;
