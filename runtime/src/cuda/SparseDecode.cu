@@ -517,8 +517,8 @@ __global__ void __launch_bounds__(kDownMmaWarps * 32)
 #pragma unroll
     for (int i = 0; i < WROWS; ++i) {
       const bool ok = jw[i] >= 0 && col < d;
-      cpAsync16(&ws[stage][wr + i * WSTEP][wq * 8],
-                ok ? w + int64_t(jw[i]) * d + col : w, ok ? 16 : 0);
+      cpAsync16L1(&ws[stage][wr + i * WSTEP][wq * 8],
+                  ok ? w + int64_t(jw[i]) * d + col : w, ok ? 16 : 0);
     }
 #pragma unroll
     for (int i = 0; i < HROWS; ++i) {
