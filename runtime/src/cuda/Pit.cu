@@ -361,9 +361,12 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     }
   };
   // Rows past the set (and columns past N) are zero-filled by cp.async.
-  // Copies through L1 (cp.async.ca) in the pipeline, whose long sets moved
-  // about 1.5x their bytes from the L2 with cp.async.cg; the short sets'
-  // copies, issued at once, stay cp.async.cg (.ca was 2 % slower at 99 %).
+  // The pipeline copies W's rows through L1 (cp.async.ca: with
+  // cp.async.cg its long sets moved about 1.5x their bytes from the L2)
+  // and the gathered x straight to shared memory (cp.async.cg: through L1
+  // as well, the kernel was bound by L1's throughput, 89 % at 90 %
+  // sparsity, and 4 % slower). The short sets' copies, issued at once,
+  // are all cp.async.cg (.ca was 2 % slower at 99 %).
   auto copy16 = [&](bool viaL1, void *dst, const void *src, int bytes) {
     if (viaL1)
       cpAsync16L1(dst, src, bytes);
@@ -380,15 +383,15 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
       copy16(viaL1, wst + (r0 + i * RSTEP) * WS + q * 8, src, ok ? 16 : 0);
     }
   };
-  auto loadX = [&](int stage, int c, bool viaL1 = true) {
+  auto loadX = [&](int stage, int c) {
     __half *xst = xs + stage * kBK * XS;
 #pragma unroll
     for (int p = tid; p < kBK * NT; p += kThreads) {
       int r = p / NT, qq = p % NT;
       int j = c * kBK + r;
       bool ok = j < total;
-      copy16(viaL1, xst + r * XS + qq * 8, ok ? bxg + size_t(j) * T + qq * 8 : bxg,
-             ok ? 16 : 0);
+      cpAsync16(xst + r * XS + qq * 8, ok ? bxg + size_t(j) * T + qq * 8 : bxg,
+                ok ? 16 : 0);
     }
   };
 
@@ -638,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
       for (int s = 0; s < 2; ++s)
         if (s < chunks) {
           loadW(s, tile0 * BN, first[s], false);
-          loadX(s, s, false);
+          loadX(s, s);
         }
       cpAsyncCommit();
       for (int g = 0; g < last; ++g) {
@@ -688,7 +691,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
         if (s < chunks) {
           mask(s);
           loadW(s, n0, first[s], false);
-          loadX(s, s, false);
+          loadX(s, s);
         }
       cpAsyncCommit();
       cpAsyncWait<0>();
