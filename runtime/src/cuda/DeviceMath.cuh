@@ -146,10 +146,12 @@ __device__ __forceinline__ void cpAsync16(void *dst, const void *src,
                "l"(src), "r"(bytes));
 }
 /// The same through L1 (cp.async.ca). For rows gathered from the L2 (PIT's
-/// W rows and gathered x) on the H200 it moves the rows' bytes where
-/// cp.async.cg moved about 1.5 times as many: 32-row chunks of 256-byte
-/// slices at 90 % micro-tile sparsity copied in 51.3 us against 79.9
-/// (sparsec-bench-pit-bound, docs/GPU.md).
+/// W rows, the batched sparse down projection's) on the H200 it moves the
+/// rows' bytes where cp.async.cg moved about 1.5 times as many: 32-row
+/// chunks of 256-byte slices at 90 % micro-tile sparsity copied in 51.3 us
+/// against 79.9 (sparsec-bench-pit-bound, docs/GPU.md). It costs L1
+/// throughput twice (the fill, then the copy into shared memory), so a
+/// kernel uses it for its largest gathered operand only.
 __device__ __forceinline__ void cpAsync16L1(void *dst, const void *src,
                                             int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(

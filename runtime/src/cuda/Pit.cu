@@ -363,10 +363,10 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
   // Rows past the set (and columns past N) are zero-filled by cp.async.
   // The pipeline copies W's rows through L1 (cp.async.ca: with
   // cp.async.cg its long sets moved about 1.5x their bytes from the L2)
-  // and the gathered x straight to shared memory (cp.async.cg: through L1
-  // as well, the kernel was bound by L1's throughput, 89 % at 90 %
-  // sparsity, and 4 % slower). The short sets' copies, issued at once,
-  // are all cp.async.cg (.ca was 2 % slower at 99 %).
+  // and the gathered x straight to shared memory (cp.async.cg: with the
+  // gathered x through L1 too, the kernel was bound by L1's throughput, 89 %
+  // at 90 % sparsity, and 4 % slower). The short sets' copies, issued at
+  // once, are all cp.async.cg (.ca was 2 % slower at 99 %).
   auto copy16 = [&](bool viaL1, void *dst, const void *src, int bytes) {
     if (viaL1)
       cpAsync16L1(dst, src, bytes);
