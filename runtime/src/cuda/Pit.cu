@@ -16,10 +16,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 #include <type_traits>
 
 namespace sparsec::rt::cuda {
@@ -260,33 +256,17 @@ __device__ __forceinline__ void store8(__half *p, const float (&v)[8]) {
 
 // Shared-memory row strides (halfs): 16-byte aligned rows whose ldmatrix
 // row addresses fall into distinct bank groups.
-template <int BN> __host__ __device__ constexpr int wStride() {
-  return BN + 8;
+template <int WM> __host__ __device__ constexpr int wStride() {
+  return 4 * WM + 8;
 }
 template <int T> __host__ __device__ constexpr int xStride() {
   return T == 8 ? 24 : T + 8;
 }
-/// The matmul's gathered x in shared memory: row r (a gathered column,
-/// T tokens) and 16-byte segment q (8 tokens). 32-token rows are 64 bytes,
-/// unpadded, their segments swizzled (q ^ (r / 2) % 4): a 128-byte line of
-/// the gathered x (rows r and r + 1) is copied onto all 32 banks once, and
-/// ldmatrix's 8 rows of one segment fall on distinct banks too. Shorter
-/// rows are padded to xStride.
-template <int T> __host__ __device__ constexpr int xRow() {
-  return T == 32 ? 32 : xStride<T>();
-}
-template <int T> __device__ __forceinline__ int xOffset(int r, int q) {
-  if constexpr (T == 32)
-    return r * 32 + ((q ^ ((r >> 1) & 3)) << 3);
-  else
-    return r * xStride<T>() + q * 8;
-}
-
-template <int T, int WM, int Stages, bool Sweep = false, int Warps = 4>
+template <int T, int WM, int Stages, bool Sweep = false>
 constexpr size_t pitSmemBytes() {
-  size_t pipe = size_t(Stages) * kBK *
-                (wStride<Warps * WM>() + xRow<T>()) * sizeof(__half);
-  size_t epi = size_t(T) * (Warps * WM + 4) * sizeof(float);
+  size_t pipe =
+      size_t(Stages) * kBK * (wStride<WM>() + xStride<T>()) * sizeof(__half);
+  size_t epi = size_t(T) * (4 * WM + 4) * sizeof(float);
   // A sweep keeps its first chunks' row numbers after the stages.
   if (Sweep)
     pipe += size_t(Stages) * kBK * sizeof(int32_t);
@@ -305,9 +285,8 @@ constexpr size_t pitSmemBytes() {
 /// shared memory for all of them (the same shared memory and registers as
 /// one output block's, so 8 blocks still fit an SM); longer sets run the
 /// pipeline once per output block.
-template <int T, int WM, typename Y, int Stages, bool Sweep = false,
-          int Warps = 4>
-__global__ void __launch_bounds__(32 * Warps, WM == 32 ? 8 : Warps == 2 ? 8 : 1)
+template <int T, int WM, typename Y, int Stages, bool Sweep = false>
+__global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
     pitMatmulKernel(const __half *__restrict__ xg,
                     const int32_t *__restrict__ idx,
                     const int32_t *__restrict__ count, int M, int cap,
@@ -315,10 +294,9 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 ? 8 : Warps == 2 ? 8 : 1)
                     const float *__restrict__ bias, Activation act,
                     const float *residual, Y *y, int tiles) {
   static_assert(!Sweep || Stages == 2, "a sweep runs 2 stages");
-  constexpr int kThreads = 32 * Warps;
-  constexpr int BN = Warps * WM;
-  constexpr int WS = wStride<BN>();
-  constexpr int XS = xRow<T>();
+  constexpr int BN = 4 * WM;
+  constexpr int WS = wStride<WM>();
+  constexpr int XS = xStride<T>();
   constexpr int MT = WM / 16; // m16 tiles (output columns) per warp
   constexpr int NT = T / 8;   // n8 tiles (tokens) per warp
   extern __shared__ __align__(16) unsigned char smem[];
@@ -412,7 +390,7 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 ? 8 : Warps == 2 ? 8 : 1)
       int r = p / NT, qq = p % NT;
       int j = c * kBK + r;
       bool ok = j < total;
-      cpAsync16(xst + xOffset<T>(r, qq), ok ? bxg + size_t(j) * T + qq * 8 : bxg,
+      cpAsync16(xst + r * XS + qq * 8, ok ? bxg + size_t(j) * T + qq * 8 : bxg,
                 ok ? 16 : 0);
     }
   };
@@ -431,13 +409,13 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 ? 8 : Warps == 2 ? 8 : 1)
                                warp * WM + mi * 16 + ((lane >> 3) & 1) * 8);
       unsigned bf[NT][2];
       if constexpr (NT == 1) {
-        ldmatrixX2T(bf[0], xst + xOffset<T>(kk + (lane & 7) + ((lane >> 3) & 1) * 8, 0));
+        ldmatrixX2T(bf[0], xst + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * XS);
       } else {
 #pragma unroll
         for (int ni = 0; ni < NT / 2; ++ni) {
           unsigned r[4];
-          ldmatrixX4T(r, xst + xOffset<T>(kk + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                      ni * 2 + (lane >> 4)));
+          ldmatrixX4T(r, xst + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * XS +
+                             ni * 16 + (lane >> 4) * 8);
           bf[2 * ni][0] = r[0];
           bf[2 * ni][1] = r[1];
           bf[2 * ni + 1][0] = r[2];
@@ -515,7 +493,6 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 ? 8 : Warps == 2 ? 8 : 1)
         }
     __syncthreads();
     const int c = (tid % CPT) * 8, n = n0 + c;
-    const int swap = tid & 4; // 4 for threads 4-7 of each quarter-warp
     if (n >= N)
       return;
     float bv[8];
@@ -527,13 +504,8 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 ? 8 : Warps == 2 ? 8 : 1)
       const int row = b * T + t;
       if (row >= M)
         break;
-      // 16-byte reads go to the banks a quarter-warp at a time: its
-      // threads 4-7 read their upper halves first, so that each of the two
-      // reads covers the 32 banks once (columns 8 apart otherwise put two
-      // threads on each bank).
-      const float4 p0 = *reinterpret_cast<const float4 *>(ys + t * YS + c + swap),
-                   p1 = *reinterpret_cast<const float4 *>(ys + t * YS + c + 4 - swap);
-      const float4 lo = swap ? p1 : p0, hi = swap ? p0 : p1;
+      const float4 lo = *reinterpret_cast<const float4 *>(ys + t * YS + c),
+                   hi = *reinterpret_cast<const float4 *>(ys + t * YS + c + 4);
       float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
       // The activation tested once a row, not once a value: without one
       // (a down projection) no activation's code runs at all.
@@ -735,401 +707,6 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 ? 8 : Warps == 2 ? 8 : 1)
   }
 }
 
-//===----------------------------------------------------------------------===//
-// The 32-token matmul with W's rows in registers
-//===----------------------------------------------------------------------===//
-
-/// Two fp16 of a and b as a pair: `sel` 0x5410 takes both low halves (a's
-/// in the low half of the result), 0x7632 both high ones.
-__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned sel) {
-  unsigned r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-
-/// 32-token tiles, 128 output columns a block (warp w: columns 32 w to
-/// 32 w + 31), as pitMatmulKernel's, with the operands' roles swapped: the
-/// gathered x is the mma's A (tokens x k, ldmatrix from shared memory) and
-/// W's rows its B, loaded from the L2 straight into registers (8 bytes a
-/// lane: 4 adjacent columns of rows k and k + 1, which two byte permutes
-/// turn into the k-pairs of 4 B fragments). Tile i of a warp's four n8
-/// tiles holds the columns 4 j + i (j = 0..7), so each lane ends with 8
-/// adjacent columns of 4 token rows in its accumulators and stores them
-/// from registers. W's rows never pass through shared memory (the copies
-/// kernel's W stages were most of its shared-memory and L1 traffic); the
-/// x chunks and their row numbers come through an S-stage cp.async ring,
-/// each chunk's W loads issued one chunk ahead of its product.
-template <typename Y, int S>
-__global__ void __launch_bounds__(kThreads)
-    pitMatmulRegsKernel(const __half *__restrict__ xg,
-                        const int32_t *__restrict__ idx,
-                        const int32_t *__restrict__ count, int M, int cap,
-                        const __half *__restrict__ w, int N,
-                        const float *__restrict__ bias, Activation act,
-                        const float *residual, Y *y, int tiles) {
-  static_assert(S >= 3, "copies a chunk ahead of the W loads");
-  constexpr int T = 32, BN = 128, XS = xStride<T>();
-  constexpr int kRowsBytes = kBK * int(sizeof(int32_t));
-  constexpr int kStageBytes = kRowsBytes + kBK * XS * int(sizeof(__half));
-  static_assert(kStageBytes % 16 == 0, "16-byte aligned stages");
-  __shared__ __align__(16) unsigned char smem[S * kStageBytes];
-  auto rowsAt = [&](int s) {
-    return reinterpret_cast<int32_t *>(smem + s * kStageBytes);
-  };
-  auto xAt = [&](int s) {
-    return reinterpret_cast<__half *>(smem + s * kStageBytes + kRowsBytes);
-  };
-  const int b = blockIdx.y, tid = threadIdx.x, lane = tid & 31,
-            warp = tid >> 5;
-  const int g = lane >> 2, q4 = lane & 3;
-  pdlTrigger();
-  pdlWait(); // the set, the gathered x and the residual come from before
-  const int32_t *bidx = idx + size_t(b) * cap;
-  const __half *bxg = xg + size_t(b) * cap * T;
-  const int total = count[b];
-  const int chunks = (total + kBK - 1) / kBK;
-
-  // Chunk c's row numbers (threads 0-7, 16 bytes each) and gathered x
-  // (64 bytes a row: one 16-byte copy a thread) into stage s; past the set
-  // both are zero-filled.
-  auto loadChunk = [&](int s, int c) {
-    const int j0 = c * kBK;
-    if (tid < kBK / 4) {
-      const int j = j0 + tid * 4, n = min(max(total - j, 0), 4);
-      cpAsync16(rowsAt(s) + tid * 4, n ? bidx + j : bidx, n * 4);
-    }
-    const int r = tid >> 2, qq = tid & 3, j = j0 + r;
-    const bool ok = j < total;
-    cpAsync16(xAt(s) + r * XS + qq * 8, ok ? bxg + size_t(j) * T + qq * 8 : bxg,
-              ok ? 16 : 0);
-  };
-  // W for chunk c (its row numbers in stage s): for each 16-row step kk,
-  // rows 2 q4, 2 q4 + 1, 2 q4 + 8 and 2 q4 + 9, columns n .. n + 3. Rows
-  // past the set and columns past N are zero (N is a multiple of 8).
-  using WRegs = uint2[2][4];
-  auto loadW = [&](int s, int c, int n0, WRegs &wr) {
-    const int32_t *rows = rowsAt(s);
-    const int n = n0 + warp * 32 + 4 * g;
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = kk * 16 + 2 * q4 + 8 * h;
-        const int2 rr = *reinterpret_cast<const int2 *>(rows + r);
-        const int j = c * kBK + r;
-        const bool in = n < N;
-        wr[kk][2 * h] = in && j < total
-                            ? __ldcg(reinterpret_cast<const uint2 *>(
-                                  w + size_t(rr.x) * N + n))
-                            : make_uint2(0u, 0u);
-        wr[kk][2 * h + 1] = in && j + 1 < total
-                                ? __ldcg(reinterpret_cast<const uint2 *>(
-                                      w + size_t(rr.y) * N + n))
-                                : make_uint2(0u, 0u);
-      }
-  };
-  float acc[2][4][4]; // [token m16 tile][column tile i][fragment]
-  auto compute = [&](int s, const WRegs &wr) {
-    const __half *xs = xAt(s);
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      unsigned a[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-        ldmatrixX4T(a[mt], xs + (kk * 16 + (lane & 7) + ((lane >> 4) << 3)) * XS +
-                               mt * 16 + ((lane >> 3) & 1) * 8);
-      unsigned bf[4][2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint2 r0 = wr[kk][2 * h], r1 = wr[kk][2 * h + 1];
-        bf[0][h] = prmt(r0.x, r1.x, 0x5410);
-        bf[1][h] = prmt(r0.x, r1.x, 0x7632);
-        bf[2][h] = prmt(r0.y, r1.y, 0x5410);
-        bf[3][h] = prmt(r0.y, r1.y, 0x7632);
-      }
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          mma16816(acc[mt][i], a[mt][0], a[mt][1], a[mt][2], a[mt][3],
-                   bf[i][0], bf[i][1]);
-    }
-  };
-  // Lane (g, q4) holds columns 8 q4 .. 8 q4 + 7 of the warp's 32 for
-  // tokens 16 mt + g + 8 h: bias, activation, residual and the store as
-  // pitMatmulKernel's epilogue (the same operations in the same order).
-  auto epilogue = [&](int n0) {
-    const int n = n0 + warp * 32 + 8 * q4;
-    if (n >= N)
-      return;
-    float bv[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      bv[i] = bias ? bias[n + i] : 0.0f;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = b * T + mt * 16 + g + 8 * h;
-        if (row >= M)
-          continue;
-        float v[8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          v[i] = acc[mt][i][2 * h];
-          v[4 + i] = acc[mt][i][2 * h + 1];
-        }
-        if (act == Activation::none) {
-#pragma unroll
-          for (int i = 0; i < 8; ++i)
-            v[i] += bv[i];
-        } else {
-#pragma unroll
-          for (int i = 0; i < 8; ++i)
-            v[i] = activate(act, v[i] + bv[i]);
-        }
-        if (residual) {
-          const float4 *rp =
-              reinterpret_cast<const float4 *>(residual + size_t(row) * N + n);
-          const float4 r0 = rp[0], r1 = rp[1];
-          v[0] += r0.x, v[1] += r0.y, v[2] += r0.z, v[3] += r0.w;
-          v[4] += r1.x, v[5] += r1.y, v[6] += r1.z, v[7] += r1.w;
-        }
-        store8(y + size_t(row) * N + n, v);
-      }
-  };
-
-  const int last = min(tiles, (N + BN - 1) / BN - blockIdx.x * tiles);
-  for (int t = 0; t < last; ++t) {
-    const int n0 = (blockIdx.x * tiles + t) * BN;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          acc[mt][i][r] = 0.0f;
-    if (t > 0)
-      __syncthreads(); // every warp is done with the last output block's stages
-#pragma unroll
-    for (int s = 0; s < S - 1; ++s) {
-      if (s < chunks)
-        loadChunk(s, s);
-      cpAsyncCommit();
-    }
-    WRegs wa, wb;
-    if (chunks > 0) {
-      cpAsyncWait<S - 2>();
-      __syncthreads();
-      loadW(0, 0, n0, wa);
-    }
-    // Step c: once chunk c + 1 has landed (and every warp is done with
-    // chunk c - 1's stage), copy chunk c + S - 1 into that stage, load
-    // chunk c + 1's W rows, multiply chunk c. Two steps a turn, so that
-    // the register buffers alternate by name.
-    auto step = [&](int c, const WRegs &cur, WRegs &next) {
-      cpAsyncWait<S - 3>();
-      __syncthreads();
-      const int ahead = c + S - 1;
-      if (ahead < chunks)
-        loadChunk(ahead % S, ahead);
-      cpAsyncCommit();
-      if (c + 1 < chunks)
-        loadW((c + 1) % S, c + 1, n0, next);
-      compute(c % S, cur);
-    };
-    for (int c = 0; c < chunks; c += 2) {
-      step(c, wa, wb);
-      if (c + 1 < chunks)
-        step(c + 1, wb, wa);
-    }
-    cpAsyncWait<0>();
-    epilogue(n0);
-  }
-}
-
-/// pitMatmulRegsKernel with 16-byte W loads: a warp owns 64 columns (8
-/// n8 tiles, tile i the columns 8 j + i), a block 2 warps; each lane ends
-/// with 16 adjacent columns of 4 token rows. A warp's load instruction
-/// reads 4 rows x 128 bytes (one line each), half the L1 requests a byte
-/// of the 8-byte form. W is loaded one 16-row step ahead of its product.
-template <typename Y, int S>
-__global__ void __launch_bounds__(64)
-    pitMatmulRegs16Kernel(const __half *__restrict__ xg,
-                          const int32_t *__restrict__ idx,
-                          const int32_t *__restrict__ count, int M, int cap,
-                          const __half *__restrict__ w, int N,
-                          const float *__restrict__ bias, Activation act,
-                          const float *residual, Y *y, int tiles) {
-  static_assert(S >= 3, "copies a chunk ahead of the W loads");
-  constexpr int T = 32, BN = 128, XS = xStride<T>(), kT = 64;
-  constexpr int kRowsBytes = kBK * int(sizeof(int32_t));
-  constexpr int kStageBytes = kRowsBytes + kBK * XS * int(sizeof(__half));
-  __shared__ __align__(16) unsigned char smem[S * kStageBytes];
-  auto rowsAt = [&](int s) {
-    return reinterpret_cast<int32_t *>(smem + s * kStageBytes);
-  };
-  auto xAt = [&](int s) {
-    return reinterpret_cast<__half *>(smem + s * kStageBytes + kRowsBytes);
-  };
-  const int b = blockIdx.y, tid = threadIdx.x, lane = tid & 31,
-            warp = tid >> 5;
-  const int g = lane >> 2, q4 = lane & 3;
-  pdlTrigger();
-  pdlWait();
-  const int32_t *bidx = idx + size_t(b) * cap;
-  const __half *bxg = xg + size_t(b) * cap * T;
-  const int total = count[b];
-  const int chunks = (total + kBK - 1) / kBK;
-
-  auto loadChunk = [&](int s, int c) {
-    const int j0 = c * kBK;
-    if (tid < kBK / 4) {
-      const int j = j0 + tid * 4, n = min(max(total - j, 0), 4);
-      cpAsync16(rowsAt(s) + tid * 4, n ? bidx + j : bidx, n * 4);
-    }
-#pragma unroll
-    for (int p = tid; p < kBK * 4; p += kT) {
-      const int r = p >> 2, qq = p & 3, j = j0 + r;
-      const bool ok = j < total;
-      cpAsync16(xAt(s) + r * XS + qq * 8,
-                ok ? bxg + size_t(j) * T + qq * 8 : bxg, ok ? 16 : 0);
-    }
-  };
-  using WRegs = uint4[4];
-  // 16-row step kk of chunk c (row numbers in stage s).
-  auto loadW = [&](int s, int c, int kk, int n0, WRegs &wr) {
-    const int32_t *rows = rowsAt(s);
-    const int n = n0 + warp * 64 + 8 * g;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = kk * 16 + 2 * q4 + 8 * h;
-      const int2 rr = *reinterpret_cast<const int2 *>(rows + r);
-      const int j = c * kBK + r;
-      const bool in = n < N;
-      wr[2 * h] = in && j < total ? __ldcg(reinterpret_cast<const uint4 *>(
-                                        w + size_t(rr.x) * N + n))
-                                  : make_uint4(0u, 0u, 0u, 0u);
-      wr[2 * h + 1] = in && j + 1 < total
-                          ? __ldcg(reinterpret_cast<const uint4 *>(
-                                w + size_t(rr.y) * N + n))
-                          : make_uint4(0u, 0u, 0u, 0u);
-    }
-  };
-  float acc[2][8][4];
-  auto compute = [&](int s, int kk, const WRegs &wr) {
-    const __half *xs = xAt(s);
-    unsigned a[2][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-      ldmatrixX4T(a[mt], xs + (kk * 16 + (lane & 7) + ((lane >> 4) << 3)) * XS +
-                             mt * 16 + ((lane >> 3) & 1) * 8);
-    unsigned bf[8][2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint4 r0 = wr[2 * h], r1 = wr[2 * h + 1];
-      bf[0][h] = prmt(r0.x, r1.x, 0x5410);
-      bf[1][h] = prmt(r0.x, r1.x, 0x7632);
-      bf[2][h] = prmt(r0.y, r1.y, 0x5410);
-      bf[3][h] = prmt(r0.y, r1.y, 0x7632);
-      bf[4][h] = prmt(r0.z, r1.z, 0x5410);
-      bf[5][h] = prmt(r0.z, r1.z, 0x7632);
-      bf[6][h] = prmt(r0.w, r1.w, 0x5410);
-      bf[7][h] = prmt(r0.w, r1.w, 0x7632);
-    }
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-        mma16816(acc[mt][i], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bf[i][0],
-                 bf[i][1]);
-  };
-  // Lane (g, q4): columns 16 q4 .. 16 q4 + 15 of the warp's 64 (tile i's
-  // fragments 2 h and 2 h + 1 are columns 16 q4 + i and 16 q4 + 8 + i).
-  auto epilogue = [&](int n0) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int n = n0 + warp * 64 + 16 * q4 + 8 * half;
-      if (n >= N)
-        continue;
-      float bv[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-        bv[i] = bias ? bias[n + i] : 0.0f;
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = b * T + mt * 16 + g + 8 * h;
-          if (row >= M)
-            continue;
-          float v[8];
-#pragma unroll
-          for (int i = 0; i < 8; ++i)
-            v[i] = acc[mt][i][2 * h + half];
-          if (act == Activation::none) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-              v[i] += bv[i];
-          } else {
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-              v[i] = activate(act, v[i] + bv[i]);
-          }
-          if (residual) {
-            const float4 *rp = reinterpret_cast<const float4 *>(
-                residual + size_t(row) * N + n);
-            const float4 r0 = rp[0], r1 = rp[1];
-            v[0] += r0.x, v[1] += r0.y, v[2] += r0.z, v[3] += r0.w;
-            v[4] += r1.x, v[5] += r1.y, v[6] += r1.z, v[7] += r1.w;
-          }
-          store8(y + size_t(row) * N + n, v);
-        }
-    }
-  };
-
-  const int last = min(tiles, (N + BN - 1) / BN - blockIdx.x * tiles);
-  for (int t = 0; t < last; ++t) {
-    const int n0 = (blockIdx.x * tiles + t) * BN;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          acc[mt][i][r] = 0.0f;
-    if (t > 0)
-      __syncthreads();
-#pragma unroll
-    for (int s = 0; s < S - 1; ++s) {
-      if (s < chunks)
-        loadChunk(s, s);
-      cpAsyncCommit();
-    }
-    WRegs wa, wb;
-    if (chunks > 0) {
-      cpAsyncWait<S - 2>();
-      __syncthreads();
-      loadW(0, 0, 0, n0, wa);
-    }
-    for (int c = 0; c < chunks; ++c) {
-      cpAsyncWait<S - 3>();
-      __syncthreads();
-      const int ahead = c + S - 1;
-      if (ahead < chunks)
-        loadChunk(ahead % S, ahead);
-      cpAsyncCommit();
-      loadW(c % S, c, 1, n0, wb);
-      compute(c % S, 0, wa);
-      if (c + 1 < chunks)
-        loadW((c + 1) % S, c + 1, 0, n0, wa);
-      compute(c % S, 1, wb);
-    }
-    cpAsyncWait<0>();
-    epilogue(n0);
-  }
-}
-
 template <int T, typename X>
 cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
                         const PitWorkspace &ws, cudaStream_t stream,
@@ -1177,11 +754,10 @@ template <typename Y> struct MatmulCall {
   int tiles;  // output blocks a block (> 1: a sweep)
 };
 
-template <int T, int WM, typename Y, int Stages, bool Sweep = false,
-          int Warps = 4>
+template <int T, int WM, typename Y, int Stages, bool Sweep = false>
 cudaError_t launchMatmul(const MatmulCall<Y> &c) {
-  constexpr size_t bytes = pitSmemBytes<T, WM, Stages, Sweep, Warps>();
-  auto *kernel = pitMatmulKernel<T, WM, Y, Stages, Sweep, Warps>;
+  constexpr size_t bytes = pitSmemBytes<T, WM, Stages, Sweep>();
+  auto *kernel = pitMatmulKernel<T, WM, Y, Stages, Sweep>;
   static bool configured = false; // per instantiation
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(
@@ -1190,65 +766,14 @@ cudaError_t launchMatmul(const MatmulCall<Y> &c) {
       return e;
     configured = true;
   }
-  const int64_t outBlocks = (c.N + Warps * WM - 1) / (Warps * WM);
+  const int64_t outBlocks = (c.N + 4 * WM - 1) / (4 * WM);
   const int tiles = Sweep ? c.tiles : 1;
   dim3 grid{unsigned((outBlocks + tiles - 1) / tiles),
             unsigned(pitBlocks(c.M, T))};
-  return launchKernel(kernel, grid, dim3(32 * Warps), bytes, c.stream, c.early,
+  return launchKernel(kernel, grid, dim3(kThreads), bytes, c.stream, c.early,
                       c.ws.xg, c.ws.idx, c.ws.count, int(c.M),
                       int(pitCapacity(c.K)), c.w, int(c.N), c.bias, c.act,
                       c.residual, c.y, tiles);
-}
-
-/// SPARSEC_PIT_W: `regs` (4 stages), `regs3` (3) or `regs16` (16-byte
-/// loads) runs 32-token tiles at 128 columns through the kernels that keep
-/// W's rows in registers, optionally `:N` output blocks a block (a sweep)
-/// in place of the default's; unset, the copies kernel.
-struct RegsChoice {
-  int form = 0; // 0: off, 3, 4: stages of the 8-byte form, 16: 16-byte form
-  int tiles = 0; // 0: the call's
-};
-const RegsChoice &regsChoice() {
-  static const RegsChoice choice = [] {
-    RegsChoice c;
-    const char *p = std::getenv("SPARSEC_PIT_W");
-    if (!p || !*p)
-      return c;
-    std::string v(p);
-    const size_t colon = v.find(':');
-    if (colon != std::string::npos) {
-      c.tiles = std::atoi(v.c_str() + colon + 1);
-      v.resize(colon);
-    }
-    c.form = v == "regs" ? 4 : v == "regs3" ? 3 : v == "regs16" ? 16
-             : v == "w64" ? 64 : 0;
-    if (!c.form || c.tiles < 0)
-      std::fprintf(stderr, "sparsec: SPARSEC_PIT_W=%s ignored (regs, regs3, regs16[:N])\n", p);
-    if (c.tiles < 0)
-      c.form = 0;
-    return c;
-  }();
-  return choice;
-}
-
-template <typename Y, int S> cudaError_t launchMatmulRegs(const MatmulCall<Y> &c) {
-  const int64_t outBlocks = (c.N + 127) / 128;
-  dim3 grid{unsigned((outBlocks + c.tiles - 1) / c.tiles),
-            unsigned(pitBlocks(c.M, 32))};
-  return launchKernel(pitMatmulRegsKernel<Y, S>, grid, dim3(kThreads), 0,
-                      c.stream, c.early, c.ws.xg, c.ws.idx, c.ws.count,
-                      int(c.M), int(pitCapacity(c.K)), c.w, int(c.N), c.bias,
-                      c.act, c.residual, c.y, c.tiles);
-}
-
-template <typename Y, int S> cudaError_t launchMatmulRegs16(const MatmulCall<Y> &c) {
-  const int64_t outBlocks = (c.N + 127) / 128;
-  dim3 grid{unsigned((outBlocks + c.tiles - 1) / c.tiles),
-            unsigned(pitBlocks(c.M, 32))};
-  return launchKernel(pitMatmulRegs16Kernel<Y, S>, grid, dim3(64), 0,
-                      c.stream, c.early, c.ws.xg, c.ws.idx, c.ws.count,
-                      int(c.M), int(pitCapacity(c.K)), c.w, int(c.N), c.bias,
-                      c.act, c.residual, c.y, c.tiles);
 }
 
 template <int T, int WM, typename Y>
@@ -1361,18 +886,6 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
     columns = 128;
   const MatmulCall<Y> c{ws,       M,      K,     w,    N, bias, act,
                         residual, y,      stream, early, sweep > 1 ? sweep : 1};
-  if (const RegsChoice &r = regsChoice();
-      tile == 32 && columns == 128 && stages == 0 && r.form) {
-    MatmulCall<Y> rc = c;
-    if (r.tiles)
-      rc.tiles = r.tiles;
-    if (r.form == 64)
-      return rc.tiles > 1 ? launchMatmul<32, 64, Y, 2, true, 2>(rc)
-                          : launchMatmul<32, 64, Y, 2, false, 2>(rc);
-    return r.form == 16  ? launchMatmulRegs16<Y, 4>(rc)
-           : r.form == 3 ? launchMatmulRegs<Y, 3>(rc)
-                         : launchMatmulRegs<Y, 4>(rc);
-  }
   switch (tile) {
   case 8:
     return launchMatmulT<8>(c, columns, stages);
