@@ -183,6 +183,20 @@ void run(const Case &c) {
   // fp32 accumulation of fp16 products; fp16 outputs round to 2^-11.
   double tol = c.halfY ? 2e-3 : 1e-4;
   bool ok = idxOk && err <= tol;
+  // Where the wrong outputs are (printed after the result line when any
+  // is): how many, the first, and the rows and columns they span.
+  size_t wrong = 0, first = 0;
+  int rowLo = c.M, rowHi = -1, colLo = c.N, colHi = -1;
+  for (size_t i = 0; i < ysize && err > tol; ++i) {
+    double g = c.halfY ? __half2float(yh[i]) : y[i];
+    if (!(std::fabs(g - ref[i]) <= tol * std::max(maxRef, 1e-12))) {
+      if (!wrong++)
+        first = i;
+      const int m = int(i / c.N), n = int(i % c.N);
+      rowLo = std::min(rowLo, m), rowHi = std::max(rowHi, m);
+      colLo = std::min(colLo, n), colHi = std::max(colHi, n);
+    }
+  }
   std::printf("%s pit tile=%d M=%d K=%d N=%d density=%.2f sorted=%d x=%s y=%s "
               "bias=%d relu=%d residual=%d columns=%d stages=%d early=%d sweep=%d index=%s "
               "max rel err %.2e%s\n",
@@ -190,6 +204,12 @@ void run(const Case &c) {
               c.halfX ? "f16" : "f32", c.halfY ? "f16" : "f32", c.bias, c.relu,
               c.residual, c.columns, c.stages, c.early, c.sweep,
               idxOk ? "ok" : "wrong", err, c.repeat > 1 ? " (calls in turn)" : "");
+  if (wrong)
+    std::printf("  %zu of %zu outputs off; first: row %d column %d, %g "
+                "against %g; rows %d-%d, columns %d-%d\n",
+                wrong, ysize, int(first / c.N), int(first % c.N),
+                c.halfY ? double(__half2float(yh[first])) : double(y[first]),
+                ref[first], rowLo, rowHi, colLo, colHi);
   (ok ? passes : failures)++;
   if (s)
     cudaStreamDestroy(s);
