@@ -174,12 +174,15 @@ void run(const Case &c) {
   double maxRef = 0, maxDiff = 0;
   auto y = download(dy, ysize);
   auto yh = download(dyh, ysize);
+  auto got = [&](size_t i) {
+    return c.halfY ? double(__half2float(yh[i])) : double(y[i]);
+  };
   for (size_t i = 0; i < ysize; ++i) {
-    double g = c.halfY ? __half2float(yh[i]) : y[i];
     maxRef = std::max(maxRef, std::fabs(ref[i]));
-    maxDiff = worse(maxDiff, std::fabs(g - ref[i]));
+    maxDiff = worse(maxDiff, std::fabs(got(i) - ref[i]));
   }
-  double err = maxDiff / std::max(maxRef, 1e-12);
+  const double scale = std::max(maxRef, 1e-12);
+  double err = maxDiff / scale;
   // fp32 accumulation of fp16 products; fp16 outputs round to 2^-11.
   double tol = c.halfY ? 2e-3 : 1e-4;
   bool ok = idxOk && err <= tol;
@@ -188,8 +191,7 @@ void run(const Case &c) {
   size_t wrong = 0, first = 0;
   int rowLo = c.M, rowHi = -1, colLo = c.N, colHi = -1;
   for (size_t i = 0; i < ysize && err > tol; ++i) {
-    double g = c.halfY ? __half2float(yh[i]) : y[i];
-    if (!(std::fabs(g - ref[i]) <= tol * std::max(maxRef, 1e-12))) {
+    if (!(std::fabs(got(i) - ref[i]) <= tol * scale)) {
       if (!wrong++)
         first = i;
       const int m = int(i / c.N), n = int(i % c.N);
@@ -208,8 +210,7 @@ void run(const Case &c) {
     std::printf("  %zu of %zu outputs off; first: row %d column %d, %g "
                 "against %g; rows %d-%d, columns %d-%d\n",
                 wrong, ysize, int(first / c.N), int(first % c.N),
-                c.halfY ? double(__half2float(yh[first])) : double(y[first]),
-                ref[first], rowLo, rowHi, colLo, colHi);
+                got(first), ref[first], rowLo, rowHi, colLo, colHi);
   (ok ? passes : failures)++;
   if (s)
     cudaStreamDestroy(s);
