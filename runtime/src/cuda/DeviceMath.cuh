@@ -103,6 +103,18 @@ template <> struct Vec<float> {
 /// until pdlWait() returns, which is when the earlier kernels have
 /// completed and their writes are visible. Both are no-ops for a kernel
 /// launched normally.
+///
+/// Visible to ordinary loads (ld.global, .ca, .cg, .cs, cp.async), not to
+/// the read-only path: ld.global.nc, which __ldg and plain reads through
+/// `const T *__restrict__` parameters compile to, is only for data that no
+/// grid writes while the kernel lives, and the kernel before an early
+/// launch still does. So what an earlier kernel writes (activations, index
+/// sets and counts, masks, scratch) is read with __ldca / __ldcg or through
+/// a pointer without __restrict__; weights, biases and norm parameters
+/// (nothing in the step writes them) may take the read-only path, before
+/// the wait too. (On the H200 a PIT matmul that read its set through the
+/// read-only path read stale sets: docs/GPU.md, "Early launches and the
+/// read-only path".)
 __device__ __forceinline__ void pdlTrigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

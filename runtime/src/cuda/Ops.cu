@@ -970,11 +970,12 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
   // A folded norm needs each weight's folding terms (W scale, W bias),
   // computed once, eagerly, and kept with the device; a capture or replay
   // that finds them missing normalises apart instead.
-  bool fold = normScale != nullptr;
+  bool fold = normScale != nullptr, termsJustMade = false;
   for (int g = 0; fold && g < count; ++g) {
     const std::array<const void *, 3> key{w[g]->data, norm.scale, norm.bias};
     auto it = d.normTerms.find(key);
     if (it == d.normTerms.end()) {
+      termsJustMade = true;
       if (d.mode != Mode::eager) {
         fold = false;
         break;
@@ -1003,6 +1004,9 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
   }
   if (normScale && !fold && !normaliseApart())
     return false;
+  // The GEMVs read the folding terms before their wait (they are weights
+  // once made): on the call that has just made them, a normal launch.
+  const bool early = d.earlyGemv && !(fold && termsJustMade);
   if (!d.launching())
     return true;
   int N[kGemvGroupMax];
@@ -1020,13 +1024,13 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
     for (int g = 0; g < count; ++g)
       wt[g] = w[g]->as<__half>();
     e = gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr, y,
-                      d.stream, d.earlyGemv, n);
+                      d.stream, early, n);
   } else {
     const float *wt[kGemvGroupMax];
     for (int g = 0; g < count; ++g)
       wt[g] = w[g]->as<float>();
     e = gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr, y,
-                      d.stream, d.earlyGemv, n);
+                      d.stream, early, n);
   }
   return check(ctx, e, "grouped gemv");
 }

@@ -264,7 +264,7 @@ __device__ void writeSegment(IndexView ix, int s, int j, bool on,
 /// n]; kWarps / 2 segments per block.
 template <bool FromFlags>
 __global__ void __launch_bounds__(kThreads)
-    indexKernel(const float *__restrict__ h, const uint8_t *__restrict__ flags,
+    indexKernel(const float *h, const uint8_t *__restrict__ flags,
                 int tokens, IndexView ix, RowsInit init) {
   pdlTrigger();
   pdlWait(); // early launches: h comes from the kernel before
@@ -311,7 +311,7 @@ __device__ __forceinline__ void countDensity(unsigned long long *density,
 /// wait, h after it.
 template <typename W, int T, bool Aligned, bool Compact, bool Ready = false>
 __global__ void __launch_bounds__(kThreads)
-    sparseDownKernel(const float *__restrict__ h, int ldh,
+    sparseDownKernel(const float *h, int ldh,
                      const W *__restrict__ w, int d, IndexView ix, float *y,
                      unsigned long long *density) {
   static_assert(Compact || !Ready, "a ready set is read as a list");
@@ -641,6 +641,8 @@ template <typename W, bool Aligned> __device__ inline bool stagePermuted(int d) 
 
 /// The block stages x [T][d] into xs (16-byte loads, all in flight before
 /// the first store; in the lanes' order where `permuted`). No barrier.
+/// x comes from the kernel before, which an early launch overlaps: ordinary
+/// loads (__ldca), never the read-only path (see pdlWait).
 template <bool Aligned, int T>
 __device__ void stageX(const float *__restrict__ x, int d, float *xs,
                        bool permuted) {
@@ -654,7 +656,7 @@ __device__ void stageX(const float *__restrict__ x, int d, float *xs,
       for (int u = 0; u < 4; ++u) {
         const int q = k0 + u * blockDim.x;
         if (q < n4)
-          v[u] = __ldg(x4 + (permuted ? stageSource(q) : q));
+          v[u] = __ldca(x4 + (permuted ? stageSource(q) : q));
       }
 #pragma unroll
       for (int u = 0; u < 4; ++u)
@@ -663,7 +665,7 @@ __device__ void stageX(const float *__restrict__ x, int d, float *xs,
     }
   } else {
     for (int k = threadIdx.x; k < T * d; k += blockDim.x)
-      xs[k] = __ldg(x + k);
+      xs[k] = __ldca(x + k);
   }
 }
 
@@ -754,7 +756,7 @@ __global__ void __launch_bounds__(kThreads)
     sparseUpKernel(const float *__restrict__ x, const W *__restrict__ wt,
                    int d, const float *__restrict__ bias, IndexView ix,
                    bool relu, float *h, int ldh, RowsInit init, int32_t *list,
-                   int32_t *count, const uint8_t *__restrict__ tokenMask) {
+                   int32_t *count, const uint8_t *tokenMask) {
   pdlTrigger();
   pdlWait(); // early launches: x, the set and the residual come from before
   constexpr int V = Vec<W>::N;
@@ -828,7 +830,8 @@ constexpr int kSelectSplitRows = 8;
 /// The split layout of a row of d = 2048 U fp16 columns over a block: warp
 /// w, lane l takes the 16-byte words at columns (w U + u) 256 + 8 l, u < U,
 /// so each warp's loads are whole 512-byte runs. splitX loads x's matching
-/// slice (8 U floats a token) into the lane's registers.
+/// slice (8 U floats a token) into the lane's registers (__ldca: x comes
+/// from the kernel before, see stageX).
 template <int T, int U>
 __device__ __forceinline__ void splitX(const float *__restrict__ x,
                                        float4 (&xv)[T][U][2]) {
@@ -839,8 +842,8 @@ __device__ __forceinline__ void splitX(const float *__restrict__ x,
     for (int u = 0; u < U; ++u) {
       const float4 *q = reinterpret_cast<const float4 *>(
           x + int64_t(t) * 2048 * U + (warp * U + u) * 256 + 8 * lane);
-      xv[t][u][0] = __ldg(q);
-      xv[t][u][1] = __ldg(q + 1);
+      xv[t][u][0] = __ldca(q);
+      xv[t][u][1] = __ldca(q + 1);
     }
 }
 
@@ -944,7 +947,7 @@ __global__ void __launch_bounds__(kThreads)
                         const float *__restrict__ bias, IndexView ix,
                         bool relu, float *h, int ldh, RowsInit init,
                         int32_t *list, int32_t *count,
-                        const uint8_t *__restrict__ tokenMask) {
+                        const uint8_t *tokenMask) {
   pdlTrigger();
   if constexpr (!Ready)
     pdlWait(); // early launches: x, the list and the residual come from before
@@ -1026,7 +1029,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
                       const __half *__restrict__ wt, int d,
                       const float *__restrict__ bias, IndexView ix, bool relu,
                       float *h, int ldh, RowsInit init, int32_t *list,
-                      int32_t *count, const uint8_t *__restrict__ tokenMask) {
+                      int32_t *count, const uint8_t *tokenMask) {
   pdlTrigger();
   pdlWait(); // early launches: x, the list and the residual come from before
   __shared__ float red[kMmaWarps][4][32];
@@ -1040,7 +1043,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   for (int r0 = blockIdx.x * kMmaRows; r0 < n; r0 += gridDim.x * kMmaRows) {
     const int iA = r0 + g, iB = r0 + g + 8;
     const int jA = ix.list[min(iA, n - 1)], jB = ix.list[min(iB, n - 1)];
-    mmaRows16<false>(wt + int64_t(jA) * d, wt + int64_t(jB) * d, x, M, d, red);
+    mmaRows16<true>(wt + int64_t(jA) * d, wt + int64_t(jB) * d, x, M, d, red);
     if (threadIdx.x < 32) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1137,7 +1140,7 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      const float xv = __ldg(x + int64_t(t) * d + i);
+      const float xv = __ldca(x + int64_t(t) * d + i);
 #pragma unroll
       for (int v = 0; v < V; ++v)
         acc[t][v] = fmaf(xv, wv[v], acc[t][v]);
@@ -1267,7 +1270,7 @@ __device__ __forceinline__ void finishHiddenCols(const float (&acc)[T][C],
 
 template <typename W, int T>
 __global__ void __launch_bounds__(kColsThreads)
-    predictHiddenColsKernel(const float *__restrict__ x,
+    predictHiddenColsKernel(const float *x,
                             const W *__restrict__ w1, int d, int r,
                             float *hidden, int32_t *listCount) {
   pdlTrigger();
