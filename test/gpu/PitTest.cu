@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <random>
 #include <set>
@@ -50,6 +52,15 @@ struct Case {
 };
 
 void run(const Case &c) {
+  // SPARSEC_PIT_TEST_ONLY="tile=T M=M K=K N=N" runs only the cases of that
+  // shape (to rerun one under a debugger or compute-sanitizer).
+  if (const char *only = std::getenv("SPARSEC_PIT_TEST_ONLY"); only && *only) {
+    char shape[96];
+    std::snprintf(shape, sizeof shape, "tile=%d M=%d K=%d N=%d", c.tile, c.M,
+                  c.K, c.N);
+    if (std::string(only) != shape)
+      return;
+  }
   std::mt19937 rng(uint32_t(c.M * 131 + c.K * 7 + c.N + c.tile * 1000 +
                             int(c.density * 100)));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f), p(0.0f, 1.0f);
@@ -374,6 +385,9 @@ int main() {
     run({200, 1001, 264, tile, 0.1, tile == 16, true, true, false, true, false, 0, 0,
          true, 0, 4});
   }
+  // Longer sets in turn, launched early (32-token tiles: 13 chunks a set).
+  run({512, 4096, 1024, 32, 0.1, false, true, true, false, true, false, 0, 0, true,
+       0, 4});
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

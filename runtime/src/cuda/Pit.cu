@@ -24,8 +24,7 @@ namespace {
 constexpr int kSReadThreads = 512;
 constexpr int kBK = kPitChunk; // gathered rows per pipeline stage
 constexpr int kStages = 4; // the deepest cp.async pipeline (see launchMatmulS)
-constexpr int kThreads = 128;  // 4 warps
-constexpr int kSweepColumns = 128; // a sweep's output block (WM = 32)
+constexpr int kSweepColumns = 128; // a sweep's output block (4 x 32, 2 x 64)
 
 //===----------------------------------------------------------------------===//
 // SRead: index construction and gather
@@ -256,28 +255,30 @@ __device__ __forceinline__ void store8(__half *p, const float (&v)[8]) {
 
 // Shared-memory row strides (halfs): 16-byte aligned rows whose ldmatrix
 // row addresses fall into distinct bank groups.
-template <int WM> __host__ __device__ constexpr int wStride() {
-  return 4 * WM + 8;
+template <int BN> __host__ __device__ constexpr int wStride() {
+  return BN + 8;
 }
 template <int T> __host__ __device__ constexpr int xStride() {
   return T == 8 ? 24 : T + 8;
 }
-template <int T, int WM, int Stages, bool Sweep = false>
+template <int T, int WM, int Stages, bool Sweep = false, int Warps = 4>
 constexpr size_t pitSmemBytes() {
-  size_t pipe =
-      size_t(Stages) * kBK * (wStride<WM>() + xStride<T>()) * sizeof(__half);
-  size_t epi = size_t(T) * (4 * WM + 4) * sizeof(float);
+  size_t pipe = size_t(Stages) * kBK *
+                (wStride<Warps * WM>() + xStride<T>()) * sizeof(__half);
+  size_t epi = size_t(T) * (Warps * WM + 4) * sizeof(float);
   // A sweep keeps its first chunks' row numbers after the stages.
   if (Sweep)
     pipe += size_t(Stages) * kBK * sizeof(int32_t);
   return pipe > epi ? pipe : epi;
 }
 
-/// One block: T tokens (one micro-tile row) x BN = 4 * WM output columns;
-/// warp w owns columns [w * WM, (w + 1) * WM) for all T tokens. At 128
-/// columns (WM = 32) it is held to 64 registers a thread, without spills,
-/// so that 8 blocks fit on an SM (72 registers allowed 7): with one or two
-/// chunks a block at high sparsity, blocks in flight set the pace.
+/// One block: T tokens (one micro-tile row) x BN = Warps * WM output
+/// columns; warp w owns columns [w * WM, (w + 1) * WM) for all T tokens. At
+/// 128 columns in 4 warps (WM = 32) it is held to 64 registers a thread,
+/// without spills, so that 8 blocks fit on an SM (72 registers allowed 7):
+/// with one or two chunks a block at high sparsity, blocks in flight set the
+/// pace. 2 warps of 64 columns (Warps = 2, 128 registers, 8 blocks an SM)
+/// load each chunk's fragments of the gathered x half as often.
 ///
 /// Sweep (128 columns, 2 stages): a block computes `tiles` output blocks of
 /// its token block in turn. The set's count and row numbers are read once;
@@ -285,8 +286,9 @@ constexpr size_t pitSmemBytes() {
 /// shared memory for all of them (the same shared memory and registers as
 /// one output block's, so 8 blocks still fit an SM); longer sets run the
 /// pipeline once per output block.
-template <int T, int WM, typename Y, int Stages, bool Sweep = false>
-__global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
+template <int T, int WM, typename Y, int Stages, bool Sweep = false,
+          int Warps = 4>
+__global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     pitMatmulKernel(const __half *__restrict__ xg,
                     const int32_t *__restrict__ idx,
                     const int32_t *__restrict__ count, int M, int cap,
@@ -294,8 +296,9 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
                     const float *__restrict__ bias, Activation act,
                     const float *residual, Y *y, int tiles) {
   static_assert(!Sweep || Stages == 2, "a sweep runs 2 stages");
-  constexpr int BN = 4 * WM;
-  constexpr int WS = wStride<WM>();
+  constexpr int kThreads = 32 * Warps;
+  constexpr int BN = Warps * WM;
+  constexpr int WS = wStride<BN>();
   constexpr int XS = xStride<T>();
   constexpr int MT = WM / 16; // m16 tiles (output columns) per warp
   constexpr int NT = T / 8;   // n8 tiles (tokens) per warp
@@ -336,14 +339,20 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
   // of up to 2 chunks then needs no other round trip); deeper pipelines
   // keep their Stages - 1 chunks in flight from the start anyway.
   constexpr int Pre = Stages == 2 ? 2 : Stages - 1;
-  const int total = count[b];
+  // The count and the set come from the SRead before, which an early
+  // launch overlaps: they are read through the L2 (ld.global.cg). Loads
+  // through the `const __restrict__` pointers would take the read-only
+  // path (ld.global.nc), which is only for data no grid writes while this
+  // one lives; on the H200 the 2-warp block read stale sets that way
+  // (calls in turn, launched early: half the outputs wrong; docs/GPU.md).
+  const int total = __ldcg(count + b);
   int first[Pre][RPT];
 #pragma unroll
   for (int s = 0; s < Pre; ++s)
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
       int j = s * kBK + r0 + i * RSTEP;
-      first[s][i] = j < cap ? bidx[j] : -1;
+      first[s][i] = j < cap ? __ldcg(bidx + j) : -1;
     }
   // Row numbers of first chunk s past the set dropped (idempotent).
   auto mask = [&](int s) {
@@ -357,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
       int j = c * kBK + r0 + i * RSTEP;
-      rowsOf[i] = j < total ? bidx[j] : -1;
+      rowsOf[i] = j < total ? __ldcg(bidx + j) : -1;
     }
   };
   // Rows past the set (and columns past N) are zero-filled by cp.async.
@@ -493,6 +502,7 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
         }
     __syncthreads();
     const int c = (tid % CPT) * 8, n = n0 + c;
+    const int swap = tid & 4; // 4 for threads 4-7 of each quarter-warp
     if (n >= N)
       return;
     float bv[8];
@@ -504,8 +514,14 @@ __global__ void __launch_bounds__(kThreads, WM == 32 ? 8 : 1)
       const int row = b * T + t;
       if (row >= M)
         break;
-      const float4 lo = *reinterpret_cast<const float4 *>(ys + t * YS + c),
-                   hi = *reinterpret_cast<const float4 *>(ys + t * YS + c + 4);
+      // 16-byte reads reach the banks a quarter-warp at a time: its
+      // threads 4-7 read their upper halves first, so each of the two reads
+      // covers the 32 banks once (in column order, threads 8 columns apart
+      // would share every bank: 2 wavefronts a read). On the H200 1-2 %
+      // faster from 90 to 99 % (docs/GPU.md).
+      const float4 p0 = *reinterpret_cast<const float4 *>(ys + t * YS + c + swap),
+                   p1 = *reinterpret_cast<const float4 *>(ys + t * YS + c + 4 - swap);
+      const float4 lo = swap ? p1 : p0, hi = swap ? p0 : p1;
       float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
       // The activation tested once a row, not once a value: without one
       // (a down projection) no activation's code runs at all.
@@ -754,10 +770,11 @@ template <typename Y> struct MatmulCall {
   int tiles;  // output blocks a block (> 1: a sweep)
 };
 
-template <int T, int WM, typename Y, int Stages, bool Sweep = false>
+template <int T, int WM, typename Y, int Stages, bool Sweep = false,
+          int Warps = 4>
 cudaError_t launchMatmul(const MatmulCall<Y> &c) {
-  constexpr size_t bytes = pitSmemBytes<T, WM, Stages, Sweep>();
-  auto *kernel = pitMatmulKernel<T, WM, Y, Stages, Sweep>;
+  constexpr size_t bytes = pitSmemBytes<T, WM, Stages, Sweep, Warps>();
+  auto *kernel = pitMatmulKernel<T, WM, Y, Stages, Sweep, Warps>;
   static bool configured = false; // per instantiation
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(
@@ -766,11 +783,11 @@ cudaError_t launchMatmul(const MatmulCall<Y> &c) {
       return e;
     configured = true;
   }
-  const int64_t outBlocks = (c.N + 4 * WM - 1) / (4 * WM);
+  const int64_t outBlocks = (c.N + Warps * WM - 1) / (Warps * WM);
   const int tiles = Sweep ? c.tiles : 1;
   dim3 grid{unsigned((outBlocks + tiles - 1) / tiles),
             unsigned(pitBlocks(c.M, T))};
-  return launchKernel(kernel, grid, dim3(kThreads), bytes, c.stream, c.early,
+  return launchKernel(kernel, grid, dim3(32 * Warps), bytes, c.stream, c.early,
                       c.ws.xg, c.ws.idx, c.ws.count, int(c.M),
                       int(pitCapacity(c.K)), c.w, int(c.N), c.bias, c.act,
                       c.residual, c.y, tiles);
@@ -886,6 +903,14 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
     columns = 128;
   const MatmulCall<Y> c{ws,       M,      K,     w,    N, bias, act,
                         residual, y,      stream, early, sweep > 1 ? sweep : 1};
+  // 32-token tiles at the default shape: 2 warps of 64 columns. With the
+  // set read through the L2 (see pitMatmulKernel), on the H200 at 4096^3
+  // 10 % faster than 4 warps of 32 at 90 % micro-tile sparsity, 5 % at
+  // 95 %, 3 % slower at 99 % (docs/GPU.md, "Early launches and the
+  // read-only path").
+  if (tile == 32 && columns == 128 && stages == 0)
+    return c.tiles > 1 ? launchMatmul<32, 64, Y, 2, true, 2>(c)
+                       : launchMatmul<32, 64, Y, 2, false, 2>(c);
   switch (tile) {
   case 8:
     return launchMatmulT<8>(c, columns, stages);
