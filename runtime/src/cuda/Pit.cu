@@ -795,6 +795,17 @@ cudaError_t launchMatmul(const MatmulCall<Y> &c) {
 
 template <int T, int WM, typename Y>
 cudaError_t launchMatmulS(const MatmulCall<Y> &c, int stages) {
+  // 32-token tiles at 128 columns and the default stages (sweep or not): 2
+  // warps of 64 columns, 2 stages. With the set read through the L2 (see
+  // pitMatmulKernel), on the H200 at 4096^3 10 % faster than 4 warps of 32
+  // at 90 % micro-tile sparsity, 5 % at 95 %, 3 % slower at 99 %
+  // (docs/GPU.md, "Early launches and the read-only path").
+  if constexpr (T == 32 && WM == 32) {
+    static_assert(2 * 64 == kSweepColumns, "a sweep's block width");
+    if (stages == 0)
+      return c.tiles > 1 ? launchMatmul<T, 64, Y, 2, true, 2>(c)
+                         : launchMatmul<T, 64, Y, 2, false, 2>(c);
+  }
   if constexpr (WM == 32) {
     static_assert(4 * WM == kSweepColumns, "a sweep's block width");
     if (c.tiles > 1)
@@ -808,10 +819,10 @@ cudaError_t launchMatmulS(const MatmulCall<Y> &c, int stages) {
   case 4:
     return launchMatmul<T, WM, Y, 4>(c);
   }
-  // The default at 128 columns: 2 stages for 32- and 8-token tiles (held to
-  // 64 registers, 8 blocks an SM; on the H200 as fast as 3 stages or
-  // faster from 0 to 99 % micro-tile sparsity), 3 for 16-token tiles
-  // (3-5 % faster there than 2); 4 stages at 256 columns (docs/GPU.md).
+  // The default at 128 columns: 2 stages for 8-token tiles (held to 64
+  // registers, 8 blocks an SM; on the H200 as fast as 3 stages or faster
+  // from 0 to 99 % micro-tile sparsity), 3 for 16-token tiles (3-5 % faster
+  // there than 2); 4 stages at 256 columns (docs/GPU.md).
   if constexpr (WM == 32)
     return launchMatmul<T, WM, Y, T == 16 ? 3 : 2>(c);
   else
@@ -903,14 +914,6 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
     columns = 128;
   const MatmulCall<Y> c{ws,       M,      K,     w,    N, bias, act,
                         residual, y,      stream, early, sweep > 1 ? sweep : 1};
-  // 32-token tiles at the default shape: 2 warps of 64 columns. With the
-  // set read through the L2 (see pitMatmulKernel), on the H200 at 4096^3
-  // 10 % faster than 4 warps of 32 at 90 % micro-tile sparsity, 5 % at
-  // 95 %, 3 % slower at 99 % (docs/GPU.md, "Early launches and the
-  // read-only path").
-  if (tile == 32 && columns == 128 && stages == 0)
-    return c.tiles > 1 ? launchMatmul<32, 64, Y, 2, true, 2>(c)
-                       : launchMatmul<32, 64, Y, 2, false, 2>(c);
   switch (tile) {
   case 8:
     return launchMatmulT<8>(c, columns, stages);
