@@ -340,19 +340,22 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
   // keep their Stages - 1 chunks in flight from the start anyway.
   constexpr int Pre = Stages == 2 ? 2 : Stages - 1;
   // The count and the set come from the SRead before, which an early
-  // launch overlaps: they are read through the L2 (ld.global.cg). Loads
+  // launch overlaps: they are read with ordinary loads cached in L1
+  // (ld.global.ca), which the wait makes see the SRead's writes. Loads
   // through the `const __restrict__` pointers would take the read-only
   // path (ld.global.nc), which is only for data no grid writes while this
   // one lives; on the H200 the 2-warp block read stale sets that way
-  // (calls in turn, launched early: half the outputs wrong; docs/GPU.md).
-  const int total = __ldcg(count + b);
+  // (calls in turn, launched early: half the outputs wrong). Through L1
+  // rather than only the L2 (ld.global.cg): level at 32-token tiles,
+  // 1-5 % faster at 8 and 16 (docs/GPU.md, "The set through L1").
+  const int total = __ldca(count + b);
   int first[Pre][RPT];
 #pragma unroll
   for (int s = 0; s < Pre; ++s)
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
       int j = s * kBK + r0 + i * RSTEP;
-      first[s][i] = j < cap ? __ldcg(bidx + j) : -1;
+      first[s][i] = j < cap ? __ldca(bidx + j) : -1;
     }
   // Row numbers of first chunk s past the set dropped (idempotent).
   auto mask = [&](int s) {
@@ -366,7 +369,7 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
       int j = c * kBK + r0 + i * RSTEP;
-      rowsOf[i] = j < total ? __ldcg(bidx + j) : -1;
+      rowsOf[i] = j < total ? __ldca(bidx + j) : -1;
     }
   };
   // Rows past the set (and columns past N) are zero-filled by cp.async.
@@ -796,10 +799,11 @@ cudaError_t launchMatmul(const MatmulCall<Y> &c) {
 template <int T, int WM, typename Y>
 cudaError_t launchMatmulS(const MatmulCall<Y> &c, int stages) {
   // 32-token tiles at 128 columns and the default stages (sweep or not): 2
-  // warps of 64 columns, 2 stages. With the set read through the L2 (see
-  // pitMatmulKernel), on the H200 at 4096^3 10 % faster than 4 warps of 32
-  // at 90 % micro-tile sparsity, 5 % at 95 %, 3 % slower at 99 %
-  // (docs/GPU.md, "Early launches and the read-only path").
+  // warps of 64 columns, 2 stages. With the set read by ordinary loads
+  // (see pitMatmulKernel), on the H200 at 4096^3 10 % faster than 4 warps
+  // of 32 at 90 % micro-tile sparsity, 6 % at 95 %, 3-4 % slower at 99 %
+  // (docs/GPU.md, "Early launches and the read-only path", "The set
+  // through L1").
   if constexpr (T == 32 && WM == 32) {
     static_assert(2 * 64 == kSweepColumns, "a sweep's block width");
     if (stages == 0)

@@ -26,7 +26,9 @@
 //              matching xg rows in shared memory, zero-filling past the
 //              set (with 2 stages a set of up to 2 chunks is copied at
 //              once); mma.sync m16n8k16 (fp16 in, fp32 accumulation) through
-//              ldmatrix; the epilogue goes through shared memory so every
+//              ldmatrix (4 warps of 32 columns; at 32-token tiles with the
+//              default pipeline 2 warps of 64); the epilogue goes through
+//              shared memory so every
 //              store is a coalesced 16-byte write (fp16 outputs without a
 //              residual at 8- and 16-token tiles: each warp its own
 //              columns, stored by stmatrix, with no block barrier). By
