@@ -16,6 +16,8 @@
 //                    warps append with atomics after a memset of the counts)
 //   sread sorted     the same by one block per token block and a prefix
 //                    sum (sorted sets, no memset)
+//   matmul default   pitMatmul's own choice of block, pipeline and sweep
+//                    (columns, stages and sweep 0), what the runtime runs
 //   matmul 128/256   the micro-tiled tensor-core product given the index,
 //                    128 or 256 output columns per block (4-stage pipeline)
 //   128, 3/2 stages  128 columns with a shallower pipeline (less shared
@@ -183,11 +185,11 @@ int main(int argc, char **argv) {
               "sweep; the sweep columns are its candidates)\n\n",
               pitSweepTiles(M, N, tile, prop.multiProcessorCount));
   std::printf("| sparsity | cuBLAS dense | cuSPARSE CSR | cuSPARSE BSR | PIT sread | sread sorted | "
-              "PIT matmul 128 | PIT matmul 256 | 128, 3 stages | 128, 2 stages | "
+              "PIT matmul default | PIT matmul 128 | PIT matmul 256 | 128, 3 stages | 128, 2 stages | "
               "sweep 2 | sweep 4 | sweep 8 | "
               "PIT total | total, early | vs cuBLAS | vs best cuSPARSE | PIT TFLOP/s | err |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-              "---:|---:|---:|\n");
+              "---:|---:|---:|---:|\n");
   bool ok = true;
   std::string bsrNote;
   bool squareOnly = false; // cuSPARSE rejected tile x 1 blocks once
@@ -291,15 +293,16 @@ int main(int argc, char **argv) {
     double sortedUs = timeUs([&] { pitSRead(dX, M, K, tile, true, ws, stream); }, g, 20);
     double sreadUs = timeUs([&] { pitSRead(dX, M, K, tile, false, ws, stream); }, g, 20);
     CHECK_CUDA(pitSRead(dX, M, K, tile, false, ws, stream));
-    // Block widths and pipeline depths: 128 and 256 columns with 4
-    // stages, then 128 columns with 3 and 2 stages (more blocks an SM),
-    // then sweeps of 2, 4 and 8 output blocks a block (128 columns, 2
-    // stages). Every variant's result is checked.
-    constexpr int kVariants = 7;
+    // pitMatmul's default (its own block, pipeline and sweep, as the
+    // runtime calls it), then block widths and pipeline depths: 128 and
+    // 256 columns with 4 stages, 128 columns with 3 and 2 stages (more
+    // blocks an SM), then sweeps of 2, 4 and 8 output blocks a block (128
+    // columns, 2 stages). Every variant's result is checked.
+    constexpr int kVariants = 8;
     double matmulUs[kVariants];
-    const int widths[kVariants] = {128, 256, 128, 128, 128, 128, 128},
-              stages[kVariants] = {4, 4, 3, 2, 2, 2, 2},
-              sweeps[kVariants] = {0, 0, 0, 0, 2, 4, 8};
+    const int widths[kVariants] = {0, 128, 256, 128, 128, 128, 128, 128},
+              stages[kVariants] = {0, 4, 4, 3, 2, 2, 2, 2},
+              sweeps[kVariants] = {0, 0, 0, 0, 0, 2, 4, 8};
     double err = 0;
     for (int i = 0; i < kVariants; ++i) {
       matmulUs[i] = timeUs([&] {
@@ -331,13 +334,13 @@ int main(int argc, char **argv) {
     double bestSparse = csrUs < 0 ? bsrUs : (bsrUs < 0 ? csrUs : std::min(csrUs, bsrUs));
     double usefulFlops = 2.0 * double(M) * N * K * (1.0 - sparsity / 100.0);
     std::printf("| %.0f %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
-                "%s | %s | %.0f | %.1e |\n",
+                "%s | %s | %s | %.0f | %.1e |\n",
                 sparsity, cell(denseUs).c_str(), cell(csrUs).c_str(),
                 cell(bsrUs).c_str(), cell(sreadUs).c_str(), cell(sortedUs).c_str(),
                 cell(matmulUs[0]).c_str(), cell(matmulUs[1]).c_str(),
                 cell(matmulUs[2]).c_str(), cell(matmulUs[3]).c_str(),
                 cell(matmulUs[4]).c_str(), cell(matmulUs[5]).c_str(),
-                cell(matmulUs[6]).c_str(),
+                cell(matmulUs[6]).c_str(), cell(matmulUs[7]).c_str(),
                 cell(totalUs).c_str(), cell(earlyUs).c_str(),
                 ratio(denseUs, pitUs).c_str(), ratio(bestSparse, pitUs).c_str(),
                 usefulFlops / (pitUs * 1e6),
