@@ -358,6 +358,38 @@ def case_constant_of_shape_huge():
                  [init("s", np.array([2**62, 2], np.int64))], opset=17)
 
 
+def _reshape_case(target, computed=False):
+    # x has a dynamic batch, so the reshape's element count is not
+    # checkable against its input and only the target itself can be wrong.
+    # `computed`: the target is `target` followed by x's shape (Concat of a
+    # constant and Shape). ONNX's inference, run with data propagation,
+    # still reads its constant part and rejects a bad size before the
+    # compiler's own inference (which checks the same) sees it.
+    nodes, inits = [], [init("c", np.array(target, np.int64))]
+    shp = "c"
+    if computed:
+        nodes += [helper.make_node("Shape", ["x"], ["s"]),
+                  helper.make_node("Concat", ["c", "s"], ["shp"], axis=0)]
+        shp = "shp"
+    nodes.append(helper.make_node("Reshape", ["x", shp], ["y"], name="reshape"))
+    return model(nodes, [vi("x", F, ["n", 24])], [vi("y", F, None)], inits,
+                 opset=17)
+
+
+def case_reshape_huge():
+    # 24 x (2^56 + 4) x 6 elements: the product overflowed int64 (found by
+    # the importer fuzzer; the planner then reported negative bytes).
+    return _reshape_case([24, 2**56 + 4, 6])
+
+
+def case_reshape_bad_dim():
+    return _reshape_case([-3], computed=True)
+
+
+def case_reshape_two_inferred():
+    return _reshape_case([-1, -1], computed=True)
+
+
 RAW_CASES = {
     # Not protobuf at all.
     "not_onnx": lambda: b"this is plainly not a protobuf model\n",

@@ -672,7 +672,7 @@ LogicalResult ReshapeOp::verify() {
 }
 
 LogicalResult ReshapeOp::inferReturnTypeComponents(
-    MLIRContext *, std::optional<Location>, ReshapeOp::Adaptor adaptor,
+    MLIRContext *, std::optional<Location> loc, ReshapeOp::Adaptor adaptor,
     SmallVectorImpl<ShapedTypeComponents> &inferred) {
   auto in = rankedType(adaptor.getInput());
   auto target = getPartialInts(adaptor.getShape());
@@ -685,26 +685,46 @@ LogicalResult ReshapeOp::inferReturnTypeComponents(
         in.getElementType());
     return success();
   }
+  // Known target sizes must make a valid, addressable tensor, as for
+  // ConstantOfShape: a size below -1, a second -1 or more than 2^48
+  // elements is an error (an overflowing product made a type whose byte
+  // size wrapped negative in the planner).
   SmallVector<int64_t> shape;
-  int64_t inferIdx = -1, known = 1;
+  int64_t inferIdx = -1, known = 1, elements = 1;
   for (auto [i, d] : llvm::enumerate(*target)) {
     if (ShapedType::isDynamic(d)) {
       shape.push_back(d);
       known = -1;
       continue;
     }
+    if (d < -1)
+      return emitOptionalError(loc, "Reshape: invalid target dimension ", d,
+                               " (sizes are >= 0, or -1 for one inferred)");
     if (d == 0 && !adaptor.getAllowzero())
       d = i < static_cast<size_t>(in.getRank()) ? in.getDimSize(i)
                                                 : ShapedType::kDynamic;
     if (d == -1) {
+      if (inferIdx >= 0)
+        return emitOptionalError(loc,
+                                 "Reshape: more than one -1 in the target shape");
       inferIdx = i;
       shape.push_back(ShapedType::kDynamic);
       continue;
     }
     shape.push_back(d);
-    if (ShapedType::isDynamic(d))
+    if (ShapedType::isDynamic(d)) {
       known = -1;
-    else if (known > 0)
+      continue;
+    }
+    if (d != 0 && elements > kMaxStaticElements / d) {
+      std::string dims;
+      for (int64_t t : *target)
+        dims += (dims.empty() ? "" : ", ") + dimStr(t);
+      return emitOptionalError(loc, "Reshape: target shape [", dims,
+                               "] has more than 2^48 elements");
+    }
+    elements *= d;
+    if (known > 0)
       known *= d;
   }
   if (inferIdx >= 0 && in.hasStaticShape() && known > 0 &&
