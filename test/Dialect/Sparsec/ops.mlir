@@ -140,3 +140,12 @@ func.func @sparsity(%x: tensor<1x8xf32>, %w1: tensor<8x2xf32>, %w2: tensor<2x16x
   %y = sparsec.sparse_linear %r, %down {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>, operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
+
+// A normalized shape with a dynamic size verifies (its size marker is not
+// multiplied into an element count).
+// CHECK-LABEL: func.func @layer_norm_dynamic
+func.func @layer_norm_dynamic(%x: tensor<2x?x16xf32>, %g: tensor<?x16xf32>) -> tensor<2x?x16xf32> {
+  // CHECK: sparsec.layer_norm %{{.*}}, %{{.*}} {axis = 1 : i64} : tensor<2x?x16xf32>, tensor<?x16xf32> -> tensor<2x?x16xf32>
+  %y = sparsec.layer_norm %x, %g {axis = 1 : i64} : tensor<2x?x16xf32>, tensor<?x16xf32> -> tensor<2x?x16xf32>
+  return %y : tensor<2x?x16xf32>
+}

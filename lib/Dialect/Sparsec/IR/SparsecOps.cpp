@@ -447,14 +447,14 @@ LogicalResult LayerNormOp::verify() {
   ArrayRef<int64_t> normalized = in.getShape().drop_front(axis);
   auto checkParam = [&](Value v, StringRef what) -> LogicalResult {
     ArrayRef<int64_t> s = rankedType(v).getShape();
-    int64_t numel = 1;
-    bool dynamic = false;
-    for (int64_t d : s)
-      dynamic |= ShapedType::isDynamic(d), numel *= d;
-    int64_t expected = 1;
-    for (int64_t d : normalized)
-      dynamic |= ShapedType::isDynamic(d), expected *= d;
-    if (!dynamic && numel != expected)
+    // Compared only when every size is known (a dynamic size's marker
+    // would overflow the product).
+    if (llvm::any_of(s, ShapedType::isDynamic) ||
+        llvm::any_of(normalized, ShapedType::isDynamic))
+      return success();
+    int64_t numel = ShapedType::getNumElements(s);
+    int64_t expected = ShapedType::getNumElements(normalized);
+    if (numel != expected)
       return emitOpError() << what << " has " << numel
                            << " elements but the normalized shape has "
                            << expected;
