@@ -532,6 +532,40 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
   onnx::GraphProto &graph = *model.mutable_graph();
   if (failed(checkSupported(graph, opset, fileLoc)))
     return nullptr;
+  // Errors ONNX's inference would crash on are reported before it runs
+  // (both found by the importer fuzzer: its inference dereferenced the
+  // missing type): a graph input without a tensor type of known rank, and
+  // a node input that nothing before the node defines.
+  {
+    llvm::StringSet<> defined;
+    for (const auto &init : graph.initializer())
+      defined.insert(init.name());
+    for (const auto &in : graph.input()) {
+      if (defined.contains(in.name()))
+        continue;
+      const onnx::TypeProto &t = in.type();
+      if (!t.has_tensor_type() || !t.tensor_type().has_elem_type() ||
+          !t.tensor_type().has_shape()) {
+        emitError(fileLoc) << "graph input '" << in.name()
+                           << "' must be a tensor of known rank and a "
+                              "supported element type";
+        return nullptr;
+      }
+      defined.insert(in.name());
+    }
+    for (auto [index, node] : llvm::enumerate(graph.node())) {
+      for (const std::string &in : node.input())
+        if (!in.empty() && !defined.contains(in)) {
+          emitError(nodeLocation(context, node, index, fileLoc))
+              << "input '" << in << "' of node '" << node.name() << "' ("
+              << node.op_type() << ") is not defined before it is used";
+          return nullptr;
+        }
+      for (const std::string &out : node.output())
+        if (!out.empty())
+          defined.insert(out);
+    }
+  }
 
   if (options.onnxShapeInference) {
     if (failed(checkLayerNormAxes(context, model, fileLoc)))

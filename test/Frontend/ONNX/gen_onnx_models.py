@@ -390,6 +390,23 @@ def case_reshape_two_inferred():
     return _reshape_case([-1, -1], computed=True)
 
 
+def case_undefined_shape_input():
+    # ONNX's own inference of Shape dereferenced the missing input's type
+    # (a crash found by the importer fuzzer).
+    nodes = [helper.make_node("Shape", ["nowhere"], ["s"], name="dangling_shape"),
+             helper.make_node("Cast", ["s"], ["y"], to=F)]
+    return model(nodes, [vi("x", F, [2, 3])], [vi("y", F, None)])
+
+
+def case_untyped_input():
+    # A graph input with an empty type, read by Shape: the same crash.
+    x = onnx.ValueInfoProto()
+    x.name = "x"
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Cast", ["s"], ["y"], to=F)]
+    return model(nodes, [x], [vi("y", F, None)])
+
+
 RAW_CASES = {
     # Not protobuf at all.
     "not_onnx": lambda: b"this is plainly not a protobuf model\n",
