@@ -510,6 +510,35 @@ LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
   return failure();
 }
 
+/// Bytes per element of an ONNX tensor data type with a fixed width; 0 for
+/// strings and unknown types.
+static int64_t onnxElementBytes(int32_t type) {
+  switch (type) {
+  case onnx::TensorProto::BOOL:
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8:
+    return 1;
+  case onnx::TensorProto::INT16:
+  case onnx::TensorProto::UINT16:
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16:
+    return 2;
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::UINT32:
+  case onnx::TensorProto::FLOAT:
+    return 4;
+  case onnx::TensorProto::INT64:
+  case onnx::TensorProto::UINT64:
+  case onnx::TensorProto::DOUBLE:
+  case onnx::TensorProto::COMPLEX64:
+    return 8;
+  case onnx::TensorProto::COMPLEX128:
+    return 16;
+  default:
+    return 0;
+  }
+}
+
 OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
                                     StringRef sourceName) {
   Location fileLoc = FileLineColLoc::get(&context, sourceName, 0, 0);
@@ -552,6 +581,43 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
         return nullptr;
       }
       defined.insert(in.name());
+    }
+    // Initializers ONNX's data propagation parses: a known element type
+    // and raw bytes that match the shape (a short raw_data was read past
+    // its end, found by the importer fuzzer).
+    for (const auto &init : graph.initializer()) {
+      if (init.data_location() == onnx::TensorProto::EXTERNAL ||
+          !init.has_raw_data())
+        continue;
+      int64_t width = onnxElementBytes(init.data_type());
+      if (width == 0) {
+        emitError(fileLoc) << "initializer '" << init.name()
+                           << "' has an unsupported data type ("
+                           << init.data_type() << ")";
+        return nullptr;
+      }
+      int64_t elements = 1;
+      bool valid = true;
+      for (int64_t d : init.dims()) {
+        if (d < 0 || (d != 0 && elements > kMaxStaticElements / d)) {
+          valid = false;
+          break;
+        }
+        elements *= d;
+      }
+      if (!valid || static_cast<int64_t>(init.raw_data().size()) !=
+                        elements * width) {
+        std::string dims;
+        for (int64_t d : init.dims())
+          dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+        auto diag = emitError(fileLoc)
+                    << "initializer '" << init.name() << "' has "
+                    << init.raw_data().size() << " bytes of data for shape ["
+                    << dims << "]";
+        if (valid)
+          diag << ", which needs " << elements * width;
+        return nullptr;
+      }
     }
     for (auto [index, node] : llvm::enumerate(graph.node())) {
       for (const std::string &in : node.input())

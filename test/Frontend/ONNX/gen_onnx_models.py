@@ -407,6 +407,15 @@ def case_untyped_input():
     return model(nodes, [x], [vi("y", F, None)])
 
 
+def case_short_propagated():
+    c = init("c", np.array([6], np.int64))
+    c.raw_data = c.raw_data[:6]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Concat", ["s", "c"], ["shp"], axis=0),
+             helper.make_node("Reshape", ["x", "shp"], ["y"])]
+    return model(nodes, [vi("x", F, [2, 3])], [vi("y", F, None)], [c])
+
+
 RAW_CASES = {
     # Not protobuf at all.
     "not_onnx": lambda: b"this is plainly not a protobuf model\n",
