@@ -510,35 +510,6 @@ LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
   return failure();
 }
 
-/// Bytes per element of an ONNX tensor data type with a fixed width; 0 for
-/// strings and unknown types.
-static int64_t onnxElementBytes(int32_t type) {
-  switch (type) {
-  case onnx::TensorProto::BOOL:
-  case onnx::TensorProto::INT8:
-  case onnx::TensorProto::UINT8:
-    return 1;
-  case onnx::TensorProto::INT16:
-  case onnx::TensorProto::UINT16:
-  case onnx::TensorProto::FLOAT16:
-  case onnx::TensorProto::BFLOAT16:
-    return 2;
-  case onnx::TensorProto::INT32:
-  case onnx::TensorProto::UINT32:
-  case onnx::TensorProto::FLOAT:
-    return 4;
-  case onnx::TensorProto::INT64:
-  case onnx::TensorProto::UINT64:
-  case onnx::TensorProto::DOUBLE:
-  case onnx::TensorProto::COMPLEX64:
-    return 8;
-  case onnx::TensorProto::COMPLEX128:
-    return 16;
-  default:
-    return 0;
-  }
-}
-
 OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
                                     StringRef sourceName) {
   Location fileLoc = FileLineColLoc::get(&context, sourceName, 0, 0);
@@ -589,7 +560,8 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
       if (init.data_location() == onnx::TensorProto::EXTERNAL ||
           !init.has_raw_data())
         continue;
-      int64_t width = onnxElementBytes(init.data_type());
+      int64_t width =
+          static_cast<int64_t>(WeightStore::elementSize(init.data_type()));
       if (width == 0) {
         emitError(fileLoc) << "initializer '" << init.name()
                            << "' has an unsupported data type ("
