@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sparsec needs to build and test on Debian 12, skipping what is
-# already there. Idempotent; needs root (or sudo) only when something is
-# missing.
+# already there; arguments name more apt packages to install with them.
+# Idempotent; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
 APT_PACKAGES=(
@@ -11,6 +11,9 @@ APT_PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   libgtest-dev libopenblas-dev
 )
+# Extra apt packages a script needs beyond these (fuzz-importer.sh: the
+# sanitizer runtimes) are given as arguments.
+APT_PACKAGES+=("$@")
 # package:module-to-import (Debian has an empty `onnx` namespace directory,
 # so check a real submodule).
 PIP_PACKAGES=(numpy:numpy onnx:onnx.helper onnxruntime:onnxruntime)

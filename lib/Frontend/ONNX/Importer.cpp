@@ -101,11 +101,8 @@ Type ImportContext::tensorType(const onnx::TypeProto &type) const {
     // A shape past 2^48 elements (ONNX's inference computes them from
     // constants, e.g. ConstantOfShape) is not taken as a type: the op's
     // own inference, which rejects it by name, decides instead.
-    if (known && d.dim_value() != 0) {
-      if (elements > kMaxStaticElements / d.dim_value())
-        return {};
-      elements *= d.dim_value();
-    }
+    if (known && !mulWithinStaticLimit(elements, d.dim_value()))
+      return {};
   }
   return RankedTensorType::get(dims, elt);
 }
@@ -571,11 +568,10 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
       int64_t elements = 1;
       bool valid = true;
       for (int64_t d : init.dims()) {
-        if (d < 0 || (d != 0 && elements > kMaxStaticElements / d)) {
+        if (d < 0 || !mulWithinStaticLimit(elements, d)) {
           valid = false;
           break;
         }
-        elements *= d;
       }
       if (!valid || static_cast<int64_t>(init.raw_data().size()) !=
                         elements * width) {
@@ -700,15 +696,14 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
     for (const std::string &in : node.input()) {
       if (in.empty() || resolve(in, loc))
         continue;
+      // Names nothing defines were reported before ONNX's inference, so
+      // this is an output a handler left unbound or an initializer whose
+      // import has reported its own error.
       auto unbound = unboundOutputs.find(in);
       if (unbound != unboundOutputs.end())
         emitError(loc) << "uses '" << in << "', an output of "
                        << unbound->second
                        << " that the importer does not support";
-      else if (!initializers.count(in))
-        emitError(loc) << "input '" << in << "' of node '" << node.name()
-                       << "' (" << node.op_type()
-                       << ") is not defined before it is used";
       missing = true;
     }
     if (missing) {

@@ -716,14 +716,13 @@ LogicalResult ReshapeOp::inferReturnTypeComponents(
       known = -1;
       continue;
     }
-    if (d != 0 && elements > kMaxStaticElements / d) {
+    if (!mulWithinStaticLimit(elements, d)) {
       std::string dims;
       for (int64_t t : *target)
         dims += (dims.empty() ? "" : ", ") + dimStr(t);
       return emitOptionalError(loc, "Reshape: target shape [", dims,
                                "] has more than 2^48 elements");
     }
-    elements *= d;
     if (known > 0)
       known *= d;
   }
@@ -1056,11 +1055,10 @@ LogicalResult ConstantOfShapeOp::inferReturnTypeComponents(
       continue;
     if (d < 0)
       return emitOptionalError(loc, "ConstantOfShape: negative dimension ", d);
-    if (d != 0 && elements > kMaxStaticElements / d)
+    if (!mulWithinStaticLimit(elements, d))
       return emitOptionalError(loc, "ConstantOfShape: shape [",
                                llvm::make_range(shape.begin(), shape.end()),
                                "] has more than 2^48 elements");
-    elements *= d;
   }
   inferred.emplace_back(shape, typed.getType());
   return success();

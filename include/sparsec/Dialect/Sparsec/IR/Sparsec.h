@@ -38,6 +38,17 @@ inline int64_t normalizeAxis(int64_t axis, int64_t rank) {
 /// inference reject the shape (compile hung on 2^63 elements).
 constexpr int64_t kMaxStaticElements = int64_t(1) << 48;
 
+/// Multiplies `elements` by the size `d` (>= 0) and returns true, or returns
+/// false and leaves `elements` unchanged when the product would pass
+/// kMaxStaticElements (it is checked before the multiplication, which could
+/// otherwise overflow).
+inline bool mulWithinStaticLimit(int64_t &elements, int64_t d) {
+  if (d != 0 && elements > kMaxStaticElements / d)
+    return false;
+  elements *= d;
+  return true;
+}
+
 /// ONNX Slice semantics along one dimension of size `dim` (static): clamps
 /// `start`/`end` (negative values count from the end) for a non-zero
 /// `step`, sets `begin` to the first index read and returns how many
