@@ -431,6 +431,17 @@ LogicalResult importSplit(ImportContext &c, const onnx::NodeProto &n) {
   if (static_cast<int>(sizes.size()) != n.output_size())
     return c.error() << "Split has " << n.output_size() << " outputs but "
                      << sizes.size() << " sizes";
+  // The sizes become the results' types, which later inference adds up
+  // (found by the importer fuzzer: sizes near 2^62 overflowed Concat's).
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    if (size < 0 || size > kMaxStaticElements)
+      return c.error() << "Split size " << size << " is out of range";
+    total += size;
+  }
+  if (!in.isDynamicDim(axis) && total != in.getDimSize(axis))
+    return c.error() << "Split sizes add up to " << total
+                     << " but the split dimension is " << in.getDimSize(axis);
   SmallVector<Type> types;
   for (int i = 0; i < n.output_size(); ++i) {
     Type t = c.resultType(i);

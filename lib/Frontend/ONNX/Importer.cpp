@@ -99,9 +99,11 @@ Type ImportContext::tensorType(const onnx::TypeProto &type) const {
     const bool known = d.has_dim_value() && d.dim_value() >= 0;
     dims.push_back(known ? d.dim_value() : ShapedType::kDynamic);
     // A shape past 2^48 elements (ONNX's inference computes them from
-    // constants, e.g. ConstantOfShape) is not taken as a type: the op's
-    // own inference, which rejects it by name, decides instead.
-    if (known && !mulWithinStaticLimit(elements, d.dim_value()))
+    // constants, e.g. ConstantOfShape), or with a size past it beside a
+    // zero, is not taken as a type: the op's own inference, which rejects
+    // it by name, decides instead.
+    if (known && (d.dim_value() > kMaxStaticElements ||
+                  !mulWithinStaticLimit(elements, d.dim_value())))
       return {};
   }
   return RankedTensorType::get(dims, elt);

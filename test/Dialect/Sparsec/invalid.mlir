@@ -162,6 +162,22 @@ func.func @concat(%a: tensor<2x3xf32>, %b: tensor<4x3xf32>) -> tensor<2x6xf32> {
 
 // -----
 
+func.func @concat_sum(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) -> tensor<2x6xf32> {
+  // expected-error @+1 {{inputs' sizes along axis 1 add up to 7 but the result's is 6}}
+  %y = sparsec.concat %a, %b {axis = 1 : i64} : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<2x6xf32>
+  return %y : tensor<2x6xf32>
+}
+
+// -----
+
+func.func @concat_huge(%a: tensor<1x140737488355329xf32>, %b: tensor<1x140737488355329xf32>) -> tensor<1x2xf32> {
+  // expected-error @+1 {{inputs' sizes along axis 1 add up to more than 2^48}}
+  %y = sparsec.concat %a, %b {axis = 1 : i64} : (tensor<1x140737488355329xf32>, tensor<1x140737488355329xf32>) -> tensor<1x2xf32>
+  return %y : tensor<1x2xf32>
+}
+
+// -----
+
 func.func @reshape(%a: tensor<2x3xf32>, %s: tensor<2xi64>) -> tensor<4x2xf32> {
   // expected-error @+1 {{cannot reshape 6 elements into 8}}
   %y = sparsec.reshape %a, %s : tensor<2x3xf32>, tensor<2xi64> -> tensor<4x2xf32>

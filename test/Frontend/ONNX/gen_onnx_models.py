@@ -382,6 +382,23 @@ def case_reshape_huge():
     return _reshape_case([24, 2**56 + 4, 6])
 
 
+def case_split_huge():
+    # Split sizes near 2^62 (found by the importer fuzzer: the results'
+    # types carried them, and a Concat of them overflowed int64). x has a
+    # dynamic dimension to split, so ONNX's inference cannot check the sum.
+    nodes = [helper.make_node("Split", ["x", "split"], ["p0", "p1"], axis=1, name="split"),
+             helper.make_node("Concat", ["p1", "p0"], ["y"], axis=1)]
+    return model(nodes, [vi("x", F, [2, "n"])], [vi("y", F, None)],
+                 [init("split", np.array([2**62 + 2**60, 2**60 + 3], np.int64))], opset=17)
+
+
+def case_concat_huge():
+    # Each input holds 2^47 + 1 elements; their concatenation passes 2^48.
+    nodes = [helper.make_node("Concat", ["a", "b"], ["y"], axis=1, name="concat")]
+    return model(nodes, [vi("a", F, [1, 2**47 + 1]), vi("b", F, [1, 2**47 + 1])],
+                 [vi("y", F, None)], opset=17)
+
+
 def case_reshape_bad_dim():
     return _reshape_case([-3], computed=True)
 

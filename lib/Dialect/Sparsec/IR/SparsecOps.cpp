@@ -776,6 +776,10 @@ LogicalResult ConcatOp::verify() {
   if (failed(verified))
     return failure();
   const int64_t axis = *verified;
+  // The inputs' sizes along the axis, summed while all are known (a type
+  // ONNX's inference gave the result is checked against them: it wrapped
+  // sums past 2^32).
+  std::optional<int64_t> total = 0;
   for (Value v : getInputs()) {
     auto t = rankedType(v);
     if (t.getRank() != rank)
@@ -786,7 +790,19 @@ LogicalResult ConcatOp::verify() {
                << i << " (" << dimStr(t.getDimSize(i))
                << ") differs from the result's ("
                << dimStr(getType().getDimSize(i)) << ")";
+    if (!total || t.isDynamicDim(axis))
+      total.reset();
+    else if (t.getDimSize(axis) > kMaxStaticElements - *total)
+      return emitOpError("inputs' sizes along axis ")
+             << axis << " add up to more than 2^48";
+    else
+      *total += t.getDimSize(axis);
   }
+  if (total && !getType().isDynamicDim(axis) &&
+      *total != getType().getDimSize(axis))
+    return emitOpError("inputs' sizes along axis ")
+           << axis << " add up to " << *total << " but the result's is "
+           << getType().getDimSize(axis);
   return success();
 }
 
@@ -808,9 +824,14 @@ LogicalResult ConcatOp::inferReturnTypeComponents(
       return failure();
     for (int64_t i = 0; i < rank; ++i) {
       if (i == axis) {
-        shape[i] = (ShapedType::isDynamic(shape[i]) || t.isDynamicDim(i))
-                       ? ShapedType::kDynamic
-                       : shape[i] + t.getDimSize(i);
+        if (ShapedType::isDynamic(shape[i]) || t.isDynamicDim(i)) {
+          shape[i] = ShapedType::kDynamic;
+        } else {
+          if (t.getDimSize(i) > kMaxStaticElements - shape[i])
+            return emitOptionalError(loc, "concat: the result's dimension ",
+                                     axis, " passes 2^48");
+          shape[i] += t.getDimSize(i);
+        }
       } else if (ShapedType::isDynamic(shape[i])) {
         shape[i] = t.getDimSize(i);
       }
@@ -838,13 +859,15 @@ LogicalResult SplitOp::verify() {
 }
 
 LogicalResult SplitOp::inferReturnTypeComponents(
-    MLIRContext *, std::optional<Location>, SplitOp::Adaptor adaptor,
+    MLIRContext *, std::optional<Location> loc, SplitOp::Adaptor adaptor,
     SmallVectorImpl<ShapedTypeComponents> &inferred) {
   auto in = rankedType(adaptor.getInput());
   int64_t axis = normalizeAxis(adaptor.getAxis(), in.getRank());
   if (axis < 0 || axis >= in.getRank())
     return failure();
   for (int64_t size : adaptor.getSizes()) {
+    if (size < 0 || size > kMaxStaticElements)
+      return emitOptionalError(loc, "split: size ", size, " is out of range");
     SmallVector<int64_t> shape(in.getShape());
     shape[axis] = size;
     inferred.emplace_back(shape, in.getElementType());
