@@ -444,12 +444,14 @@ LogicalResult importSplit(ImportContext &c, const onnx::NodeProto &n) {
                      << " but the split dimension is " << in.getDimSize(axis);
   SmallVector<Type> types;
   for (int i = 0; i < n.output_size(); ++i) {
+    SmallVector<int64_t> shape(in.getShape());
+    shape[axis] = sizes[i];
+    if (!staticSizesWithinLimit(shape))
+      return c.error() << "Split output " << i << " would have more than 2^48 "
+                       << "elements (size " << sizes[i] << ")";
     Type t = c.resultType(i);
-    if (!isa<RankedTensorType>(t)) {
-      SmallVector<int64_t> shape(in.getShape());
-      shape[axis] = sizes[i];
+    if (!isa<RankedTensorType>(t))
       t = RankedTensorType::get(shape, in.getElementType());
-    }
     types.push_back(t);
   }
   auto op = SplitOp::create(

@@ -392,6 +392,16 @@ def case_split_huge():
                  [init("split", np.array([2**62 + 2**60, 2**60 + 3], np.int64))], opset=17)
 
 
+def case_split_huge_elements():
+    # Each size is small, but output 1 has 2^60 elements (found by the
+    # fuzzer once it compiled what imports: the planner's byte count
+    # overflowed).
+    nodes = [helper.make_node("Split", ["x", "split"], ["p0", "p1"], axis=0, name="split"),
+             helper.make_node("Concat", ["p1", "p0"], ["y"], axis=0)]
+    return model(nodes, [vi("x", F, ["n", 2**20, 2**20])], [vi("y", F, None)],
+                 [init("split", np.array([1, 2**20], np.int64))], opset=17)
+
+
 def case_concat_huge():
     # Each input holds 2^47 + 1 elements; their concatenation passes 2^48.
     nodes = [helper.make_node("Concat", ["a", "b"], ["y"], axis=1, name="concat")]

@@ -870,6 +870,9 @@ LogicalResult SplitOp::inferReturnTypeComponents(
       return emitOptionalError(loc, "split: size ", size, " is out of range");
     SmallVector<int64_t> shape(in.getShape());
     shape[axis] = size;
+    if (!staticSizesWithinLimit(shape))
+      return emitOptionalError(loc, "split: a result of size ", size,
+                               " would have more than 2^48 elements");
     inferred.emplace_back(shape, in.getElementType());
   }
   return success();

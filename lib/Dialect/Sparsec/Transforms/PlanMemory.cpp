@@ -122,7 +122,18 @@ struct PlanMemoryPass
           assigned.push_back(-1);
           continue;
         }
-        int64_t bytes = bytesOf(result.getType());
+        // Types past 2^48 elements are rejected where they are made (the
+        // importer, shape inference); one that slipped through is reported
+        // here rather than sized with an overflowing product.
+        auto type = cast<RankedTensorType>(result.getType());
+        if (!staticSizesWithinLimit(type.getShape())) {
+          op.emitOpError("result ")
+              << cast<OpResult>(result).getResultNumber() << " of type " << type
+              << " is too large: its non-zero sizes multiply to more than 2^48";
+          signalPassFailure();
+          return;
+        }
+        int64_t bytes = bytesOf(type);
         int64_t chosen = pickSlot(freeSlots, slots, bytes);
         if (chosen < 0) {
           chosen = slots.size();

@@ -49,6 +49,19 @@ inline bool mulWithinStaticLimit(int64_t &elements, int64_t d) {
   return true;
 }
 
+/// Whether every static size of `shape` (dynamic ones are skipped) is
+/// non-negative and their product, zeros counted as ones, is at most
+/// kMaxStaticElements: true for any shape whose element count and strides
+/// fit int64 once its dynamic sizes are known to be small.
+inline bool staticSizesWithinLimit(llvm::ArrayRef<int64_t> shape) {
+  int64_t product = 1;
+  for (int64_t d : shape)
+    if (!mlir::ShapedType::isDynamic(d) &&
+        (d < 0 || !mulWithinStaticLimit(product, std::max<int64_t>(d, 1))))
+      return false;
+  return true;
+}
+
 /// ONNX Slice semantics along one dimension of size `dim` (static): clamps
 /// `start`/`end` (negative values count from the end) for a non-zero
 /// `step`, sets `begin` to the first index read and returns how many
