@@ -121,7 +121,38 @@ Type ImportContext::resultType(int i) const {
 LogicalResult ImportContext::setResult(int i, Value v) {
   if (i >= node->output_size())
     return success();
-  if (!isa<RankedTensorType>(v.getType())) {
+  if (auto given = dyn_cast<RankedTensorType>(v.getType())) {
+    // A type ONNX's inference gave (or the file declared) must agree with
+    // the op's own inference where both know a size: ONNX's wrapped
+    // sums past 2^32 (found by the fuzzer), and a file's value_info is
+    // taken as it is where ONNX cannot infer.
+    Operation *op = v.getDefiningOp();
+    auto infer = op ? dyn_cast<InferShapedTypeOpInterface>(op) : nullptr;
+    SmallVector<ShapedTypeComponents> comps;
+    const unsigned r = op ? cast<OpResult>(v).getResultNumber() : 0;
+    if (infer &&
+        succeeded(infer.inferReturnTypeComponents(
+            builder.getContext(), std::nullopt, op->getOperands(),
+            op->getAttrDictionary(), op->getPropertiesStorage(),
+            op->getRegions(), comps)) &&
+        comps.size() > r && comps[r].hasRank()) {
+      ArrayRef<int64_t> own = comps[r].getDims();
+      bool agree = own.size() == static_cast<size_t>(given.getRank());
+      for (size_t d = 0; agree && d < own.size(); ++d)
+        agree = ShapedType::isDynamic(own[d]) || given.isDynamicDim(d) ||
+                own[d] == given.getDimSize(d);
+      if (!agree) {
+        std::string ownStr;
+        for (int64_t d : own)
+          ownStr += (ownStr.empty() ? "" : "x") +
+                    (ShapedType::isDynamic(d) ? std::string("?")
+                                              : std::to_string(d));
+        return error() << "output '" << node->output(i) << "' is declared or "
+                       << "inferred by ONNX as " << given
+                       << ", but its inputs make its shape " << ownStr;
+      }
+    }
+  } else {
     Operation *op = v.getDefiningOp();
     SmallVector<ShapedTypeComponents> comps;
     auto infer = op ? dyn_cast<InferShapedTypeOpInterface>(op) : nullptr;

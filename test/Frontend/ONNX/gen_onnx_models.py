@@ -402,6 +402,16 @@ def case_split_huge_elements():
                  [init("split", np.array([1, 2**20], np.int64))], opset=17)
 
 
+def case_declared_wrong_shape():
+    # The file declares r as 2 x 3 where the transpose of a 2 x 3 input is
+    # 3 x 2 (ONNX's inference, when it runs, rejects this itself).
+    nodes = [helper.make_node("Transpose", ["x"], ["r"], perm=[1, 0], name="transpose"),
+             helper.make_node("Neg", ["r"], ["y"], name="neg")]
+    m = model(nodes, [vi("x", F, [2, 3])], [vi("y", F, None)])
+    m.graph.value_info.append(vi("r", F, [2, 3]))
+    return m
+
+
 def case_concat_huge():
     # Each input holds 2^47 + 1 elements; their concatenation passes 2^48.
     nodes = [helper.make_node("Concat", ["a", "b"], ["y"], axis=1, name="concat")]
