@@ -154,3 +154,58 @@ TEST(Profile, MissingFile) {
   EXPECT_NE(error.find("cannot open profile '/nonexistent/x.sprof'"),
             std::string::npos);
 }
+
+// Random byte changes (a fixed seed) are read as a valid profile or
+// refused with a message; none crashes, hangs or allocates without bound.
+TEST(Profile, RandomMutationsFailCleanly) {
+  std::string path = tempPath("base.sprof"), error;
+  ASSERT_TRUE(writeProfile(path, sample(), error)) << error;
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  std::string mutated = tempPath("mut.sprof");
+  uint64_t state = 0x9e3779b97f4a7c15ULL;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  int accepted = 0, refused = 0;
+  for (int round = 0; round < 4000; ++round) {
+    std::string b = bytes;
+    const int edits = 1 + int(next() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = size_t(next() % b.size());
+      switch (next() % 3) {
+      case 0: // one bit
+        b[at] = char(b[at] ^ (1 << (next() % 8)));
+        break;
+      case 1: // a byte set to an extreme
+        b[at] = char((next() & 1) ? 0xff : 0x7f);
+        break;
+      default: // eight bytes of a large value (lengths, counts)
+        for (size_t i = 0; i < 8 && at + i < b.size(); ++i)
+          b[at + i] = char(i == 7 ? 0x40 : 0xff);
+        break;
+      }
+    }
+    std::ofstream(mutated, std::ios::binary | std::ios::trunc).write(b.data(),
+                                                                      b.size());
+    Profile p;
+    error.clear();
+    if (readProfile(mutated, p, error)) {
+      ++accepted;
+      for (const ProfileSite &s : p.sites)
+        for (uint64_t c : s.counts)
+          EXPECT_LE(c, uint64_t(s.tokens)) << "round " << round;
+    } else {
+      ++refused;
+      EXPECT_NE(error.find("sparsec profile"), std::string::npos)
+          << "round " << round << ": " << error;
+    }
+  }
+  EXPECT_GT(refused, 0);
+  std::remove(path.c_str());
+  std::remove(mutated.c_str());
+}
