@@ -437,6 +437,8 @@ LogicalResult importSplit(ImportContext &c, const onnx::NodeProto &n) {
   for (int64_t size : sizes) {
     if (size < 0 || size > kMaxStaticElements)
       return c.error() << "Split size " << size << " is out of range";
+    if (size > kMaxStaticElements - total)
+      return c.error() << "Split sizes add up to more than 2^48";
     total += size;
   }
   if (!in.isDynamicDim(axis) && total != in.getDimSize(axis))

@@ -123,9 +123,9 @@ LogicalResult ImportContext::setResult(int i, Value v) {
     return success();
   if (auto given = dyn_cast<RankedTensorType>(v.getType())) {
     // A type ONNX's inference gave (or the file declared) must agree with
-    // the op's own inference where both know a size: ONNX's wrapped
-    // sums past 2^32 (found by the fuzzer), and a file's value_info is
-    // taken as it is where ONNX cannot infer.
+    // the op's own inference where both know a size: Debian's libonnx
+    // wraps a Concat's size past 2^32, and a file's value_info is taken as
+    // it is where ONNX cannot infer.
     Operation *op = v.getDefiningOp();
     auto infer = op ? dyn_cast<InferShapedTypeOpInterface>(op) : nullptr;
     SmallVector<ShapedTypeComponents> comps;

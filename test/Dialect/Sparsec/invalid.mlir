@@ -424,3 +424,11 @@ func.func @embedding_sum_half(%t: tensor<32x8xf32>, %ids: tensor<2xi64>) -> tens
   %e = "sparsec.embedding"(%t, %ids, %t) {operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (tensor<32x8xf32>, tensor<2xi64>, tensor<32x8xf32>) -> tensor<2x8xf32>
   return %e : tensor<2x8xf32>
 }
+
+// -----
+
+func.func @split_sizes(%a: tensor<2x?xf32>) -> (tensor<2x1xf32>, tensor<2x2xf32>) {
+  // expected-error @+1 {{size -1 is negative or makes the sizes add up past 2^48}}
+  %y:2 = sparsec.split %a {axis = 1 : i64, sizes = array<i64: -1, 2>} : tensor<2x?xf32> -> tensor<2x1xf32>, tensor<2x2xf32>
+  return %y#0, %y#1 : tensor<2x1xf32>, tensor<2x2xf32>
+}

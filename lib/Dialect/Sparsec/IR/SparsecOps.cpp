@@ -850,8 +850,12 @@ LogicalResult SplitOp::verify() {
     return emitOpError("has ") << getNumResults() << " results but "
                                << getSizes().size() << " sizes";
   int64_t sum = 0;
-  for (int64_t s : getSizes())
+  for (int64_t s : getSizes()) {
+    if (s < 0 || s > kMaxStaticElements - sum)
+      return emitOpError("size ")
+             << s << " is negative or makes the sizes add up past 2^48";
     sum += s;
+  }
   if (!in.isDynamicDim(axis) && sum != in.getDimSize(axis))
     return emitOpError("sizes add up to ")
            << sum << " but the split dimension is " << in.getDimSize(axis);
