@@ -583,6 +583,68 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
       }
       defined.insert(in.name());
     }
+    // Declarations (value_info, graph outputs) of graph inputs and
+    // initializers must agree with their own types: ONNX's inference takes
+    // a graph output's declared type over the input's, and its
+    // LayerNormalization inference crashed on a rank-0 one (found by the
+    // importer fuzzer).
+    {
+      llvm::StringMap<const onnx::TypeProto *> inputTypes;
+      llvm::StringMap<const onnx::TensorProto *> inits;
+      for (const auto &init : graph.initializer())
+        inits[init.name()] = &init;
+      for (const auto &in : graph.input())
+        if (!inits.count(in.name()))
+          inputTypes[in.name()] = &in.type();
+      auto check = [&](const onnx::ValueInfoProto &vi,
+                       const char *what) -> bool {
+        if (!vi.type().has_tensor_type())
+          return true;
+        const auto &declared = vi.type().tensor_type();
+        int32_t elem = 0;
+        SmallVector<int64_t> dims; // -1: unknown
+        bool ranked = false;
+        const char *kind = nullptr;
+        if (auto it = inputTypes.find(vi.name()); it != inputTypes.end()) {
+          if (vi.type().SerializeAsString() == it->second->SerializeAsString())
+            return true;
+          const auto &own = it->second->tensor_type();
+          elem = own.elem_type();
+          ranked = own.has_shape();
+          for (const auto &d : own.shape().dim())
+            dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+          kind = "graph input";
+        } else if (auto it = inits.find(vi.name()); it != inits.end()) {
+          elem = it->second->data_type();
+          ranked = true;
+          dims.assign(it->second->dims().begin(), it->second->dims().end());
+          kind = "initializer";
+        } else {
+          return true;
+        }
+        bool agree = !declared.has_elem_type() || declared.elem_type() == 0 ||
+                     elem == 0 || declared.elem_type() == elem;
+        if (agree && ranked && declared.has_shape()) {
+          agree = declared.shape().dim_size() == static_cast<int>(dims.size());
+          for (int i = 0; agree && i < declared.shape().dim_size(); ++i) {
+            const auto &d = declared.shape().dim(i);
+            agree = !d.has_dim_value() || dims[i] < 0 ||
+                    d.dim_value() == dims[i];
+          }
+        }
+        if (!agree)
+          emitError(fileLoc) << what << " '" << vi.name()
+                             << "' declares a type that differs from "
+                             << kind << " '" << vi.name() << "'";
+        return agree;
+      };
+      for (const auto &vi : graph.value_info())
+        if (!check(vi, "value_info"))
+          return nullptr;
+      for (const auto &vi : graph.output())
+        if (!check(vi, "graph output"))
+          return nullptr;
+    }
     // Initializers ONNX's data propagation parses: a known element type
     // and raw bytes that match the shape (a short raw_data was read past
     // its end, found by the importer fuzzer).

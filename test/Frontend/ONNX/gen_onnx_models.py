@@ -412,6 +412,29 @@ def case_declared_wrong_shape():
     return m
 
 
+def _layernorm_redeclared(where):
+    nodes = [helper.make_node("LayerNormalization", ["x", "g"], ["y"], name="ln")]
+    outputs = [vi("y", F, [2, 8])]
+    if where == "output":
+        outputs.append(vi("x", F, []))
+    m = model(nodes, [vi("x", F, [2, 8])], outputs,
+              [init("g", np.ones(8, np.float32))])
+    if where == "value_info":
+        m.graph.value_info.append(vi("g", F, [4]))
+    return m
+
+
+def case_output_redeclares_input():
+    # The graph input x declared again as a rank-0 graph output: ONNX's
+    # inference took that type for x and its LayerNormalization inference
+    # crashed (found by the importer fuzzer).
+    return _layernorm_redeclared("output")
+
+
+def case_value_info_redeclares_initializer():
+    return _layernorm_redeclared("value_info")
+
+
 def case_concat_huge():
     # Each input holds 2^47 + 1 elements; their concatenation passes 2^48.
     nodes = [helper.make_node("Concat", ["a", "b"], ["y"], axis=1, name="concat")]
