@@ -586,13 +586,18 @@ def read_bandwidth():
     return (4 << 30) / best
 
 
-def torch_decode(model, prompt, new):
+def torch_decode(model, prompt, new, warmup=8):
     """Greedy decode with the HF KV cache; (steps/s, ttft s, tokens of the
-    first row). `prompt` is one list of ids or a batch of equal-length lists."""
+    first row). `prompt` is one list of ids or a batch of equal-length lists.
+    A short untimed decode of the same shapes runs first (`warmup` steps):
+    a cold first call (library loading, kernel selection for each new
+    shape) took several times as long a step."""
     import torch
     ids = torch.tensor(prompt, device="cuda")
     if ids.dim() == 1:
         ids = ids[None]
+    if warmup > 0:
+        torch_decode(model, prompt, warmup, warmup=0)
     with torch.no_grad():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
