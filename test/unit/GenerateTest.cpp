@@ -431,7 +431,7 @@ protected:
   /// device with the ids input marked for device values (`ahead`) or not.
   MainResult generate(bool device, bool ahead, std::vector<std::string> args,
                       bool keepsPicks = true, bool narrowTable = false,
-                      bool leaky = false) {
+                      bool leaky = false, bool warmup = false) {
     w = World{};
     w.device = device;
     w.keepsPicks = keepsPicks;
@@ -447,6 +447,12 @@ protected:
     desc.numSlots = 1;
     desc.slotBytes = kToySlots;
     desc.run = toyRun;
+    // Without the untimed first run by default, so that the run counts
+    // below are those of the decode itself (WarmupRunChangesNothing).
+    if (!warmup) {
+      args.push_back("--warmup");
+      args.push_back("0");
+    }
     args.insert(args.begin(), "generate");
     return runMain(desc, std::move(args));
   }
@@ -529,6 +535,30 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   EXPECT_EQ(w.trace.aheadRuns, 19);
   EXPECT_EQ(w.trace.pickInputs, 18);
   EXPECT_EQ(w.trace.runs, 21);
+}
+
+// generate's default untimed run over the first token (one-time device
+// setup out of time to first token) adds one run and changes no output.
+TEST_F(GenerateTest, WarmupRunChangesNothing) {
+  const std::string prompt = "sparse";
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  const std::string want = bytesOf(reference(seq, 20));
+  const std::vector<std::string> args = {"--prompt", prompt, "--max-new-tokens", "20"};
+  for (bool device : {false, true})
+    for (bool ahead : {false, true}) {
+      MainResult cold = generate(device, ahead, args);
+      ASSERT_EQ(cold.status, 0) << cold.err;
+      const int runs = w.trace.runs;
+      MainResult warm = generate(device, ahead, args, /*keepsPicks=*/true,
+                                 /*narrowTable=*/false, /*leaky=*/false,
+                                 /*warmup=*/true);
+      ASSERT_EQ(warm.status, 0) << warm.err;
+      EXPECT_EQ(warm.out, want) << "device " << device << ", ahead " << ahead;
+      EXPECT_EQ(cold.out, want);
+      if (device)
+        EXPECT_EQ(w.trace.runs, runs + 1);
+      EXPECT_NE(warm.err.find("20 new;"), std::string::npos) << warm.err;
+    }
 }
 
 TEST_F(GenerateTest, PicksWiderThanTheTableNeverLaunchAhead) {

@@ -213,7 +213,7 @@ void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
       "        [--save-top1 FILE] [--compare-top1 FILE] [--threads N]\n"
       "  %s generate (--prompt TEXT | --prompt-ids FILE.npy)\n"
       "        [--max-new-tokens N] [--max-seq-len N] [--temperature T]\n"
-      "        [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
+      "        [--top-k K] [--top-p P] [--seed S] [--warmup 0|1] [--threads N]\n"
       "\n"
       "commands:\n"
       "  run    run the model once and write DIR/<output>.npy per output\n"
@@ -235,7 +235,10 @@ void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
       "  --output-dir DIR       where run writes outputs (default: .)\n"
       "  --threads N            worker threads (default: all cores)\n"
       "  --runs N               timed runs for bench (default: 20)\n"
-      "  --warmup N             untimed runs before timing (default: 3)\n"
+      "  --warmup N             untimed runs before timing (default: 3);\n"
+      "                         generate makes one over the first token\n"
+      "                         unless N is 0, so that time to first token\n"
+      "                         leaves out one-time setup (device, weights)\n"
       "  --dim NAME=VALUE       value of a dynamic dim for bench\n"
       "  --json                 bench prints one JSON object\n",
       prog, desc.name, prog, prog, prog, prog, prog);
@@ -381,7 +384,7 @@ bool parseOptions(int argc, char **argv, Options &opts, std::string &error) {
     } else if (name == "--runs" && isBench) {
       if (!takeValue() || !positive(opts.runs, 1, 1000000000))
         return false;
-    } else if (name == "--warmup" && isBench) {
+    } else if (name == "--warmup" && (isBench || isGenerate)) {
       if (!takeValue() || !positive(opts.warmup, 0, 1000000000))
         return false;
     } else if (name == "--json" && isBench && !hasValue) {
