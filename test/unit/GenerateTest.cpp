@@ -82,6 +82,8 @@ struct Trace {
   int runs = 0, aheadRuns = 0, pickInputs = 0, grows = 0;
   size_t maxOutstanding = 0; // steps queued and not yet waited for
   std::vector<int64_t> capacities; // initCache's
+  // Runs marked Context::warmup: their sequence lengths and past lengths.
+  std::vector<std::pair<int64_t, int64_t>> warmups;
 };
 
 /// A device backend simulated on the host (see the file comment).
@@ -226,6 +228,8 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
       pastK.shape[0] != B || pastK.shape[1] != 1)
     return ctx.fail("toy: inconsistent input shapes");
   ++world->trace.runs;
+  if (ctx.warmup)
+    world->trace.warmups.emplace_back(n, past);
   const bool picksIn = d && ids.data == d->picks.data() && d->picked;
   world->trace.pickInputs += picksIn;
   if (ctx.launchAhead && d)
@@ -549,14 +553,23 @@ TEST_F(GenerateTest, WarmupRunChangesNothing) {
       MainResult cold = generate(device, ahead, args);
       ASSERT_EQ(cold.status, 0) << cold.err;
       const int runs = w.trace.runs;
+      EXPECT_TRUE(w.trace.warmups.empty());
       MainResult warm = generate(device, ahead, args, /*keepsPicks=*/true,
                                  /*narrowTable=*/false, /*leaky=*/false,
                                  /*warmup=*/true);
       ASSERT_EQ(warm.status, 0) << warm.err;
       EXPECT_EQ(warm.out, want) << "device " << device << ", ahead " << ahead;
       EXPECT_EQ(cold.out, want);
+      // One run over the first token (x86 too), then on a device one over the
+      // whole prompt, both with nothing cached; then the same runs as
+      // without them.
+      using Warm = std::vector<std::pair<int64_t, int64_t>>;
+      const Warm expected =
+          device ? Warm{{1, 0}, {int64_t(seq.size()), 0}} : Warm{{1, 0}};
+      EXPECT_EQ(w.trace.warmups, expected);
       if (device)
-        EXPECT_EQ(w.trace.runs, runs + 1);
+        EXPECT_EQ(w.trace.runs, runs + 2);
+      w.trace.warmups.clear();
       EXPECT_NE(warm.err.find("20 new;"), std::string::npos) << warm.err;
     }
 }

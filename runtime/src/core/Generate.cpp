@@ -45,6 +45,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -340,24 +341,57 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   auto resident = [&] {
     return ctx.backend && ctx.backend->keepsResidentOutputs();
   };
-  // One untimed run over each row's first token, with nothing cached, does
-  // the one-time work before the clock starts: a device backend's creation
-  // and its weight uploads (an OPT-1.3B build spent about 0.5 s of GPU time
-  // uploading in its first step, nearly all of a 0.9 s time to first
-  // token), the first reads of the mapped weight pack on the CPU. Time to
-  // first token is then the prompt's latency. Its outputs are dropped.
+  // Untimed warm-up runs with nothing cached do the one-time work before
+  // the clock starts, so that time to first token is the prompt's latency
+  // (on a GPU at OPT-1.3B, SPARSEC_CUDA_PROFILE: 0.4-0.5 s of weight
+  // uploads in the first run; then, in the first run at the prompt's
+  // shape, 95-100 ms of host time in cuBLAS's first calls at that shape and
+  // 20-25 ms growing buffers; a second run at that shape takes 6-7 ms).
+  // First a run over each row's first token (a device backend's creation
+  // and weight uploads, the first reads of the mapped weight pack, the
+  // decode path's kernels); then, on a device, one over the whole prompt
+  // (the batched path's first calls). Runs marked Context::warmup do not
+  // count towards capturing a CUDA graph of their shape. Their outputs are
+  // dropped.
   if (opts.warmup > 0) {
-    stepIds.assign(size_t(batch), tokens[0]);
-    for (int64_t b = 1; b < batch; ++b)
-      stepIds[size_t(b)] = rows[size_t(b - 1)][0];
-    inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {batch, 1}};
-    setPast(false, 0, 1);
-    if (!runOnce(desc, ctx, inputs.data(), outputs, error))
+    auto warm = [&](int64_t n) -> bool {
+      stepIds.assign(tokens.begin(), tokens.begin() + n);
+      for (int64_t b = 1; b < batch; ++b)
+        stepIds.insert(stepIds.end(), rows[size_t(b - 1)].begin(),
+                       rows[size_t(b - 1)].begin() + n);
+      inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {batch, n}};
+      setPast(false, 0, n);
+      ctx.warmup = true;
+      const bool ran = runOnce(desc, ctx, inputs.data(), outputs, error);
+      ctx.warmup = false;
+      if (!ran)
+        return false;
+      if (ctx.backend && !ctx.backend->finishStep(ctx, ctx.runs)) {
+        error = ctx.error;
+        return false;
+      }
+      return true;
+    };
+    if (!warm(1) || (ctx.backend && promptLen > 1 && !warm(promptLen)))
       return reportError("warm-up run: " + error);
-    if (ctx.backend && !ctx.backend->finishStep(ctx, ctx.runs))
-      return reportError("warm-up run: " + ctx.error);
   }
   auto start = std::chrono::steady_clock::now();
+  // SPARSEC_GENERATE_PHASES=1: where the time to first token went, one
+  // stderr line (milliseconds since the clock started at each mark).
+  const char *phasesEnv = std::getenv("SPARSEC_GENERATE_PHASES");
+  const bool showPhases = phasesEnv && std::strcmp(phasesEnv, "0") != 0;
+  std::string phases;
+  auto mark = [&](const char *what) {
+    if (!showPhases || generated > 0)
+      return;
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%s%s %.2f", phases.empty() ? "" : ", ",
+                  what,
+                  std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - start)
+                      .count());
+    phases += buf;
+  };
   // Appends each row's next token (pick(b)), streams it and times it.
   auto record = [&](auto pick) {
     int64_t next = pick(0);
@@ -378,6 +412,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                     std::chrono::steady_clock::now() - start).count();
     if (generated == 1) {
       ttftMs = ms;
+      if (showPhases)
+        std::fprintf(stderr, "[generate] first token (ms): %s, token %.2f\n",
+                     phases.c_str(), ms);
       densityActive0 = ctx.sparseActive;
       densityTotal0 = ctx.sparseTotal;
     } else {
@@ -498,6 +535,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       int64_t past = cache.empty() || generated == 0 ? 0 : len - 1;
       if (!step(past, false))
         return reportError(where + error);
+      mark(generated == 0 ? "prompt" : "step");
       if (!cache.empty() && resident() && !hostCacheOnly) {
         // Device backend: move to the padded device cache, checked once by
         // re-running the last prompt token over it (entries len - 1 on).
@@ -519,6 +557,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                                             cached, capacity, slot.device);
         if (!ok)
           return reportError(where + ctx.error);
+        mark("device cache");
         // Greedy: the check's logits come back whole, and a device backend
         // also keeps their argmax (the first new token), so that the first
         // decode step can be launched ahead with it. Where the ids may be
@@ -536,6 +575,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         ctx.argmaxAlso = -1;
         if (!checked)
           return reportError(where + error);
+        mark(overlap ? "check queued" : "check");
         const int64_t checkRun = ctx.runs;
         // The check's K/V row into the device cache.
         auto appendCheckRow = [&] {
@@ -557,10 +597,12 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           ctx.argmaxOutput = logitsOutput;
           if (canAhead() && !launchOne())
             return reportError(where + error);
+          mark("next step queued");
           idsOnly = false; // lastLogits are still the check's
         }
         if (overlap && !ctx.backend->finishStep(ctx, checkRun))
           return reportError(where + ctx.error);
+        mark("check done");
         float diff = 0, scale = 1;
         for (size_t i = 0; i < reference.size(); ++i) {
           diff = std::max(diff, std::fabs(reference[i] - lastLogits[i]));

@@ -73,12 +73,20 @@ Device::~Device() {
                    replayIdleGaps ? replayIdleUs / replayIdleGaps : 0.0,
                    first.c_str());
     }
-    for (size_t i = 0; i < firstSteps.size(); ++i)
+    for (size_t i = 0; i < firstSteps.size(); ++i) {
+      const StepRecord &r = firstSteps[i];
+      const StepRecord z{};
+      const StepRecord &b = i ? firstSteps[i - 1] : z;
       std::fprintf(stderr,
                    "sparsec cuda profile: step %zu (%s): wall %.1f us, host "
-                   "before launch %.1f us, GPU %.1f us\n",
-                   i + 1, kinds[firstSteps[i].kind], firstSteps[i].wallUs,
-                   firstSteps[i].hostUs, firstSteps[i].gpuUs);
+                   "before launch %.1f us, GPU %.1f us; host in %d "
+                   "reallocations %.1f us, %d weight uploads %.1f us, %d "
+                   "cuBLAS calls %.1f us\n",
+                   i + 1, kinds[r.kind], r.wallUs, r.hostUs, r.gpuUs,
+                   r.allocs - b.allocs, r.allocUs - b.allocUs,
+                   r.weightUploads - b.weightUploads, r.uploadsUs - b.uploadsUs,
+                   r.blasCalls - b.blasCalls, r.blasUs - b.blasUs);
+    }
     const HybridTimes &h = hybrid;
     if (h.steps > 0)
       std::fprintf(stderr,
@@ -278,6 +286,7 @@ bool grow(Context &ctx, Device &d, Buf &buf, size_t bytes, Alloc alloc,
     return true;
   }
   d.dropGraphs();
+  ProfileTimer timer(d.profile, d.allocUs, d.allocs);
   if (buf.ptr && !check(ctx, release(buf.ptr), "freeing a buffer"))
     return false;
   buf.ptr = nullptr;
@@ -479,6 +488,7 @@ Tensor weight(Context &ctx, uint32_t index, DType dtype, int rank,
       d->mismatch = true; // not during a capture
       return t;
     }
+    ProfileTimer timer(d->profile, d->uploadsUs, d->weightUploads);
     if (cudaMalloc(&d->weights[index], bytes) != cudaSuccess) {
       cudaGetLastError();
       d->weights[index] = nullptr;
@@ -1576,7 +1586,9 @@ void completeStep(Context &ctx, Device &d, const Device::Outstanding &rec) {
   t.hostUs += hostUs;
   t.wallUs += wallUs;
   if (d.firstSteps.size() < Device::kFirstSteps)
-    d.firstSteps.push_back({rec.kind, wallUs, hostUs, 1e3 * gpuMs});
+    d.firstSteps.push_back({rec.kind, wallUs, hostUs, 1e3 * gpuMs, d.allocUs,
+                            d.uploadsUs, d.blasUs, d.allocs, d.weightUploads,
+                            d.blasCalls});
 }
 
 } // namespace
@@ -1657,7 +1669,8 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
         it = it->second.captured ? std::next(it) : d.graphs.erase(it);
     }
     GraphEntry &g = d.graphs[signature(ctx, d, in)];
-    ++g.seen;
+    if (!ctx.warmup)
+      ++g.seen;
     if (ctx.launchAhead && g.seen == 1 && !g.captured && !g.broken) {
       // A sibling that differs only in parity or in taking the device's
       // picks as ids ran eagerly: its run grew every device buffer this
@@ -1672,7 +1685,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
         g.seen = 2;
       }
     }
-    if (g.broken || (!g.captured && g.seen < 2)) {
+    if (g.broken || ctx.warmup || (!g.captured && g.seen < 2)) {
       ok = runEager(ctx, d, in, out, body);
       if (ok) {
         g.eagerAllocs = d.stepAllocs;

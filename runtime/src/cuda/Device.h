@@ -32,6 +32,30 @@ enum class Mode { eager, capture, replay };
 constexpr int kGemvCounters = 1 << 16;
 
 /// A grow-only device allocation.
+/// SPARSEC_CUDA_PROFILE: adds the host time of its scope to `us` and
+/// counts one call in `calls` when `on`.
+class ProfileTimer {
+public:
+  ProfileTimer(bool on, double &us, int &calls)
+      : on_(on), us_(us), start_(on ? std::chrono::steady_clock::now()
+                                    : std::chrono::steady_clock::time_point{}) {
+    calls += on ? 1 : 0;
+  }
+  ~ProfileTimer() {
+    if (on_)
+      us_ += std::chrono::duration<double, std::micro>(
+                 std::chrono::steady_clock::now() - start_)
+                 .count();
+  }
+  ProfileTimer(const ProfileTimer &) = delete;
+  ProfileTimer &operator=(const ProfileTimer &) = delete;
+
+private:
+  bool on_;
+  double &us_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 struct DeviceBuffer {
   void *ptr = nullptr;
   size_t bytes = 0;
@@ -254,7 +278,13 @@ struct Device : Context::Backend {
   struct StepRecord {
     int kind;
     double wallUs, hostUs, gpuUs;
+    /// Host time (us) and calls so far in buffer reallocations, weight
+    /// uploads and cuBLAS calls (profile only; deltas are printed).
+    double allocUs, uploadsUs, blasUs;
+    int allocs, weightUploads, blasCalls;
   };
+  double allocUs = 0, uploadsUs = 0, blasUs = 0;
+  int allocs = 0, weightUploads = 0, blasCalls = 0;
   static constexpr size_t kFirstSteps = 6;
   std::vector<StepRecord> firstSteps;
   /// Hybrid steps: host time computing the CPU parts (from the last

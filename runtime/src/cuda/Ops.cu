@@ -375,6 +375,7 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
       return true;
     auto *xh = static_cast<__half *>(d.halfInput.ptr);
     toHalfKernel<<<blocksFor(M * K), kBlock, 0, d.stream>>>(x, xh, M * K);
+    ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
     if (!launched(ctx, "fp16 conversion") ||
         !checkBlas(ctx,
                    cublasGemmEx(d.blas, opW, CUBLAS_OP_N, int(N), int(M), int(K),
@@ -386,6 +387,7 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
   } else {
     if (!d.launching())
       return true;
+    ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
     if (!checkBlas(ctx,
                    cublasSgemm(d.blas, opW, CUBLAS_OP_N, int(N), int(M), int(K),
                                &one, w.as<float>(), lda, x, int(K), beta, y,
@@ -835,6 +837,7 @@ bool matmul(Context &ctx, const Tensor &a, const Tensor &b, int outSlot,
   if (r.numel() == 0 || !d.launching())
     return true;
   const float one = 1.0f, zero = 0.0f;
+  ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
   return checkBlas(
       ctx,
       cublasSgemmStridedBatched(

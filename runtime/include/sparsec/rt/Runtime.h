@@ -331,6 +331,11 @@ struct Context {
   bool launchAhead = false;
   /// Runs a device backend has started (a run's id for finishStep).
   int64_t runs = 0;
+  /// The run only warms up (weight uploads, buffers, libraries' first
+  /// calls at its shapes): a device backend runs it eagerly and does not
+  /// count it as a sighting of its shapes when it decides which steps to
+  /// capture as CUDA graphs. x86 ignores it.
+  bool warmup = false;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
   /// slot if needed). Returns false (and records an error) on failure.
