@@ -563,26 +563,36 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
   if (failed(checkSupported(graph, opset, fileLoc)))
     return nullptr;
   // Errors ONNX's inference would crash on are reported before it runs
-  // (both found by the importer fuzzer: its inference dereferenced the
-  // missing type): a graph input without a tensor type of known rank, and
-  // a node input that nothing before the node defines.
+  // (all found by the importer fuzzer: its inference dereferenced a
+  // missing type): a graph input without a tensor type of known rank and
+  // element type, a node input that nothing before the node defines, and a
+  // name defined twice (a graph input declared twice: the inference took
+  // the second declaration, and its Conv inference dereferenced null on the
+  // wrong rank; node outputs are held to the same single assignment).
   {
-    llvm::StringSet<> defined;
+    llvm::StringSet<> defined, inits;
     for (const auto &init : graph.initializer())
-      defined.insert(init.name());
+      inits.insert(init.name());
     for (const auto &in : graph.input()) {
-      if (defined.contains(in.name()))
+      if (inits.contains(in.name()))
         continue;
+      if (!defined.insert(in.name()).second) {
+        emitError(fileLoc) << "graph input '" << in.name()
+                           << "' is declared twice";
+        return nullptr;
+      }
       const onnx::TypeProto &t = in.type();
       if (!t.has_tensor_type() || !t.tensor_type().has_elem_type() ||
+          t.tensor_type().elem_type() == onnx::TensorProto::UNDEFINED ||
           !t.tensor_type().has_shape()) {
         emitError(fileLoc) << "graph input '" << in.name()
                            << "' must be a tensor of known rank and a "
                               "supported element type";
         return nullptr;
       }
-      defined.insert(in.name());
     }
+    for (const auto &init : graph.initializer())
+      defined.insert(init.name());
     // Declarations (value_info, graph outputs) of graph inputs and
     // initializers must agree with their own types: ONNX's inference takes
     // a graph output's declared type over the input's, and its
@@ -691,8 +701,14 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
           return nullptr;
         }
       for (const std::string &out : node.output())
-        if (!out.empty())
-          defined.insert(out);
+        if (!out.empty() && !defined.insert(out).second) {
+          emitError(nodeLocation(context, node, index, fileLoc))
+              << "output '" << out << "' of node '" << node.name() << "' ("
+              << node.op_type()
+              << ") is already defined (by a graph input, an initializer or "
+                 "an earlier output): ONNX values are assigned once";
+          return nullptr;
+        }
     }
   }
 

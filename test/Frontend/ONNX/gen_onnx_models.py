@@ -435,6 +435,38 @@ def case_value_info_redeclares_initializer():
     return _layernorm_redeclared("value_info")
 
 
+def case_output_redefines_input():
+    # A Conv whose output is named like the graph input c, read by a
+    # MaxPool: ONNX's Conv/Pool inference dereferenced null on such a
+    # graph (found by the importer fuzzer, with c of undefined type).
+    w = np.ones((4, 3, 3, 3), np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2, 2], name="pool")]
+    return model(nodes, [vi("c", F, [1, 4, 8, 8]), vi("x", F, [1, 3, 8, 8])],
+                 [vi("y", F, None)], [init("w", w)])
+
+
+def case_output_defined_twice():
+    nodes = [helper.make_node("Split", ["x"], ["a", "a"], axis=1, num_outputs=2, name="split"),
+             helper.make_node("Neg", ["a"], ["y"], name="neg")]
+    return model(nodes, [vi("x", F, [2, 4])], [vi("y", F, None)], opset=18)
+
+
+def case_input_declared_twice():
+    # x declared as an image, then again as a matrix: ONNX's inference took
+    # the second and its Conv inference dereferenced null (found by the
+    # importer fuzzer).
+    w = np.ones((4, 3, 3, 3), np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")]
+    return model(nodes, [vi("x", F, [1, 3, 8, 8]), vi("x", F, [2, 8])],
+                 [vi("y", F, None)], [init("w", w)])
+
+
+def case_input_undefined_elem_type():
+    nodes = [helper.make_node("Neg", ["x"], ["y"], name="neg")]
+    return model(nodes, [vi("x", onnx.TensorProto.UNDEFINED, [2, 4])], [vi("y", F, None)])
+
+
 def case_concat_huge():
     # Each input holds 2^47 + 1 elements; their concatenation passes 2^48.
     nodes = [helper.make_node("Concat", ["a", "b"], ["y"], axis=1, name="concat")]
