@@ -451,7 +451,7 @@ protected:
     desc.numSlots = 1;
     desc.slotBytes = kToySlots;
     desc.run = toyRun;
-    // Without the untimed first run by default, so that the run counts
+    // Without the untimed warm-up runs by default, so that the run counts
     // below are those of the decode itself (WarmupRunChangesNothing).
     if (!warmup) {
       args.push_back("--warmup");
@@ -541,8 +541,8 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   EXPECT_EQ(w.trace.runs, 21);
 }
 
-// generate's default untimed run over the first token (one-time device
-// setup out of time to first token) adds one run and changes no output.
+// generate's default untimed warm-up runs (one-time setup out of time to
+// first token) are the runs below and change no output.
 TEST_F(GenerateTest, WarmupRunChangesNothing) {
   const std::string prompt = "sparse";
   std::vector<int64_t> seq(prompt.begin(), prompt.end());
@@ -567,8 +567,9 @@ TEST_F(GenerateTest, WarmupRunChangesNothing) {
       const Warm expected =
           device ? Warm{{1, 0}, {int64_t(seq.size()), 0}} : Warm{{1, 0}};
       EXPECT_EQ(w.trace.warmups, expected);
-      if (device)
+      if (device) {
         EXPECT_EQ(w.trace.runs, runs + 2);
+      }
       w.trace.warmups.clear();
       EXPECT_NE(warm.err.find("20 new;"), std::string::npos) << warm.err;
     }

@@ -570,11 +570,12 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
   // the second declaration, and its Conv inference dereferenced null on the
   // wrong rank; node outputs are held to the same single assignment).
   {
-    llvm::StringSet<> defined, inits;
+    llvm::StringSet<> defined;
+    llvm::StringMap<const onnx::TensorProto *> inits;
     for (const auto &init : graph.initializer())
-      inits.insert(init.name());
+      inits[init.name()] = &init;
     for (const auto &in : graph.input()) {
-      if (inits.contains(in.name()))
+      if (inits.count(in.name()))
         continue;
       if (!defined.insert(in.name()).second) {
         emitError(fileLoc) << "graph input '" << in.name()
@@ -600,9 +601,6 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
     // importer fuzzer).
     {
       llvm::StringMap<const onnx::TypeProto *> inputTypes;
-      llvm::StringMap<const onnx::TensorProto *> inits;
-      for (const auto &init : graph.initializer())
-        inits[init.name()] = &init;
       for (const auto &in : graph.input())
         if (!inits.count(in.name()))
           inputTypes[in.name()] = &in.type();

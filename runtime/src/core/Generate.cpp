@@ -326,13 +326,18 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   };
   // One run over tokens[first, end): host mode (past = first host
   // entries) or device mode (past = the padded device cache).
+  // The ids input: positions [first, end) of every row.
+  auto setIds = [&](int64_t first, int64_t end) {
+    stepIds.assign(tokens.begin() + first, tokens.begin() + end);
+    for (const std::vector<int64_t> &r : rows)
+      stepIds.insert(stepIds.end(), r.begin() + first, r.begin() + end);
+    inputs[size_t(idsInput)] =
+        Tensor{stepIds.data(), DType::i64, 2, {batch, end - first}};
+  };
   auto step = [&](int64_t first, bool padded) -> bool {
     const int64_t len = int64_t(tokens.size());
-    stepIds.assign(tokens.begin() + first, tokens.end());
-    for (const std::vector<int64_t> &r : rows)
-      stepIds.insert(stepIds.end(), r.begin() + first, r.end());
+    setIds(first, len);
     const int64_t n = len - first;
-    inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {batch, n}};
     setPast(padded, first, len);
     if (!runOnce(desc, ctx, inputs.data(), outputs, error))
       return false;
@@ -343,10 +348,11 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   };
   // Untimed warm-up runs with nothing cached do the one-time work before
   // the clock starts, so that time to first token is the prompt's latency
-  // (on a GPU at OPT-1.3B, SPARSEC_CUDA_PROFILE: 0.4-0.5 s of weight
+  // (on a GPU at OPT-1.3B, SPARSEC_CUDA_PROFILE: 0.33-0.5 s of weight
   // uploads in the first run; then, in the first run at the prompt's
-  // shape, 95-100 ms of host time in cuBLAS's first calls at that shape and
-  // 20-25 ms growing buffers; a second run at that shape takes 6-7 ms).
+  // shape, 59-113 ms of host time in cuBLAS's first calls at that shape
+  // and 16-24 ms growing buffers; a second run at that shape takes 6-7 ms;
+  // docs/Decoding.md).
   // First a run over each row's first token (a device backend's creation
   // and weight uploads, the first reads of the mapped weight pack, the
   // decode path's kernels); then, on a device, one over the whole prompt
@@ -355,11 +361,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   // dropped.
   if (opts.warmup > 0) {
     auto warm = [&](int64_t n) -> bool {
-      stepIds.assign(tokens.begin(), tokens.begin() + n);
-      for (int64_t b = 1; b < batch; ++b)
-        stepIds.insert(stepIds.end(), rows[size_t(b - 1)].begin(),
-                       rows[size_t(b - 1)].begin() + n);
-      inputs[size_t(idsInput)] = Tensor{stepIds.data(), DType::i64, 2, {batch, n}};
+      setIds(0, n);
       setPast(false, 0, n);
       ctx.warmup = true;
       const bool ran = runOnce(desc, ctx, inputs.data(), outputs, error);

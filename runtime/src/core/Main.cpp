@@ -213,7 +213,7 @@ void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
       "        [--save-top1 FILE] [--compare-top1 FILE] [--threads N]\n"
       "  %s generate (--prompt TEXT | --prompt-ids FILE.npy)\n"
       "        [--max-new-tokens N] [--max-seq-len N] [--temperature T]\n"
-      "        [--top-k K] [--top-p P] [--seed S] [--warmup 0|1] [--threads N]\n"
+      "        [--top-k K] [--top-p P] [--seed S] [--warmup N] [--threads N]\n"
       "\n"
       "commands:\n"
       "  run    run the model once and write DIR/<output>.npy per output\n"

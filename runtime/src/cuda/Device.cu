@@ -1659,7 +1659,9 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
   // graph (their nodes' parameters set for each replay) or eagerly before
   // it; the profile counts them in this step.
   int kind = 0;
-  if (!d.graphsEnabled) {
+  // A warm-up run (Context::warmup) is eager and leaves no trace in the
+  // graph bookkeeping: its shapes count as not seen yet.
+  if (!d.graphsEnabled || ctx.warmup) {
     ok = runEager(ctx, d, in, out, body);
   } else {
     if (d.graphs.size() > 256) {
@@ -1669,8 +1671,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
         it = it->second.captured ? std::next(it) : d.graphs.erase(it);
     }
     GraphEntry &g = d.graphs[signature(ctx, d, in)];
-    if (!ctx.warmup)
-      ++g.seen;
+    ++g.seen;
     if (ctx.launchAhead && g.seen == 1 && !g.captured && !g.broken) {
       // A sibling that differs only in parity or in taking the device's
       // picks as ids ran eagerly: its run grew every device buffer this
@@ -1685,7 +1686,7 @@ bool runStep(Context &ctx, const Tensor *in, Tensor *out, StepFn body) {
         g.seen = 2;
       }
     }
-    if (g.broken || ctx.warmup || (!g.captured && g.seen < 2)) {
+    if (g.broken || (!g.captured && g.seen < 2)) {
       ok = runEager(ctx, d, in, out, body);
       if (ok) {
         g.eagerAllocs = d.stepAllocs;

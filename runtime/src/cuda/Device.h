@@ -31,7 +31,6 @@ enum class Mode { eager, capture, replay };
 /// Column tiles a split-K GEMV may have (its per-tile counters).
 constexpr int kGemvCounters = 1 << 16;
 
-/// A grow-only device allocation.
 /// SPARSEC_CUDA_PROFILE: adds the host time of its scope to `us` and
 /// counts one call in `calls` when `on`.
 class ProfileTimer {
@@ -56,6 +55,7 @@ private:
   std::chrono::steady_clock::time_point start_;
 };
 
+/// A grow-only device allocation.
 struct DeviceBuffer {
   void *ptr = nullptr;
   size_t bytes = 0;
