@@ -341,12 +341,90 @@ __device__ __forceinline__ void mbarWait(uint64_t *bar, uint32_t parity) {
                "r"(parity)
                : "memory");
 }
+/// Whether the phase of `parity` has completed (does not wait).
+__device__ __forceinline__ bool mbarTest(uint64_t *bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n"
+               ".reg .pred p;\n"
+               "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+               "selp.u32 %0, 1, 0, p;\n"
+               "}\n"
+               : "=r"(done)
+               : "r"(smemAddr(bar)), "r"(parity)
+               : "memory");
+  return done != 0;
+}
 __device__ __forceinline__ void bulkCopy(void *dst, const void *src, uint32_t bytes,
                                          uint64_t *bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
                "bytes [%0], [%1], %2, [%3];" ::"r"(smemAddr(dst)),
                "l"(src), "r"(bytes), "r"(smemAddr(bar))
                : "memory");
+}
+
+/// 16-byte asynchronous copies into shared memory (cp.async.cg), zero-filled
+/// past `bytes`, and their groups.
+__device__ __forceinline__ void cpAsync16(void *dst, const void *src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr(dst)),
+               "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/// Thread-block clusters: the whole cluster's barrier, this block's rank and
+/// the cluster's size, an arrive on the mbarrier at the same offset in block
+/// `cta`'s shared memory, and a bulk copy written into the shared memory of
+/// every block in `mask` (each completing its bytes on its own mbarrier at
+/// `bar`'s offset).
+__device__ __forceinline__ void clusterSync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+__device__ __forceinline__ unsigned clusterRank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned clusterSize() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void mbarArriveCluster(uint64_t *bar, unsigned cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote)
+               : "r"(smemAddr(bar)), "r"(cta));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
+               : "memory");
+}
+__device__ __forceinline__ void bulkCopyMulticast(void *dst, const void *src,
+                                                  uint32_t bytes, uint64_t *bar,
+                                                  uint16_t mask) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+               "bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(smemAddr(dst)),
+               "l"(src), "r"(bytes), "r"(smemAddr(bar)), "h"(mask)
+               : "memory");
+}
+
+/// Tensor cores: four 8 x 8 fp16 tiles from shared memory, transposed (lane
+/// 8 i + j gives the address of row j of tile i), and one m16n8k16 product,
+/// fp16 in, fp32 accumulate.
+__device__ __forceinline__ void ldmatrixX4T(unsigned (&r)[4], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smemAddr(p)));
+}
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4],
+                                         unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /// Deterministic values in [-scale, scale) from each element's index and

@@ -107,16 +107,6 @@ __global__ void __launch_bounds__(kRowThreads)
 /// (Mode 2) one bulk copy (cp.async.bulk, the TMA unit) of 256 bytes a row
 /// completing on a stage's mbarrier. A word of each landed chunk is summed.
 constexpr int kCopyRows = 32, kCopyStride = 272; // bytes a staged row (the matmul's)
-__device__ __forceinline__ void cpAsync16(void *dst, const void *src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr(dst)),
-               "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 template <int Mode>
 __global__ void __launch_bounds__(kRowThreads)
     rowsCopyKernel(const __half *__restrict__ w, int64_t n,
@@ -200,24 +190,6 @@ struct McPlanView {
   const int32_t *recvFirst; // per (chunk, rank)
   const int32_t *recvSlot;
 };
-__device__ __forceinline__ void clusterSync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n"
-               "barrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
-}
-__device__ __forceinline__ unsigned clusterRank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void bulkCopyMulticast(void *dst, const void *src,
-                                                  uint32_t bytes, uint64_t *bar,
-                                                  uint16_t mask) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
-               "bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(smemAddr(dst)),
-               "l"(src), "r"(bytes), "r"(smemAddr(bar)), "h"(mask)
-               : "memory");
-}
 template <int Cols>
 __global__ void __launch_bounds__(kRowThreads)
     rowsMulticastKernel(const __half *__restrict__ w, int64_t n, McPlanView plan, int G,
