@@ -29,7 +29,13 @@
 //     windows not resident yet read a zero row, and the chunk is multiplied
 //     again once they are (only at high sparsity, where a chunk spans more
 //     than the ring);
-//   - the first lane of warp 0 issues the copies as it polls.
+//   - the first lane of warp 0 issues the copies as it polls; or (the
+//     cp.async variants, no clusters) every thread copies its share of each
+//     window, 16 bytes at a time, its completion arriving on the window's
+//     barrier (cp.async.mbarrier.arrive.noinc).
+//
+// "W ring alone" runs the same kernel with every window waited for and
+// released and nothing computed: what the ring delivers into each SM.
 //
 // At M = 4096, 16 warps a block and C = 8, W then leaves the L2 once in
 // all and the gathered x once a column slice (64 slices: 215 MB at 90 %);
@@ -73,11 +79,11 @@ template <int Warps, int KW, int S, int Slots> struct Config {
 
 /// Block (g, slice) of a cluster of C along g: token blocks g * Warps ..,
 /// output columns slice * 64 ... See the header.
-template <int Warps, int KW, int S, int Slots, int Ahead>
+template <int Warps, int KW, int S, int Slots, int Ahead, bool Async>
 __global__ void __launch_bounds__(32 * Warps, 1)
     streamKernel(const __half *__restrict__ wp, const int32_t *__restrict__ idx,
                  const int32_t *__restrict__ count, const __half *__restrict__ xg, int cap,
-                 int K, int N, __half *__restrict__ y) {
+                 int K, int N, __half *__restrict__ y, int ringOnly) {
   static_assert(Ahead < Slots, "a slot is refilled after its chunk is read");
   using Cfg = Config<Warps, KW, S, Slots>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -91,8 +97,10 @@ __global__ void __launch_bounds__(32 * Warps, 1)
   const int windows = K / KW, slice = int(blockIdx.y);
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
-      mbarInit(&full[s], 1);
-      mbarInit(&empty[s], int(C) * Warps);
+      // Async: every thread's copies arrive on `full`; each warp arrives
+      // on `empty` of its own block.
+      mbarInit(&full[s], Async ? 32 * Warps : 1);
+      mbarInit(&empty[s], Async ? Warps : int(C) * Warps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -112,7 +120,7 @@ __global__ void __launch_bounds__(32 * Warps, 1)
   auto poll = [&] {
     if (warp != 0 || lane != 0)
       return;
-    for (; issued < windows; ++issued) {
+    for (; !Async && issued < windows; ++issued) {
       const int s = issued % S;
       if (issued >= S && !mbarTest(&empty[s], uint32_t((issued / S - 1) & 1)))
         return;
@@ -132,7 +140,9 @@ __global__ void __launch_bounds__(32 * Warps, 1)
     const int32_t *bidx = idx + size_t(b) * cap;
     const __half *bxg = xg + size_t(b) * cap * kT;
     unsigned char *mine = slots + size_t(warp) * Slots * kSlotBytes;
-    const int chunks = (cnt + kChunk - 1) / kChunk;
+    // ringOnly: the windows are waited for and released and nothing else
+    // (what the ring delivers on its own).
+    const int chunks = ringOnly ? 0 : (cnt + kChunk - 1) / kChunk;
     auto stage = [&](int c) {
       if (c < chunks) {
         unsigned char *slot = mine + (c % Slots) * kSlotBytes;
@@ -150,10 +160,51 @@ __global__ void __launch_bounds__(32 * Warps, 1)
       cpAsyncCommit();
     };
     int released = 0, waited = 0; // windows below these: released / waited for
+    // Async: each warp copies its share of every window (512 bytes a lane
+    // a window of 256 rows at 16 warps, 16 bytes at a time) with cp.async,
+    // whose completion arrives on the window's `full` barrier; it copies
+    // its share of window w once the whole block is done with w - S (and
+    // before it waits for w itself).
+    int mine0 = 0; // windows below this: this warp's share copied
+    // Copies this thread's share of the windows up to `need` (waiting until
+    // the block is done with the window S before each) and of those after
+    // it, up to need + S - 1, as long as their stages are free already.
+    auto copyShare = [&](int need) {
+      constexpr int kPieces = KW * kRowBytes / 16 / (32 * Warps);
+      static_assert(!Async || KW * kRowBytes % (16 * 32 * Warps) == 0, "whole pieces");
+      for (; mine0 < windows && mine0 < need + S; ++mine0) {
+        const int s = mine0 % S;
+        const uint32_t parity = uint32_t((mine0 / S - 1) & 1);
+        if (mine0 >= S) {
+          if (mine0 <= need)
+            mbarWait(&empty[s], parity);
+          else if (!mbarTest(&empty[s], parity))
+            break;
+        }
+        unsigned char *dst = ring + size_t(s) * KW * kRowBytes;
+        const unsigned char *from = src + size_t(mine0) * KW * kRowBytes;
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) {
+          const int off = (i * 32 * Warps + int(threadIdx.x)) * 16;
+          cpAsync16(dst + off, from + off, 16);
+        }
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                         smemAddr(&full[s]))
+                     : "memory");
+      }
+    };
     auto waitTo = [&](int last) {
-      for (; waited <= last; ++waited)
-        while (!mbarTest(&full[waited % S], uint32_t((waited / S) & 1)))
-          poll();
+      for (; waited <= last; ++waited) {
+        if (Async)
+          copyShare(waited);
+        // The issuing lane polls; the others wait with try_wait, which
+        // suspends the thread for a while instead of spinning.
+        if (!Async && warp == 0 && lane == 0)
+          while (!mbarTest(&full[waited % S], uint32_t((waited / S) & 1)))
+            poll();
+        else
+          mbarWait(&full[waited % S], uint32_t((waited / S) & 1));
+      }
     };
     // A window is released only in the phase it was filled in (so after it
     // is waited for), and one at a time: waiting for a window S or more past
@@ -162,8 +213,12 @@ __global__ void __launch_bounds__(32 * Warps, 1)
       for (h = min(h, windows); released < h; ++released) {
         waitTo(released);
         __syncwarp();
-        if (lane < int(C))
+        if (Async) {
+          if (lane == 0)
+            mbarArrive(&empty[released % S]);
+        } else if (lane < int(C)) {
           mbarArriveCluster(&empty[released % S], unsigned(lane));
+        }
       }
     };
     float acc[4][4][4];
@@ -181,6 +236,8 @@ __global__ void __launch_bounds__(32 * Warps, 1)
       stage(c);
     for (int c = 0; c < chunks; ++c) {
       poll();
+      if (Async) // windows already waited for: nothing to wait for here
+        copyShare(waited - 1);
       stage(c + Ahead);
       cpAsyncWait<Ahead>();
       __syncwarp();
@@ -266,8 +323,9 @@ std::vector<__half> packW(const std::vector<__half> &w, int64_t K, int64_t N, in
 struct Variant {
   const char *name;
   int warps, kw, stages;
+  bool async; // W copied by every thread with cp.async: no clusters
   void (*kernel)(const __half *, const int32_t *, const int32_t *, const __half *, int, int,
-                 int, __half *);
+                 int, __half *, int);
   size_t smem;
 };
 
@@ -287,10 +345,14 @@ int main(int argc, char **argv) {
   if (!percentages(sparsities))
     return 1;
   const Variant variants[] = {
-      {"256-row windows, 4 stages, x 2 chunks ahead", 16, 256, 4,
-       streamKernel<16, 256, 4, 4, 2>, Config<16, 256, 4, 4>::smem},
-      {"128-row windows, 4 stages, x 4 chunks ahead", 16, 128, 4,
-       streamKernel<16, 128, 4, 6, 4>, Config<16, 128, 4, 6>::smem},
+      {"bulk copies, 256-row windows, 4 stages, x 2 chunks ahead", 16, 256, 4, false,
+       streamKernel<16, 256, 4, 4, 2, false>, Config<16, 256, 4, 4>::smem},
+      {"cp.async, 256-row windows, 4 stages, x 2 chunks ahead", 16, 256, 4, true,
+       streamKernel<16, 256, 4, 4, 2, true>, Config<16, 256, 4, 4>::smem},
+      {"cp.async, 128-row windows, 4 stages, x 4 chunks ahead", 16, 128, 4, true,
+       streamKernel<16, 128, 4, 6, 4, true>, Config<16, 128, 4, 6>::smem},
+      {"cp.async, 128-row windows, 8 stages, x 2 chunks ahead", 16, 128, 8, true,
+       streamKernel<16, 128, 8, 4, 2, true>, Config<16, 128, 8, 4>::smem},
   };
   if (M < 1 || K < 256 || N < kCols || N % kCols || K % 256 || M % (kT * 16)) {
     std::fprintf(stderr, "error: need N a multiple of %d, K of 256 and M of %d\n", kCols,
@@ -327,8 +389,8 @@ int main(int argc, char **argv) {
               "blocks x 64 columns, clusters of C blocks sharing W's windows\n\n",
               (long long)M, (long long)K, (long long)N);
   std::printf("| sparsity | cuBLAS dense | PIT total (runtime) | vs cuBLAS | sread sorted "
-              "| variant | C | streamed matmul | streamed total | vs cuBLAS | err |\n");
-  std::printf("|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
+              "| variant | C | streamed matmul | streamed total | vs cuBLAS | W ring alone | its GB/s an SM | err |\n");
+  std::printf("|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   bool ok = true;
   for (double sparsity : sparsities) {
     std::vector<uint8_t> active;
@@ -360,6 +422,8 @@ int main(int argc, char **argv) {
       for (double cd : clusters) {
         const int C = int(cd);
         const int64_t groups = blocks / v.warps;
+        if (v.async && C != 1)
+          continue;
         if (C < 1 || C > 16 || groups % C || v.kw % C) {
           std::printf("| %.0f %% | | | | | %s | %d | n/a: C must divide %lld groups |\n",
                       sparsity, v.name, C, (long long)groups);
@@ -377,9 +441,9 @@ int main(int argc, char **argv) {
         attr[0].val.clusterDim.z = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        auto launch = [&] {
+        auto launch = [&](int ringOnly = 0) {
           return cudaLaunchKernelEx(&cfg, v.kernel, dWp[vi], ws.idx, ws.count, ws.xg, cap,
-                                    int(K), int(N), dY);
+                                    int(K), int(N), dY, ringOnly);
         };
         if (sparsity == sparsities.front()) {
           int most = 0;
@@ -402,15 +466,20 @@ int main(int argc, char **argv) {
         const double err = check();
         ok &= err < 5e-3;
         const double mmUs = timeUs([&] { CHECK_CUDA(launch()); }, g, 20);
+        const double ringUs = timeUs([&] { CHECK_CUDA(launch(1)); }, g, 20);
         const double totalUs = timeUs([&] {
           pitSRead(dX, M, K, kT, true, ws, stream);
           CHECK_CUDA(launch());
         }, g, 20);
-        std::printf("| %.0f %% | %s | %s | %s | %s | %s | %d | %s | %s | %s | %.1e |\n",
+        // Each block takes in its slice of W: K x 64 columns x 2 bytes.
+        const double perSm = double(groups) * double(N / kCols) * double(K) * kRowBytes /
+                             prop.multiProcessorCount / (ringUs * 1e3);
+        std::printf("| %.0f %% | %s | %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %.1e |\n",
                     sparsity, cell(denseUs).c_str(), cell(pitUs).c_str(),
                     cell(denseUs / pitUs, "%.2fx").c_str(), cell(sreadUs).c_str(), v.name,
                     C, cell(mmUs).c_str(), cell(totalUs).c_str(),
-                    cell(denseUs / totalUs, "%.2fx").c_str(), err);
+                    cell(denseUs / totalUs, "%.2fx").c_str(), cell(ringUs).c_str(),
+                    cell(perSm, "%.1f").c_str(), err);
         std::fflush(stdout);
       }
     }
