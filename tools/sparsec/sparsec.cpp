@@ -532,6 +532,11 @@ int runCompile(MLIRContext &context) {
                "tensor-core code\n";
     return 1;
   }
+  if (!(minZeroFraction >= 0.0 && minZeroFraction <= 1.0)) {
+    error() << "--min-zero-fraction must be between 0 and 1, got "
+            << llvm::format("%g", minZeroFraction.getValue()) << "\n";
+    return 1;
+  }
   if (target == "hybrid" && gpuBudget.empty()) {
     error() << "--target hybrid needs --gpu-budget <bytes> (and --profile): "
                "the budget decides which neurons live on the GPU\n";
@@ -892,7 +897,7 @@ LogicalResult prepareCalibration(func::FuncOp func, llvm::StringRef workDir,
       return failure();
     }
     llvm::StringRef text = (*buffer)->getBuffer();
-    int64_t len = std::max(1, seqLen.getValue());
+    int64_t len = seqLen;
     tokensPerRun = len;
     for (int64_t off = 0; off + len <= static_cast<int64_t>(text.size()) &&
                           runs < maxChunks;
@@ -993,6 +998,17 @@ int runProfile(MLIRContext &context) {
             << "' (expected f32 or f16)\n";
     return 1;
   }
+  if (seqLen < 1 || maxChunks < 1 || threads < 0 || numSamples < 0) {
+    error() << (seqLen < 1     ? "--seq-len must be at least 1, got " + std::to_string(seqLen)
+                : maxChunks < 1 ? "--max-chunks must be at least 1, got " +
+                                      std::to_string(maxChunks)
+                : threads < 0   ? "--threads must be 0 (all cores) or more, got " +
+                                    std::to_string(threads)
+                                : "--samples must be 0 (none) or more, got " +
+                                      std::to_string(numSamples))
+            << "\n";
+    return 1;
+  }
   std::unique_ptr<sparsec::WeightStore> store;
   OwningOpRef<ModuleOp> module =
       importAndRaise(context, sparsec::Phase::Raise, store);
@@ -1044,6 +1060,8 @@ int runProfile(MLIRContext &context) {
         numSamples > 0 && tokens > 0 ? std::max<int64_t>(1, tokens / numSamples)
                                      : 1);
     args.append({"--samples", samplesArg, "--sample-every", everyArg});
+    if (quiet)
+      args.push_back("--quiet");
     std::string err;
     int rc = llvm::sys::ExecuteAndWait(binary, args, std::nullopt, {}, 0, 0, &err);
     if (rc != 0) {

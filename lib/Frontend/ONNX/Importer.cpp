@@ -555,8 +555,8 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
   if (opset < kMinOpset || opset > kMaxOpset) {
     emitError(fileLoc) << "ONNX opset " << opset
                        << " is not supported (supported: " << kMinOpset << "-"
-                       << kMaxOpset << "); re-export the model with opset "
-                       << kMinOpset << " or newer";
+                       << kMaxOpset << "); re-export the model with an opset "
+                       << "from " << kMinOpset << " to " << kMaxOpset;
     return nullptr;
   }
   onnx::GraphProto &graph = *model.mutable_graph();

@@ -33,6 +33,7 @@ struct Options {
   bool help = false;
   std::string inputList; // profile
   std::string profileOut; // profile
+  bool quiet = false;       // profile: no progress lines
   int64_t samples = 0;     // profile: (input, mask) pairs kept per site
   int64_t sampleEvery = 1; // profile: sample every N-th token
   std::string text;        // eval

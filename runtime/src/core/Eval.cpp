@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Cli.h"
+#include "sparsec/rt/Profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -40,11 +41,9 @@ int commandEval(const Options &opts, const ModelDesc &desc, const char *argv0) {
     if (i >= 0 && (desc.inputs[i].dtype != DType::i64 || desc.inputs[i].rank != 2))
       return reportError(std::string("eval expects int64 [batch, seq] for '") +
                          desc.inputs[i].name + "'");
-  std::ifstream in(opts.text, std::ios::binary);
-  if (!in)
-    return reportError("cannot read text file '" + opts.text + "'");
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
+  std::string text, readError;
+  if (!readFileBytes(opts.text, text, readError, "text file"))
+    return reportError(readError);
   const int64_t len = opts.seqLen;
   int64_t chunks = int64_t(text.size()) / len;
   if (opts.maxChunks > 0)
@@ -54,10 +53,9 @@ int commandEval(const Options &opts, const ModelDesc &desc, const char *argv0) {
                        std::to_string(len) + "-byte chunk");
   std::vector<int32_t> reference;
   if (!opts.compareTop1.empty()) {
-    std::ifstream ref(opts.compareTop1, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(ref)),
-                      std::istreambuf_iterator<char>());
-    if (!ref || bytes.size() != size_t(chunks * len) * sizeof(int32_t))
+    std::string bytes;
+    if (!readFileBytes(opts.compareTop1, bytes, readError) ||
+        bytes.size() != size_t(chunks * len) * sizeof(int32_t))
       return reportError("'" + opts.compareTop1 + "' does not hold the top-1 "
                          "predictions of " + std::to_string(chunks) +
                          " chunks of " + std::to_string(len) +

@@ -183,13 +183,35 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         return reportError("token id " + std::to_string(t) +
                            " is outside the vocabulary of " +
                            std::to_string(staticVocab));
+  // The longest sequence this binary was compiled for (--max-dims): the
+  // attention mask spans the whole sequence where there is one.
+  const IODesc &ids = desc.inputs[idsInput];
+  const int64_t compiledMax =
+      maskInput >= 0 && desc.inputs[maskInput].maxDims[1] > 0
+          ? desc.inputs[maskInput].maxDims[1]
+          : ids.maxDims[1];
+  if (ids.dims[1] >= 0)
+    return reportError(std::string("generate runs the prompt, then one token a "
+                                   "step, so the sequence dimension of '") +
+                       ids.name + "' must be dynamic; this binary was compiled "
+                       "with it fixed at " + std::to_string(ids.dims[1]) +
+                       " (--dims): compile it with --max-dims instead");
   int64_t maxSeqLen = opts.maxSeqLen;
-  if (maxSeqLen == 0) {
-    maxSeqLen = 4096;
-    const IODesc &ids = desc.inputs[idsInput];
-    if (ids.maxDims[1] > 0)
-      maxSeqLen = ids.maxDims[1];
-  }
+  if (maxSeqLen == 0)
+    maxSeqLen = compiledMax > 0 ? compiledMax : 4096;
+  else if (compiledMax > 0 && maxSeqLen > compiledMax)
+    return reportError("--max-seq-len " + std::to_string(maxSeqLen) +
+                       " exceeds the " + std::to_string(compiledMax) +
+                       " positions this binary was compiled for (its --max-dims)");
+  if (ids.maxDims[1] > 0 && int64_t(tokens.size()) > ids.maxDims[1])
+    return reportError("the prompt has " + std::to_string(tokens.size()) +
+                       " tokens, more than the " + std::to_string(ids.maxDims[1]) +
+                       " this binary takes in one run (its --max-dims)");
+  if (ids.maxDims[0] > 0 && batch > ids.maxDims[0])
+    return reportError("--prompt-ids has " + std::to_string(batch) +
+                       " rows, more than the batch of " +
+                       std::to_string(ids.maxDims[0]) +
+                       " this binary was compiled for (its --max-dims)");
   if (int64_t(tokens.size()) > maxSeqLen)
     return reportError("the prompt has " + std::to_string(tokens.size()) +
                        " tokens, more than --max-seq-len " +
@@ -639,8 +661,18 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         for (CacheSlot &slot : cache) {
           // The host cache grows in place up to --max-seq-len (reserved on
           // first use: a device backend keeps the cache on the device).
-          if (slot.data.capacity() == 0)
-            slot.data.reserve(size_t(batch * slot.heads * maxSeqLen * slot.headDim));
+          if (slot.data.capacity() == 0) {
+            const size_t n = size_t(batch * slot.heads * maxSeqLen * slot.headDim);
+            try {
+              slot.data.reserve(n);
+            } catch (const std::exception &) {
+              return reportError("cannot reserve the KV cache for --max-seq-len " +
+                                 std::to_string(maxSeqLen) + ": " +
+                                 std::to_string(n * sizeof(float)) + " bytes for '" +
+                                 desc.outputs[slot.output].name +
+                                 "' alone; lower --max-seq-len");
+            }
+          }
           const Tensor &present = outputs[size_t(slot.output)];
           const float *p = present.as<float>();
           slot.data.assign(p, p + present.numel());

@@ -115,6 +115,30 @@ bool Session::open(const ModelDesc &desc, const char *argv0, int threads,
 /// Runs the model once; returns false with the model's error.
 bool runOnce(const ModelDesc &desc, Context &ctx, const Tensor *inputs,
              std::vector<Tensor> &outputs, std::string &error) {
+  // Whatever built the inputs (a file, generate's steps), they must be what
+  // the binary was compiled for: element type, rank, fixed sizes, and the
+  // dynamic ones within their maximum.
+  for (int i = 0; i < desc.numInputs; ++i) {
+    const IODesc &io = desc.inputs[i];
+    const Tensor &t = inputs[i];
+    bool ok = t.dtype == io.dtype && t.rank == io.rank;
+    for (int d = 0; ok && d < io.rank; ++d)
+      ok = io.dims[d] >= 0 ? t.shape[d] == io.dims[d]
+                           : io.maxDims[d] <= 0 || t.shape[d] <= io.maxDims[d];
+    if (!ok) {
+      std::string want = std::string(dtypeName(io.dtype)) + "[";
+      for (int d = 0; d < io.rank; ++d) {
+        want += d ? ", " : "";
+        const char *dn = io.dimNames[d] && *io.dimNames[d] ? io.dimNames[d] : "?";
+        want += io.dims[d] >= 0   ? std::to_string(io.dims[d])
+                : io.maxDims[d] > 0 ? std::string(dn) + " <= " + std::to_string(io.maxDims[d])
+                                    : std::string(dn);
+      }
+      error = std::string("input '") + io.name + "' is " + t.describe() +
+              "; this binary was compiled for " + want + "]";
+      return false;
+    }
+  }
   ctx.error.clear();
   bool ok = desc.run(ctx, inputs, outputs.data());
   if (ok && ctx.ok())
@@ -218,7 +242,7 @@ void printUsage(FILE *out, const char *prog, const ModelDesc &desc) {
       "commands:\n"
       "  run    run the model once and write DIR/<output>.npy per output\n"
       "  bench  time the model; inputs not given are synthesized, dynamic\n"
-      "         dims at their maximum unless set with --dim\n"
+      "         dims at their maximum (1 where unbounded) unless set with --dim\n"
       "  info   describe the inputs, outputs and weights\n"
       "  eval   byte-level LMs: loss (nats/byte) over a text file cut into\n"
       "         --seq-len chunks (default 128); --save-top1 writes each\n"
@@ -313,6 +337,8 @@ bool parseOptions(int argc, char **argv, Options &opts, std::string &error) {
     } else if (name == "--samples" && isProfile) {
       if (!takeValue() || !positive(opts.samples, 0, int64_t(1) << 24))
         return false;
+    } else if (name == "--quiet" && isProfile) {
+      opts.quiet = true;
     } else if (name == "--sample-every" && isProfile) {
       if (!takeValue() || !positive(opts.sampleEvery, 1, int64_t(1) << 40))
         return false;
@@ -884,11 +910,11 @@ int commandProfile(const Options &opts, const ModelDesc &desc,
         !runOnce(desc, ctx, inputs.tensors(), outputs, error))
       return reportError(opts.inputList + ":" + std::to_string(i + 1) + ": " +
                          error);
-    if (tty || i + 1 == lines.size() || (i + 1) % 16 == 0)
+    if (!opts.quiet && (tty || i + 1 == lines.size() || (i + 1) % 16 == 0))
       std::fprintf(stderr, "%s[profile] %zu/%zu runs%s", tty ? "\r" : "",
                    i + 1, lines.size(), tty ? "" : "\n");
   }
-  if (tty)
+  if (tty && !opts.quiet)
     std::fprintf(stderr, "\n");
   Profile profile;
   profile.modelHash = desc.modelHash;

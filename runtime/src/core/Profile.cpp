@@ -16,6 +16,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <sys/stat.h>
+
 namespace sparsec::rt {
 
 namespace {
@@ -326,14 +328,43 @@ bool writeProfile(const std::string &path, const Profile &profile,
   return true;
 }
 
-bool readProfile(const std::string &path, Profile &out, std::string &error) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    error = "cannot open profile '" + path + "': " + std::strerror(errno);
+bool readFileBytes(const std::string &path, std::string &data, std::string &error,
+                   const std::string &what) {
+  const std::string named = what + " '" + path + "'";
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    error = "cannot open " + named + ": " + std::strerror(errno);
     return false;
   }
-  std::string data((std::istreambuf_iterator<char>(f)),
-                   std::istreambuf_iterator<char>());
+  if (!S_ISREG(st.st_mode)) {
+    error = "cannot read " + named + ": " +
+            (S_ISDIR(st.st_mode) ? std::strerror(EISDIR) : "not a regular file");
+    return false;
+  }
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    error = "cannot open " + named + ": " + std::strerror(errno);
+    return false;
+  }
+  data.clear();
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0)
+    data.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  std::fclose(f);
+  if (failed) {
+    error = "cannot read " + named + ": " + std::strerror(err);
+    return false;
+  }
+  return true;
+}
+
+bool readProfile(const std::string &path, Profile &out, std::string &error) {
+  std::string data;
+  if (!readFileBytes(path, data, error, "profile"))
+    return false;
   auto bad = [&](const std::string &what) {
     error = "'" + path + "' is not a valid sparsec profile: " + what;
     return false;

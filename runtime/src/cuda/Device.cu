@@ -334,7 +334,7 @@ Device *device(Context &ctx) {
     cudaGetLastError();
     ctx.fail(std::string("no usable CUDA device (") +
              (e != cudaSuccess ? cudaGetErrorString(e) : "none found") +
-             "): this model was compiled with --target cuda");
+             "): this model was compiled for a GPU (--target cuda or hybrid)");
     return nullptr;
   }
   auto d = std::make_unique<Device>();

@@ -97,6 +97,12 @@ struct Profile {
   const ProfileSite *find(const std::string &name) const;
 };
 
+/// Reads the whole regular file at `path` into `data`; on failure (missing,
+/// a directory or other non-regular file, a read error) returns false with
+/// a message naming the file (as `what` 'path') and the cause. Never throws.
+bool readFileBytes(const std::string &path, std::string &data, std::string &error,
+                   const std::string &what = "file");
+
 /// Reads a .sprof file; on failure returns false with a message naming the
 /// file and the problem (never crashes on malformed input).
 bool readProfile(const std::string &path, Profile &out, std::string &error);
