@@ -504,6 +504,14 @@ inline double readBandwidth(const cudaDeviceProp &prop) {
 }
 #endif
 
+/// fp16 values as float (to compare results with relErr).
+inline std::vector<float> toFloats(const std::vector<__half> &h) {
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i)
+    f[i] = __half2float(h[i]);
+  return f;
+}
+
 inline double relErr(const std::vector<float> &got, const std::vector<float> &ref) {
   double maxRef = 0, maxDiff = 0;
   for (size_t i = 0; i < ref.size(); ++i) {

@@ -60,13 +60,6 @@ std::string ratio(double a, double b) {
   return a < 0 || b < 0 ? "n/a" : cell(a / b, "%.2fx");
 }
 
-std::vector<float> toFloats(const std::vector<__half> &h) {
-  std::vector<float> f(h.size());
-  for (size_t i = 0; i < h.size(); ++i)
-    f[i] = __half2float(h[i]);
-  return f;
-}
-
 /// cusparseSpMM over an already created sparse descriptor; -1 when
 /// cuSPARSE rejects the combination.
 double timeSpMM(cusparseHandle_t sp, cusparseSpMatDescr_t a, __half *w,

@@ -322,7 +322,7 @@ std::vector<__half> packW(const std::vector<__half> &w, int64_t K, int64_t N, in
 
 struct Variant {
   const char *name;
-  int warps, kw, stages;
+  int warps, kw;
   bool async; // W copied by every thread with cp.async: no clusters
   void (*kernel)(const __half *, const int32_t *, const int32_t *, const __half *, int, int,
                  int, __half *, int);
@@ -345,13 +345,13 @@ int main(int argc, char **argv) {
   if (!percentages(sparsities))
     return 1;
   const Variant variants[] = {
-      {"bulk copies, 256-row windows, 4 stages, x 2 chunks ahead", 16, 256, 4, false,
+      {"bulk copies, 256-row windows, 4 stages, x 2 chunks ahead", 16, 256, false,
        streamKernel<16, 256, 4, 4, 2, false>, Config<16, 256, 4, 4>::smem},
-      {"cp.async, 256-row windows, 4 stages, x 2 chunks ahead", 16, 256, 4, true,
+      {"cp.async, 256-row windows, 4 stages, x 2 chunks ahead", 16, 256, true,
        streamKernel<16, 256, 4, 4, 2, true>, Config<16, 256, 4, 4>::smem},
-      {"cp.async, 128-row windows, 4 stages, x 4 chunks ahead", 16, 128, 4, true,
+      {"cp.async, 128-row windows, 4 stages, x 4 chunks ahead", 16, 128, true,
        streamKernel<16, 128, 4, 6, 4, true>, Config<16, 128, 4, 6>::smem},
-      {"cp.async, 128-row windows, 8 stages, x 2 chunks ahead", 16, 128, 8, true,
+      {"cp.async, 128-row windows, 8 stages, x 2 chunks ahead", 16, 128, true,
        streamKernel<16, 128, 8, 4, 2, true>, Config<16, 128, 8, 4>::smem},
   };
   if (M < 1 || K < 256 || N < kCols || N % kCols || K % 256 || M % (kT * 16)) {
@@ -398,17 +398,8 @@ int main(int argc, char **argv) {
     auto dense = [&] { denseGemm(blas, M, N, K, dW, dX, dYRef); };
     const double denseUs = timeUs(dense, g, 10);
     dense();
-    const std::vector<__half> refH = download(dYRef, size_t(M * N));
-    std::vector<float> ref(refH.size());
-    for (size_t i = 0; i < refH.size(); ++i)
-      ref[i] = __half2float(refH[i]);
-    auto check = [&] {
-      const std::vector<__half> outH = download(dY, size_t(M * N));
-      std::vector<float> out(outH.size());
-      for (size_t i = 0; i < outH.size(); ++i)
-        out[i] = __half2float(outH[i]);
-      return relErr(out, ref);
-    };
+    const std::vector<float> ref = toFloats(download(dYRef, size_t(M * N)));
+    auto check = [&] { return relErr(toFloats(download(dY, size_t(M * N))), ref); };
     const double pitUs = timeUs([&] {
       pitSRead(dX, M, K, kT, false, ws, stream);
       pitMatmul(ws, M, K, dW, N, kT, nullptr, ops::Activation::none, nullptr, dY, stream);

@@ -64,7 +64,9 @@ struct Session {
             std::string &error);
 };
 
-/// Runs the model once; returns false with the model's error.
+/// Runs the model once, after checking each input against the compiled
+/// element type, rank, fixed sizes and maxima; returns false with the
+/// error.
 bool runOnce(const ModelDesc &desc, Context &ctx, const Tensor *inputs,
              std::vector<Tensor> &outputs, std::string &error);
 

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <unistd.h>
 
 namespace sparsec::rt::cli {

@@ -112,33 +112,70 @@ bool Session::open(const ModelDesc &desc, const char *argv0, int threads,
   return true;
 }
 
-/// Runs the model once; returns false with the model's error.
-bool runOnce(const ModelDesc &desc, Context &ctx, const Tensor *inputs,
-             std::vector<Tensor> &outputs, std::string &error) {
-  // Whatever built the inputs (a file, generate's steps), they must be what
-  // the binary was compiled for: element type, rank, fixed sizes, and the
-  // dynamic ones within their maximum.
-  for (int i = 0; i < desc.numInputs; ++i) {
-    const IODesc &io = desc.inputs[i];
-    const Tensor &t = inputs[i];
-    bool ok = t.dtype == io.dtype && t.rank == io.rank;
-    for (int d = 0; ok && d < io.rank; ++d)
-      ok = io.dims[d] >= 0 ? t.shape[d] == io.dims[d]
-                           : io.maxDims[d] <= 0 || t.shape[d] <= io.maxDims[d];
-    if (!ok) {
-      std::string want = std::string(dtypeName(io.dtype)) + "[";
-      for (int d = 0; d < io.rank; ++d) {
-        want += d ? ", " : "";
-        const char *dn = io.dimNames[d] && *io.dimNames[d] ? io.dimNames[d] : "?";
-        want += io.dims[d] >= 0   ? std::to_string(io.dims[d])
-                : io.maxDims[d] > 0 ? std::string(dn) + " <= " + std::to_string(io.maxDims[d])
-                                    : std::string(dn);
+static const char *dimName(const IODesc &io, int i) {
+  const char *name = io.dimNames[i];
+  return name && *name ? name : nullptr;
+}
+
+/// "float32[1, seq, 256]".
+static std::string describeIO(const IODesc &io) {
+  std::string s = dtypeName(io.dtype);
+  s += '[';
+  for (int i = 0; i < io.rank; ++i) {
+    if (i)
+      s += ", ";
+    if (io.dims[i] >= 0)
+      s += std::to_string(io.dims[i]);
+    else
+      s += dimName(io, i) ? dimName(io, i) : "?";
+  }
+  return s + ']';
+}
+
+/// Whether `t` is what the binary was compiled for as input `io`: its
+/// element type, rank, fixed sizes, and the dynamic ones within their
+/// maximum; if not, `error` says which and how.
+static bool checkInputShape(const IODesc &io, const Tensor &t, std::string &error) {
+  const std::string prefix = std::string("input '") + io.name + "'";
+  if (t.dtype != io.dtype) {
+    error = prefix + ": expected " + dtypeName(io.dtype) + ", got " +
+            dtypeName(t.dtype);
+    return false;
+  }
+  if (t.rank != io.rank) {
+    error = prefix + ": expected rank " + std::to_string(io.rank) + " (" +
+            describeIO(io) + "), got rank " + std::to_string(t.rank) + " (" +
+            t.describe() + ")";
+    return false;
+  }
+  for (int d = 0; d < io.rank; ++d) {
+    const int64_t v = t.shape[d];
+    std::string where = prefix + " dim " + std::to_string(d);
+    if (io.dims[d] >= 0) {
+      if (v != io.dims[d]) {
+        error = where + ": expected " + std::to_string(io.dims[d]) + ", got " +
+                std::to_string(v) + " (expected " + describeIO(io) + ", got " +
+                t.describe() + ")";
+        return false;
       }
-      error = std::string("input '") + io.name + "' is " + t.describe() +
-              "; this binary was compiled for " + want + "]";
+    } else if (io.maxDims[d] > 0 && v > io.maxDims[d]) {
+      if (const char *dn = dimName(io, d))
+        where += std::string(" (") + dn + ")";
+      error = where + " = " + std::to_string(v) + " exceeds the maximum " +
+              std::to_string(io.maxDims[d]) + " this binary was compiled for";
       return false;
     }
   }
+  return true;
+}
+
+/// Runs the model once; returns false with the model's error. Whatever
+/// built the inputs (a file, generate's steps), they are checked first.
+bool runOnce(const ModelDesc &desc, Context &ctx, const Tensor *inputs,
+             std::vector<Tensor> &outputs, std::string &error) {
+  for (int i = 0; i < desc.numInputs; ++i)
+    if (!checkInputShape(desc.inputs[i], inputs[i], error))
+      return false;
   ctx.error.clear();
   bool ok = desc.run(ctx, inputs, outputs.data());
   if (ok && ctx.ok())
@@ -156,26 +193,6 @@ using namespace cli;
 // Helpers
 //===----------------------------------------------------------------------===//
 
-
-const char *dimName(const IODesc &io, int i) {
-  const char *name = io.dimNames[i];
-  return name && *name ? name : nullptr;
-}
-
-/// "float32[1, seq, 256]".
-std::string describeIO(const IODesc &io) {
-  std::string s = dtypeName(io.dtype);
-  s += '[';
-  for (int i = 0; i < io.rank; ++i) {
-    if (i)
-      s += ", ";
-    if (io.dims[i] >= 0)
-      s += std::to_string(io.dims[i]);
-    else
-      s += dimName(io, i) ? dimName(io, i) : "?";
-  }
-  return s + ']';
-}
 
 std::string listNames(int count, const IODesc *ios) {
   std::string s;
@@ -591,40 +608,16 @@ private:
   bool check(int index, std::string &error) {
     const IODesc &io = desc_.inputs[index];
     const Tensor &t = tensors_[size_t(index)];
-    std::string prefix = std::string("input '") + io.name + "'";
-    if (t.dtype != io.dtype) {
-      error = prefix + ": expected " + dtypeName(io.dtype) + ", got " +
-              dtypeName(t.dtype);
+    if (!checkInputShape(io, t, error))
       return false;
-    }
-    if (t.rank != io.rank) {
-      error = prefix + ": expected rank " + std::to_string(io.rank) + " (" +
-              describeIO(io) + "), got rank " + std::to_string(t.rank) + " (" +
-              t.describe() + ")";
-      return false;
-    }
+    // Dynamic dims of one name agree across the inputs.
     for (int d = 0; d < io.rank; ++d) {
-      std::string where = prefix + " dim " + std::to_string(d);
-      int64_t v = t.shape[d];
-      if (io.dims[d] >= 0) {
-        if (v != io.dims[d]) {
-          error = where + ": expected " + std::to_string(io.dims[d]) +
-                  ", got " + std::to_string(v) + " (expected " +
-                  describeIO(io) + ", got " + t.describe() + ")";
-          return false;
-        }
-        continue;
-      }
       const char *dn = dimName(io, d);
-      if (dn)
-        where += std::string(" (") + dn + ")";
-      if (io.maxDims[d] > 0 && v > io.maxDims[d]) {
-        error = where + " = " + std::to_string(v) + " exceeds the maximum " +
-                std::to_string(io.maxDims[d]) + " this binary was compiled for";
-        return false;
-      }
-      if (!dn)
+      if (io.dims[d] >= 0 || !dn)
         continue;
+      const int64_t v = t.shape[d];
+      const std::string where = std::string("input '") + io.name + "' dim " +
+                                std::to_string(d) + " (" + dn + ")";
       auto it = bindings_.find(dn);
       if (it != bindings_.end() && it->second.value != v) {
         error = where + " = " + std::to_string(v) + " does not match " +
