@@ -208,6 +208,11 @@ LogicalResult importWhere(ImportContext &c, const onnx::NodeProto &) {
 LogicalResult importMatMul(ImportContext &c, const onnx::NodeProto &) {
   if (failed(requireOperands(c, 2)))
     return failure();
+  for (int i = 0; i < 2; ++i)
+    if (!isa<FloatType>(
+            cast<RankedTensorType>(c.operand(i).getType()).getElementType()))
+      return c.error() << "MatMul on integer tensors is not supported (input "
+                       << i << " is " << c.operand(i).getType() << ")";
   return c.setResult(
       0, make<MatMulOp>(c, c.resultType(0), {c.operand(0), c.operand(1)}));
 }

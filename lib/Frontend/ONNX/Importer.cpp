@@ -485,6 +485,37 @@ static LogicalResult checkLayerNormAxes(MLIRContext &context,
   return failure(bad);
 }
 
+/// Verifies the ops a node's handler created (`begin` to `end`), reporting a
+/// failure as the node's error: an operand type an op does not take (an
+/// int32 Relu, say) names the node and its ONNX op instead of the dialect
+/// op's verifier alone.
+static LogicalResult verifyNodeOps(const onnx::NodeProto &node, Location loc,
+                                   Block::iterator begin, Block::iterator end) {
+  for (Operation &op : llvm::make_range(begin, end)) {
+    std::string message;
+    LogicalResult ok = success();
+    {
+      ScopedDiagnosticHandler capture(op.getContext(), [&](Diagnostic &d) {
+        if (d.getSeverity() == DiagnosticSeverity::Error && message.empty()) {
+          message = d.str();
+          // "'sparsec.relu' op operand #0 must be ..." -> "operand #0 ..."
+          size_t at = message.find(" op ");
+          if (!message.empty() && message[0] == '\'' && at != std::string::npos)
+            message = message.substr(at + 4);
+        }
+        return success();
+      });
+      ok = mlir::verify(&op, /*verifyRecursively=*/false);
+    }
+    if (failed(ok)) {
+      emitError(loc) << "node '" << node.name() << "' (" << node.op_type()
+                     << "): " << message;
+      return failure();
+    }
+  }
+  return success();
+}
+
 LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
                                        int64_t opset, Location fileLoc) {
   const auto &table = getHandlerTable();
@@ -826,7 +857,13 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
         handler = &e.handler;
     ctx.node = &node;
     ctx.loc = loc;
-    if (failed((*handler)(ctx, node))) {
+    Block *body = builder.getInsertionBlock();
+    Operation *last = body->empty() ? nullptr : &body->back();
+    if (failed((*handler)(ctx, node)) ||
+        failed(verifyNodeOps(node, loc,
+                             last ? std::next(last->getIterator())
+                                  : body->begin(),
+                             body->end()))) {
       failedAny = true;
       break;
     }

@@ -508,6 +508,43 @@ def case_short_propagated():
     return model(nodes, [vi("x", F, [2, 3])], [vi("y", F, None)], [c])
 
 
+def case_gather_weight():
+    # A row lookup in an initializer (raised to an embedding): ONNX allows
+    # indices in [-10, 10), the negative ones counting from the end.
+    w = init("table", f32(10, 4))
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0,
+                              name="lookup")]
+    return model(nodes, [vi("ids", I64, ["n"])], [vi("rows", F, ["n", 4])], [w])
+
+
+def case_two_dims():
+    # Two named dims that must agree for the Add: pinning them apart breaks it.
+    nodes = [helper.make_node("Add", ["x", "y"], ["z"], name="sum")]
+    return model(nodes, [vi("x", F, ["a"]), vi("y", F, ["b"])], [vi("z", F, None)])
+
+
+def case_int_matmul():
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"], name="imm")]
+    return model(nodes, [vi("a", I64, [2, 3]), vi("b", I64, [3, 4])],
+                 [vi("y", I64, [2, 4])])
+
+
+def case_int_relu():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="irelu")]
+    return model(nodes, [vi("x", TensorProto.INT32, [2, 3])],
+                 [vi("y", TensorProto.INT32, [2, 3])])
+
+
+def case_hostile_names():
+    # Names are the model's text: a newline in a node name must not end the
+    # generated code's comment (and a trailing backslash not continue it),
+    # and a newline before hex digits in an input name must stay one
+    # character of the string literal.
+    nodes = [helper.make_node("Relu", ["x\nab"], ["y"],
+                              name='r\nstatic_assert(false, "injected");\\')]
+    return model(nodes, [vi("x\nab", F, [2])], [vi("y", F, [2])])
+
+
 RAW_CASES = {
     # Not protobuf at all.
     "not_onnx": lambda: b"this is plainly not a protobuf model\n",
