@@ -638,22 +638,29 @@ void embeddingCase(int64_t n, int64_t D, bool pair, bool early,
   ids2[0] = V2 - 1;
   if (n > 1)
     ids[1] = V - 1;
+  if (n > 3) { // negative ids count from the end, as ONNX Gather's do
+    ids[2] = -1;
+    ids2[2] = -V2;
+    ids[3] = -V;
+    ids2[3] = -7;
+  }
   T *dt = upload(table), *dt2 = upload(table2);
   int64_t *di = upload(ids), *di2 = upload(ids2);
   float *dout = nullptr;
   CHECK_CUDA(cudaMalloc(&dout, sizeof(float) * size_t(std::max<int64_t>(1, n * D))));
   CHECK_CUDA(cudaMemset(dout, 0xff, sizeof(float) * size_t(n * D))); // NaNs
-  CHECK_CUDA(embeddingRows(dt, di, pair ? dt2 : nullptr, pair ? di2 : nullptr,
-                           std::is_same_v<T, __half>, n, D, dout, nullptr,
-                           early));
+  CHECK_CUDA(embeddingRows(dt, V, di, pair ? dt2 : nullptr, V2,
+                           pair ? di2 : nullptr, std::is_same_v<T, __half>, n,
+                           D, dout, nullptr, early));
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<float> got = download(dout, size_t(n * D));
   int64_t wrong = 0;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t c = 0; c < D; ++c) {
-      float want = toFloat(table[size_t(ids[size_t(i)] * D + c)]);
+      const int64_t r = ids[size_t(i)], r2 = ids2[size_t(i)];
+      float want = toFloat(table[size_t((r < 0 ? r + V : r) * D + c)]);
       if (pair)
-        want += toFloat(table2[size_t(ids2[size_t(i)] * D + c)]);
+        want += toFloat(table2[size_t((r2 < 0 ? r2 + V2 : r2) * D + c)]);
       const float v = got[size_t(i * D + c)];
       if (std::memcmp(&v, &want, sizeof v) != 0)
         ++wrong;

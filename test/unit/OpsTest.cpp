@@ -1283,13 +1283,26 @@ TEST_P(OpsTest, Embedding) {
             table.p<float>()[many.p<int64_t>()[4999] * 7 + 3]);
   Owned bad = make<int64_t>(DType::i64, {2, 3}, {1, 2, 3, 4, 5, 300});
   EXPECT_FALSE(embedding(ctx, table, bad, 1, out));
-  EXPECT_NE(ctx.error.find("embedding: id 300 at position 5 is outside [0, "
-                           "256)"),
+  EXPECT_NE(ctx.error.find("embedding: id 300 at position 5 is outside "
+                           "[-256, 256)"),
             std::string::npos)
       << ctx.error;
   ctx.error.clear();
-  Owned neg = make<int32_t>(DType::i32, {1}, {-1});
-  expectFail(embedding(ctx, table, neg, 1, out), "embedding: id -1");
+  // ONNX Gather's negative indices count from the end of the table.
+  for (DType it : {DType::i64, DType::i32}) {
+    Owned neg = it == DType::i64
+                    ? make<int64_t>(it, {3}, {-1, -256, 5})
+                    : make<int32_t>(it, {3}, {-1, -256, 5});
+    ASSERT_TRUE(embedding(ctx, table, neg, 1, out)) << ctx.error;
+    for (int64_t d = 0; d < 7; ++d) {
+      EXPECT_EQ(out.as<float>()[d], table.p<float>()[255 * 7 + d]);
+      EXPECT_EQ(out.as<float>()[7 + d], table.p<float>()[d]);
+      EXPECT_EQ(out.as<float>()[14 + d], table.p<float>()[5 * 7 + d]);
+    }
+  }
+  Owned below = make<int32_t>(DType::i32, {2}, {0, -257});
+  expectFail(embedding(ctx, table, below, 1, out),
+             "embedding: id -257 at position 1 is outside [-256, 256)");
   Owned fl = randomTensor(DType::f32, {2}, 1);
   expectFail(embedding(ctx, table, fl, 1, out), "embedding");
 }
@@ -1318,7 +1331,15 @@ TEST_P(OpsTest, EmbeddingSum) {
   Owned far = make<int64_t>(DType::i64, {2, 3}, {1, 2, 3, 4, 5, 40});
   expectFail(embedding(ctx, table, ids, table2, far, 1, out),
              "embedding: id 40 at position 5 is outside the second table's "
-             "[0, 40)");
+             "[-40, 40)");
+  Owned back = make<int64_t>(DType::i64, {2, 3}, {-1, -40, 0, 1, 2, 3});
+  ASSERT_TRUE(embedding(ctx, table, ids, table2, back, 1, out)) << ctx.error;
+  EXPECT_EQ(out.as<float>()[0 * 7 + 2],
+            table.p<float>()[ids.p<int64_t>()[0] * 7 + 2] +
+                table2.p<float>()[39 * 7 + 2]);
+  EXPECT_EQ(out.as<float>()[1 * 7 + 4],
+            table.p<float>()[ids.p<int64_t>()[1] * 7 + 4] +
+                table2.p<float>()[0 * 7 + 4]);
   Owned other = randomTensor(DType::i64, {3, 2}, 16, 0, 39);
   expectFail(embedding(ctx, table, ids, table2, other, 1, out),
              "embedding: second ids");
@@ -1330,7 +1351,7 @@ TEST_P(OpsTest, EmbeddingSum) {
              "embedding: a sum of two lookups needs float32 tables");
   Owned bad = make<int64_t>(DType::i64, {2, 3}, {1, 2, 3, 4, 5, 300});
   expectFail(embedding(ctx, table, bad, table2, ids, 1, out),
-             "embedding: id 300 at position 5 is outside [0, 256)");
+             "embedding: id 300 at position 5 is outside [-256, 256)");
 }
 
 TEST_P(OpsTest, BatchNorm) {

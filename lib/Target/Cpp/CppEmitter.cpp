@@ -76,18 +76,32 @@ std::optional<StringRef> cTypeOf(Type elt) {
   return std::nullopt;
 }
 
+/// `s` as a C++ string literal. Control characters become three-digit octal
+/// escapes: a hex escape would also take the hex digits after it.
 std::string quoted(StringRef s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\')
       out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned>(c)).str();
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      out += llvm::formatv("\\{0}{1}{2}", (c >> 6) & 3, (c >> 3) & 7, c & 7)
+                 .str();
       continue;
     }
     out += c;
   }
   return out + "\"";
+}
+
+/// `s` made safe for a `//` comment of the generated code: ONNX names are
+/// the model's text, and a newline (or a backslash before one) would end
+/// the comment and make the rest of the name code.
+std::string commentText(StringRef s) {
+  std::string out(s);
+  for (char &c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '\\')
+      c = '_';
+  return out;
 }
 
 std::string floatLiteral(double v, bool isF32) {
@@ -223,7 +237,7 @@ private:
     assert(it != hostCopies.end() && "device value without a host copy");
     if (!it->second.waited) {
       body << "  if (!cuda::waitHost(ctx, " << it->second.site
-           << ")) return false;\n";
+           << ")) " << onFail << "\n";
       it->second.waited = true;
     }
     return it->second.name;
@@ -236,6 +250,9 @@ private:
   DenseMap<Value, HostCopy> hostCopies;
   DenseMap<Value, std::string> hostWeights;
   unsigned hostCopySites = 0;
+  /// What a failed runtime call of the op being emitted returns: the
+  /// context's error with the op's ONNX node named (Context::failAt).
+  std::string onFail = "return false;";
   LogicalResult emitConstant(ConstantOp op);
   LogicalResult emitCall(Operation *op, StringRef call, bool declare = true,
                          StringRef ns = "ops::");
@@ -254,7 +271,7 @@ private:
       return it->second;
     std::string u = "u" + std::to_string(counter++);
     body << "  Tensor " << u << ";\n  if (!cuda::upload(ctx, " << name(v)
-         << ", " << uploadSites++ << ", " << u << ")) return false;\n";
+         << ", " << uploadSites++ << ", " << u << ")) " << onFail << "\n";
     uploaded[v] = u;
     return u;
   }
@@ -507,14 +524,18 @@ LogicalResult Emitter::emitCall(Operation *op, StringRef call, bool declare,
   if (declare)
     body << "  Tensor " << v << ";\n";
   body << "  if (!" << ns << call << ", " << slot(op) << ", " << v
-       << ")) return false;\n";
+       << ")) " << onFail << "\n";
   return success();
 }
 
 LogicalResult Emitter::emitOp(Operation *op) {
-  // The ONNX node name, for readers of the generated code.
-  if (auto loc = dyn_cast<NameLoc>(op->getLoc()))
-    body << "  // " << loc.getName().getValue() << "\n";
+  // The ONNX node name, for readers of the generated code and in the
+  // message of a call that fails.
+  onFail = "return false;";
+  if (auto loc = dyn_cast<NameLoc>(op->getLoc())) {
+    body << "  // " << commentText(loc.getName().getValue()) << "\n";
+    onFail = "return ctx.failAt(" + quoted(loc.getName().getValue()) + ");";
+  }
   if (fusedAdds.contains(op)) {
     body << "  // (computed by the linear above)\n";
     return success();
@@ -780,7 +801,7 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
              << "};\n";
         body << "  if (!ops::split(ctx, " << name(s.getInput()) << ", "
              << static_cast<int64_t>(s.getAxis()) << ", " << s.getNumResults() << ", " << sizes
-             << ", " << slotVar << ", " << outs << ")) return false;\n";
+             << ", " << slotVar << ", " << outs << ")) " << onFail << "\n";
         return success();
       })
       .Case([&](ExpandOp e) {
@@ -839,7 +860,7 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
       .Case([&](ProfileCountOp p) -> LogicalResult {
         body << "  if (!ops::profileCount(ctx, " << name(p.getInput()) << ", "
              << static_cast<int64_t>(p.getIndex()) << ", "
-             << ptr(p.getLayerInput()) << ")) return false;\n";
+             << ptr(p.getLayerInput()) << ")) " << onFail << "\n";
         return success();
       })
       .Default([&](Operation *other) {
@@ -872,7 +893,7 @@ LogicalResult Emitter::emitAttention(AttentionOp a, bool device) {
        << pastV << ", " << floatLiteral(a.getScale().convertToFloat(), true)
        << ", " << (a.getCausal() ? "true" : "false") << ", " << slot(op, 0)
        << ", " << out << ", " << slot(op, 1) << ", " << pk << ", "
-       << slot(op, 2) << ", " << pv << ")) return false;\n";
+       << slot(op, 2) << ", " << pv << ")) " << onFail << "\n";
   return success();
 }
 
@@ -938,7 +959,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         fusedAdds.insert(add);
         std::string v = define(add.getResult());
         body << "  Tensor " << v << ";\n  if (!cuda::" << head << "&" << dv(r)
-             << ", " << slot(add) << ", " << v << ")) return false;\n";
+             << ", " << slot(add) << ", " << v << ")) " << onFail << "\n";
         return success();
       })
       .Case([&](LinearGroupOp g) -> LogicalResult {
@@ -976,7 +997,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
              << (g.getNormRms() ? "true" : "false") << ", " << ws.size()
              << ", gw" << id << ", " << (bs.empty() ? "nullptr" : "gb" + id)
              << ", " << activationArg(g.getActivation()) << ", gs" << id
-             << ", go" << id << ")) return false;\n";
+             << ", go" << id << ")) " << onFail << "\n";
         return success();
       })
       .Case([&](MatMulOp m) {
@@ -1086,7 +1107,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           return p.emitError("internal error: the norm before this predictor "
                              "was left to its FFN, which does not take it");
         body << "  if (!cuda::predict(ctx, " << x << ", " << rest
-             << ")) return false;\n";
+             << ")) " << onFail << "\n";
         return success();
       })
       .Case([&](SparseLinearOp s) -> LogicalResult {
@@ -1114,7 +1135,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           body << "  if (!cuda::sparseLinearOutput(ctx, " << x << ", " << w
                << ", " << bias << ", " << active << ", " << ix << ", "
                << activationArg(s.getActivation()) << ", " << slot(op) << ", "
-               << v << ", " << outIx << ")) return false;\n";
+               << v << ", " << outIx << ")) " << onFail << "\n";
           indexOf[s.getResult()] = outIx;
           return success();
         }
@@ -1139,7 +1160,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
             fusedAdds.insert(add);
           std::string v = define(result);
           body << "  Tensor " << v << ";\n  if (!cuda::" << head << residual
-               << ", " << outSlot << ", " << v << tail << ")) return false;\n";
+               << ", " << outSlot << ", " << v << tail << ")) " << onFail << "\n";
           return success();
         };
         auto fused = fusedUps.find(op);
@@ -1175,7 +1196,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         } else {
           ix = newIndex();
           body << "  if (!cuda::nonzeroIndex(ctx, " << x << ", "
-               << indexSites++ << ", " << ix << ")) return false;\n";
+               << indexSites++ << ", " << ix << ")) " << onFail << "\n";
         }
         return finish("sparseLinearInput(ctx, " + x + ", " + dv(s.getWeight()) +
                       ", " + dptr(s.getBias()) + ", " + ix + ", " + pitTile +
@@ -1216,7 +1237,7 @@ void Emitter::copyForHost(Operation *op) {
     HostCopy copy{"h" + std::to_string(counter++), hostCopySites++};
     body << "  Tensor " << copy.name << ";\n  if (!cuda::toHost(ctx, "
          << name(r) << ", " << copy.site << ", " << copy.name
-         << ")) return false;\n";
+         << ")) " << onFail << "\n";
     hostCopies[r] = copy;
   }
 }
@@ -1363,10 +1384,11 @@ LogicalResult Emitter::emit() {
   }
   for (Operation &op : func.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      onFail = "return false;";
       for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
         if (onDevice.contains(v))
           body << "  if (!cuda::download(ctx, " << name(v) << ", " << i
-               << ", out[" << i << "])) return false;\n";
+               << ", out[" << i << "])) " << onFail << "\n";
         else
           body << "  out[" << i << "] = " << name(v) << ";\n";
       }
@@ -1383,7 +1405,7 @@ LogicalResult Emitter::emit() {
 
   auto source = module->getAttrOfType<StringAttr>("sparsec.source");
   os << "// Generated by sparsec from "
-     << (source ? source.getValue() : StringRef("<unknown>"))
+     << commentText(source ? source.getValue() : StringRef("<unknown>"))
      << ". Do not edit.\n"
      << "// One runtime op call per sparsec op, in execution order; tensors\n"
      << "// live in the memory slots chosen by sparsec-plan-memory.\n";

@@ -98,4 +98,11 @@ bool Context::fail(const std::string &message) {
   return false;
 }
 
+bool Context::failAt(const char *node) {
+  if (error.empty())
+    error = "unknown error";
+  error += std::string(" (node '") + node + "')";
+  return false;
+}
+
 } // namespace sparsec::rt

@@ -441,16 +441,23 @@ int64_t idAt(const Tensor &ids, int64_t i) {
                                  : int64_t(ids.as<int32_t>()[i]);
 }
 
-/// Fails naming the first id outside [0, V) (`which`: the table's name in
+/// The table row of id i: ONNX Gather's indices, so -V..-1 count from the
+/// end (idsInRange has checked the range).
+int64_t rowAt(const Tensor &ids, int64_t i, int64_t V) {
+  const int64_t id = idAt(ids, i);
+  return id < 0 ? id + V : id;
+}
+
+/// Fails naming the first id outside [-V, V) (`which`: the table's name in
 /// the message, empty for a lone table).
 bool idsInRange(Context &ctx, const Tensor &ids, int64_t V,
                 const std::string &which) {
   for (int64_t i = 0, n = ids.numel(); i < n; ++i) {
     const int64_t id = idAt(ids, i);
-    if (id < 0 || id >= V)
+    if (id < -V || id >= V)
       return ctx.fail("embedding: id " + std::to_string(id) + " at position " +
-                      std::to_string(i) + " is outside " + which + "[0, " +
-                      std::to_string(V) + ")");
+                      std::to_string(i) + " is outside " + which + "[-" +
+                      std::to_string(V) + ", " + std::to_string(V) + ")");
   }
   return true;
 }
@@ -487,7 +494,7 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
                 [&](int64_t b, int64_t e) {
                   for (int64_t i = b; i < e; ++i)
                     std::memcpy(dst + size_t(i) * rowBytes,
-                                src + size_t(idAt(ids, i)) * rowBytes,
+                                src + size_t(rowAt(ids, i, V)) * rowBytes,
                                 rowBytes);
                 });
   out = r;
@@ -517,7 +524,7 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
   if (D > 0)
     parallelFor(ctx, n, grainFor(D), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        const float *row = t2 + idAt(ids2, i) * D;
+        const float *row = t2 + rowAt(ids2, i, table2.shape[0]) * D;
         float *o = y + i * D;
         for (int64_t c = 0; c < D; ++c)
           o[c] += row[c];

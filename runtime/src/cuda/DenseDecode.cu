@@ -909,29 +909,34 @@ cudaError_t gemvNormTerms(const W *wt, int K, int N, const float *scale,
 }
 
 namespace {
-/// out[i] = table[ids[i / D], i % D] (+ table2[ids2[i / D], i % D]).
+/// out[i] = table[ids[i / D], i % D] (+ table2[ids2[i / D], i % D]), a
+/// negative id counting from its table's end (V, V2 rows).
 template <typename T>
-__global__ void embeddingKernel(const T *table, const int64_t *ids,
-                                const T *table2, const int64_t *ids2,
-                                int64_t n, int64_t D, float *out) {
+__global__ void embeddingKernel(const T *table, int64_t V, const int64_t *ids,
+                                const T *table2, int64_t V2,
+                                const int64_t *ids2, int64_t n, int64_t D,
+                                float *out) {
   pdlTrigger();
   pdlWait(); // launched early (small kernels): inputs and output after it
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * D;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / D, c = i % D;
-    float v = toFloat(table[ids[r] * D + c]);
-    if (table2)
-      v += toFloat(table2[ids2[r] * D + c]);
+    const int64_t row = ids[r] < 0 ? ids[r] + V : ids[r];
+    float v = toFloat(table[row * D + c]);
+    if (table2) {
+      const int64_t row2 = ids2[r] < 0 ? ids2[r] + V2 : ids2[r];
+      v += toFloat(table2[row2 * D + c]);
+    }
     out[i] = v;
   }
 }
 } // namespace
 
-cudaError_t embeddingRows(const void *table, const int64_t *ids,
-                          const void *table2, const int64_t *ids2, bool half,
-                          int64_t n, int64_t D, float *out,
+cudaError_t embeddingRows(const void *table, int64_t V, const int64_t *ids,
+                          const void *table2, int64_t V2, const int64_t *ids2,
+                          bool half, int64_t n, int64_t D, float *out,
                           cudaStream_t stream, bool early) {
-  if (n < 0 || D < 0 || (table2 && !ids2))
+  if (n < 0 || D < 0 || V < 0 || (table2 && (!ids2 || V2 < 0)))
     return cudaErrorInvalidValue;
   if (n == 0 || D == 0)
     return cudaSuccess;
@@ -939,12 +944,12 @@ cudaError_t embeddingRows(const void *table, const int64_t *ids,
   const dim3 grid{unsigned(blocksFor(n * D, kThreads))};
   return half ? launchKernel(embeddingKernel<__half>, grid, dim3{kThreads}, 0,
                              stream, early, static_cast<const __half *>(table),
-                             ids, static_cast<const __half *>(table2), ids2,
-                             n, D, out)
+                             V, ids, static_cast<const __half *>(table2), V2,
+                             ids2, n, D, out)
               : launchKernel(embeddingKernel<float>, grid, dim3{kThreads}, 0,
                              stream, early, static_cast<const float *>(table),
-                             ids, static_cast<const float *>(table2), ids2, n,
-                             D, out);
+                             V, ids, static_cast<const float *>(table2), V2,
+                             ids2, n, D, out);
 }
 
 cudaError_t normRows(const float *x, int64_t rows, int64_t width,

@@ -1235,13 +1235,15 @@ bool embeddingIds(Context &ctx, Device &d, const Tensor &table,
                       " rows (SPARSEC_CUDA_AHEAD=0 checks each pick on the "
                       "host instead)");
   } else {
-    // ids live on the host: checked there, then uploaded.
+    // ids live on the host: checked there, then uploaded. Negative ids
+    // count from the table's end (ONNX Gather), which the kernel resolves.
     const int64_t *hp = ids.as<int64_t>();
     for (int64_t i = 0; i < n; ++i)
-      if (hp[i] < 0 || hp[i] >= V)
+      if (hp[i] < -V || hp[i] >= V)
         return ctx.fail("embedding: id " + std::to_string(hp[i]) +
                         " is outside the table's " + std::to_string(V) +
-                        " rows");
+                        " rows (ids lie in [-" + std::to_string(V) + ", " +
+                        std::to_string(V) + "))");
   }
   return upload(ctx, ids, site, dids);
 }
@@ -1262,8 +1264,9 @@ bool lookup(Context &ctx, Device &d, const Tensor &table, const Tensor &dids,
   if (r.numel() == 0 || !d.launching())
     return true;
   return check(ctx,
-               embeddingRows(table.data, dids.as<int64_t>(),
+               embeddingRows(table.data, table.shape[0], dids.as<int64_t>(),
                              table2 ? table2->data : nullptr,
+                             table2 ? table2->shape[0] : 0,
                              dids2 ? dids2->as<int64_t>() : nullptr,
                              table.dtype == DType::f16, dids.numel(),
                              table.shape[1], r.as<float>(), d.stream,

@@ -344,6 +344,9 @@ struct Context {
   Tensor weight(uint32_t index, DType dtype, int rank, const int64_t *shape) const;
   /// Records the first error ("<op location>: <message>"); returns false.
   bool fail(const std::string &message);
+  /// A generated op call failed: names its ONNX node after the error the
+  /// call recorded ("... (node '/Add_1')"); returns false.
+  bool failAt(const char *node);
   bool ok() const { return error.empty(); }
 };
 

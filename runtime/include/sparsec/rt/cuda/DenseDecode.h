@@ -136,11 +136,12 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
 /// An embedding lookup, or the sum of two (token and position tables):
 /// out[i][c] = table[ids[i]][c] (+ table2[ids2[i]][c] where table2 is not
 /// null) for i < n, c < D, as float32. Both tables fp16 (`half`) or both
-/// fp32, [rows, D] each; the ids (int64, on the device) must already be
-/// checked against their table's rows. `early` as for gemvRows.
-cudaError_t embeddingRows(const void *table, const int64_t *ids,
-                          const void *table2, const int64_t *ids2, bool half,
-                          int64_t n, int64_t D, float *out,
+/// fp32, [V, D] and [V2, D]; the ids (int64, on the device) must already be
+/// checked to lie in [-V, V) (and [-V2, V2)): negative ids count from the
+/// table's end, as ONNX Gather's indices do. `early` as for gemvRows.
+cudaError_t embeddingRows(const void *table, int64_t V, const int64_t *ids,
+                          const void *table2, int64_t V2, const int64_t *ids2,
+                          bool half, int64_t n, int64_t D, float *out,
                           cudaStream_t stream, bool early = false);
 
 /// A layer or RMS norm over `rows` rows of `width` floats (x -> y; bias
