@@ -436,6 +436,15 @@ bool trainPredictors(const PredictorProblem &pb, const PredictorOptions &opts,
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   while (!ranks.empty() && ranks.back() >= d)
     ranks.pop_back();
+  if (ranks.empty() && !opts.ranks.empty()) {
+    // A predictor of rank d or more reads more than the layer it predicts.
+    error = "every predictor rank given (";
+    for (size_t i = 0; i < opts.ranks.size(); ++i)
+      error += (i ? ", " : "") + std::to_string(opts.ranks[i]);
+    error += ") is at least the layer's input width " + std::to_string(d) +
+             "; ranks must lie below it";
+    return false;
+  }
 
   // The basis: rows e of w2Rows = (M^T u_e)^T / sigma_e for the top
   // directions u_e of M M^T, decreasing sigma2.

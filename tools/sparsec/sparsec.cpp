@@ -25,6 +25,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -240,12 +241,17 @@ bool showProgress() {
   return (compileCmd || profileCmd) ? !quiet : tuneCmd ? true : verbose;
 }
 
+/// Errors reported so far (error() and MLIR's error diagnostics).
+int errorCount = 0;
+
 class PhaseTimer {
 public:
   explicit PhaseTimer(llvm::StringRef name)
-      : name(name.str()), start(std::chrono::steady_clock::now()) {}
+      : name(name.str()), start(std::chrono::steady_clock::now()),
+        errorsBefore(errorCount) {}
   ~PhaseTimer() {
-    if (!showProgress())
+    // A phase that reported an error has no result to time.
+    if (!showProgress() || errorCount != errorsBefore)
       return;
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                              start)
@@ -261,9 +267,13 @@ public:
 private:
   std::string name;
   std::chrono::steady_clock::time_point start;
+  int errorsBefore;
 };
 
-llvm::WithColor error() { return llvm::WithColor::error(llvm::errs(), "sparsec"); }
+llvm::WithColor error() {
+  ++errorCount;
+  return llvm::WithColor::error(llvm::errs(), "sparsec");
+}
 
 /// Checks that every declared weight resolves in the memory-mapped weight
 /// store with the declared shape and byte size, so a model whose weight
@@ -388,6 +398,26 @@ bool parseDimList(llvm::ArrayRef<std::string> list, llvm::StringRef flag,
   return true;
 }
 
+/// Fails naming the first entry of `list` (name=value) whose name no input
+/// dimension of the module carries: a misspelt name would bound nothing.
+LogicalResult checkDimNames(ModuleOp module, llvm::ArrayRef<std::string> list,
+                            llvm::StringRef flag) {
+  llvm::SmallVector<llvm::StringRef> known = sparsec::namedInputDims(module);
+  for (const std::string &entry : list) {
+    llvm::StringRef name = llvm::StringRef(entry).split('=').first;
+    if (llvm::is_contained(known, name))
+      continue;
+    error() << "invalid " << flag << " entry '" << entry
+            << "': no input has a dimension named '" << name << "' ("
+            << (known.empty() ? std::string("the inputs have no named "
+                                            "dimensions")
+                              : "named dimensions: " + llvm::join(known, ", "))
+            << ")\n";
+    return failure();
+  }
+  return success();
+}
+
 /// Builds a `--target cuda` model with nvcc (sm_90 SASS + PTX) against the
 /// host and CUDA runtime libraries.
 LogicalResult buildCuda(const std::string &source, const std::string &binary,
@@ -509,8 +539,10 @@ int runCompile(MLIRContext &context) {
             << "' (supported targets: x86, cuda, hybrid)\n";
     return 1;
   }
-  if (pitTile != -1 && pitTile != 0 && pitTile != 8 && pitTile != 16 &&
-      pitTile != 32) {
+  // -1, the default, stands for the cost model's choice; it is not a value
+  // to give.
+  if (pitTile.getNumOccurrences() &&
+      !llvm::is_contained({0, 8, 16, 32}, pitTile.getValue())) {
     error() << "--pit-tile must be 0 (dense), 8, 16 or 32, got " << pitTile
             << "\n";
     return 1;
@@ -519,7 +551,7 @@ int runCompile(MLIRContext &context) {
     error() << "--pit-tokens must be positive, got " << pitTokens << "\n";
     return 1;
   }
-  if ((!pitTable.empty() || pitTile != -1) &&
+  if ((!pitTable.empty() || pitTile.getNumOccurrences()) &&
       (sparsityMode == "off" || target == "x86")) {
     error() << "--pit-table and --pit-tile apply to --target cuda or hybrid "
                "with --sparsity exact or predicted\n";
@@ -592,6 +624,10 @@ int runCompile(MLIRContext &context) {
             << "\n";
     return 1;
   }
+  if (!(syncUs >= 0)) {
+    error() << "--sync-us must be 0 or more, got " << syncUs << "\n";
+    return 1;
+  }
   std::string phase = compileTo.empty() ? "build" : compileTo.getValue();
   std::optional<sparsec::Phase> stop = sparsec::parsePhase(phase);
   if (!stop) {
@@ -617,7 +653,7 @@ int runCompile(MLIRContext &context) {
 
   std::unique_ptr<sparsec::WeightStore> store;
   OwningOpRef<ModuleOp> module = importAndRaise(context, *stop, store);
-  if (!module)
+  if (!module || failed(checkDimNames(*module, maxDims, "--max-dims")))
     return 1;
   if (kvCache && *stop >= sparsec::Phase::Raise) {
     PhaseTimer timer("kv-cache");
@@ -1198,6 +1234,12 @@ int main(int argc, char **argv) {
   context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
+  // Counts errors, then lets the handler above print them.
+  context.getDiagEngine().registerHandler([](Diagnostic &diag) {
+    if (diag.getSeverity() == DiagnosticSeverity::Error)
+      ++errorCount;
+    return failure();
+  });
 
   if (importCmd)
     return runImport(context);

@@ -7,6 +7,8 @@
 #include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 
 namespace sparsec {
@@ -78,6 +80,20 @@ int64_t sparsec::inferShapes(ModuleOp module) {
   return changed;
 }
 
+llvm::SmallVector<StringRef> sparsec::namedInputDims(ModuleOp module) {
+  llvm::SmallVector<StringRef> known;
+  module.walk([&](func::FuncOp func) {
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (auto names = func.getArgAttrOfType<ArrayAttr>(i, "sparsec.dims"))
+        for (Attribute a : names)
+          if (auto s = dyn_cast<StringAttr>(a);
+              s && !s.getValue().empty() &&
+              !llvm::is_contained(known, s.getValue()))
+            known.push_back(s.getValue());
+  });
+  return known;
+}
+
 namespace {
 struct InferShapesPass
     : public sparsec::impl::InferShapesPassBase<InferShapesPass> {
@@ -97,9 +113,67 @@ struct InferShapesPass
       }
       pinned[name] = v;
     }
-    if (!pinned.empty())
+    if (!pinned.empty()) {
+      if (failed(checkNames(module)))
+        return signalPassFailure();
       module.walk([&](func::FuncOp func) { pinDims(func, pinned); });
+    }
     numRefined += inferShapes(module);
+    if (!pinned.empty() && failed(checkConsistent(module)))
+      return signalPassFailure();
+  }
+
+  /// Pinned sizes can contradict each other (seq=4 with total_seq=2 in a
+  /// decoder): the first op whose verifier then fails is reported as what
+  /// the pinned dims broke, naming its ONNX node.
+  LogicalResult checkConsistent(ModuleOp module) {
+    std::string message, node;
+    Location where = module.getLoc();
+    LogicalResult ok = success();
+    {
+      ScopedDiagnosticHandler capture(&getContext(), [&](Diagnostic &d) {
+        if (d.getSeverity() != DiagnosticSeverity::Error || !message.empty())
+          return success();
+        message = d.str();
+        // "'sparsec.add' op operands ..." -> "operands ..."
+        size_t at = message.find(" op ");
+        if (!message.empty() && message[0] == '\'' && at != std::string::npos)
+          message = message.substr(at + 4);
+        where = d.getLocation();
+        if (auto name = dyn_cast<NameLoc>(where))
+          node = name.getName().str();
+        return success();
+      });
+      ok = mlir::verify(module);
+    }
+    if (succeeded(ok))
+      return success();
+    InFlightDiagnostic diag = emitError(where)
+                              << "the pinned dims (" << llvm::join(dims, ", ")
+                              << ") give inconsistent shapes: " << message;
+    if (!node.empty())
+      diag << " (node '" << node << "')";
+    return failure();
+  }
+
+  /// Fails naming the first pinned name that no input dimension carries (a
+  /// misspelt name would otherwise pin nothing, silently).
+  LogicalResult checkNames(ModuleOp module) {
+    llvm::SmallVector<StringRef> known = namedInputDims(module);
+    for (const std::string &entry : dims) {
+      StringRef name = StringRef(entry).split('=').first;
+      if (llvm::is_contained(known, name))
+        continue;
+      InFlightDiagnostic diag = module.emitError("dims entry '")
+                                << entry << "': no input has a dimension named '"
+                                << name << "'";
+      if (known.empty())
+        diag << " (the inputs have no named dimensions)";
+      else
+        diag << " (named dimensions: " << llvm::join(known, ", ") << ")";
+      return failure();
+    }
+    return success();
   }
 
   /// Makes named dynamic input dimensions static.

@@ -30,6 +30,11 @@ void populateRaiseEmbeddingPatterns(mlir::RewritePatternSet &patterns);
 /// the number of types changed.
 int64_t inferShapes(mlir::ModuleOp module);
 
+/// The distinct names of the module's input dimensions (the functions'
+/// `sparsec.dims` argument attributes, which the importer copies from the
+/// ONNX `dim_param`s), in order of first appearance.
+llvm::SmallVector<llvm::StringRef> namedInputDims(mlir::ModuleOp module);
+
 #define GEN_PASS_REGISTRATION
 #include "sparsec/Dialect/Sparsec/Transforms/Passes.h.inc"
 
