@@ -485,6 +485,17 @@ static LogicalResult checkLayerNormAxes(MLIRContext &context,
   return failure(bad);
 }
 
+/// Whether every error of ONNX's strict inference (`message` lists them,
+/// each with its "(op_type:...") is libonnx 1.12's refusal of an uneven
+/// opset-18 Split.
+static bool onlyUnevenSplits(StringRef message, int64_t opset) {
+  if (opset < 18)
+    return false;
+  size_t nodes = message.count("(op_type:");
+  return nodes > 0 && message.count("(op_type:Split,") == nodes &&
+         message.count("not evenly splittable") == nodes;
+}
+
 /// Verifies the ops a node's handler created (`begin` to `end`), reporting a
 /// failure as the node's error: an operand type an op does not take (an
 /// int32 Relu, say) names the node and its ONNX op instead of the dialect
@@ -745,17 +756,33 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
     if (failed(checkLayerNormAxes(context, model, fileLoc)))
       return nullptr;
     // ONNX reports inconsistent shapes by throwing; keep the message.
-    try {
-      onnx::ShapeInferenceOptions opts(/*check_type=*/false,
-                                       /*strict_mode=*/1,
+    auto infer = [&](int strict) {
+      onnx::ShapeInferenceOptions opts(/*check_type=*/false, strict,
                                        /*data_prop=*/true);
       onnx::shape_inference::InferShapes(model,
                                          onnx::OpSchemaRegistry::Instance(),
                                          opts);
+    };
+    try {
+      infer(/*strict=*/1);
     } catch (const std::exception &e) {
-      emitError(fileLoc) << "inconsistent shapes in '" << sourceName
-                         << "': " << StringRef(e.what()).trim();
-      return nullptr;
+      StringRef message = StringRef(e.what()).trim();
+      if (!onlyUnevenSplits(message, opset)) {
+        emitError(fileLoc) << "inconsistent shapes in '" << sourceName
+                           << "': " << message;
+        return nullptr;
+      }
+      // Split-18's inference in libonnx 1.12 (Debian 12) refuses the
+      // uneven split the standard allows (the last part smaller). Nothing
+      // else failed: inferred again without strictness, the Split's own
+      // inference gives its results' shapes.
+      try {
+        infer(/*strict=*/0);
+      } catch (const std::exception &again) {
+        emitError(fileLoc) << "inconsistent shapes in '" << sourceName
+                           << "': " << StringRef(again.what()).trim();
+        return nullptr;
+      }
     }
   }
 

@@ -217,6 +217,14 @@ def case_reduce18():
                  opset=18)
 
 
+def case_split18_uneven():
+    # num_outputs over a dim it does not divide: the last part is smaller
+    # (7 -> 3, 3, 1), which Debian's libonnx 1.12 inference refuses.
+    nodes = [helper.make_node("Split", ["x"], ["a", "b", "c"], axis=0, num_outputs=3,
+                              name="split")]
+    return model(nodes, [vi("x", F, [7, 2])], [vi(n, F, None) for n in "abc"], opset=18)
+
+
 def case_large_constant():
     # A Constant node too large to inline becomes a weight named after it.
     w = helper.make_tensor("w", F, [64, 64], f32(64, 64).flatten().tolist())
