@@ -504,20 +504,8 @@ static LogicalResult verifyNodeOps(const onnx::NodeProto &node, Location loc,
                                    Block::iterator begin, Block::iterator end) {
   for (Operation &op : llvm::make_range(begin, end)) {
     std::string message;
-    LogicalResult ok = success();
-    {
-      ScopedDiagnosticHandler capture(op.getContext(), [&](Diagnostic &d) {
-        if (d.getSeverity() == DiagnosticSeverity::Error && message.empty()) {
-          message = d.str();
-          // "'sparsec.relu' op operand #0 must be ..." -> "operand #0 ..."
-          size_t at = message.find(" op ");
-          if (!message.empty() && message[0] == '\'' && at != std::string::npos)
-            message = message.substr(at + 4);
-        }
-        return success();
-      });
-      ok = mlir::verify(&op, /*verifyRecursively=*/false);
-    }
+    Location where = loc;
+    LogicalResult ok = verifyQuietly(&op, /*recursive=*/false, message, where);
     if (failed(ok)) {
       emitError(loc) << "node '" << node.name() << "' (" << node.op_type()
                      << "): " << message;

@@ -8,6 +8,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -76,4 +78,20 @@ PlacementAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        << ") must be a multiple of group (" << group
                        << ") or equal total_neurons";
   return success();
+}
+
+LogicalResult sparsec::verifyQuietly(Operation *op, bool recursive,
+                                     std::string &message, Location &where) {
+  message.clear();
+  ScopedDiagnosticHandler capture(op->getContext(), [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error && message.empty()) {
+      message = d.str();
+      size_t at = message.find(" op ");
+      if (!message.empty() && message[0] == '\'' && at != std::string::npos)
+        message = message.substr(at + 4);
+      where = d.getLocation();
+    }
+    return success();
+  });
+  return mlir::verify(op, recursive);
 }

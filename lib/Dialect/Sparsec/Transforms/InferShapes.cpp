@@ -7,7 +7,6 @@
 #include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -129,23 +128,9 @@ struct InferShapesPass
   LogicalResult checkConsistent(ModuleOp module) {
     std::string message, node;
     Location where = module.getLoc();
-    LogicalResult ok = success();
-    {
-      ScopedDiagnosticHandler capture(&getContext(), [&](Diagnostic &d) {
-        if (d.getSeverity() != DiagnosticSeverity::Error || !message.empty())
-          return success();
-        message = d.str();
-        // "'sparsec.add' op operands ..." -> "operands ..."
-        size_t at = message.find(" op ");
-        if (!message.empty() && message[0] == '\'' && at != std::string::npos)
-          message = message.substr(at + 4);
-        where = d.getLocation();
-        if (auto name = dyn_cast<NameLoc>(where))
-          node = name.getName().str();
-        return success();
-      });
-      ok = mlir::verify(module);
-    }
+    LogicalResult ok = verifyQuietly(module, /*recursive=*/true, message, where);
+    if (auto name = dyn_cast<NameLoc>(where))
+      node = name.getName().str();
     if (succeeded(ok))
       return success();
     InFlightDiagnostic diag = emitError(where)

@@ -79,6 +79,13 @@ inline bool placedOnCpu(mlir::Operation *op) {
   auto a = op->getAttrOfType<mlir::StringAttr>(kDeviceAttrName);
   return a && a.getValue() == "cpu";
 }
+
+/// Runs `op`'s verifier (and, with `recursive`, its nested ops') without
+/// printing anything. On failure, `message` is the first error with its
+/// "'sparsec.add' op " prefix removed and `where` its location, for a
+/// caller to report in its own terms (the ONNX node, the pinned dims).
+mlir::LogicalResult verifyQuietly(mlir::Operation *op, bool recursive,
+                                  std::string &message, mlir::Location &where);
 } // namespace sparsec
 
 #define GET_OP_CLASSES
