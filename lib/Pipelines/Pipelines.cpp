@@ -51,6 +51,7 @@ void sparsec::buildRaisePipeline(OpPassManager &pm,
   pm.addPass(createFuseGeluPass());
   pm.addPass(createFuseLinearPass());
   pm.addPass(createFuseAttentionPass());
+  pm.addPass(createWidenHalfPass());
   pm.addPass(createFoldConstantsPass());
   pm.addPass(createCSEPass());
 }

@@ -528,7 +528,39 @@ LogicalResult Emitter::emitCall(Operation *op, StringRef call, bool declare,
   return success();
 }
 
+/// The runtimes' matrix products, convolutions, attention and sparsity ops
+/// compute in float32 (a linear's weight may be stored in float16).
+/// sparsec-widen-half casts around the first five; what is left in half
+/// precision (the sparsity passes' ops on a float16 model) would compile to
+/// calls that could only fail, so it is refused here, naming the node.
+static LogicalResult checkComputeTypes(Operation *op) {
+  if (!isa<LinearOp, LinearGroupOp, MatMulOp, ConvOp, AttentionOp,
+           SparseLinearOp, PredictOp, ProfileCountOp>(op))
+    return success();
+  for (Value v : op->getOperands()) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (!type || !isa<FloatType>(type.getElementType()) ||
+        type.getElementType().isF32() || v.getDefiningOp<WeightOp>())
+      continue;
+    Type elt = type.getElementType();
+    std::string eltName = elt.isF16()    ? "float16"
+                          : elt.isBF16() ? "bfloat16"
+                          : elt.isF64()  ? "float64"
+                                         : "this float type";
+    auto loc = dyn_cast<NameLoc>(op->getLoc());
+    return op->emitError()
+           << (loc ? "node '" + loc.getName().str() + "' (" : std::string("("))
+           << op->getName().stripDialect() << "): " << eltName
+           << " input is not supported: the runtime computes it in float32 "
+              "(export the model in float32; --weights f16 keeps the weights "
+              "in half precision)";
+  }
+  return success();
+}
+
 LogicalResult Emitter::emitOp(Operation *op) {
+  if (failed(checkComputeTypes(op)))
+    return failure();
   // The ONNX node name, for readers of the generated code and in the
   // message of a call that fails.
   onFail = "return false;";
@@ -1204,6 +1236,20 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                       "");
       })
       .Default([&](Operation *other) {
+        auto half = [](Type t) {
+          auto e = cast<ShapedType>(t).getElementType();
+          return e.isF16() || e.isBF16();
+        };
+        if (isa<CastOp>(other) && (half(other->getOperand(0).getType()) ||
+                                   half(other->getResult(0).getType()))) {
+          auto loc = dyn_cast<NameLoc>(other->getLoc());
+          return other->emitError()
+                 << (loc ? "node '" + loc.getName().str() + "': " : "")
+                 << "the CUDA backend keeps activations in float32 and does "
+                    "not take a model exported in float16 or bfloat16 (export "
+                    "it in float32; --weights f16 keeps the weights in half "
+                    "precision)";
+        }
         return other->emitError("the CUDA backend does not support '")
                << other->getName() << "' on device values yet";
       });

@@ -531,6 +531,40 @@ def case_two_dims():
     return model(nodes, [vi("x", F, ["a"]), vi("y", F, ["b"])], [vi("z", F, None)])
 
 
+def case_f16_matmul():
+    # A float16 export: MatMul + Relu over half-precision activations.
+    w = numpy_helper.from_array(f32(4, 3).astype(np.float16), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Relu", ["h"], ["y"], name="relu")]
+    return model(nodes, [vi("x", TensorProto.FLOAT16, ["b", 4])],
+                 [vi("y", TensorProto.FLOAT16, ["b", 3])], [w])
+
+
+def case_f16_mlp():
+    # A float16 export of a small block: MatMul + bias + Relu, a second
+    # projection, LayerNormalization and Softmax, all in half precision.
+    h16 = lambda *shape: numpy_helper.from_array(f32(*shape).astype(np.float16) * np.float16(0.5))
+    inits = [h16(8, 16), h16(16), h16(16, 8), h16(8), h16(8), h16(8)]
+    for t, n in zip(inits, ["w1", "b1", "w2", "b2", "g", "beta"]):
+        t.name = n
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="up"),
+             helper.make_node("Add", ["h", "b1"], ["hb"], name="up_bias"),
+             helper.make_node("Relu", ["hb"], ["a"], name="relu"),
+             helper.make_node("MatMul", ["a", "w2"], ["o"], name="down"),
+             helper.make_node("Add", ["o", "b2"], ["ob"], name="down_bias"),
+             helper.make_node("LayerNormalization", ["ob", "g", "beta"], ["n"], axis=-1,
+                              epsilon=1e-5, name="norm"),
+             helper.make_node("Softmax", ["n"], ["y"], axis=-1, name="softmax")]
+    return model(nodes, [vi("x", TensorProto.FLOAT16, ["b", 8])],
+                 [vi("y", TensorProto.FLOAT16, ["b", 8])], inits)
+
+
+def case_f64_matmul():
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"], name="dmm")]
+    return model(nodes, [vi("a", TensorProto.DOUBLE, [2, 3]), vi("b", TensorProto.DOUBLE, [3, 4])],
+                 [vi("y", TensorProto.DOUBLE, [2, 4])])
+
+
 def case_int_matmul():
     nodes = [helper.make_node("MatMul", ["a", "b"], ["y"], name="imm")]
     return model(nodes, [vi("a", I64, [2, 3]), vi("b", I64, [3, 4])],

@@ -63,6 +63,32 @@ def FoldConstantsPass : Pass<"sparsec-fold-constants", "mlir::ModuleOp"> {
   ];
 }
 
+def WidenHalfPass : Pass<"sparsec-widen-half", "mlir::ModuleOp"> {
+  let summary = "Run float16/bfloat16 matrix products and attention in float32";
+  let description = [{
+    The runtimes' linear, linear_group, matmul, conv and attention kernels
+    compute in float32 (a linear may read a float16 weight as it is). For a
+    model exported in half precision, each such op gets its half-precision
+    operands cast to float32 and its half-precision results cast back, so
+    the rest of the graph keeps the model's types (elementwise ops, norms,
+    softmax, reshapes and lookups take float16 as it is).
+    ```mlir
+    %y = sparsec.matmul %a, %b : tensor<2x4xf16>, tensor<4x3xf16> -> tensor<2x3xf16>
+    ```
+    becomes
+    ```mlir
+    %a32 = sparsec.cast %a : tensor<2x4xf16> -> tensor<2x4xf32>
+    %b32 = sparsec.cast %b : tensor<4x3xf16> -> tensor<4x3xf32>
+    %y32 = sparsec.matmul %a32, %b32 : ... -> tensor<2x3xf32>
+    %y = sparsec.cast %y32 : tensor<2x3xf32> -> tensor<2x3xf16>
+    ```
+  }];
+  let dependentDialects = ["::sparsec::SparsecDialect"];
+  let statistics = [
+    Statistic<"numWidened", "num-widened", "Number of ops run in float32">,
+  ];
+}
+
 def RaiseEmbeddingPass : Pass<"sparsec-raise-embedding", "mlir::ModuleOp"> {
   let summary = "Gather from a 2-D weight along axis 0 -> sparsec.embedding";
   let description = [{
