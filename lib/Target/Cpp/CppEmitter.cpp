@@ -62,6 +62,7 @@ std::optional<StringRef> dtypeOf(Type elt) {
 std::optional<StringRef> cTypeOf(Type elt) {
   if (elt.isF32()) return StringRef("float");
   if (elt.isF64()) return StringRef("double");
+  if (elt.isF16()) return StringRef("uint16_t"); // the IEEE half's bits
   if (auto i = dyn_cast<IntegerType>(elt)) {
     bool u = i.isUnsigned();
     switch (i.getWidth()) {
@@ -490,7 +491,14 @@ LogicalResult Emitter::emitConstant(ConstantOp op) {
   int64_t n = 0;
   bool isF32 = type.getElementType().isF32();
   auto sep = [&] { consts << (n++ % 16 ? ", " : (n > 1 ? ",\n    " : "")); };
-  if (isa<FloatType>(type.getElementType())) {
+  if (type.getElementType().isF16()) {
+    for (APFloat v : attr.getValues<APFloat>()) {
+      sep();
+      consts << llvm::formatv("{0:x4}",
+                              v.bitcastToAPInt().getZExtValue())
+                    .str();
+    }
+  } else if (isa<FloatType>(type.getElementType())) {
     for (APFloat v : attr.getValues<APFloat>()) {
       sep();
       consts << floatLiteral(v.convertToDouble(), isF32);

@@ -40,6 +40,7 @@
 
 #include "Argmax.h"
 #include "Cli.h"
+#include "sparsec/rt/Half.h"
 
 #include <algorithm>
 #include <chrono>
@@ -128,6 +129,13 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         return reportError("the model takes '" + name + "' but has no '" +
                            present + "' output");
       cache.push_back(std::move(slot));
+    } else if (name.rfind("past_key_values.", 0) == 0 &&
+               io.dtype != DType::f32) {
+      return reportError("generate keeps the KV cache in float32, and this "
+                         "model takes '" + name + "' as " +
+                         dtypeName(io.dtype) +
+                         " (compile the export without a cache with "
+                         "--kv-cache: the derived cache is float32)");
     } else {
       return reportError("generate needs a decoder LM whose inputs are "
                          "input_ids (int64 [batch, seq]), attention_mask and "
@@ -261,10 +269,11 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     idsOnly = ctx.argmaxOutput == logitsOutput && logits.dtype == DType::i64;
     if (idsOnly ? logits.rank != 2 || logits.shape[0] != batch ||
                       logits.shape[1] != n
-                : logits.dtype != DType::f32 || logits.rank != 3 ||
+                : (logits.dtype != DType::f32 && logits.dtype != DType::f16) ||
+                      logits.rank != 3 ||
                       logits.shape[0] != batch || logits.shape[1] != n) {
       error = (idsOnly ? "generate expects the logits' argmax as int64 ["
-                       : "generate expects float32 logits [") +
+                       : "generate expects float32 or float16 logits [") +
               std::to_string(batch) + ", " + std::to_string(n) +
               (idsOnly ? "]" : ", vocab]") + ", got " + logits.describe();
       return false;
@@ -276,7 +285,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           present.shape[2] != total ||
           present.shape[3] != slot.headDim) {
         error = std::string("output '") + desc.outputs[slot.output].name + "' is " +
-                present.describe() + ", expected [" + std::to_string(batch) + ", " +
+                present.describe() + ", expected float32 [" + std::to_string(batch) + ", " +
                 std::to_string(slot.heads) +
                 ", " + std::to_string(total) + ", " + std::to_string(slot.headDim) +
                 "]";
@@ -307,14 +316,21 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       return true;
     }
     vocab = logits.shape[2];
-    if (n == 1) {
+    if (n == 1 && logits.dtype == DType::f32) {
       lastLogits = logits.as<float>();
       return true;
     }
     gathered.clear();
     for (int64_t b = 0; b < batch; ++b) {
-      const float *row = logits.as<float>() + ((b + 1) * n - 1) * vocab;
-      gathered.insert(gathered.end(), row, row + vocab);
+      const int64_t at = ((b + 1) * n - 1) * vocab;
+      if (logits.dtype == DType::f16) { // a float16 export's logits
+        const uint16_t *row = logits.as<uint16_t>() + at;
+        for (int64_t v = 0; v < vocab; ++v)
+          gathered.push_back(halfToFloat(row[v]));
+      } else {
+        const float *row = logits.as<float>() + at;
+        gathered.insert(gathered.end(), row, row + vocab);
+      }
     }
     lastLogits = gathered.data();
     return true;
