@@ -51,7 +51,9 @@ void sparsec::buildRaisePipeline(OpPassManager &pm,
   pm.addPass(createFuseGeluPass());
   pm.addPass(createFuseLinearPass());
   pm.addPass(createFuseAttentionPass());
-  pm.addPass(createWidenHalfPass());
+  WidenHalfPassOptions widen;
+  widen.all = options.widenAll;
+  pm.addPass(createWidenHalfPass(widen));
   pm.addPass(createFoldConstantsPass());
   pm.addPass(createCSEPass());
 }

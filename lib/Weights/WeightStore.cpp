@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "sparsec/Weights/WeightStore.h"
+#include "sparsec/rt/Half.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -1054,4 +1055,36 @@ const char *WeightStore::dataTypeName(int onnxDataType) {
   if (onnxDataType < 0 || size_t(onnxDataType) >= std::size(kDataTypes))
     return "unknown";
   return kDataTypes[onnxDataType].name;
+}
+
+bool sparsec::WeightStore::readFloat32(const TensorView &view,
+                                       std::vector<float> &out) {
+  const size_t size = elementSize(view.dataType);
+  if (!view.data || size == 0)
+    return false;
+  const size_t n = view.numBytes / size;
+  out.resize(n);
+  const auto *bytes = static_cast<const unsigned char *>(view.data);
+  switch (view.dataType) {
+  case 1: // FLOAT
+    std::memcpy(out.data(), view.data, n * sizeof(float));
+    return true;
+  case 10: // FLOAT16 (data may be unaligned)
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, bytes + 2 * i, 2);
+      out[i] = rt::halfToFloat(h);
+    }
+    return true;
+  case 16: // BFLOAT16: the high half of a float32
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, bytes + 2 * i, 2);
+      const uint32_t bits = uint32_t(h) << 16;
+      std::memcpy(&out[i], &bits, 4);
+    }
+    return true;
+  default:
+    return false;
+  }
 }

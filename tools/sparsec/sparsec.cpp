@@ -306,7 +306,8 @@ LogicalResult checkWeights(ModuleOp module, const sparsec::WeightStore &store) {
 
 /// import + weight check + (optionally) raise. Null on failure.
 OwningOpRef<ModuleOp> importAndRaise(MLIRContext &context, sparsec::Phase stop,
-                                     std::unique_ptr<sparsec::WeightStore> &store) {
+                                     std::unique_ptr<sparsec::WeightStore> &store,
+                                     bool widenAll = false) {
   sparsec::ImportOptions options;
   options.onnxShapeInference = !noShapeInference;
   OwningOpRef<ModuleOp> module;
@@ -332,6 +333,7 @@ OwningOpRef<ModuleOp> importAndRaise(MLIRContext &context, sparsec::Phase stop,
     PassManager pm(&context);
     sparsec::RaisePipelineOptions raiseOptions;
     raiseOptions.dims = llvm::ArrayRef<std::string>(dims);
+    raiseOptions.widenAll = widenAll;
     sparsec::buildRaisePipeline(pm, raiseOptions);
     if (failed(pm.run(*module)))
       return nullptr;
@@ -651,8 +653,13 @@ int runCompile(MLIRContext &context) {
     return std::string(p);
   };
 
+  // A half-precision export is float32 throughout where the CUDA backend
+  // (float32 activations) or the sparsity passes (ReLUs feeding linears
+  // directly, as the profile saw them) read it.
+  const bool widenAll = target != "x86" || sparsityMode != "off" ||
+                        !profileFile.empty();
   std::unique_ptr<sparsec::WeightStore> store;
-  OwningOpRef<ModuleOp> module = importAndRaise(context, *stop, store);
+  OwningOpRef<ModuleOp> module = importAndRaise(context, *stop, store, widenAll);
   if (!module || failed(checkDimNames(*module, maxDims, "--max-dims")))
     return 1;
   if (kvCache && *stop >= sparsec::Phase::Raise) {
@@ -1046,8 +1053,8 @@ int runProfile(MLIRContext &context) {
     return 1;
   }
   std::unique_ptr<sparsec::WeightStore> store;
-  OwningOpRef<ModuleOp> module =
-      importAndRaise(context, sparsec::Phase::Raise, store);
+  OwningOpRef<ModuleOp> module = importAndRaise(
+      context, sparsec::Phase::Raise, store, /*widenAll=*/true);
   if (!module)
     return 1;
   {

@@ -26,6 +26,13 @@ struct RaisePipelineOptions
   ListOption<std::string> dims{
       *this, "dims",
       llvm::cl::desc("Pin named input dimensions (name=value) before folding")};
+  Option<bool> widenAll{
+      *this, "widen-all",
+      llvm::cl::desc("A half-precision export becomes float32 throughout "
+                     "(sparsec-widen-half all=1: the CUDA target and the "
+                     "sparsity passes); otherwise only its products and "
+                     "attention run in float32"),
+      llvm::cl::init(false)};
 };
 
 /// raise: shape inference and folding of the shape arithmetic, then the

@@ -95,6 +95,10 @@ public:
   /// Short name of an ONNX data type ("float32", "int64", ...), or "unknown".
   static const char *dataTypeName(int onnxDataType);
 
+  /// The values of a float32, float16 or bfloat16 tensor as float32 (a
+  /// half-precision export's weights, widened); false for other types.
+  static bool readFloat32(const TensorView &view, std::vector<float> &out);
+
 private:
   WeightStore() = default;
   friend class WeightStoreBuilder;

@@ -387,12 +387,23 @@ static Location nodeLocation(MLIRContext &ctx, const onnx::NodeProto &node,
   return NameLoc::get(StringAttr::get(&ctx, name), fileLoc);
 }
 
-/// Attribute values ONNX's own shape inference divides by or indexes with:
-/// checked before it runs, since libonnx crashes on them (found by fuzzing:
-/// a Conv with strides 0 is a division by zero in its inference).
-static std::optional<std::string> invalidSpatialAttrs(const onnx::NodeProto &node) {
+/// Attribute values (and output counts) ONNX's own shape inference divides
+/// by or indexes with: checked before it runs, since libonnx crashes on them
+/// (found by fuzzing: a Conv with strides 0 is a division by zero in its
+/// inference).
+static std::optional<std::string> invalidInferenceAttrs(const onnx::NodeProto &node) {
   static const llvm::StringSet<> spatialOps = {
       "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
+  if (node.op_type() == "Split") {
+    // Its inference divides the dim by the output count (found by
+    // fuzzing: a Split with no outputs is a division by zero).
+    if (node.output_size() == 0)
+      return std::string("a Split needs at least one output");
+    for (const auto &a : node.attribute())
+      if (a.name() == "num_outputs" && a.i() <= 0)
+        return "num_outputs must be positive, got " + std::to_string(a.i());
+    return std::nullopt;
+  }
   if (!spatialOps.contains(node.op_type()))
     return std::nullopt;
   for (const auto &a : node.attribute()) {
@@ -538,7 +549,7 @@ LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
       problems.push_back(node.op_type());
       continue;
     }
-    if (auto bad = invalidSpatialAttrs(node)) {
+    if (auto bad = invalidInferenceAttrs(node)) {
       emitError(loc) << "node '" << node.name() << "' (" << node.op_type()
                      << "): " << *bad;
       invalid = true;

@@ -183,6 +183,21 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
             dims[0] = outRows;
           else
             dims[1] = outCols;
+        } else if (t == "widen" && (dataType == 10 || dataType == 16)) {
+          // A half-precision export's weight, widened to float32.
+          TensorView half;
+          half.dataType = dataType;
+          half.data = data;
+          half.numBytes = bytes;
+          std::vector<float> values;
+          WeightStore::readFloat32(half, values);
+          std::vector<char> out(values.size() * 4);
+          std::memcpy(out.data(), values.data(), out.size());
+          owned.push_back(std::move(out));
+          data = owned.back().data();
+          bytes = owned.back().size();
+          eltBytes = 4;
+          dataType = 1;
         } else if (t == "f16" && dataType == 1) {
           size_t count = bytes / 4;
           std::vector<char> out(count * 2);

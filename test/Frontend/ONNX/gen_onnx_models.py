@@ -565,6 +565,13 @@ def case_f64_matmul():
                  [vi("y", TensorProto.DOUBLE, [2, 4])])
 
 
+def case_split_no_outputs():
+    # Found by fuzzing: libonnx's Split-18 inference divides by the output
+    # count, here 0.
+    nodes = [helper.make_node("Split", ["x"], [], axis=0, name="split")]
+    return model(nodes, [vi("x", F, [4, 2])], [], opset=18)
+
+
 def case_int_matmul():
     nodes = [helper.make_node("MatMul", ["a", "b"], ["y"], name="imm")]
     return model(nodes, [vi("a", I64, [2, 3]), vi("b", I64, [3, 4])],

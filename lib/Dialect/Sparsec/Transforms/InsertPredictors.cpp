@@ -56,16 +56,24 @@ LogicalResult loadWeight(Value v, SymbolTable &symbols,
   }
   auto global = symbols.lookup<GlobalOp>(weight.getName());
   auto type = cast<RankedTensorType>(global.getType());
-  if (!type.getElementType().isF32() || global.getTransforms()) {
+  // A half-precision export's weights are read as float32: kept float16
+  // for a linear, or widened when packed (sparsec-widen-half).
+  auto transforms = global.getTransforms();
+  const bool widenOnly =
+      transforms && transforms->size() == 1 &&
+      cast<StringAttr>((*transforms)[0]).getValue() == "widen";
+  if (!(type.getElementType().isF32() || type.getElementType().isF16()) ||
+      (transforms && !widenOnly)) {
     error = "its weight '" + global.getSymName().str() +
-            "' is not a plain float32 tensor";
+            "' is not a plain float32 or float16 tensor";
     return failure();
   }
   size_t count = size_t(type.getNumElements());
   if (auto value = global.getValueAttr()) {
     if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
-      auto values = dense.getValues<float>();
-      out.assign(values.begin(), values.end());
+      out.clear();
+      for (APFloat x : dense.getValues<APFloat>())
+        out.push_back(float(x.convertToDouble()));
     } else if (auto res = dyn_cast<DenseF32ResourceElementsAttr>(value)) {
       auto data = res.tryGetAsArrayRef();
       if (!data) {
@@ -95,14 +103,14 @@ LogicalResult loadWeight(Value v, SymbolTable &symbols,
     }
   }
   const TensorView *view = store->get(global.getSource().str(), error);
-  if (!view || view->numBytes != count * sizeof(float) ||
-      view->dataType != 1 /* onnx FLOAT */) {
+  // float32, or a half-precision export's weight widened (sparsec-widen-half).
+  if (!view || !WeightStore::readFloat32(*view, out) ||
+      int64_t(out.size()) != count) {
     error = "weight '" + global.getSource().str() +
-            "' is missing or not float32 in " + store->path();
+            "' is missing or not float32, float16 or bfloat16 in " +
+            store->path();
     return failure();
   }
-  out.resize(count);
-  std::memcpy(out.data(), view->data, view->numBytes);
   return success();
 }
 

@@ -7,7 +7,9 @@
 #include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
 #include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace sparsec {
 #define GEN_PASS_DEF_WIDENHALFPASS
@@ -44,10 +46,104 @@ bool keptAsIs(Operation *op, OpOperand &operand) {
   return false;
 }
 
+/// `attr` with float32 elements (or value) if it is half precision.
+Attribute widenedAttr(Attribute attr) {
+  if (auto f = dyn_cast_or_null<FloatAttr>(attr)) {
+    if (f.getType().isF16() || f.getType().isBF16())
+      return FloatAttr::get(Float32Type::get(attr.getContext()),
+                            f.getValueAsDouble());
+    return attr;
+  }
+  auto dense = dyn_cast_or_null<DenseElementsAttr>(attr);
+  if (!dense)
+    return attr;
+  RankedTensorType to = widened(dense.getType());
+  if (!to)
+    return attr;
+  SmallVector<float> values;
+  for (APFloat v : dense.getValues<APFloat>())
+    values.push_back(float(v.convertToDouble()));
+  return DenseElementsAttr::get(to, ArrayRef<float>(values));
+}
+
+/// Whether every use of `global` is a WeightOp read only as a linear's (or
+/// linear group's) float16 weight.
+bool onlyLinearWeights(GlobalOp global, ModuleOp module) {
+  if (!cast<RankedTensorType>(global.getType()).getElementType().isF16())
+    return false;
+  bool only = true;
+  module.walk([&](WeightOp w) {
+    if (w.getName() != global.getSymName())
+      return;
+    for (OpOperand &use : w.getResult().getUses())
+      only &= keptAsIs(use.getOwner(), use);
+  });
+  return only;
+}
+
 struct WidenHalfPass : public sparsec::impl::WidenHalfPassBase<WidenHalfPass> {
   using Base::Base;
 
   void runOnOperation() override {
+    if (all)
+      return widenAll();
+    widenOps();
+  }
+
+  /// Every half-precision value becomes float32.
+  void widenAll() {
+    ModuleOp module = getOperation();
+    MLIRContext *ctx = &getContext();
+    // Weights: read as they are by linears, or converted when packed.
+    llvm::StringSet<> kept;
+    for (GlobalOp g : module.getOps<GlobalOp>()) {
+      RankedTensorType to = widened(g.getType());
+      if (!to)
+        continue;
+      if (onlyLinearWeights(g, module)) {
+        kept.insert(g.getSymName());
+        continue;
+      }
+      g.setType(to);
+      if (g.getValueAttr()) {
+        g.setValueAttr(cast<ElementsAttr>(widenedAttr(g.getValueAttr())));
+      } else {
+        SmallVector<Attribute> transforms{StringAttr::get(ctx, "widen")};
+        if (auto list = g.getTransforms())
+          transforms.append(list->begin(), list->end());
+        g.setTransformsAttr(ArrayAttr::get(ctx, transforms));
+      }
+      ++numWidened;
+    }
+    module.walk([&](Operation *op) {
+      if (auto w = dyn_cast<WeightOp>(op); w && kept.contains(w.getName()))
+        return;
+      for (Region &region : op->getRegions())
+        for (Block &block : region)
+          for (BlockArgument arg : block.getArguments())
+            if (RankedTensorType to = widened(arg.getType()))
+              arg.setType(to);
+      SmallVector<NamedAttribute> attrs(op->getAttrs());
+      for (NamedAttribute a : attrs)
+        if (Attribute w = widenedAttr(a.getValue()); w != a.getValue())
+          op->setAttr(a.getName(), w);
+      for (OpResult r : op->getResults())
+        if (RankedTensorType to = widened(r.getType())) {
+          r.setType(to);
+          ++numWidened;
+        }
+    });
+    module.walk([&](func::FuncOp func) {
+      auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+      func.setFunctionType(FunctionType::get(
+          ctx, func.getBody().front().getArgumentTypes(),
+          ret.getOperandTypes()));
+    });
+  }
+
+  /// Half-precision operands of the float32-only ops cast to float32, their
+  /// results cast back.
+  void widenOps() {
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
       if (isa<LinearOp, LinearGroupOp, MatMulOp, ConvOp, AttentionOp>(op))

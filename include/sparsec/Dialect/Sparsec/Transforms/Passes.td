@@ -71,7 +71,9 @@ def WidenHalfPass : Pass<"sparsec-widen-half", "mlir::ModuleOp"> {
     model exported in half precision, each such op gets its half-precision
     operands cast to float32 and its half-precision results cast back, so
     the rest of the graph keeps the model's types (elementwise ops, norms,
-    softmax, reshapes and lookups take float16 as it is).
+    softmax, reshapes and lookups take float16 as it is). With `all`, every
+    half-precision value becomes float32 instead, the function's inputs and
+    outputs included.
     ```mlir
     %y = sparsec.matmul %a, %b : tensor<2x4xf16>, tensor<4x3xf16> -> tensor<2x3xf16>
     ```
@@ -84,6 +86,14 @@ def WidenHalfPass : Pass<"sparsec-widen-half", "mlir::ModuleOp"> {
     ```
   }];
   let dependentDialects = ["::sparsec::SparsecDialect"];
+  let options = [
+    Option<"all", "all", "bool", "false",
+           "Widen every half-precision value instead: inputs, outputs, "
+           "constants and weights become float32 (weights converted when "
+           "packed, transform \"widen\"), except float16 weights read only "
+           "by linears; the model is then a float32 model throughout (the "
+           "CUDA target, and the sparsity passes, need that)">,
+  ];
   let statistics = [
     Statistic<"numWidened", "num-widened", "Number of ops run in float32">,
   ];
