@@ -350,6 +350,8 @@ def apply_transforms(a, seg):
             a = np.ascontiguousarray(a.T)
         elif t == "f16":
             a = half(a)
+        elif t == "widen":  # a half-precision source read as float32
+            a = a.astype(np.float32)
         elif t in ("permute_rows", "permute_cols"):
             perm = np.asarray(seg["permutation"], np.int64)
             a = a[perm] if t == "permute_rows" else a[:, perm]
