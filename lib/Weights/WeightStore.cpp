@@ -1062,6 +1062,8 @@ bool sparsec::WeightStore::readFloat32(const TensorView &view,
   const size_t size = elementSize(view.dataType);
   if (!view.data || size == 0)
     return false;
+  if (view.dataType != 1 && view.dataType != 10 && view.dataType != 16)
+    return false;
   const size_t n = view.numBytes / size;
   out.resize(n);
   const auto *bytes = static_cast<const unsigned char *>(view.data);

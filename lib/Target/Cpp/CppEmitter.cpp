@@ -1253,10 +1253,10 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           auto loc = dyn_cast<NameLoc>(other->getLoc());
           return other->emitError()
                  << (loc ? "node '" + loc.getName().str() + "': " : "")
-                 << "the CUDA backend keeps activations in float32 and does "
-                    "not take a model exported in float16 or bfloat16 (export "
-                    "it in float32; --weights f16 keeps the weights in half "
-                    "precision)";
+                 << "the CUDA backend keeps activations in float32: a "
+                    "half-precision model must be widened whole first "
+                    "(sparsec-widen-half all=1, which sparsec compile runs "
+                    "for this target)";
         }
         return other->emitError("the CUDA backend does not support '")
                << other->getName() << "' on device values yet";

@@ -220,9 +220,12 @@ def case_reduce18():
 def case_split18_uneven():
     # num_outputs over a dim it does not divide: the last part is smaller
     # (7 -> 3, 3, 1), which Debian's libonnx 1.12 inference refuses.
+    # A consumer of a part (the Relu) is also untyped by that inference.
     nodes = [helper.make_node("Split", ["x"], ["a", "b", "c"], axis=0, num_outputs=3,
-                              name="split")]
-    return model(nodes, [vi("x", F, [7, 2])], [vi(n, F, None) for n in "abc"], opset=18)
+                              name="split"),
+             helper.make_node("Relu", ["c"], ["rc"], name="relu")]
+    return model(nodes, [vi("x", F, [7, 2])], [vi(n, F, None) for n in ["a", "b", "rc"]],
+                 opset=18)
 
 
 def case_large_constant():

@@ -79,7 +79,8 @@ int64_t sparsec::inferShapes(ModuleOp module) {
   return changed;
 }
 
-llvm::SmallVector<StringRef> sparsec::namedInputDims(ModuleOp module) {
+std::string sparsec::unknownDimName(ModuleOp module,
+                                    ArrayRef<std::string> entries) {
   llvm::SmallVector<StringRef> known;
   module.walk([&](func::FuncOp func) {
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
@@ -90,7 +91,17 @@ llvm::SmallVector<StringRef> sparsec::namedInputDims(ModuleOp module) {
               !llvm::is_contained(known, s.getValue()))
             known.push_back(s.getValue());
   });
-  return known;
+  for (const std::string &entry : entries) {
+    StringRef name = StringRef(entry).split('=').first;
+    if (llvm::is_contained(known, name))
+      continue;
+    return "'" + entry + "': no input has a dimension named '" + name.str() +
+           "' (" +
+           (known.empty() ? std::string("the inputs have no named dimensions")
+                          : "named dimensions: " + llvm::join(known, ", ")) +
+           ")";
+  }
+  return "";
 }
 
 namespace {
@@ -144,21 +155,11 @@ struct InferShapesPass
   /// Fails naming the first pinned name that no input dimension carries (a
   /// misspelt name would otherwise pin nothing, silently).
   LogicalResult checkNames(ModuleOp module) {
-    llvm::SmallVector<StringRef> known = namedInputDims(module);
-    for (const std::string &entry : dims) {
-      StringRef name = StringRef(entry).split('=').first;
-      if (llvm::is_contained(known, name))
-        continue;
-      InFlightDiagnostic diag = module.emitError("dims entry '")
-                                << entry << "': no input has a dimension named '"
-                                << name << "'";
-      if (known.empty())
-        diag << " (the inputs have no named dimensions)";
-      else
-        diag << " (named dimensions: " << llvm::join(known, ", ") << ")";
-      return failure();
-    }
-    return success();
+    std::string unknown = unknownDimName(module, dims);
+    if (unknown.empty())
+      return success();
+    module.emitError("dims entry ") << unknown;
+    return failure();
   }
 
   /// Makes named dynamic input dimensions static.

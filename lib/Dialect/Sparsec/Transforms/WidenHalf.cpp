@@ -85,7 +85,19 @@ struct WidenHalfPass : public sparsec::impl::WidenHalfPassBase<WidenHalfPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (all)
+    // The runtimes have no bfloat16: a model holding any is widened whole.
+    bool bf16 = false;
+    getOperation().walk([&](Operation *op) {
+      for (Type t : op->getResultTypes())
+        if (auto r = dyn_cast<RankedTensorType>(t))
+          bf16 |= r.getElementType().isBF16();
+      for (Region &region : op->getRegions())
+        for (Block &block : region)
+          for (Type t : block.getArgumentTypes())
+            if (auto r = dyn_cast<RankedTensorType>(t))
+              bf16 |= r.getElementType().isBF16();
+    });
+    if (all || bf16)
       return widenAll();
     widenOps();
   }
@@ -116,6 +128,9 @@ struct WidenHalfPass : public sparsec::impl::WidenHalfPassBase<WidenHalfPass> {
       ++numWidened;
     }
     module.walk([&](Operation *op) {
+      // Globals are done above; a kept weight stays float16.
+      if (isa<GlobalOp>(op))
+        return;
       if (auto w = dyn_cast<WeightOp>(op); w && kept.contains(w.getName()))
         return;
       for (Region &region : op->getRegions())
@@ -134,6 +149,15 @@ struct WidenHalfPass : public sparsec::impl::WidenHalfPassBase<WidenHalfPass> {
         }
     });
     module.walk([&](func::FuncOp func) {
+      if (func.isExternal()) {
+        SmallVector<Type> inputs, results;
+        for (Type t : func.getArgumentTypes())
+          inputs.push_back(widened(t) ? Type(widened(t)) : t);
+        for (Type t : func.getResultTypes())
+          results.push_back(widened(t) ? Type(widened(t)) : t);
+        func.setFunctionType(FunctionType::get(ctx, inputs, results));
+        return;
+      }
       auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
       func.setFunctionType(FunctionType::get(
           ctx, func.getBody().front().getArgumentTypes(),

@@ -1,4 +1,7 @@
 // RUN: sparsec-opt %s --sparsec-widen-half="all=1" | FileCheck %s
+// A module holding bfloat16 is widened whole without the option too (the
+// runtimes have no bfloat16).
+// RUN: sparsec-opt %s --sparsec-widen-half | FileCheck %s
 
 // Everything half becomes float32: inputs, results, constants, casts and
 // weights, except a float16 weight only linears read (kept, read as it is);
@@ -31,3 +34,7 @@ func.func @model(%x: tensor<2x4xf16>) -> tensor<2x3xf16> {
   %r = sparsec.add %t, %z16 : tensor<2x3xf16>, tensor<2x3xf16> -> tensor<2x3xf16>
   return %r : tensor<2x3xf16>
 }
+
+// A declaration's signature widens too.
+// CHECK-LABEL: func.func private @ext(tensor<2xf32>) -> tensor<2xf32>
+func.func private @ext(tensor<2xf16>) -> tensor<2xf16>

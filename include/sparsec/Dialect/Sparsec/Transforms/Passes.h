@@ -30,10 +30,13 @@ void populateRaiseEmbeddingPatterns(mlir::RewritePatternSet &patterns);
 /// the number of types changed.
 int64_t inferShapes(mlir::ModuleOp module);
 
-/// The distinct names of the module's input dimensions (the functions'
-/// `sparsec.dims` argument attributes, which the importer copies from the
-/// ONNX `dim_param`s), in order of first appearance.
-llvm::SmallVector<llvm::StringRef> namedInputDims(mlir::ModuleOp module);
+/// The first of `entries` (name=value) whose name no input dimension of
+/// the module carries (the functions' `sparsec.dims` argument attributes,
+/// which the importer copies from the ONNX `dim_param`s), with why:
+/// "'m=4': no input has a dimension named 'm' (named dimensions: n)".
+/// Empty when every name is known.
+std::string unknownDimName(mlir::ModuleOp module,
+                           llvm::ArrayRef<std::string> entries);
 
 #define GEN_PASS_REGISTRATION
 #include "sparsec/Dialect/Sparsec/Transforms/Passes.h.inc"

@@ -73,7 +73,8 @@ def WidenHalfPass : Pass<"sparsec-widen-half", "mlir::ModuleOp"> {
     the rest of the graph keeps the model's types (elementwise ops, norms,
     softmax, reshapes and lookups take float16 as it is). With `all`, every
     half-precision value becomes float32 instead, the function's inputs and
-    outputs included.
+    outputs included; a model holding any bfloat16 value is widened that way
+    whatever the option, since the runtimes have no bfloat16.
     ```mlir
     %y = sparsec.matmul %a, %b : tensor<2x4xf16>, tensor<4x3xf16> -> tensor<2x3xf16>
     ```
@@ -95,7 +96,8 @@ def WidenHalfPass : Pass<"sparsec-widen-half", "mlir::ModuleOp"> {
            "CUDA target, and the sparsity passes, need that)">,
   ];
   let statistics = [
-    Statistic<"numWidened", "num-widened", "Number of ops run in float32">,
+    Statistic<"numWidened", "num-widened",
+              "Ops run in float32 (with all: values and weights widened)">,
   ];
 }
 
