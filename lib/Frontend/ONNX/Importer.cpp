@@ -423,33 +423,50 @@ static std::optional<std::string> invalidInferenceAttrs(const onnx::NodeProto &n
   return std::nullopt;
 }
 
-/// libonnx's LayerNormalization inference writes the Mean / InvStdDev
-/// shapes from dim `axis` on with no range check, so a negative axis below
-/// -rank crashes it. Where such outputs exist, the axes are checked first:
-/// inference over the model with those nodes keeping only Y (that part
-/// reads no axis; not strict, so one bad node elsewhere does not hide the
-/// ranks) gives the inputs' ranks. The model is changed in place and put
-/// back (outputs, value_info, graph outputs) rather than copied, since a
-/// copy would duplicate every initializer's data.
-static LogicalResult checkLayerNormAxes(MLIRContext &context,
-                                        onnx::ModelProto &model,
-                                        Location fileLoc) {
+/// Ops whose libonnx 1.12 inference indexes an input by another's rank or
+/// an attribute without a range check, crashing on a model that disagrees:
+/// LayerNormalization writes Mean / InvStdDev from dim `axis` on (a
+/// negative axis below -rank), and Conv / pools read as many input dims as
+/// the weight has spatial dims or `kernel_shape` has entries (found by
+/// fuzzing: a rank-4 weight over a rank-3 input). The ranks are learnt
+/// first by an inference over the model with those nodes made harmless
+/// (LayerNormalization keeping only Y; Conv and pools as Identity of their
+/// input, which keeps the rank), then checked. The model is changed in place
+/// and put back (nodes, value_info, graph outputs) rather than copied,
+/// since a copy would duplicate every initializer's data.
+static bool convLike(const onnx::NodeProto &n) {
+  static const llvm::StringSet<> ops = {"Conv", "ConvTranspose", "MaxPool",
+                                        "AveragePool", "LpPool"};
+  return ops.contains(n.op_type()) && n.input_size() >= 1;
+}
+
+static LogicalResult checkRanksForInference(MLIRContext &context,
+                                            onnx::ModelProto &model,
+                                            Location fileLoc) {
   auto withStats = [](const onnx::NodeProto &n) {
     return n.op_type() == "LayerNormalization" && n.output_size() > 1;
   };
-  if (llvm::none_of(model.graph().node(), withStats))
+  if (llvm::none_of(model.graph().node(), [&](const onnx::NodeProto &n) {
+        return withStats(n) || convLike(n);
+      }))
     return success();
   onnx::GraphProto &g = *model.mutable_graph();
   const auto valueInfo = g.value_info();
   const auto graphOutputs = g.output();
-  std::vector<std::pair<int, google::protobuf::RepeatedPtrField<std::string>>>
-      stripped;
-  for (auto [index, n] : llvm::enumerate(*g.mutable_node()))
+  std::vector<std::pair<int, onnx::NodeProto>> saved;
+  for (auto [index, n] : llvm::enumerate(*g.mutable_node())) {
     if (withStats(n)) {
-      stripped.emplace_back(int(index), n.output());
+      saved.emplace_back(int(index), n);
       while (n.output_size() > 1)
         n.mutable_output()->RemoveLast();
+    } else if (convLike(n)) {
+      saved.emplace_back(int(index), n);
+      n.set_op_type("Identity");
+      while (n.input_size() > 1)
+        n.mutable_input()->RemoveLast();
+      n.clear_attribute();
     }
+  }
   try {
     onnx::ShapeInferenceOptions opts(/*check_type=*/false, /*strict_mode=*/0,
                                      /*data_prop=*/true);
@@ -470,28 +487,56 @@ static LogicalResult checkLayerNormAxes(MLIRContext &context,
   for (const auto &init : g.initializer())
     ranks[init.name()] = init.dims_size();
   // Put the model back as it came, for the real (strict) inference.
-  for (auto &[index, outputs] : stripped)
-    *g.mutable_node(index)->mutable_output() = outputs;
+  for (auto &[index, node] : saved)
+    *g.mutable_node(index) = node;
   *g.mutable_value_info() = valueInfo;
   *g.mutable_output() = graphOutputs;
+  auto rankOf = [&](const std::string &name) -> int64_t {
+    auto it = ranks.find(name);
+    return it == ranks.end() ? -1 : it->second;
+  };
   bool bad = false;
   for (auto [index, node] : llvm::enumerate(g.node())) {
-    if (!withStats(node) || node.input_size() < 1)
-      continue;
-    auto it = ranks.find(node.input(0));
-    if (it == ranks.end())
-      continue; // unknown rank: ONNX's inference skips the node
-    int64_t axis = -1;
-    for (const auto &a : node.attribute())
-      if (a.name() == "axis")
-        axis = a.i();
-    const int64_t rank = it->second;
-    if (axis < -rank || axis >= rank) {
-      emitError(nodeLocation(context, node, int(index), fileLoc))
-          << "node '" << node.name() << "' (LayerNormalization): axis " << axis
-          << " out of range for rank " << rank;
+    auto report = [&]() -> InFlightDiagnostic {
       bad = true;
+      return emitError(nodeLocation(context, node, int(index), fileLoc))
+             << "node '" << node.name() << "' (" << node.op_type() << "): ";
+    };
+    if (withStats(node) && node.input_size() >= 1) {
+      const int64_t rank = rankOf(node.input(0));
+      if (rank < 0)
+        continue; // unknown rank: ONNX's inference skips the node
+      int64_t axis = -1;
+      for (const auto &a : node.attribute())
+        if (a.name() == "axis")
+          axis = a.i();
+      if (axis < -rank || axis >= rank)
+        report() << "axis " << axis << " out of range for rank " << rank;
+      continue;
     }
+    if (!convLike(node))
+      continue;
+    const int64_t x = rankOf(node.input(0));
+    const bool weighted = node.op_type().rfind("Conv", 0) == 0;
+    const int64_t w = weighted && node.input_size() >= 2
+                          ? rankOf(node.input(1))
+                          : -1;
+    if (x >= 0 && x < 3) {
+      report() << "input '" << node.input(0) << "' has rank " << x
+               << "; at least 3 (batch, channels, a spatial dim) is needed";
+      continue;
+    }
+    if (w >= 0 && x >= 0 && w != x) {
+      report() << "input '" << node.input(0) << "' has rank " << x
+               << " but weight '" << node.input(1) << "' has rank " << w;
+      continue;
+    }
+    const int64_t spatial = x >= 0 ? x - 2 : (w >= 0 ? w - 2 : -1);
+    for (const auto &a : node.attribute())
+      if (a.name() == "kernel_shape" && spatial >= 0 &&
+          a.ints_size() != spatial)
+        report() << "kernel_shape has " << a.ints_size() << " entries for "
+                 << spatial << " spatial dims";
   }
   return failure(bad);
 }
@@ -552,7 +597,7 @@ LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
       problems.push_back(node.op_type());
       continue;
     }
-    if (auto bad = invalidInferenceAttrs(node)) {
+    if (std::optional<std::string> bad = invalidInferenceAttrs(node)) {
       emitError(loc) << "node '" << node.name() << "' (" << node.op_type()
                      << "): " << *bad;
       invalid = true;
@@ -755,7 +800,7 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
   }
 
   if (options.onnxShapeInference) {
-    if (failed(checkLayerNormAxes(context, model, fileLoc)))
+    if (failed(checkRanksForInference(context, model, fileLoc)))
       return nullptr;
     // ONNX reports inconsistent shapes by throwing; keep the message.
     auto infer = [&](int strict) {

@@ -575,6 +575,21 @@ def case_split_no_outputs():
     return model(nodes, [vi("x", F, [4, 2])], [], opset=18)
 
 
+def case_conv_rank_mismatch():
+    # Found by fuzzing: libonnx's Conv inference reads as many input dims as
+    # the weight has spatial dims, here past a computed rank-3 input.
+    w = init("w", np.zeros((4, 3, 3, 3), np.float32))
+    shape = init("s", np.array([1, 3, 64], np.int64))
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"], name="flat"),
+             helper.make_node("Conv", ["r", "w"], ["y"], name="conv")]
+    return model(nodes, [vi("x", F, [1, 3, 8, 8])], [vi("y", F, None)], [w, shape], opset=13)
+
+
+def case_pool_kernel_mismatch():
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2], name="pool")]
+    return model(nodes, [vi("x", F, [1, 3, 8, 8])], [vi("y", F, None)], opset=13)
+
+
 def case_int_matmul():
     nodes = [helper.make_node("MatMul", ["a", "b"], ["y"], name="imm")]
     return model(nodes, [vi("a", I64, [2, 3]), vi("b", I64, [3, 4])],

@@ -85,19 +85,7 @@ struct WidenHalfPass : public sparsec::impl::WidenHalfPassBase<WidenHalfPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    // The runtimes have no bfloat16: a model holding any is widened whole.
-    bool bf16 = false;
-    getOperation().walk([&](Operation *op) {
-      for (Type t : op->getResultTypes())
-        if (auto r = dyn_cast<RankedTensorType>(t))
-          bf16 |= r.getElementType().isBF16();
-      for (Region &region : op->getRegions())
-        for (Block &block : region)
-          for (Type t : block.getArgumentTypes())
-            if (auto r = dyn_cast<RankedTensorType>(t))
-              bf16 |= r.getElementType().isBF16();
-    });
-    if (all || bf16)
+    if (all)
       return widenAll();
     widenOps();
   }

@@ -1,7 +1,4 @@
 // RUN: sparsec-opt %s --sparsec-widen-half="all=1" | FileCheck %s
-// A module holding bfloat16 is widened whole without the option too (the
-// runtimes have no bfloat16).
-// RUN: sparsec-opt %s --sparsec-widen-half | FileCheck %s
 
 // Everything half becomes float32: inputs, results, constants, casts and
 // weights, except a float16 weight only linears read (kept, read as it is);

@@ -73,8 +73,7 @@ def WidenHalfPass : Pass<"sparsec-widen-half", "mlir::ModuleOp"> {
     the rest of the graph keeps the model's types (elementwise ops, norms,
     softmax, reshapes and lookups take float16 as it is). With `all`, every
     half-precision value becomes float32 instead, the function's inputs and
-    outputs included; a model holding any bfloat16 value is widened that way
-    whatever the option, since the runtimes have no bfloat16.
+    outputs included.
     ```mlir
     %y = sparsec.matmul %a, %b : tensor<2x4xf16>, tensor<4x3xf16> -> tensor<2x3xf16>
     ```
