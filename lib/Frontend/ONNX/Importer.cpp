@@ -391,9 +391,14 @@ static Location nodeLocation(MLIRContext &ctx, const onnx::NodeProto &node,
 /// by or indexes with: checked before it runs, since libonnx crashes on them
 /// (found by fuzzing: a Conv with strides 0 is a division by zero in its
 /// inference).
+/// Conv and the pools: libonnx infers them all with convPoolShapeInference.
+static bool isSpatialOp(const onnx::NodeProto &n) {
+  static const llvm::StringSet<> ops = {"Conv", "ConvTranspose", "MaxPool",
+                                        "AveragePool", "LpPool"};
+  return ops.contains(n.op_type());
+}
+
 static std::optional<std::string> invalidInferenceAttrs(const onnx::NodeProto &node) {
-  static const llvm::StringSet<> spatialOps = {
-      "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
   if (node.op_type() == "Split") {
     // Its inference divides the dim by the output count (found by
     // fuzzing: a Split with no outputs is a division by zero).
@@ -404,7 +409,7 @@ static std::optional<std::string> invalidInferenceAttrs(const onnx::NodeProto &n
         return "num_outputs must be positive, got " + std::to_string(a.i());
     return std::nullopt;
   }
-  if (!spatialOps.contains(node.op_type()))
+  if (!isSpatialOp(node))
     return std::nullopt;
   for (const auto &a : node.attribute()) {
     bool positive = a.name() == "strides" || a.name() == "dilations" ||
@@ -435,9 +440,7 @@ static std::optional<std::string> invalidInferenceAttrs(const onnx::NodeProto &n
 /// and put back (nodes, value_info, graph outputs) rather than copied,
 /// since a copy would duplicate every initializer's data.
 static bool convLike(const onnx::NodeProto &n) {
-  static const llvm::StringSet<> ops = {"Conv", "ConvTranspose", "MaxPool",
-                                        "AveragePool", "LpPool"};
-  return ops.contains(n.op_type()) && n.input_size() >= 1;
+  return isSpatialOp(n) && n.input_size() >= 1;
 }
 
 static LogicalResult checkRanksForInference(MLIRContext &context,

@@ -32,6 +32,12 @@ RankedTensorType widened(Type type) {
                                Float32Type::get(type.getContext()));
 }
 
+/// `type` widened, or `type` itself where it is not half precision.
+Type widenedOrSame(Type type) {
+  RankedTensorType to = widened(type);
+  return to ? Type(to) : type;
+}
+
 /// A linear's (or linear group's) float16 weight, read as it is: the
 /// kernels convert its rows as they load them.
 bool keptAsIs(Operation *op, OpOperand &operand) {
@@ -136,20 +142,15 @@ struct WidenHalfPass : public sparsec::impl::WidenHalfPassBase<WidenHalfPass> {
           ++numWidened;
         }
     });
+    // Signatures follow (declarations too): a body's arguments and
+    // returned values were widened above, and a kept weight is never
+    // returned (a return is not a linear's use).
     module.walk([&](func::FuncOp func) {
-      if (func.isExternal()) {
-        SmallVector<Type> inputs, results;
-        for (Type t : func.getArgumentTypes())
-          inputs.push_back(widened(t) ? Type(widened(t)) : t);
-        for (Type t : func.getResultTypes())
-          results.push_back(widened(t) ? Type(widened(t)) : t);
-        func.setFunctionType(FunctionType::get(ctx, inputs, results));
-        return;
-      }
-      auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+      auto map = [](TypeRange types) {
+        return llvm::map_to_vector(types, widenedOrSame);
+      };
       func.setFunctionType(FunctionType::get(
-          ctx, func.getBody().front().getArgumentTypes(),
-          ret.getOperandTypes()));
+          ctx, map(func.getArgumentTypes()), map(func.getResultTypes())));
     });
   }
 
