@@ -60,6 +60,8 @@ void sparsec::buildRaisePipeline(OpPassManager &pm,
 
 void sparsec::buildSchedulePipeline(OpPassManager &pm,
                                     const SchedulePipelineOptions &options) {
+  // First: the fused lookups of the passes below carry the same ids.
+  pm.addPass(createBoundPositionsPass());
   if (options.hybrid)
     pm.addPass(createSplitHotColdPass());
   WeightLayoutPassOptions layout;

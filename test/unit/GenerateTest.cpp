@@ -451,6 +451,11 @@ protected:
     desc.numSlots = 1;
     desc.slotBytes = kToySlots;
     desc.run = toyRun;
+    if (positions > 0) { // as sparsec-bound-positions records an OPT table
+      desc.maxPositions = positions;
+      desc.positionTable = "pos.weight";
+      desc.positionRows = positions + 2;
+    }
     // Without the untimed warm-up runs by default, so that the run counts
     // below are those of the decode itself (WarmupRunChangesNothing).
     if (!warmup) {
@@ -476,6 +481,8 @@ protected:
   World w;
   fs::path dir;
   int files = 0;
+  /// The model's position bound (ModelDesc::maxPositions); 0: none.
+  int64_t positions = 0;
 };
 
 std::string bytesOf(const std::vector<int64_t> &ids) {
@@ -675,6 +682,54 @@ TEST_F(GenerateTest, OneNewTokenNeverLaunchesAhead) {
     EXPECT_EQ(w.trace.aheadRuns, n);
     EXPECT_EQ(w.trace.pickInputs, n - 1);
   }
+}
+
+TEST_F(GenerateTest, PositionTableBoundsTheSequence) {
+  const std::string prompt = "kvpage";
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  positions = 10;
+  const std::string table =
+      "the 10 positions of the model's position table 'pos.weight' (12 rows)";
+  for (bool device : {false, true}) {
+    // The default --max-seq-len is the table's bound.
+    MainResult r = generate(device, /*ahead=*/device,
+                            {"--prompt", prompt, "--max-new-tokens", "30"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, bytesOf(reference(seq, 4)));
+    EXPECT_NE(r.err.find("stopped at " + table), std::string::npos) << r.err;
+    // A shorter one still applies.
+    r = generate(device, device,
+                 {"--prompt", prompt, "--max-new-tokens", "30", "--max-seq-len", "8"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, bytesOf(reference(seq, 2)));
+    EXPECT_NE(r.err.find("stopped at --max-seq-len 8"), std::string::npos) << r.err;
+    // A longer one is refused before anything runs.
+    r = generate(device, device,
+                 {"--prompt", prompt, "--max-new-tokens", "30", "--max-seq-len", "11"});
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("error: --max-seq-len 11 exceeds " + table),
+              std::string::npos) << r.err;
+    EXPECT_EQ(w.trace.runs, 0);
+    // So is a prompt past the table.
+    r = generate(device, device, {"--prompt", "0123456789a"});
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("error: the prompt has 11 tokens, more than " + table),
+              std::string::npos) << r.err;
+  }
+}
+
+TEST_F(GenerateTest, HostCacheTooLargeToReserve) {
+  // 128 rows x 2^30 positions x 2 floats: 1 TiB a cache tensor.
+  std::vector<std::vector<int64_t>> rows(128, std::vector<int64_t>{'a', 'b'});
+  MainResult r = generate(/*device=*/false, false,
+                          {"--prompt-ids", promptFile(rows), "--max-seq-len",
+                           std::to_string(int64_t(1) << 30)});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("error: cannot reserve the KV cache for --max-seq-len "
+                       "1073741824: 1099511627776 bytes for 'present.0.key' "
+                       "alone; lower --max-seq-len"),
+            std::string::npos)
+      << r.err;
 }
 
 } // namespace

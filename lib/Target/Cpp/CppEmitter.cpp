@@ -1413,7 +1413,16 @@ void Emitter::emitDescription(func::FuncOp func) {
      << "    " << sizes.size() << ", kSlotBytes, run,\n"
      << "    " << (sites ? sites.size() : 0) << ", "
      << (sites ? "kProfileSites" : "nullptr") << ", 0x"
-     << llvm::format_hex_no_prefix(modelHash, 16) << "ULL};\n";
+     << llvm::format_hex_no_prefix(modelHash, 16) << "ULL";
+  if (auto positions = module->getAttrOfType<DictionaryAttr>("sparsec.positions")) {
+    auto limit = positions.getAs<IntegerAttr>("limit");
+    auto rows = positions.getAs<IntegerAttr>("rows");
+    auto table = positions.getAs<StringAttr>("table");
+    if (limit && rows && table)
+      os << ",\n    " << limit.getInt() << ", " << quoted(table.getValue())
+         << ", " << rows.getInt();
+  }
+  os << "};\n";
 }
 
 LogicalResult Emitter::emit() {

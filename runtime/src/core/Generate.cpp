@@ -204,13 +204,34 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                        ids.name + "' must be dynamic; this binary was compiled "
                        "with it fixed at " + std::to_string(ids.dims[1]) +
                        " (--dims): compile it with --max-dims instead");
+  // The compiler's bound on the sequence from the model's position table
+  // (a longer one would look up rows past its end).
+  const int64_t tablePositions = desc.maxPositions;
+  const std::string tableText =
+      tablePositions > 0
+          ? "the " + std::to_string(tablePositions) +
+                " positions of the model's position table '" +
+                (desc.positionTable ? desc.positionTable : "?") + "' (" +
+                std::to_string(desc.positionRows) + " rows)"
+          : std::string();
   int64_t maxSeqLen = opts.maxSeqLen;
-  if (maxSeqLen == 0)
+  // What bounds the sequence, for the messages: the option or the table.
+  std::string limitText = "--max-seq-len " + std::to_string(maxSeqLen);
+  if (maxSeqLen == 0) {
     maxSeqLen = compiledMax > 0 ? compiledMax : 4096;
-  else if (compiledMax > 0 && maxSeqLen > compiledMax)
+    limitText = "--max-seq-len " + std::to_string(maxSeqLen);
+    if (tablePositions > 0 && tablePositions < maxSeqLen) {
+      maxSeqLen = tablePositions;
+      limitText = tableText;
+    }
+  } else if (compiledMax > 0 && maxSeqLen > compiledMax) {
     return reportError("--max-seq-len " + std::to_string(maxSeqLen) +
                        " exceeds the " + std::to_string(compiledMax) +
                        " positions this binary was compiled for (its --max-dims)");
+  } else if (tablePositions > 0 && maxSeqLen > tablePositions) {
+    return reportError("--max-seq-len " + std::to_string(maxSeqLen) +
+                       " exceeds " + tableText);
+  }
   if (ids.maxDims[1] > 0 && int64_t(tokens.size()) > ids.maxDims[1])
     return reportError("the prompt has " + std::to_string(tokens.size()) +
                        " tokens, more than the " + std::to_string(ids.maxDims[1]) +
@@ -222,8 +243,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                        " this binary was compiled for (its --max-dims)");
   if (int64_t(tokens.size()) > maxSeqLen)
     return reportError("the prompt has " + std::to_string(tokens.size()) +
-                       " tokens, more than --max-seq-len " +
-                       std::to_string(maxSeqLen));
+                       " tokens, more than " + limitText);
 
   std::string error;
   Session session;
@@ -541,8 +561,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   while (generated < opts.maxNewTokens) {
     const int64_t len = int64_t(tokens.size());
     if (len >= maxSeqLen) {
-      std::fprintf(stderr, "\n[generate] stopped at --max-seq-len %lld\n",
-                   (long long)maxSeqLen);
+      std::fprintf(stderr, "\n[generate] stopped at %s\n", limitText.c_str());
       break;
     }
     std::string where = "step " + std::to_string(generated) + ": ";

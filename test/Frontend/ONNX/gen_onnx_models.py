@@ -528,6 +528,29 @@ def case_gather_weight():
     return model(nodes, [vi("ids", I64, ["n"])], [vi("rows", F, ["n", 4])], [w])
 
 
+def case_positions():
+    # The position arithmetic of an OPT export on a toy decoder: ids
+    # cumsum(mask) * mask - 1 + 2 into a table of 18 rows (16 positions),
+    # added to a 4-token embedding; the sum is the logits.
+    tok = init("tok", f32(4, 4))
+    pos = init("pos", f32(18, 4))
+    one = init("one", np.array(1, np.int64))
+    two = init("two", np.array(2, np.int64))
+    nodes = [
+        helper.make_node("CumSum", ["attention_mask", "one"], ["c"], name="cumsum"),
+        helper.make_node("Mul", ["c", "attention_mask"], ["m"], name="mul"),
+        helper.make_node("Sub", ["m", "one"], ["p0"], name="sub"),
+        helper.make_node("Add", ["p0", "two"], ["p"], name="offset"),
+        helper.make_node("Gather", ["tok", "input_ids"], ["te"], axis=0, name="tokens"),
+        helper.make_node("Gather", ["pos", "p"], ["pe"], axis=0, name="positions"),
+        helper.make_node("Add", ["te", "pe"], ["logits"], name="sum"),
+    ]
+    return model(nodes,
+                 [vi("input_ids", I64, ["batch", "seq"]),
+                  vi("attention_mask", I64, ["batch", "seq"])],
+                 [vi("logits", F, ["batch", "seq", 4])], [tok, pos, one, two])
+
+
 def case_two_dims():
     # Two named dims that must agree for the Add: pinning them apart breaks it.
     nodes = [helper.make_node("Add", ["x", "y"], ["z"], name="sum")]

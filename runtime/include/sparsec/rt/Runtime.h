@@ -233,6 +233,12 @@ struct ModelDesc {
   int numProfileSites = 0;
   const char *const *profileSites = nullptr;
   uint64_t modelHash = 0;
+  /// Decoders: the longest sequence whose computed position ids stay in
+  /// their table (sparsec-bound-positions), with the table's name and rows;
+  /// 0 where nothing bounds it.
+  int64_t maxPositions = 0;
+  const char *positionTable = nullptr;
+  int64_t positionRows = 0;
 };
 
 /// State of one execution: weights, slots, threads, the first error.

@@ -185,6 +185,30 @@ def FuseEmbeddingSumPass : Pass<"sparsec-fuse-embedding-sum", "mlir::ModuleOp"> 
   }];
 }
 
+def BoundPositionsPass : Pass<"sparsec-bound-positions", "mlir::ModuleOp"> {
+  let summary = "The longest sequence a decoder's position tables hold";
+  let description = [{
+    A decoder's position embedding is a lookup whose ids the model computes
+    from the attention mask and the input shapes (OPT: `cumsum(mask) * mask
+    - 1 + 2`), so a sequence longer than its table reads past it. For each
+    lookup whose ids are computed (not an input), this pass evaluates the
+    ids' computation at concrete lengths S (the prompt alone, S tokens; and,
+    where the model takes `past_key_values.*`, one new token after S - 1
+    cached ones), with the input shapes pinned and the shape arithmetic
+    folded, the mask's values in [0, 1] and every value an interval.
+    The largest S at which every such lookup stays inside its table (ONNX
+    ids: -rows <= id < rows) is recorded on the module, with the table that
+    bounds it, and reported as a remark:
+    ```mlir
+    module attributes {sparsec.positions = {limit = 1024 : i64,
+        rows = 1026 : i64, table = "pos.weight"}} { ... }
+    ```
+    `generate` takes the limit as its default `--max-seq-len` and refuses a
+    larger one. Lookups whose ids the intervals cannot bound (an input
+    `position_ids`, an op the evaluation does not know) bound nothing.
+  }];
+}
+
 def FuseGeluPass : Pass<"sparsec-fuse-gelu", "mlir::ModuleOp"> {
   let summary = "Erf-form GELU -> sparsec.gelu";
   let description = [{
