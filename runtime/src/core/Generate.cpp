@@ -57,7 +57,8 @@ namespace {
 struct CacheSlot {
   int input = -1, output = -1; // indices into desc.inputs / desc.outputs
   int64_t heads = 0, headDim = 0;
-  std::vector<float> data; // [1, heads, len, headDim] (host mode)
+  DType dtype = DType::f32; // the model's: float32, or float16 (host mode)
+  std::vector<unsigned char> data; // [1, heads, len, headDim] (host mode)
   Tensor device;           // [1, heads, capacity, headDim] (device mode)
 };
 
@@ -115,10 +116,12 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       idsInput = i;
     } else if (name == "attention_mask" && io.dtype == DType::i64 && io.rank == 2) {
       maskInput = i;
-    } else if (name.rfind("past_key_values.", 0) == 0 && io.dtype == DType::f32 &&
+    } else if (name.rfind("past_key_values.", 0) == 0 &&
+               (io.dtype == DType::f32 || io.dtype == DType::f16) &&
                io.rank == 4 && io.dims[1] > 0 && io.dims[3] > 0) {
       CacheSlot slot;
       slot.input = i;
+      slot.dtype = io.dtype;
       slot.heads = io.dims[1];
       slot.headDim = io.dims[3];
       std::string present = "present." + name.substr(16);
@@ -130,12 +133,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                            present + "' output");
       cache.push_back(std::move(slot));
     } else if (name.rfind("past_key_values.", 0) == 0 &&
-               io.dtype != DType::f32) {
-      return reportError("generate keeps the KV cache in float32, and this "
-                         "model takes '" + name + "' as " +
-                         dtypeName(io.dtype) +
-                         " (compile the export without a cache with "
-                         "--kv-cache: the derived cache is float32)");
+               io.dtype != DType::f32 && io.dtype != DType::f16) {
+      return reportError("generate keeps the KV cache in float32 or float16, "
+                         "and this model takes '" + name + "' as " +
+                         dtypeName(io.dtype));
     } else {
       return reportError("generate needs a decoder LM whose inputs are "
                          "input_ids (int64 [batch, seq]), attention_mask and "
@@ -278,7 +279,11 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   double ttftMs = 0, decodeMs = 0;
   int64_t densityActive0 = 0, densityTotal0 = 0;
   bool deviceCache = false;           // the cache lives on the device
-  bool hostCacheOnly = false;         // its check failed: host memory
+  // Its check failed, or a float16 cache (the device cache is float32):
+  // host memory.
+  bool hostCacheOnly = std::any_of(cache.begin(), cache.end(), [](const CacheSlot &s) {
+    return s.dtype != DType::f32;
+  });
   int64_t capacity = 0, cached = 0;   // its capacity and valid entries
   static float emptyCache = 0.0f;
 
@@ -300,12 +305,13 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     }
     for (CacheSlot &slot : cache) {
       const Tensor &present = outputs[size_t(slot.output)];
-      if (present.dtype != DType::f32 || present.rank != 4 ||
+      if (present.dtype != slot.dtype || present.rank != 4 ||
           present.shape[0] != batch || present.shape[1] != slot.heads ||
           present.shape[2] != total ||
           present.shape[3] != slot.headDim) {
         error = std::string("output '") + desc.outputs[slot.output].name + "' is " +
-                present.describe() + ", expected float32 [" + std::to_string(batch) + ", " +
+                present.describe() + ", expected " + dtypeName(slot.dtype) + " [" +
+                std::to_string(batch) + ", " +
                 std::to_string(slot.heads) +
                 ", " + std::to_string(total) + ", " + std::to_string(slot.headDim) +
                 "]";
@@ -375,10 +381,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           Tensor{mask.data(), DType::i64, 2, {batch, maskLen}};
     for (CacheSlot &slot : cache) {
       void *data = padded ? slot.device.data
-                   : slot.data.empty() ? &emptyCache
+                   : slot.data.empty() ? static_cast<void *>(&emptyCache)
                                        : slot.data.data();
       inputs[size_t(slot.input)] =
-          Tensor{data, DType::f32, 4,
+          Tensor{data, slot.dtype, 4,
                  {batch, slot.heads, padded ? capacity : first, slot.headDim}};
     }
   };
@@ -697,20 +703,21 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           // The host cache grows in place up to --max-seq-len (reserved on
           // first use: a device backend keeps the cache on the device).
           if (slot.data.capacity() == 0) {
-            const size_t n = size_t(batch * slot.heads * maxSeqLen * slot.headDim);
+            const size_t n = size_t(batch * slot.heads * maxSeqLen * slot.headDim) *
+                             dtypeSize(slot.dtype);
             try {
               slot.data.reserve(n);
             } catch (const std::exception &) {
               return reportError("cannot reserve the KV cache for --max-seq-len " +
                                  std::to_string(maxSeqLen) + ": " +
-                                 std::to_string(n * sizeof(float)) + " bytes for '" +
+                                 std::to_string(n) + " bytes for '" +
                                  desc.outputs[slot.output].name +
                                  "' alone; lower --max-seq-len");
             }
           }
           const Tensor &present = outputs[size_t(slot.output)];
-          const float *p = present.as<float>();
-          slot.data.assign(p, p + present.numel());
+          const auto *p = static_cast<const unsigned char *>(present.data);
+          slot.data.assign(p, p + present.bytes());
         }
     }
     record([&](int64_t b) {
