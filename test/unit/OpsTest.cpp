@@ -648,6 +648,71 @@ TEST_P(OpsTest, Where) {
   expectFail(where(ctx, x, x, x, 6, out), "where");
 }
 
+std::vector<int> availableIsas();
+
+TEST_P(OpsTest, HalfConversionsOnEveryIsa) {
+  // Casts between float16 and float32, and float16 elementwise ops, convert
+  // a row at a time (F16C on AVX2 machines): the same bits as the scalar
+  // reference on every ISA, ties to even included.
+  std::vector<float> vals;
+  for (uint32_t h = 0; h + 1 < 0x7c00; ++h) {
+    const float lo = halfBitsToFloat(uint16_t(h));
+    const float hi = halfBitsToFloat(uint16_t(h + 1));
+    const float mid = float((double(lo) + double(hi)) / 2); // exact: a tie
+    for (float v : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
+      vals.push_back(v);
+      vals.push_back(-v);
+    }
+  }
+  std::mt19937 rng(21);
+  for (int i = 0; i < (1 << 16); ++i) {
+    uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    vals.push_back(f);
+  }
+  for (float v : {65504.0f, 65519.0f, 65520.0f, 1e30f, INFINITY, -INFINITY, 0.0f,
+                  -0.0f, NAN, 1e-45f, 2.9802322e-8f, 2.9802326e-8f})
+    vals.push_back(v);
+  const int64_t n = int64_t(vals.size());
+  Owned fv = make<float>(DType::f32, {n}, vals);
+  std::vector<uint16_t> halves(65536);
+  std::iota(halves.begin(), halves.end(), 0);
+  Owned h = make<uint16_t>(DType::f16, {65536}, halves);
+  for (int isa : availableIsas()) {
+    SCOPED_TRACE("isa " + std::to_string(isa));
+    ops::detail::setKernelIsa(isa);
+    Tensor out, back, relu;
+    ASSERT_TRUE(cast(ctx, fv, DType::f16, 7, out));
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(vals[size_t(i)]))
+        EXPECT_TRUE(std::isnan(halfBitsToFloat(out.as<uint16_t>()[i])));
+      else
+        ASSERT_EQ(out.as<uint16_t>()[i], floatToHalfRef(vals[size_t(i)]))
+            << "value " << vals[size_t(i)];
+    }
+    ASSERT_TRUE(cast(ctx, h, DType::f32, 8, back));
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const float ref = halfBitsToFloat(uint16_t(i));
+      if (std::isnan(ref))
+        ASSERT_TRUE(std::isnan(back.as<float>()[i]));
+      else
+        ASSERT_EQ(back.as<float>()[i], ref) << std::hex << i;
+    }
+    // An op in float16 through the same rows: relu of every half.
+    ASSERT_TRUE(unary(ctx, Unary::relu, h, 9, relu));
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const float x = halfBitsToFloat(uint16_t(i));
+      const uint16_t got = relu.as<uint16_t>()[i];
+      if (std::isnan(x))
+        ASSERT_TRUE(std::isnan(halfBitsToFloat(got)));
+      else
+        ASSERT_EQ(got, floatToHalfRef(x < 0 ? 0.0f : x)) << std::hex << i; // -0 stays
+    }
+  }
+  ops::detail::setKernelIsa(0);
+}
+
 TEST_P(OpsTest, Cast) {
   Owned f = make<float>(DType::f32, {8},
                         {-2.7f, -0.5f, 0.0f, 0.5f, 2.7f, 300.0f, 1e20f, NAN});

@@ -667,6 +667,12 @@ float dot(const float *a, const float *b, int64_t n);
 /// y[i] += alpha * x[i]
 void axpy(float alpha, const float *x, float *y, int64_t n);
 
+/// dst[0:n] = float(src[0:n]) and dst[0:n] = half(src[0:n]) (round to
+/// nearest even, as floatToHalf): F16C where the kernels use AVX2.
+void widenRow(const float *src, float *dst, int64_t n); // a copy
+void widenRow(const Half *src, float *dst, int64_t n);
+void narrowRow(const float *src, Half *dst, int64_t n);
+
 /// Kernel ISAs for setKernelIsa / kernelIsa.
 enum : int { kIsaBest = 0, kIsaScalar = 1, kIsaAvx2 = 2, kIsaAvx512 = 3 };
 /// The ISA the f32 kernels use now (never kIsaBest); see Linear.cpp.

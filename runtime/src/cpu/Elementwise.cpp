@@ -199,6 +199,47 @@ void runBinary(Context &ctx, const Tensor &a, const Tensor &b,
   });
 }
 
+/// runBinary for float16 a, b and out, with g computing in float32: spans
+/// are widened and narrowed a chunk at a time (F16C where available) rather
+/// than converted an element at a time. The same values as runBinary with
+/// the conversions around g.
+template <typename G>
+void runBinaryHalf(Context &ctx, const Tensor &a, const Tensor &b,
+                   const Tensor &out, int64_t grain, G g) {
+  const Tensor *ins[2] = {&a, &b};
+  const BroadcastPlan plan = makeBroadcastPlan(out.rank, out.shape, 2, ins);
+  const Half *pa = a.as<Half>();
+  const Half *pb = b.as<Half>();
+  Half *po = out.as<Half>();
+  // A span's operand as float32 (contiguous, broadcast or strided).
+  auto widen = [](const Half *p, int64_t stride, int64_t n, float *dst) {
+    if (stride == 1) {
+      widenRow(p, dst, n);
+    } else if (stride == 0) {
+      std::fill(dst, dst + n, halfToFloat(p[0].bits));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = halfToFloat(p[i * stride].bits);
+    }
+  };
+  parallelFor(ctx, plan.total, grain, [&](int64_t begin, int64_t end) {
+    forEachSpan(plan, begin, end,
+                [&](int64_t pos, const int64_t *off, int64_t len,
+                    const int64_t *inner) {
+                  constexpr int64_t kChunk = 256;
+                  float xs[kChunk], ys[kChunk], os[kChunk];
+                  for (int64_t c = 0; c < len; c += kChunk) {
+                    const int64_t n = std::min(kChunk, len - c);
+                    widen(pa + off[0] + c * inner[0], inner[0], n, xs);
+                    widen(pb + off[1] + c * inner[1], inner[1], n, ys);
+                    for (int64_t i = 0; i < n; ++i)
+                      os[i] = g(xs[i], ys[i]);
+                    narrowRow(os, po + pos + c, n);
+                  }
+                });
+  });
+}
+
 /// Result shape of broadcasting a and b; fails naming the op.
 bool broadcastOrFail(Context &ctx, const char *op, const Tensor &a,
                      const Tensor &b, int &rank, int64_t *shape) {
@@ -259,6 +300,17 @@ void castTyped(Context &ctx, const Tensor &x, DType to, Tensor &out) {
   To *o = out.as<To>();
   const bool fromBool = x.dtype == DType::b1, toBool = to == DType::b1;
   const int64_t n = x.numel();
+  if constexpr (std::is_same_v<From, Half> && std::is_same_v<To, float>) {
+    parallelFor(ctx, n, kGrainCheap, [&](int64_t b, int64_t e) {
+      widenRow(in + b, o + b, e - b);
+    });
+    return;
+  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Half>) {
+    parallelFor(ctx, n, kGrainCheap, [&](int64_t b, int64_t e) {
+      narrowRow(in + b, o + b, e - b);
+    });
+    return;
+  }
   if (toBool)
     runUnary(ctx, in, o, n, kGrainCheap, convertElement<From, To, false, true>);
   else if (fromBool)
@@ -313,8 +365,23 @@ void unaryFloatTyped(Context &ctx, const T *in, T *out, int64_t n) {
                          op == Unary::neg || op == Unary::reciprocal)
                             ? kGrainCheap
                             : kGrainHeavy;
-  runUnary(ctx, in, out, n, grain,
-           [](T v) { return A::store(unaryFloat(op, A::load(v))); });
+  if constexpr (std::is_same_v<T, Half>) {
+    // A chunk at a time through float32 (F16C where available).
+    parallelFor(ctx, n, grain, [&](int64_t b, int64_t e) {
+      constexpr int64_t kChunk = 256;
+      float buf[kChunk];
+      for (int64_t c = b; c < e; c += kChunk) {
+        const int64_t m = std::min(kChunk, e - c);
+        widenRow(in + c, buf, m);
+        for (int64_t i = 0; i < m; ++i)
+          buf[i] = unaryFloat(op, buf[i]);
+        narrowRow(buf, out + c, m);
+      }
+    });
+  } else {
+    runUnary(ctx, in, out, n, grain,
+             [](T v) { return A::store(unaryFloat(op, A::load(v))); });
+  }
 }
 
 template <typename T>
@@ -353,31 +420,37 @@ void binaryTyped(Context &ctx, const Tensor &a, const Tensor &b,
   using A = Arith<T>;
   using C = typename A::type;
   const int64_t grain = op == Binary::pow ? kGrainHeavy : kGrainCheap;
-  runBinary<T, T, T>(ctx, a, b, out, grain, [](T x, T y) {
-    const C u = A::load(x), v = A::load(y);
+  // The op in the arithmetic type.
+  auto apply = [](C u, C v) -> C {
     if constexpr (op == Binary::add)
-      return A::store(addOf(u, v));
+      return addOf(u, v);
     else if constexpr (op == Binary::sub)
-      return A::store(subOf(u, v));
+      return subOf(u, v);
     else if constexpr (op == Binary::mul)
-      return A::store(mulOf(u, v));
+      return mulOf(u, v);
     else if constexpr (op == Binary::div)
-      return A::store(divOf(u, v));
+      return divOf(u, v);
     else if constexpr (op == Binary::pow && std::is_integral_v<C>) {
       // Integer power (ONNX Pow on integer tensors): exact for results that
       // fit, computed in double and rounded.
-      return A::store(C(std::nearbyint(std::pow(double(u), double(v)))));
+      return C(std::nearbyint(std::pow(double(u), double(v))));
     } else if constexpr (op == Binary::pow)
-      return A::store(C(std::pow(u, v)));
+      return C(std::pow(u, v));
     else if constexpr (op == Binary::max)
-      return A::store(maxOf(u, v));
+      return maxOf(u, v);
     else if constexpr (op == Binary::min)
-      return A::store(minOf(u, v));
+      return minOf(u, v);
     else if constexpr (op == Binary::logical_and)
-      return A::store(C((u != C(0) && v != C(0)) ? 1 : 0));
+      return C((u != C(0) && v != C(0)) ? 1 : 0);
     else
-      return A::store(C((u != C(0) || v != C(0)) ? 1 : 0));
-  });
+      return C((u != C(0) || v != C(0)) ? 1 : 0);
+  };
+  if constexpr (std::is_same_v<T, Half>)
+    runBinaryHalf(ctx, a, b, out, grain, apply);
+  else
+    runBinary<T, T, T>(ctx, a, b, out, grain, [apply](T x, T y) {
+      return A::store(apply(A::load(x), A::load(y)));
+    });
 }
 
 template <typename T>

@@ -169,9 +169,20 @@ SPARSEC_RT_AVX2 void halfRowAvx2(const Half *src, float *dst, int64_t n) {
   for (int64_t j = n8; j < n; ++j)
     dst[j] = toFloat(src[j]);
 }
+/// dst[0:n] = half(src[0:n]) with F16C (round to nearest even).
+SPARSEC_RT_AVX2 void narrowRowAvx2(const float *src, Half *dst, int64_t n) {
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t j = 0; j < n8; j += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + j),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + j),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (int64_t j = n8; j < n; ++j)
+    dst[j] = Half{floatToHalf(src[j])};
+}
 #endif
 
-/// dst[0:n] = float(src[0:n]).
+} // namespace
+
 void widenRow(const float *src, float *dst, int64_t n) {
   std::memcpy(dst, src, size_t(n) * sizeof(float));
 }
@@ -183,6 +194,16 @@ void widenRow(const Half *src, float *dst, int64_t n) {
   for (int64_t j = 0; j < n; ++j)
     dst[j] = toFloat(src[j]);
 }
+void narrowRow(const float *src, Half *dst, int64_t n) {
+#if SPARSEC_RT_X86
+  if (kernelIsa() >= kIsaAvx2)
+    return narrowRowAvx2(src, dst, n);
+#endif
+  for (int64_t j = 0; j < n; ++j)
+    dst[j] = Half{floatToHalf(src[j])};
+}
+
+namespace {
 
 //===----------------------------------------------------------------------===//
 // Portable kernels

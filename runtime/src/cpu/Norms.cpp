@@ -125,35 +125,53 @@ bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
     return false;
   dispatchFloat(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using A = Arith<T>;
-    using C = typename A::type;
-    const T *in = x.as<T>(), *g = scale.as<T>();
-    const T *bt = bias ? bias->as<T>() : nullptr;
-    T *o = r.as<T>();
-    parallelFor(ctx, rows, grainFor(D), [&](int64_t b, int64_t e) {
-      for (int64_t row = b; row < e; ++row) {
-        const T *xr = in + row * D;
-        T *yr = o + row * D;
-        double sum = 0;
-        for (int64_t i = 0; i < D; ++i)
-          sum += double(A::load(xr[i]));
-        const double mean = sum / double(D);
-        double var = 0;
-        for (int64_t i = 0; i < D; ++i) {
-          double d = double(A::load(xr[i])) - mean;
-          var += d * d;
-        }
-        var /= double(D);
-        const C inv = C(1.0 / std::sqrt(var + double(epsilon)));
-        const C m = C(mean);
-        for (int64_t i = 0; i < D; ++i) {
-          C v = (A::load(xr[i]) - m) * inv * A::load(g[i]);
-          if (bt)
-            v += A::load(bt[i]);
-          yr[i] = A::store(v);
-        }
+    using C = typename Arith<T>::type;
+    // One row in the arithmetic type C (float16 rows are widened first and
+    // narrowed after: the same values, the same bits).
+    auto normRow = [&](const C *xr, const C *g, const C *bt, C *yr) {
+      double sum = 0;
+      for (int64_t i = 0; i < D; ++i)
+        sum += double(xr[i]);
+      const double mean = sum / double(D);
+      double var = 0;
+      for (int64_t i = 0; i < D; ++i) {
+        double d = double(xr[i]) - mean;
+        var += d * d;
       }
-    });
+      var /= double(D);
+      const C inv = C(1.0 / std::sqrt(var + double(epsilon)));
+      const C m = C(mean);
+      for (int64_t i = 0; i < D; ++i) {
+        C v = (xr[i] - m) * inv * g[i];
+        if (bt)
+          v += bt[i];
+        yr[i] = v;
+      }
+    };
+    const T *in = x.as<T>();
+    T *o = r.as<T>();
+    if constexpr (std::is_same_v<T, C>) {
+      const C *g = scale.as<C>(), *bt = bias ? bias->as<C>() : nullptr;
+      parallelFor(ctx, rows, grainFor(D), [&](int64_t b, int64_t e) {
+        for (int64_t row = b; row < e; ++row)
+          normRow(in + row * D, g, bt, o + row * D);
+      });
+    } else {
+      std::vector<float> g(static_cast<size_t>(D)), bt(bias ? static_cast<size_t>(D) : 0);
+      widenRow(scale.as<Half>(), g.data(), D);
+      if (bias)
+        widenRow(bias->as<Half>(), bt.data(), D);
+      parallelFor(ctx, rows, grainFor(D), [&](int64_t b, int64_t e) {
+        thread_local std::vector<float> xs, ys;
+        xs.resize(size_t(D));
+        ys.resize(size_t(D));
+        for (int64_t row = b; row < e; ++row) {
+          widenRow(in + row * D, xs.data(), D);
+          normRow(xs.data(), g.data(), bias ? bt.data() : nullptr, ys.data());
+          narrowRow(ys.data(), o + row * D, D);
+        }
+      });
+    }
   });
   out = r;
   return true;
