@@ -1122,7 +1122,7 @@ TEST_P(OpsTest, LayerNorm) {
 
 TEST_P(OpsTest, RmsNorm) {
   uint32_t seed = 900;
-  for (DType t : {DType::f32, DType::f64})
+  for (DType t : {DType::f32, DType::f64, DType::f16})
     for (const Shape &xs : {Shape{5}, Shape{3, 17}, Shape{2, 300, 64}}) {
       Owned x = randomTensor(t, xs, seed++);
       Owned g = randomTensor(t, {xs.back()}, seed++);

@@ -196,24 +196,41 @@ bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
     return false;
   dispatchFloat(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using A = Arith<T>;
-    using C = typename A::type;
-    const T *in = x.as<T>(), *g = scale.as<T>();
-    T *o = r.as<T>();
-    parallelFor(ctx, rows, grainFor(D), [&](int64_t b, int64_t e) {
-      for (int64_t row = b; row < e; ++row) {
-        const T *xr = in + row * D;
-        T *yr = o + row * D;
-        double ss = 0;
-        for (int64_t i = 0; i < D; ++i) {
-          double v = double(A::load(xr[i]));
-          ss += v * v;
-        }
-        const C inv = C(1.0 / std::sqrt(ss / double(D) + double(epsilon)));
-        for (int64_t i = 0; i < D; ++i)
-          yr[i] = A::store(A::load(xr[i]) * inv * A::load(g[i]));
+    using C = typename Arith<T>::type;
+    // One row in the arithmetic type C (float16 rows widened and narrowed,
+    // as layerNorm's).
+    auto normRow = [&](const C *xr, const C *g, C *yr) {
+      double ss = 0;
+      for (int64_t i = 0; i < D; ++i) {
+        double v = double(xr[i]);
+        ss += v * v;
       }
-    });
+      const C inv = C(1.0 / std::sqrt(ss / double(D) + double(epsilon)));
+      for (int64_t i = 0; i < D; ++i)
+        yr[i] = xr[i] * inv * g[i];
+    };
+    const T *in = x.as<T>();
+    T *o = r.as<T>();
+    if constexpr (std::is_same_v<T, C>) {
+      const C *g = scale.as<C>();
+      parallelFor(ctx, rows, grainFor(D), [&](int64_t b, int64_t e) {
+        for (int64_t row = b; row < e; ++row)
+          normRow(in + row * D, g, o + row * D);
+      });
+    } else {
+      std::vector<float> g(static_cast<size_t>(D));
+      widenRow(scale.as<Half>(), g.data(), D);
+      parallelFor(ctx, rows, grainFor(D), [&](int64_t b, int64_t e) {
+        thread_local std::vector<float> xs, ys;
+        xs.resize(size_t(D));
+        ys.resize(size_t(D));
+        for (int64_t row = b; row < e; ++row) {
+          widenRow(in + row * D, xs.data(), D);
+          normRow(xs.data(), g.data(), ys.data());
+          narrowRow(ys.data(), o + row * D, D);
+        }
+      });
+    }
   });
   out = r;
   return true;
