@@ -348,6 +348,10 @@ double unaryRef(Unary op, double x) {
     return std::fabs(x);
   case Unary::neg:
     return -x;
+  case Unary::sin:
+    return std::sin(x);
+  case Unary::cos:
+    return std::cos(x);
   case Unary::logical_not:
     return x == 0 ? 1 : 0;
   }
@@ -359,7 +363,7 @@ TEST_P(OpsTest, UnaryFloat) {
       Unary::relu,    Unary::gelu, Unary::gelu_tanh,  Unary::silu,
       Unary::sigmoid, Unary::tanh, Unary::exp,        Unary::log,
       Unary::erf,     Unary::sqrt, Unary::reciprocal, Unary::abs,
-      Unary::neg};
+      Unary::neg,     Unary::sin,  Unary::cos};
   uint32_t seed = 1;
   for (DType t : {DType::f32, DType::f64, DType::f16})
     for (Unary op : ops)

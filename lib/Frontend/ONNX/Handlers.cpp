@@ -737,6 +737,8 @@ sparsec::onnx_import::getHandlerTable() {
     add("Exp", 13, unary<ExpOp>);
     add("Log", 13, unary<LogOp>);
     add("Erf", 13, unary<ErfOp>);
+    add("Sin", 7, unary<SinOp>);
+    add("Cos", 7, unary<CosOp>);
     add("Sqrt", 13, unary<SqrtOp>);
     add("Reciprocal", 13, unary<ReciprocalOp>);
     add("Abs", 13, unary<AbsOp>);

@@ -139,6 +139,8 @@ std::optional<StringRef> unaryKind(Operation *op) {
       .Case([](ExpOp) { return StringRef("exp"); })
       .Case([](LogOp) { return StringRef("log"); })
       .Case([](ErfOp) { return StringRef("erf"); })
+      .Case([](SinOp) { return StringRef("sin"); })
+      .Case([](CosOp) { return StringRef("cos"); })
       .Case([](SqrtOp) { return StringRef("sqrt"); })
       .Case([](ReciprocalOp) { return StringRef("reciprocal"); })
       .Case([](AbsOp) { return StringRef("abs"); })
@@ -1108,11 +1110,13 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
       })
       .Case([&](SliceOp s) -> LogicalResult {
         SmallVector<std::string> params;
-        for (auto [v, what] :
-             llvm::zip(ValueRange{s.getStarts(), s.getEnds(), s.getAxes(),
-                                  s.getSteps()},
-                       ArrayRef<StringRef>{"slice starts", "slice ends",
-                                           "slice axes", "slice steps"})) {
+        // (Named arrays: a ValueRange over a braced list in the loop header
+        // would point into a temporary that is gone by the first use.)
+        const Value operands[] = {s.getStarts(), s.getEnds(), s.getAxes(),
+                                  s.getSteps()};
+        const StringRef whats[] = {"slice starts", "slice ends", "slice axes",
+                                   "slice steps"};
+        for (auto [v, what] : llvm::zip(operands, whats)) {
           auto p = hostOperand(v, what);
           if (failed(p))
             return failure();

@@ -107,7 +107,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                            ? "generate needs --prompt TEXT or --prompt-ids FILE.npy"
                            : "give either --prompt or --prompt-ids, not both");
   // The model's interface.
-  int idsInput = -1, maskInput = -1, logitsOutput = 0;
+  int idsInput = -1, maskInput = -1, positionsInput = -1, logitsOutput = 0;
   std::vector<CacheSlot> cache;
   for (int i = 0; i < desc.numInputs; ++i) {
     const IODesc &io = desc.inputs[i];
@@ -116,6 +116,8 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       idsInput = i;
     } else if (name == "attention_mask" && io.dtype == DType::i64 && io.rank == 2) {
       maskInput = i;
+    } else if (name == "position_ids" && io.dtype == DType::i64 && io.rank == 2) {
+      positionsInput = i; // LLaMA-style exports: each token's index
     } else if (name.rfind("past_key_values.", 0) == 0 &&
                (io.dtype == DType::f32 || io.dtype == DType::f16) &&
                io.rank == 4 && io.dims[1] > 0 && io.dims[3] > 0) {
@@ -139,9 +141,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                          dtypeName(io.dtype));
     } else {
       return reportError("generate needs a decoder LM whose inputs are "
-                         "input_ids (int64 [batch, seq]), attention_mask and "
-                         "past_key_values.*; this model also takes '" +
-                         name + "'");
+                         "input_ids (int64 [batch, seq]), attention_mask, "
+                         "position_ids and past_key_values.*; this model also "
+                         "takes '" + name + "'");
     }
   }
   if (idsInput < 0 || desc.numOutputs < 1)
@@ -263,7 +265,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   std::mt19937_64 rng(opts.seed);
   std::vector<Tensor> inputs(size_t(desc.numInputs));
   std::vector<Tensor> outputs(size_t(desc.numOutputs));
-  std::vector<int64_t> stepIds, mask;
+  std::vector<int64_t> stepIds, mask, positions;
   // The last position's logits of each row, [batch, vocab]: the output
   // itself where a step has one position (its rows are those), else
   // gathered into `gathered`.
@@ -379,6 +381,17 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     if (maskInput >= 0)
       inputs[size_t(maskInput)] =
           Tensor{mask.data(), DType::i64, 2, {batch, maskLen}};
+    // position_ids: each new token's index in its sequence (the padded
+    // cache's new token follows the `cached` ones).
+    if (positionsInput >= 0) {
+      const int64_t from = padded ? cached : first, to = padded ? cached + 1 : len;
+      positions.clear();
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t p = from; p < to; ++p)
+          positions.push_back(p);
+      inputs[size_t(positionsInput)] =
+          Tensor{positions.data(), DType::i64, 2, {batch, to - from}};
+    }
     for (CacheSlot &slot : cache) {
       void *data = padded ? slot.device.data
                    : slot.data.empty() ? static_cast<void *>(&emptyCache)

@@ -54,6 +54,10 @@ const char *unaryName(Unary op) {
     return "neg";
   case Unary::logical_not:
     return "logical_not";
+  case Unary::sin:
+    return "sin";
+  case Unary::cos:
+    return "cos";
   }
   return "unary";
 }
@@ -352,6 +356,10 @@ template <typename C> C unaryFloat(Unary op, C x) {
     return std::fabs(x);
   case Unary::neg:
     return -x;
+  case Unary::sin:
+    return std::sin(x);
+  case Unary::cos:
+    return std::cos(x);
   case Unary::logical_not:
     break;
   }
@@ -404,6 +412,8 @@ void unaryFloatDispatch(Context &ctx, Unary op, const T *in, T *out,
     SPARSEC_RT_CASE(reciprocal)
     SPARSEC_RT_CASE(abs)
     SPARSEC_RT_CASE(neg)
+    SPARSEC_RT_CASE(sin)
+    SPARSEC_RT_CASE(cos)
 #undef SPARSEC_RT_CASE
   case Unary::logical_not:
     break;

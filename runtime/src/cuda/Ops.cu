@@ -114,6 +114,8 @@ __global__ void unaryKernel(ops::Unary op, const float *x, float *y, int64_t n) 
     case ops::Unary::reciprocal: r = 1.0f / v; break;
     case ops::Unary::abs: r = fabsf(v); break;
     case ops::Unary::neg: r = -v; break;
+    case ops::Unary::sin: r = sinf(v); break;
+    case ops::Unary::cos: r = cosf(v); break;
     case ops::Unary::logical_not: break;
     }
     y[i] = r;

@@ -74,7 +74,11 @@ func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<3xf32>, %i: tensor<2x3xi6
   %rc = sparsec.reciprocal %q : tensor<2x3xf32>
   %ab = sparsec.abs %rc : tensor<2x3xf32>
   %ng = sparsec.neg %ab : tensor<2x3xf32>
-  %sum = sparsec.add %ng, %f : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
+  // CHECK: sparsec.sin %{{.*}} : tensor<2x3xf32>
+  // CHECK: sparsec.cos %{{.*}} : tensor<2x3xf32>
+  %sn = sparsec.sin %ng : tensor<2x3xf32>
+  %cs = sparsec.cos %sn : tensor<2x3xf32>
+  %sum = sparsec.add %cs, %f : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>
   return %sum : tensor<2x3xf32>
 }
 

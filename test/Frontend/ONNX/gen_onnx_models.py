@@ -551,6 +551,153 @@ def case_positions():
                  [vi("logits", F, ["batch", "seq", 4])], [tok, pos, one, two])
 
 
+def case_rope_decoder():
+    return _rope_decoder(with_past=False)
+
+
+def case_rope_decoder_kv():
+    # The same with Optimum's cache convention: past_key_values.0.key/value
+    # inputs, present.0.key/value outputs, an attention_mask over the whole
+    # sequence, the causal mask offset by the cached length.
+    return _rope_decoder(with_past=True)
+
+
+def _rope_decoder(with_past):
+    # A ReLU-fied LLaMA-style decoder layer as exporters write it: RMS norms
+    # spelled out (Pow, ReduceMean, Sqrt, Div), rotary position embeddings
+    # computed from position_ids (Cast, Sin, Cos, rotate_half by Slice, Neg
+    # and Concat), a causal mask from Range and Greater, and a gated MLP
+    # whose gate is a ReLU. d 8, 2 heads of 4, FFN 16, vocab 16.
+    d, heads, hd, ffn, vocab = 8, 2, 4, 16, 16
+    inits = [init("tok", f32(vocab, d)), init("wq", f32(d, d) * 0.5),
+             init("wk", f32(d, d) * 0.5), init("wv", f32(d, d) * 0.5),
+             init("wo", f32(d, d) * 0.5), init("wg", f32(d, ffn) * 0.5),
+             init("wu", f32(d, ffn) * 0.5), init("wd", f32(ffn, d) * 0.5),
+             init("wlm", f32(d, vocab)), init("n1", 1 + 0.1 * f32(d)),
+             init("n2", 1 + 0.1 * f32(d)), init("nf", 1 + 0.1 * f32(d)),
+             init("two", np.array(2.0, np.float32)),
+             init("eps", np.array(1e-6, np.float32)),
+             init("inv_freq", (1.0 / 10000 ** (np.arange(0, hd, 2) / hd)).astype(np.float32)),
+             init("heads_shape", np.array([0, 0, heads, hd], np.int64)),
+             init("model_shape", np.array([0, 0, d], np.int64)),
+             init("axis_last", np.array([-1], np.int64)),
+             init("axis_1", np.array([1], np.int64)),
+             init("axis_0", np.array([0], np.int64)),
+             init("half0", np.array([0], np.int64)),
+             init("half1", np.array([hd // 2], np.int64)),
+             init("half2", np.array([hd], np.int64)),
+             init("i0", np.array(0, np.int64)), init("i1", np.array(1, np.int64)),
+             init("i2", np.array(2, np.int64)), init("one", np.array(1.0, np.float32)),
+             init("axes_12", np.array([1, 2], np.int64)),
+             init("scale", np.array(1 / np.sqrt(hd), np.float32)),
+             init("neg_big", np.array(-1e4, np.float32)),
+             init("zero", np.array(0.0, np.float32))]
+    nodes = []
+
+    def node(op, ins, outs, **kw):
+        nodes.append(helper.make_node(op, ins, outs, name=outs[0] + "_node", **kw))
+
+    def rms(x, w, out):
+        node("Pow", [x, "two"], [out + "_sq"])
+        node("ReduceMean", [out + "_sq"], [out + "_ms"], axes=[-1], keepdims=1)
+        node("Add", [out + "_ms", "eps"], [out + "_e"])
+        node("Sqrt", [out + "_e"], [out + "_r"])
+        node("Div", [x, out + "_r"], [out + "_n"])
+        node("Mul", [out + "_n", w], [out])
+
+    def rotate(x, out):  # x * cos + rotate_half(x) * sin
+        node("Slice", [x, "half0", "half1", "axis_last"], [out + "_a"])
+        node("Slice", [x, "half1", "half2", "axis_last"], [out + "_b"])
+        node("Neg", [out + "_b"], [out + "_nb"])
+        node("Concat", [out + "_nb", out + "_a"], [out + "_rh"], axis=-1)
+        node("Mul", [x, "cos"], [out + "_c"])
+        node("Mul", [out + "_rh", "sin"], [out + "_s"])
+        node("Add", [out + "_c", out + "_s"], [out])
+
+    def split_heads(x, out):
+        node("Reshape", [x, "heads_shape"], [out + "_r"])
+        node("Transpose", [out + "_r"], [out], perm=[0, 2, 1, 3])
+
+    node("Gather", ["tok", "input_ids"], ["x0"], axis=0)
+    # Rotary tables: [batch, 1, seq, hd].
+    node("Cast", ["position_ids"], ["pos_f"], to=TensorProto.FLOAT)
+    node("Unsqueeze", ["pos_f", "axis_last"], ["pos_u"])
+    node("Mul", ["pos_u", "inv_freq"], ["freqs"])
+    node("Concat", ["freqs", "freqs"], ["angles"], axis=-1)
+    node("Cos", ["angles"], ["cos_t"])
+    node("Sin", ["angles"], ["sin_t"])
+    node("Unsqueeze", ["cos_t", "axis_1"], ["cos"])
+    node("Unsqueeze", ["sin_t", "axis_1"], ["sin"])
+    # Causal mask [seq, past + seq]: -1e4 where a key follows the query.
+    node("Shape", ["input_ids"], ["ids_shape"])
+    node("Gather", ["ids_shape", "i1"], ["seq"], axis=0)
+    if with_past:
+        node("Shape", ["past_key_values.0.key"], ["past_shape"])
+        node("Gather", ["past_shape", "i2"], ["past"], axis=0)
+    else:
+        node("Identity", ["i0"], ["past"])
+    node("Add", ["past", "seq"], ["total"])
+    node("Range", ["past", "total", "i1"], ["query_steps"])
+    node("Range", ["i0", "total", "i1"], ["key_steps"])
+    node("Unsqueeze", ["query_steps", "axis_1"], ["rows"])
+    node("Unsqueeze", ["key_steps", "axis_0"], ["cols"])
+    node("Greater", ["cols", "rows"], ["future"])
+    node("Where", ["future", "neg_big", "zero"], ["causal_only"])
+    if with_past:  # padding: (1 - mask) * -1e4 over [batch, 1, 1, total]
+        node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT)
+        node("Sub", ["one", "mask_f"], ["unmasked"])
+        node("Mul", ["unmasked", "neg_big"], ["pad"])
+        node("Unsqueeze", ["pad", "axes_12"], ["pad4"])
+        node("Add", ["causal_only", "pad4"], ["causal"])
+    else:
+        node("Identity", ["causal_only"], ["causal"])
+    # Attention.
+    rms("x0", "n1", "h1")
+    for name, w in (("q", "wq"), ("k", "wk"), ("v", "wv")):
+        node("MatMul", ["h1", w], [name + "_p"])
+        split_heads(name + "_p", name + "_h")
+    rotate("q_h", "q_rot")
+    rotate("k_h", "k_new")
+    if with_past:
+        node("Concat", ["past_key_values.0.key", "k_new"], ["present.0.key"], axis=2)
+        node("Concat", ["past_key_values.0.value", "v_h"], ["present.0.value"], axis=2)
+        node("Identity", ["present.0.key"], ["k_rot"])
+        node("Identity", ["present.0.value"], ["v_all"])
+    else:
+        node("Identity", ["k_new"], ["k_rot"])
+        node("Identity", ["v_h"], ["v_all"])
+    node("Transpose", ["k_rot"], ["k_t"], perm=[0, 1, 3, 2])
+    node("MatMul", ["q_rot", "k_t"], ["qk"])
+    node("Mul", ["qk", "scale"], ["qk_s"])
+    node("Add", ["qk_s", "causal"], ["qk_m"])
+    node("Softmax", ["qk_m"], ["probs"], axis=-1)
+    node("MatMul", ["probs", "v_all"], ["ctx"])
+    node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3])
+    node("Reshape", ["ctx_t", "model_shape"], ["ctx_m"])
+    node("MatMul", ["ctx_m", "wo"], ["attn"])
+    node("Add", ["x0", "attn"], ["x1"])
+    # Gated MLP with a ReLU gate.
+    rms("x1", "n2", "h2")
+    node("MatMul", ["h2", "wg"], ["gate"])
+    node("Relu", ["gate"], ["gate_r"])
+    node("MatMul", ["h2", "wu"], ["up"])
+    node("Mul", ["gate_r", "up"], ["act"])
+    node("MatMul", ["act", "wd"], ["down"])
+    node("Add", ["x1", "down"], ["x2"])
+    rms("x2", "nf", "hf")
+    node("MatMul", ["hf", "wlm"], ["logits"])
+    inputs = [vi("input_ids", I64, ["batch", "seq"])]
+    outputs = [vi("logits", F, ["batch", "seq", vocab])]
+    if with_past:
+        inputs.append(vi("attention_mask", I64, ["batch", "total_seq"]))
+    inputs.append(vi("position_ids", I64, ["batch", "seq"]))
+    if with_past:
+        for kind in ("key", "value"):
+            inputs.append(vi("past_key_values.0." + kind, F, ["batch", heads, "past_seq", hd]))
+            outputs.append(vi("present.0." + kind, F, ["batch", heads, "total_seq", hd]))
+    return model(nodes, inputs, outputs, inits)
+
+
 def case_two_dims():
     # Two named dims that must agree for the Add: pinning them apart breaks it.
     nodes = [helper.make_node("Add", ["x", "y"], ["z"], name="sum")]

@@ -29,7 +29,7 @@ namespace sparsec::rt::ops {
 
 enum class Unary {
   relu, gelu, gelu_tanh, silu, sigmoid, tanh, exp, log, erf, sqrt,
-  reciprocal, abs, neg, logical_not
+  reciprocal, abs, neg, logical_not, sin, cos
 };
 /// Float dtypes for all; abs/neg also for signed integers; logical_not for b1.
 bool unary(Context &ctx, Unary op, const Tensor &x, int outSlot, Tensor &out);

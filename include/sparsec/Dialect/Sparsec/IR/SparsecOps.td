@@ -111,6 +111,8 @@ def Sparsec_TanhOp : Sparsec_UnaryOp<"tanh", "hyperbolic tangent">;
 def Sparsec_ExpOp : Sparsec_UnaryOp<"exp", "e^x">;
 def Sparsec_LogOp : Sparsec_UnaryOp<"log", "natural logarithm">;
 def Sparsec_ErfOp : Sparsec_UnaryOp<"erf", "error function">;
+def Sparsec_SinOp : Sparsec_UnaryOp<"sin", "sine (rotary position tables)">;
+def Sparsec_CosOp : Sparsec_UnaryOp<"cos", "cosine (rotary position tables)">;
 def Sparsec_SqrtOp : Sparsec_UnaryOp<"sqrt", "square root">;
 def Sparsec_ReciprocalOp : Sparsec_UnaryOp<"reciprocal", "1 / x">;
 def Sparsec_AbsOp : Sparsec_UnaryOp<"abs", "absolute value">;
