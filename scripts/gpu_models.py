@@ -98,6 +98,16 @@ HYBRID = {
                          ["--sparsity=off", "--placement=layers", "--weights=f16"], 0.3),
 }
 FFN_BYTES = 8404992  # opt-byte-s: 4 x 1024 neurons x (2 x 256 x 4 + 4) bytes
+# Builds of generated models (test/Frontend/ONNX/gen_onnx_models.py CASE):
+# name -> (case, extra compile args). A ReLU-fied LLaMA-style layer (rotary
+# embeddings from position_ids) with and without a KV cache; generate's
+# greedy ids against ONNX Runtime's (test/e2e/Inputs/ort_greedy.py).
+GENERATED = {
+    "rope_kv": ("rope_decoder_kv", []),
+    "rope_nc": ("rope_decoder", []),
+}
+ROPE_PROMPTS = {"p1": [[3, 1, 4, 1, 5]], "p2": [[3, 1, 4, 1, 5], [2, 7, 1, 8, 2]]}
+ROPE_TOKENS = 40
 
 
 def sh(cmd, **kw):
@@ -106,10 +116,11 @@ def sh(cmd, **kw):
 
 
 def wanted(args, name):
-    """Whether `prepare --only` selects build `name` (base, hybrid or names)."""
+    """Whether `prepare --only` selects build `name` (base, hybrid, generated
+    or names)."""
     if not args.only:
         return True
-    sets = {"base": set(CONFIGS), "hybrid": set(HYBRID)}
+    sets = {"base": set(CONFIGS), "hybrid": set(HYBRID), "generated": set(GENERATED)}
     chosen = set()
     for item in args.only.split(","):
         chosen |= sets.get(item, {item})
@@ -198,14 +209,31 @@ def prepare(args):
             os.remove(w)
         with open(os.path.join(args.out, name, "weights.ref"), "w") as f:
             f.write(digest)
+    refs = os.path.join(args.out, "refs")
+    os.makedirs(refs, exist_ok=True)
+    for name, (case, extra) in GENERATED.items():
+        if not wanted(args, name):
+            continue
+        onnx_path = os.path.join(tmp, case + ".onnx")
+        sh([sys.executable, os.path.join(ROOT, "test", "Frontend", "ONNX",
+                                         "gen_onnx_models.py"), case, onnx_path], check=True)
+        d = os.path.join(args.out, name)
+        sh([args.sparsec, "compile", onnx_path, "--target=cuda", "--compile-to=emit",
+            "-o", d, "-q"] + extra, check=True, stderr=subprocess.DEVNULL)
+        for prompt, rows in ROPE_PROMPTS.items():
+            ids = os.path.join(refs, f"rope_{prompt}.npy")
+            np.save(ids, np.array(rows, np.int64))
+            r = sh([sys.executable, os.path.join(ROOT, "test", "e2e", "Inputs",
+                                                 "ort_greedy.py"), onnx_path, ids,
+                    str(ROPE_TOKENS)], check=True, capture_output=True, text=True)
+            with open(os.path.join(refs, f"{name}_{prompt}.txt"), "w") as f:
+                f.write(r.stdout)
     shutil.rmtree(tmp)
     if args.compact:
         compact(args)
 
     # References: shipped ones, and ONNX Runtime at other shapes (run here,
     # so the GPU machine needs neither the ONNX files nor ONNX Runtime).
-    refs = os.path.join(args.out, "refs")
-    os.makedirs(refs, exist_ok=True)
     for f in ("ref_greedy_64.bin", "ref_input_ids.npy", "heldout.txt"):
         shutil.copy(os.path.join(opt, f), refs)
     ids = np.load(os.path.join(opt, "ref_input_ids.npy"))
@@ -270,6 +298,9 @@ def compact(args):
         if not os.path.exists(ref):
             continue
         digest = open(ref).read().strip()
+        if name in GENERATED:  # small packs of generated models stay
+            keep.add(digest)
+            continue
         pack = os.path.join(args.out, "packs", digest)
         model = build_model(name)
         if model not in maps:
@@ -383,7 +414,7 @@ def build(args):
 
 def present(args):
     """The builds `prepare` wrote to args.dir."""
-    return [n for n in list(CONFIGS) + list(HYBRID)
+    return [n for n in list(CONFIGS) + list(HYBRID) + list(GENERATED)
             if os.path.exists(os.path.join(args.dir, n, "model.cu"))]
 
 
@@ -675,6 +706,25 @@ def run(args):
         stats = r.stderr.decode(errors="replace").strip().splitlines()
         res.record(r.returncode == 0, f"kv_hy30_pred greedy 64 bytes (hybrid, predicted): "
                    f"{same}/64 equal to ref_greedy_64.bin; " + (stats[-1] if stats else ""))
+    # Generated LLaMA-style layers: greedy ids as ONNX Runtime's, with steps
+    # launched ahead (the default) and each step waited for.
+    for name in GENERATED:
+        if name not in have:
+            continue
+        for prompt in ROPE_PROMPTS:
+            want = open(os.path.join(refs, f"{name}_{prompt}.txt")).read().split("\n")
+            want = [l.split() for l in want if l.strip()]
+            for env in ({}, {"SPARSEC_CUDA_AHEAD": "0"}):
+                r = run_binary(args, name, "generate", "--prompt-ids",
+                               os.path.join(refs, f"rope_{prompt}.npy"),
+                               "--max-new-tokens", str(ROPE_TOKENS), env=env)
+                got = [l.split() for l in r.stdout.decode().splitlines() if l.strip()]
+                stats = r.stderr.decode(errors="replace").strip().splitlines()
+                res.record(r.returncode == 0 and got == want,
+                           f"{name} greedy {ROPE_TOKENS} ids, {len(want)} prompt(s)"
+                           f"{' (each step waited for)' if env else ''}: "
+                           f"{'equal to' if got == want else 'differ from'} ONNX Runtime's; "
+                           + (stats[-1] if stats else ""))
     print(f"{res.passed} passed, {res.failed} failed")
     return 0 if res.failed == 0 else 1
 
@@ -687,7 +737,7 @@ def main():
     p.add_argument("--sparsec", required=True)
     p.add_argument("--models", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--only", help="base, hybrid or build names, comma-separated "
+    p.add_argument("--only", help="base, hybrid, generated or build names, comma-separated "
                    "(a GPU machine may take less than everything at once)")
     p.add_argument("--compact", action="store_true",
                    help="store the source models' arrays once instead of one weight pack "
