@@ -80,6 +80,7 @@ std::vector<int64_t> reference(std::vector<int64_t> seq, int64_t maxNew) {
 /// What the simulated device saw, for the test to check.
 struct Trace {
   int runs = 0, aheadRuns = 0, pickInputs = 0, grows = 0;
+  int positionChecks = 0; // runs whose position_ids were checked
   size_t maxOutstanding = 0; // steps queued and not yet waited for
   std::vector<int64_t> capacities; // initCache's
   // Runs marked Context::warmup: their sequence lengths and past lengths.
@@ -227,6 +228,27 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
   if (mask.shape[0] != B || mask.shape[1] != total || pastV.shape[2] != past ||
       pastK.shape[0] != B || pastK.shape[1] != 1)
     return ctx.fail("toy: inconsistent input shapes");
+  // LLaMA-style position_ids (a fifth input): each token's index, which is
+  // the number of unmasked entries before it (the padded device cache's
+  // new token follows the cached ones, after the padding).
+  if (ctx.desc.numInputs == 5) {
+    const Tensor &pos = in[4];
+    if (pos.rank != 2 || pos.shape[0] != B || pos.shape[1] != n)
+      return ctx.fail("toy: position_ids " + pos.describe() + " for " +
+                      ids.describe() + " ids");
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t before = 0;
+        for (int64_t c = 0; c < past + j; ++c)
+          before += mask.as<int64_t>()[b * total + c];
+        if (pos.as<int64_t>()[b * n + j] != before)
+          return ctx.fail("toy: position " + std::to_string(j) + " of row " +
+                          std::to_string(b) + " is " +
+                          std::to_string(pos.as<int64_t>()[b * n + j]) +
+                          ", expected " + std::to_string(before));
+      }
+    ++world->trace.positionChecks;
+  }
   ++world->trace.runs;
   if (ctx.warmup)
     world->trace.warmups.emplace_back(n, past);
@@ -409,6 +431,13 @@ const IODesc kToyInputsNarrow[] = {
     {"input_ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}, true,
      kVocab - 1},
     kToyInputsHost[1], kToyInputsHost[2], kToyInputsHost[3]};
+// The same with LLaMA-style position_ids.
+const IODesc kToyInputsHostPos[] = {
+    kToyInputsHost[0], kToyInputsHost[1], kToyInputsHost[2], kToyInputsHost[3],
+    {"position_ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}}};
+const IODesc kToyInputsAheadPos[] = {
+    kToyInputsAhead[0], kToyInputsHost[1], kToyInputsHost[2], kToyInputsHost[3],
+    kToyInputsHostPos[4]};
 const IODesc kToyOutputs[] = {
     {"logits", DType::f32, 3, {-1, -1, kVocab}, {"batch", "seq", ""}, {-1, -1, kVocab}},
     {"present.0.key", DType::f32, 4, {-1, 1, -1, kHeadDim},
@@ -442,8 +471,9 @@ protected:
     w.leaky = leaky;
     ModelDesc desc{};
     desc.name = "toy";
-    desc.numInputs = 4;
-    desc.inputs = !ahead ? kToyInputsHost
+    desc.numInputs = withPositions ? 5 : 4;
+    desc.inputs = withPositions ? (ahead ? kToyInputsAheadPos : kToyInputsHostPos)
+                  : !ahead      ? kToyInputsHost
                   : narrowTable ? kToyInputsNarrow
                                 : kToyInputsAhead;
     desc.numOutputs = 3;
@@ -483,6 +513,8 @@ protected:
   int files = 0;
   /// The model's position bound (ModelDesc::maxPositions); 0: none.
   int64_t positions = 0;
+  /// Whether the toy takes position_ids (checked against the mask).
+  bool withPositions = false;
 };
 
 std::string bytesOf(const std::vector<int64_t> &ids) {
@@ -730,6 +762,35 @@ TEST_F(GenerateTest, HostCacheTooLargeToReserve) {
                        "alone; lower --max-seq-len"),
             std::string::npos)
       << r.err;
+}
+
+TEST_F(GenerateTest, PositionIdsFollowTheTokens) {
+  // A model with position_ids gets each token's index on every path: the
+  // host cache, the padded device cache (waited for and launched ahead),
+  // the warm-up runs, one row and three.
+  const std::string prompt = "rotary";
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  const std::string want = bytesOf(reference(seq, 12));
+  withPositions = true;
+  for (auto [device, ahead] : {std::pair{false, false}, std::pair{true, false},
+                               std::pair{true, true}}) {
+    SCOPED_TRACE(std::string(device ? "device" : "host") + (ahead ? ", ahead" : ""));
+    for (bool warmup : {false, true}) {
+      MainResult r = generate(device, ahead,
+                              {"--prompt", prompt, "--max-new-tokens", "12"},
+                              true, false, false, warmup);
+      ASSERT_EQ(r.status, 0) << r.err;
+      EXPECT_EQ(r.out, want);
+      EXPECT_EQ(w.trace.positionChecks, w.trace.runs);
+      EXPECT_GT(w.trace.runs, 0);
+    }
+    const std::string file = promptFile({seq, seq, seq});
+    MainResult r = generate(device, ahead, {"--prompt-ids", file, "--max-new-tokens", "5"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::string row = rowLine(reference(seq, 5));
+    EXPECT_EQ(r.out, row + row + row);
+    EXPECT_EQ(w.trace.positionChecks, w.trace.runs);
+  }
 }
 
 } // namespace
