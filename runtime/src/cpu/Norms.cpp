@@ -263,31 +263,35 @@ bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
     const T *in = x.as<T>();
     T *o = r.as<T>();
     if (inner == 1) {
+      // One row in the arithmetic type C, in place (float16 rows are
+      // widened first and narrowed after: the same values, the same bits).
+      auto softmaxRow = [&](C *yr) {
+        C m = yr[0];
+        for (int64_t i = 1; i < n; ++i)
+          m = std::max(m, yr[i]);
+        double sum = 0;
+        if (m == -std::numeric_limits<C>::infinity())
+          m = 0; // all -inf: exp gives 0s and the result NaN, like numpy
+        for (int64_t i = 0; i < n; ++i) {
+          yr[i] = std::exp(yr[i] - m);
+          sum += double(yr[i]);
+        }
+        const C inv = C(1.0 / sum);
+        for (int64_t i = 0; i < n; ++i)
+          yr[i] = yr[i] * inv;
+      };
       parallelFor(ctx, outer, grainFor(n * 8), [&](int64_t b, int64_t e) {
-        std::vector<C> tmp(std::is_same_v<T, Half> ? size_t(n) : 0);
-        for (int64_t row = b; row < e; ++row) {
-          const T *xr = in + row * n;
-          T *yr = o + row * n;
-          C m = A::load(xr[0]);
-          for (int64_t i = 1; i < n; ++i)
-            m = std::max(m, A::load(xr[i]));
-          double sum = 0;
-          if (m == -std::numeric_limits<C>::infinity())
-            m = 0; // all -inf: exp gives 0s and the result NaN, like numpy
-          for (int64_t i = 0; i < n; ++i) {
-            C ev = std::exp(A::load(xr[i]) - m);
-            sum += double(ev);
-            if constexpr (std::is_same_v<T, Half>)
-              tmp[size_t(i)] = ev;
-            else
-              yr[i] = ev;
-          }
-          const C inv = C(1.0 / sum);
-          for (int64_t i = 0; i < n; ++i) {
-            if constexpr (std::is_same_v<T, Half>)
-              yr[i] = A::store(tmp[size_t(i)] * inv);
-            else
-              yr[i] = yr[i] * inv;
+        thread_local std::vector<float> row;
+        if constexpr (std::is_same_v<T, Half>)
+          row.resize(size_t(n));
+        for (int64_t r0 = b; r0 < e; ++r0) {
+          if constexpr (std::is_same_v<T, Half>) {
+            widenRow(in + r0 * n, row.data(), n);
+            softmaxRow(row.data());
+            narrowRow(row.data(), o + r0 * n, n);
+          } else {
+            std::copy(in + r0 * n, in + (r0 + 1) * n, o + r0 * n);
+            softmaxRow(o + r0 * n);
           }
         }
       });
