@@ -654,6 +654,24 @@ TEST_P(OpsTest, Where) {
 
 std::vector<int> availableIsas();
 
+/// All 65536 halves, in bit order.
+Owned everyHalf() {
+  std::vector<uint16_t> halves(65536);
+  std::iota(halves.begin(), halves.end(), 0);
+  return make<uint16_t>(DType::f16, {65536}, halves);
+}
+
+/// `back` is everyHalf() cast to float32: each value exact, NaNs NaN.
+void expectEveryHalfWidened(const Tensor &back) {
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const float ref = halfBitsToFloat(uint16_t(i));
+    if (std::isnan(ref))
+      ASSERT_TRUE(std::isnan(back.as<float>()[i]));
+    else
+      ASSERT_EQ(back.as<float>()[i], ref) << std::hex << i;
+  }
+}
+
 TEST_P(OpsTest, HalfConversionsOnEveryIsa) {
   // Casts between float16 and float32, and float16 elementwise ops, convert
   // a row at a time (F16C on AVX2 machines): the same bits as the scalar
@@ -680,9 +698,7 @@ TEST_P(OpsTest, HalfConversionsOnEveryIsa) {
     vals.push_back(v);
   const int64_t n = int64_t(vals.size());
   Owned fv = make<float>(DType::f32, {n}, vals);
-  std::vector<uint16_t> halves(65536);
-  std::iota(halves.begin(), halves.end(), 0);
-  Owned h = make<uint16_t>(DType::f16, {65536}, halves);
+  Owned h = everyHalf();
   for (int isa : availableIsas()) {
     SCOPED_TRACE("isa " + std::to_string(isa));
     ops::detail::setKernelIsa(isa);
@@ -696,13 +712,7 @@ TEST_P(OpsTest, HalfConversionsOnEveryIsa) {
             << "value " << vals[size_t(i)];
     }
     ASSERT_TRUE(cast(ctx, h, DType::f32, 8, back));
-    for (uint32_t i = 0; i < 65536; ++i) {
-      const float ref = halfBitsToFloat(uint16_t(i));
-      if (std::isnan(ref))
-        ASSERT_TRUE(std::isnan(back.as<float>()[i]));
-      else
-        ASSERT_EQ(back.as<float>()[i], ref) << std::hex << i;
-    }
+    ASSERT_NO_FATAL_FAILURE(expectEveryHalfWidened(back));
     // An op in float16 through the same rows: relu of every half.
     ASSERT_TRUE(unary(ctx, Unary::relu, h, 9, relu));
     for (uint32_t i = 0; i < 65536; ++i) {
@@ -757,18 +767,10 @@ TEST_P(OpsTest, Cast) {
     EXPECT_EQ(out.as<uint16_t>()[i], floatToHalfRef(vals[i]))
         << "value " << vals[i];
   // f16 -> f32 is exact, over all halves.
-  std::vector<uint16_t> halves(65536);
-  std::iota(halves.begin(), halves.end(), 0);
-  Owned h = make<uint16_t>(DType::f16, {65536}, halves);
+  Owned h = everyHalf();
   Tensor back;
   ASSERT_TRUE(cast(ctx, h, DType::f32, 8, back));
-  for (uint32_t i = 0; i < 65536; ++i) {
-    const float ref = halfBitsToFloat(uint16_t(i));
-    if (std::isnan(ref))
-      ASSERT_TRUE(std::isnan(back.as<float>()[i]));
-    else
-      ASSERT_EQ(back.as<float>()[i], ref) << std::hex << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(expectEveryHalfWidened(back));
   // Every pair of dtypes, on small integers (exact everywhere).
   uint32_t seed = 500;
   for (DType from : kAllTypes)

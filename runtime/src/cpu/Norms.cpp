@@ -91,6 +91,24 @@ template <typename C> C meanFromSum(SumType<C> s, int64_t count) {
 
 thread_local std::vector<float> attnScores, attnAcc;
 
+/// f(row) on each of `rows` float16 rows of `width` elements, each widened
+/// to float32 (F16C where available), transformed in place and narrowed
+/// into `out`: the same values, and so the same bits, as converting every
+/// element on its own.
+template <typename F>
+void forEachHalfRow(Context &ctx, const Half *in, Half *out, int64_t rows,
+                    int64_t width, int64_t grain, F f) {
+  parallelFor(ctx, rows, grain, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> row;
+    row.resize(size_t(width));
+    for (int64_t r = b; r < e; ++r) {
+      widenRow(in + r * width, row.data(), width);
+      f(row.data());
+      narrowRow(row.data(), out + r * width, width);
+    }
+  });
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -126,8 +144,8 @@ bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
   dispatchFloat(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = typename Arith<T>::type;
-    // One row in the arithmetic type C (float16 rows are widened first and
-    // narrowed after: the same values, the same bits).
+    // One row in the arithmetic type C, in place or not (float16 rows are
+    // widened first and narrowed after: the same values, the same bits).
     auto normRow = [&](const C *xr, const C *g, const C *bt, C *yr) {
       double sum = 0;
       for (int64_t i = 0; i < D; ++i)
@@ -161,15 +179,8 @@ bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
       widenRow(scale.as<Half>(), g.data(), D);
       if (bias)
         widenRow(bias->as<Half>(), bt.data(), D);
-      parallelFor(ctx, rows, grainFor(D), [&](int64_t b, int64_t e) {
-        thread_local std::vector<float> xs, ys;
-        xs.resize(size_t(D));
-        ys.resize(size_t(D));
-        for (int64_t row = b; row < e; ++row) {
-          widenRow(in + row * D, xs.data(), D);
-          normRow(xs.data(), g.data(), bias ? bt.data() : nullptr, ys.data());
-          narrowRow(ys.data(), o + row * D, D);
-        }
+      forEachHalfRow(ctx, in, o, rows, D, grainFor(D), [&](float *row) {
+        normRow(row, g.data(), bias ? bt.data() : nullptr, row);
       });
     }
   });
@@ -220,16 +231,8 @@ bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
     } else {
       std::vector<float> g(static_cast<size_t>(D));
       widenRow(scale.as<Half>(), g.data(), D);
-      parallelFor(ctx, rows, grainFor(D), [&](int64_t b, int64_t e) {
-        thread_local std::vector<float> xs, ys;
-        xs.resize(size_t(D));
-        ys.resize(size_t(D));
-        for (int64_t row = b; row < e; ++row) {
-          widenRow(in + row * D, xs.data(), D);
-          normRow(xs.data(), g.data(), ys.data());
-          narrowRow(ys.data(), o + row * D, D);
-        }
-      });
+      forEachHalfRow(ctx, in, o, rows, D, grainFor(D),
+                     [&](float *row) { normRow(row, g.data(), row); });
     }
   });
   out = r;
@@ -280,21 +283,16 @@ bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
         for (int64_t i = 0; i < n; ++i)
           yr[i] = yr[i] * inv;
       };
-      parallelFor(ctx, outer, grainFor(n * 8), [&](int64_t b, int64_t e) {
-        thread_local std::vector<float> row;
-        if constexpr (std::is_same_v<T, Half>)
-          row.resize(size_t(n));
-        for (int64_t r0 = b; r0 < e; ++r0) {
-          if constexpr (std::is_same_v<T, Half>) {
-            widenRow(in + r0 * n, row.data(), n);
-            softmaxRow(row.data());
-            narrowRow(row.data(), o + r0 * n, n);
-          } else {
+      if constexpr (std::is_same_v<T, Half>) {
+        forEachHalfRow(ctx, in, o, outer, n, grainFor(n * 8), softmaxRow);
+      } else {
+        parallelFor(ctx, outer, grainFor(n * 8), [&](int64_t b, int64_t e) {
+          for (int64_t r0 = b; r0 < e; ++r0) {
             std::copy(in + r0 * n, in + (r0 + 1) * n, o + r0 * n);
             softmaxRow(o + r0 * n);
           }
-        }
-      });
+        });
+      }
       return;
     }
     // Strided axis: columns of `inner` processed together, in chunks.

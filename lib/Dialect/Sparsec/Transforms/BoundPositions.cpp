@@ -17,7 +17,6 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -284,33 +283,9 @@ public:
       return std::nullopt;
     OwningOpRef<ModuleOp> m = probe.clone();
     func::FuncOp f = modelFunction(*m);
-    // Pin the named dimensions of every input.
-    for (unsigned i = 0; i < f.getNumArguments(); ++i) {
-      auto type = dyn_cast<RankedTensorType>(f.getArgument(i).getType());
-      if (!type)
-        continue;
-      SmallVector<int64_t> shape(type.getShape());
-      for (int64_t a = 0; a < type.getRank(); ++a) {
-        auto it = pins.find(dimName(f, i, a));
-        if (type.isDynamicDim(a) && it != pins.end())
-          shape[a] = it->second;
-      }
-      f.getArgument(i).setType(type.clone(shape));
-    }
-    f.setFunctionType(FunctionType::get(
-        f.getContext(), f.getBody().getArgumentTypes(),
-        f.getFunctionType().getResults()));
-    RewritePatternSet empty(m->getContext());
-    FrozenRewritePatternSet patterns(std::move(empty));
-    for (int round = 0; round < 16; ++round) {
-      int64_t refined = inferShapes(*m);
-      bool changed = false;
-      if (failed(applyPatternsGreedily(*m, patterns, GreedyRewriteConfig(),
-                                       &changed)))
-        return std::nullopt;
-      if (!changed && refined == 0)
-        break;
-    }
+    pinDims(f, pins);
+    if (failed(foldConstants(*m)))
+      return std::nullopt;
     DenseMap<Value, Interval> values;
     for (unsigned i = 0; i < f.getNumArguments(); ++i) {
       Value arg = f.getArgument(i);

@@ -16,6 +16,23 @@ namespace sparsec {
 using namespace mlir;
 using namespace sparsec;
 
+LogicalResult sparsec::foldConstants(ModuleOp module) {
+  RewritePatternSet empty(module.getContext());
+  FrozenRewritePatternSet patterns(std::move(empty));
+  // Folding makes shapes static, static shapes make more ops foldable:
+  // iterate to a fixed point (bounded, each round shrinks the graph).
+  for (int round = 0; round < 16; ++round) {
+    int64_t refined = inferShapes(module);
+    bool changed = false;
+    if (failed(applyPatternsGreedily(module, patterns, GreedyRewriteConfig(),
+                                     &changed)))
+      return failure();
+    if (!changed && refined == 0)
+      break;
+  }
+  return success();
+}
+
 namespace {
 struct FoldConstantsPass
     : public sparsec::impl::FoldConstantsPassBase<FoldConstantsPass> {
@@ -29,20 +46,9 @@ struct FoldConstantsPass
       return n;
     };
     int64_t before = countOps();
-    RewritePatternSet empty(&getContext());
-    FrozenRewritePatternSet patterns(std::move(empty));
-    // Folding makes shapes static, static shapes make more ops foldable:
-    // iterate to a fixed point (bounded, each round shrinks the graph).
-    for (int round = 0; round < 16; ++round) {
-      int64_t refined = inferShapes(module);
-      bool changed = false;
-      if (failed(applyPatternsGreedily(module, patterns,
-                                       GreedyRewriteConfig(), &changed))) {
-        module.emitError("constant folding did not converge");
-        return signalPassFailure();
-      }
-      if (!changed && refined == 0)
-        break;
+    if (failed(foldConstants(module))) {
+      module.emitError("constant folding did not converge");
+      return signalPassFailure();
     }
     numFolded += before - countOps();
   }

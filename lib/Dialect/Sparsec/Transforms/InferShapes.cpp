@@ -79,6 +79,26 @@ int64_t sparsec::inferShapes(ModuleOp module) {
   return changed;
 }
 
+void sparsec::pinDims(func::FuncOp func, const llvm::StringMap<int64_t> &pinned) {
+  SmallVector<Type> inputs(func.getFunctionType().getInputs());
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto names = func.getArgAttrOfType<ArrayAttr>(i, "sparsec.dims");
+    auto type = dyn_cast<RankedTensorType>(inputs[i]);
+    if (!names || !type || static_cast<int64_t>(names.size()) != type.getRank())
+      continue;
+    SmallVector<int64_t> shape(type.getShape());
+    for (auto [d, name] : llvm::zip(shape, names)) {
+      auto it = pinned.find(cast<StringAttr>(name).getValue());
+      if (ShapedType::isDynamic(d) && it != pinned.end())
+        d = it->second;
+    }
+    inputs[i] = RankedTensorType::get(shape, type.getElementType());
+    func.getArgument(i).setType(inputs[i]);
+  }
+  func.setFunctionType(FunctionType::get(func.getContext(), inputs,
+                                         func.getFunctionType().getResults()));
+}
+
 std::string sparsec::unknownDimName(ModuleOp module,
                                     ArrayRef<std::string> entries) {
   llvm::SmallVector<StringRef> known;
@@ -126,7 +146,7 @@ struct InferShapesPass
     if (!pinned.empty()) {
       if (failed(checkNames(module)))
         return signalPassFailure();
-      module.walk([&](func::FuncOp func) { pinDims(func, pinned); });
+      module.walk([&](func::FuncOp func) { sparsec::pinDims(func, pinned); });
     }
     numRefined += inferShapes(module);
     if (!pinned.empty() && failed(checkConsistent(module)))
@@ -162,26 +182,5 @@ struct InferShapesPass
     return failure();
   }
 
-  /// Makes named dynamic input dimensions static.
-  void pinDims(func::FuncOp func, const llvm::StringMap<int64_t> &pinned) {
-    SmallVector<Type> inputs(func.getFunctionType().getInputs());
-    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-      auto names = func.getArgAttrOfType<ArrayAttr>(i, "sparsec.dims");
-      auto type = dyn_cast<RankedTensorType>(inputs[i]);
-      if (!names || !type ||
-          static_cast<int64_t>(names.size()) != type.getRank())
-        continue;
-      SmallVector<int64_t> shape(type.getShape());
-      for (auto [d, name] : llvm::zip(shape, names)) {
-        auto it = pinned.find(cast<StringAttr>(name).getValue());
-        if (ShapedType::isDynamic(d) && it != pinned.end())
-          d = it->second;
-      }
-      inputs[i] = RankedTensorType::get(shape, type.getElementType());
-      func.getArgument(i).setType(inputs[i]);
-    }
-    func.setFunctionType(FunctionType::get(
-        func.getContext(), inputs, func.getFunctionType().getResults()));
-  }
 };
 } // namespace

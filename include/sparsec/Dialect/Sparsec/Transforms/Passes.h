@@ -9,9 +9,11 @@
 
 #include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace sparsec {
 
@@ -29,6 +31,14 @@ void populateRaiseEmbeddingPatterns(mlir::RewritePatternSet &patterns);
 /// Refines result types of every op in `module` from its operands; returns
 /// the number of types changed.
 int64_t inferShapes(mlir::ModuleOp module);
+
+/// Makes the dynamic input dimensions of `func` named in `pinned` (their
+/// `sparsec.dims` names) static.
+void pinDims(mlir::func::FuncOp func, const llvm::StringMap<int64_t> &pinned);
+
+/// Folds `module`'s shape arithmetic to a fixed point, interleaved with
+/// shape inference (sparsec-fold-constants); fails if it does not converge.
+mlir::LogicalResult foldConstants(mlir::ModuleOp module);
 
 /// The first of `entries` (name=value) whose name no input dimension of
 /// the module carries (the functions' `sparsec.dims` argument attributes,
