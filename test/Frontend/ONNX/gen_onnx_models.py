@@ -562,17 +562,43 @@ def case_rope_decoder_kv():
     return _rope_decoder(with_past=True)
 
 
-def _rope_decoder(with_past):
+def case_gated_lm():
+    # rope_decoder with two layers at a byte-level vocabulary (text
+    # calibration works) and wider gated MLPs whose gates (of rank 4) have a
+    # negative bias, so that most of their ReLU outputs are 0: what the
+    # sparsity passes take.
+    return llama_decoder(with_past=False, d=16, ffn=64, vocab=256, layers=2, gate_bias=-1.0)
+
+
+def case_gated_lm_kv():
+    return llama_decoder(with_past=True, d=16, ffn=64, vocab=256, layers=2, gate_bias=-1.0)
+
+
+def _rope_decoder(with_past, d=8, ffn=16, vocab=16, gate_bias=None, **kw):
     # A ReLU-fied LLaMA-style decoder layer as exporters write it: RMS norms
     # spelled out (Pow, ReduceMean, Sqrt, Div), rotary position embeddings
     # computed from position_ids (Cast, Sin, Cos, rotate_half by Slice, Neg
     # and Concat), a causal mask from Range and Greater, and a gated MLP
-    # whose gate is a ReLU. d 8, 2 heads of 4, FFN 16, vocab 16.
-    d, heads, hd, ffn, vocab = 8, 2, 4, 16, 16
-    inits = [init("tok", f32(vocab, d)), init("wq", f32(d, d) * 0.5),
-             init("wk", f32(d, d) * 0.5), init("wv", f32(d, d) * 0.5),
-             init("wo", f32(d, d) * 0.5), init("wg", f32(d, ffn) * 0.5),
-             init("wu", f32(d, ffn) * 0.5), init("wd", f32(ffn, d) * 0.5),
+    # whose gate is a ReLU. By default d 8, 2 heads of 4, FFN 16, vocab 16.
+    return llama_decoder(with_past, d=d, ffn=ffn, vocab=vocab, gate_bias=gate_bias, **kw)
+
+
+def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5,
+                  gate_bias=None, gate_rank=4, gate_noise=0.0):
+    """The LLaMA-style decoder of rope_decoder with `layers` layers.
+
+    Projections are standard normal times `scale`. With `gate_bias`, each
+    gate projection is of rank `gate_rank` (plus `gate_noise` times a
+    standard normal one) with biases around `gate_bias`: most ReLU outputs
+    are then 0 and a low-rank predictor finds the rest. Layer 0's names are
+    those of the one-layer model; layer i > 0 prefixes nodes with 'l{i}_'
+    and suffixes weights with '_{i}'.
+    """
+    hd = d // heads
+    inits = [init("tok", f32(vocab, d)), init("wq", f32(d, d) * scale),
+             init("wk", f32(d, d) * scale), init("wv", f32(d, d) * scale),
+             init("wo", f32(d, d) * scale), init("wg", f32(d, ffn) * scale),
+             init("wu", f32(d, ffn) * scale), init("wd", f32(ffn, d) * scale),
              init("wlm", f32(d, vocab)), init("n1", 1 + 0.1 * f32(d)),
              init("n2", 1 + 0.1 * f32(d)), init("nf", 1 + 0.1 * f32(d)),
              init("two", np.array(2.0, np.float32)),
@@ -592,6 +618,12 @@ def _rope_decoder(with_past):
              init("scale", np.array(1 / np.sqrt(hd), np.float32)),
              init("neg_big", np.array(-1e4, np.float32)),
              init("zero", np.array(0.0, np.float32))]
+    for i in range(1, layers):
+        for w, shape in (("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)),
+                         ("wg", (d, ffn)), ("wu", (d, ffn)), ("wd", (ffn, d))):
+            inits.append(init(f"{w}_{i}", f32(*shape) * scale))
+        for w in ("n1", "n2"):
+            inits.append(init(f"{w}_{i}", 1 + 0.1 * f32(d)))
     nodes = []
 
     def node(op, ins, outs, **kw):
@@ -651,40 +683,60 @@ def _rope_decoder(with_past):
         node("Add", ["causal_only", "pad4"], ["causal"])
     else:
         node("Identity", ["causal_only"], ["causal"])
-    # Attention.
-    rms("x0", "n1", "h1")
-    for name, w in (("q", "wq"), ("k", "wk"), ("v", "wv")):
-        node("MatMul", ["h1", w], [name + "_p"])
-        split_heads(name + "_p", name + "_h")
-    rotate("q_h", "q_rot")
-    rotate("k_h", "k_new")
-    if with_past:
-        node("Concat", ["past_key_values.0.key", "k_new"], ["present.0.key"], axis=2)
-        node("Concat", ["past_key_values.0.value", "v_h"], ["present.0.value"], axis=2)
-        node("Identity", ["present.0.key"], ["k_rot"])
-        node("Identity", ["present.0.value"], ["v_all"])
-    else:
-        node("Identity", ["k_new"], ["k_rot"])
-        node("Identity", ["v_h"], ["v_all"])
-    node("Transpose", ["k_rot"], ["k_t"], perm=[0, 1, 3, 2])
-    node("MatMul", ["q_rot", "k_t"], ["qk"])
-    node("Mul", ["qk", "scale"], ["qk_s"])
-    node("Add", ["qk_s", "causal"], ["qk_m"])
-    node("Softmax", ["qk_m"], ["probs"], axis=-1)
-    node("MatMul", ["probs", "v_all"], ["ctx"])
-    node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3])
-    node("Reshape", ["ctx_t", "model_shape"], ["ctx_m"])
-    node("MatMul", ["ctx_m", "wo"], ["attn"])
-    node("Add", ["x0", "attn"], ["x1"])
-    # Gated MLP with a ReLU gate.
-    rms("x1", "n2", "h2")
-    node("MatMul", ["h2", "wg"], ["gate"])
-    node("Relu", ["gate"], ["gate_r"])
-    node("MatMul", ["h2", "wu"], ["up"])
-    node("Mul", ["gate_r", "up"], ["act"])
-    node("MatMul", ["act", "wd"], ["down"])
-    node("Add", ["x1", "down"], ["x2"])
-    rms("x2", "nf", "hf")
+    x = "x0"
+    for i in range(layers):
+        def n(name, i=i):  # a node's output in layer i
+            return name if i == 0 else f"l{i}_{name}"
+
+        def w(name, i=i):  # a weight of layer i
+            return name if i == 0 else f"{name}_{i}"
+        past_k, past_v = f"past_key_values.{i}.key", f"past_key_values.{i}.value"
+        # Attention.
+        rms(x, w("n1"), n("h1"))
+        for name, weight in (("q", "wq"), ("k", "wk"), ("v", "wv")):
+            node("MatMul", [n("h1"), w(weight)], [n(name + "_p")])
+            split_heads(n(name + "_p"), n(name + "_h"))
+        rotate(n("q_h"), n("q_rot"))
+        rotate(n("k_h"), n("k_new"))
+        if with_past:
+            node("Concat", [past_k, n("k_new")], [f"present.{i}.key"], axis=2)
+            node("Concat", [past_v, n("v_h")], [f"present.{i}.value"], axis=2)
+            node("Identity", [f"present.{i}.key"], [n("k_rot")])
+            node("Identity", [f"present.{i}.value"], [n("v_all")])
+        else:
+            node("Identity", [n("k_new")], [n("k_rot")])
+            node("Identity", [n("v_h")], [n("v_all")])
+        node("Transpose", [n("k_rot")], [n("k_t")], perm=[0, 1, 3, 2])
+        node("MatMul", [n("q_rot"), n("k_t")], [n("qk")])
+        node("Mul", [n("qk"), "scale"], [n("qk_s")])
+        node("Add", [n("qk_s"), "causal"], [n("qk_m")])
+        node("Softmax", [n("qk_m")], [n("probs")], axis=-1)
+        node("MatMul", [n("probs"), n("v_all")], [n("ctx")])
+        node("Transpose", [n("ctx")], [n("ctx_t")], perm=[0, 2, 1, 3])
+        node("Reshape", [n("ctx_t"), "model_shape"], [n("ctx_m")])
+        node("MatMul", [n("ctx_m"), w("wo")], [n("attn")])
+        node("Add", [x, n("attn")], [n("x1")])
+        # Gated MLP with a ReLU gate.
+        rms(n("x1"), w("n2"), n("h2"))
+        if gate_bias is None:
+            node("MatMul", [n("h2"), w("wg")], [n("gate")])
+        else:
+            # A low-rank gate projection: a low-rank predictor can find the
+            # gate's active neurons (as in trained models, whose gate
+            # pre-activations are close to low rank on the data).
+            low = (f32(d, gate_rank) @ f32(gate_rank, ffn)) / np.sqrt(gate_rank)
+            low = (low + gate_noise * f32(d, ffn)) * scale
+            inits[[t.name for t in inits].index(w("wg"))] = init(w("wg"), low.astype(np.float32))
+            inits.append(init(w("bg"), np.full(ffn, gate_bias, np.float32) + 0.1 * f32(ffn)))
+            node("MatMul", [n("h2"), w("wg")], [n("gate_mm")])
+            node("Add", [n("gate_mm"), w("bg")], [n("gate")])
+        node("Relu", [n("gate")], [n("gate_r")])
+        node("MatMul", [n("h2"), w("wu")], [n("up")])
+        node("Mul", [n("gate_r"), n("up")], [n("act")])
+        node("MatMul", [n("act"), w("wd")], [n("down")])
+        node("Add", [n("x1"), n("down")], [n("x2")])
+        x = n("x2")
+    rms(x, "nf", "hf")
     node("MatMul", ["hf", "wlm"], ["logits"])
     inputs = [vi("input_ids", I64, ["batch", "seq"])]
     outputs = [vi("logits", F, ["batch", "seq", vocab])]
@@ -692,9 +744,10 @@ def _rope_decoder(with_past):
         inputs.append(vi("attention_mask", I64, ["batch", "total_seq"]))
     inputs.append(vi("position_ids", I64, ["batch", "seq"]))
     if with_past:
-        for kind in ("key", "value"):
-            inputs.append(vi("past_key_values.0." + kind, F, ["batch", heads, "past_seq", hd]))
-            outputs.append(vi("present.0." + kind, F, ["batch", heads, "total_seq", hd]))
+        for i in range(layers):
+            for kind in ("key", "value"):
+                inputs.append(vi(f"past_key_values.{i}.{kind}", F, ["batch", heads, "past_seq", hd]))
+                outputs.append(vi(f"present.{i}.{kind}", F, ["batch", heads, "total_seq", hd]))
     return model(nodes, inputs, outputs, inits)
 
 

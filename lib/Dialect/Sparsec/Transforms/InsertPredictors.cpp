@@ -159,6 +159,14 @@ struct InsertPredictorsPass
         remarkSkip("its input is not the result of a single-use linear");
         continue;
       }
+      // A gated MLP: the predicted set drives the gate projection, the
+      // actual gate the up projection (sparsec-sparsify-ffn).
+      std::optional<GatedMlp> mlp = matchGatedMlp(act);
+      if (mlp && !gated) {
+        remarkSkip("it gates a gated MLP, which the target does not take "
+                   "yet");
+        continue;
+      }
       const rt::ProfileSite *site = prof.find(name);
       if (!site || site->samples == 0) {
         remarkSkip("the profile has no samples for it (profile with "
@@ -215,23 +223,26 @@ struct InsertPredictorsPass
       }
       // Row reads weighted by where they run (1 on the GPU); the predictor
       // itself always runs on the GPU.
-      auto cost = [&](const Predictor &p) {
-        double own = double(p.rank) * double(d + n);
-        return own + weight * (p.cost - own);
-      };
-      const Predictor *best = &candidates.front();
-      for (const Predictor &p : candidates)
-        if (cost(p) < cost(*best))
-          best = &p;
-      // Exact mode: dense up projection, down projection over the actual
-      // active neurons.
+      // Exact mode: dense up projection (the gate in a gated MLP), down
+      // projection over the actual active neurons (and so the up
+      // projection of a gated MLP, in either mode).
       double active = 0;
       for (uint64_t c : site->counts)
         active += double(c);
       double actualDensity =
           site->tokens > 0 ? active / (double(site->tokens) * double(n)) : 1.0;
+      double gatedRows =
+          mlp ? double(d) * double(n) * actualDensity : 0.0;
+      auto cost = [&](const Predictor &p) {
+        double own = double(p.rank) * double(d + n);
+        return own + weight * (p.cost - own + gatedRows);
+      };
+      const Predictor *best = &candidates.front();
+      for (const Predictor &p : candidates)
+        if (cost(p) < cost(*best))
+          best = &p;
       double exactCost =
-          weight * double(d) * double(n) * (1.0 + actualDensity);
+          weight * (double(d) * double(n) * (1.0 + actualDensity) + gatedRows);
       if (cost(*best) >= exactCost) {
         remarkSkip(llvm::formatv("the best predictor (rank {0}, density "
                                  "{1:f3}) costs {2:f0} multiply-adds per "

@@ -19,22 +19,59 @@ namespace {
 struct SparsifyFFNPass
     : public sparsec::impl::SparsifyFFNPassBase<SparsifyFFNPass> {
   using Base::Base;
+
+  /// Whether site `act` carries a measurement above the threshold.
+  bool sparseEnough(Operation *act) {
+    auto sparsity = act->getAttrOfType<ActSparsityAttr>("sparsity");
+    return sparsity &&
+           sparsity.getZeroFraction().convertToDouble() >= minZeroFraction;
+  }
+
   void runOnOperation() override {
-    SmallVector<LinearOp> work;
+    // Down projections (input side) and, for gated MLPs, the up
+    // projections (output side) with the activation they follow.
+    SmallVector<LinearOp> downs;
+    SmallVector<std::pair<LinearOp, Operation *>> ups;
     getOperation().walk([&](LinearOp op) {
       Operation *act = op.getInput().getDefiningOp();
-      if (!act || !isSparsitySite(act))
-        return;
-      auto sparsity = act->getAttrOfType<ActSparsityAttr>("sparsity");
-      if (!sparsity ||
-          sparsity.getZeroFraction().convertToDouble() < minZeroFraction) {
-        ++numDense;
+      if (act && isSparsitySite(act) && isa<ReluOp, GeluOp, SiluOp>(act) &&
+          !matchGatedMlp(act)) {
+        if (!sparseEnough(act)) {
+          ++numDense;
+          return;
+        }
+        downs.push_back(op);
         return;
       }
-      work.push_back(op);
+      auto product = dyn_cast_or_null<MulOp>(act);
+      if (!product)
+        return;
+      for (Value operand : product->getOperands()) {
+        Operation *gate = operand.getDefiningOp();
+        std::optional<GatedMlp> mlp = gate ? matchGatedMlp(gate) : std::nullopt;
+        if (!mlp || mlp->down != op.getOperation())
+          continue;
+        if (!gated) {
+          auto loc = dyn_cast<NameLoc>(gate->getLoc());
+          gate->emitRemark("gated MLP ")
+              << (loc ? "at '" + loc.getName().str() + "' " : std::string())
+              << "stays dense: the target does not take gated MLPs yet";
+          ++numDense;
+          return;
+        }
+        if (!sparseEnough(gate)) {
+          ++numDense;
+          return;
+        }
+        downs.push_back(op);
+        auto up = mlp->up.getDefiningOp<LinearOp>();
+        if (up && up->hasOneUse() && !up.getActivation())
+          ups.push_back({up, gate});
+        return;
+      }
     });
     MLIRContext *ctx = &getContext();
-    for (LinearOp op : work) {
+    for (LinearOp op : downs) {
       OpBuilder b(op);
       auto sparse = SparseLinearOp::create(
           b, op.getLoc(), op.getType(), op.getInput(), op.getWeight(),
@@ -46,6 +83,38 @@ struct SparsifyFFNPass
           /*activation=*/nullptr, /*pit_tile=*/nullptr);
       op.replaceAllUsesWith(sparse.getResult());
       op.erase();
+      ++numSparse;
+    }
+    // A gated MLP's up projection computes only the neurons whose gate is
+    // not 0: the mask is `gate > 0` after a ReLU, `!(gate == 0)` otherwise.
+    for (auto [up, gate] : ups) {
+      OpBuilder b(up);
+      Value g = gate->getResult(0);
+      auto gType = cast<RankedTensorType>(g.getType());
+      auto maskType = RankedTensorType::get(gType.getShape(), b.getI1Type());
+      auto zeroType = RankedTensorType::get({}, gType.getElementType());
+      Value zero = ConstantOp::create(
+          b, up.getLoc(),
+          DenseElementsAttr::get(zeroType,
+                                 b.getZeroAttr(gType.getElementType())));
+      Value mask;
+      if (isa<ReluOp>(gate)) {
+        mask = CompareOp::create(b, up.getLoc(), maskType,
+                                 ComparePredicate::gt, g, zero);
+      } else {
+        Value isZero = CompareOp::create(b, up.getLoc(), maskType,
+                                         ComparePredicate::eq, g, zero);
+        mask = NotOp::create(b, up.getLoc(), maskType, isZero);
+      }
+      auto sparse = SparseLinearOp::create(
+          b, up.getLoc(), up.getType(), up.getInput(), up.getWeight(),
+          up.getBias(), mask, SparseDimAttr::get(ctx, SparseDim::output),
+          SparseModeAttr::get(ctx, SparseMode::exact),
+          GranularityAttr::get(ctx, Granularity::neuron),
+          up.getTransposeWeightAttr(), /*placement=*/nullptr,
+          /*activation=*/nullptr, /*pit_tile=*/nullptr);
+      up.replaceAllUsesWith(sparse.getResult());
+      up.erase();
       ++numSparse;
     }
   }

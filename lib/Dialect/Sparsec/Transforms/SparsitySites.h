@@ -13,21 +13,58 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <optional>
 #include <string>
 
 namespace sparsec {
 
-/// A ReLU-family activation whose result is the input of a linear op: the
-/// unit the profile measures and the sparsify passes exploit.
+/// Whether `use` is the input (operand 0) of a linear or sparse_linear.
+inline bool isLinearInput(mlir::OpOperand &use) {
+  return mlir::isa<LinearOp, SparseLinearOp>(use.getOwner()) &&
+         use.getOperandNumber() == 0;
+}
+
+/// A gated MLP around activation `act`: down(act(gate(x)) * up(x)), as
+/// LLaMA-style models (ReLU-fied LLaMA, ProSparse) write their FFN. `act`'s
+/// only user is the product, whose other operand (`up`) has the same type,
+/// and the product's only user is the input of a linear (`down`). Wherever
+/// the activation is 0 so is the product: the down projection skips those
+/// neurons, and the up projection need not compute them.
+struct GatedMlp {
+  MulOp product;
+  mlir::Value up;
+  mlir::Operation *down;
+};
+
+inline std::optional<GatedMlp> matchGatedMlp(mlir::Operation *act) {
+  if (!mlir::isa<ReluOp, GeluOp, SiluOp>(act) ||
+      !act->getResult(0).hasOneUse())
+    return std::nullopt;
+  auto product = mlir::dyn_cast<MulOp>(*act->getResult(0).getUsers().begin());
+  if (!product || product.getLhs() == product.getRhs() ||
+      !product->getResult(0).hasOneUse())
+    return std::nullopt;
+  mlir::Value gate = act->getResult(0);
+  mlir::Value up =
+      product.getLhs() == gate ? product.getRhs() : product.getLhs();
+  if (up.getType() != gate.getType() ||
+      product.getType() != gate.getType() ||
+      !isLinearInput(*product->getResult(0).getUses().begin()))
+    return std::nullopt;
+  return GatedMlp{product, up,
+                  product->getResult(0).getUses().begin()->getOwner()};
+}
+
+/// A ReLU-family activation whose result is the input of a linear op, or
+/// the gate of a gated MLP (matchGatedMlp): the unit the profile measures
+/// and the sparsify passes exploit.
 inline bool isSparsitySite(mlir::Operation *op) {
   if (!mlir::isa<ReluOp, GeluOp, SiluOp>(op))
     return false;
   for (mlir::OpOperand &use : op->getResult(0).getUses())
-    if ((mlir::isa<LinearOp>(use.getOwner()) ||
-         mlir::isa<SparseLinearOp>(use.getOwner())) &&
-        use.getOperandNumber() == 0)
+    if (isLinearInput(use))
       return true;
-  return false;
+  return matchGatedMlp(op).has_value();
 }
 
 /// Device bytes of the KV caches of every attention for `maxSeqLen`

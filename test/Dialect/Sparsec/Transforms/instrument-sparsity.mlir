@@ -1,6 +1,6 @@
 // RUN: sparsec-opt %s --sparsec-instrument-sparsity | FileCheck %s
 
-// CHECK: module attributes {sparsec.profile_sites = ["/layers.0/Relu", "site1"]}
+// CHECK: module attributes {sparsec.profile_sites = ["/layers.0/Relu", "site1", "gate"]}
 // CHECK-LABEL: func.func @ffn
 func.func @ffn(%x: tensor<?x8xf32>, %w1: tensor<8x16xf32>, %w2: tensor<16x8xf32>) -> tensor<?x16xf32> {
   %h = sparsec.linear %x, %w1 : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
@@ -22,4 +22,18 @@ func.func @ffn(%x: tensor<?x8xf32>, %w1: tensor<8x16xf32>, %w2: tensor<16x8xf32>
   %o = sparsec.relu %z : tensor<?x16xf32>
   %n = sparsec.neg %o : tensor<?x16xf32>
   return %n : tensor<?x16xf32>
+}
+
+// The gate of a gated MLP (its ReLU feeds a product that feeds a linear) is
+// a site; the layer input is the gate projection's input.
+// CHECK-LABEL: func.func @gated
+func.func @gated(%x: tensor<?x8xf32>, %wg: tensor<8x16xf32>, %wu: tensor<8x16xf32>, %wd: tensor<16x8xf32>) -> tensor<?x8xf32> {
+  %h = sparsec.linear %x, %wg : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
+  // CHECK: %[[G:.*]] = sparsec.relu
+  // CHECK-NEXT: sparsec.profile_count %[[G]] layer_input %arg0 {index = 2 : i64, site = "gate"}
+  %g = sparsec.relu %h : tensor<?x16xf32> loc("gate")
+  %u = sparsec.linear %x, %wu : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
+  %p = sparsec.mul %g, %u : tensor<?x16xf32>, tensor<?x16xf32> -> tensor<?x16xf32>
+  %y = sparsec.linear %p, %wd : tensor<?x16xf32>, tensor<16x8xf32> -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
 }

@@ -348,10 +348,16 @@ def InsertPredictorsPass : Pass<"sparsec-insert-predictors", "mlir::ModuleOp"> {
     %h = sparsec.sparse_linear %x, %w, %b active %m {mode = #sparsec<sparse_mode predicted>,
          sparse_dim = #sparsec<sparse_dim output>} : ...
     ```
+    In a gated MLP the predicted set drives the gate projection; the up
+    projection then reads the rows of the actual gate's non-zero neurons
+    (sparsec-sparsify-ffn), which both modes' costs count. With
+    `gated-mlps=false` gated MLPs get no predictor (a remark says so).
   }];
   let options = [
     Option<"profile", "profile", "std::string", "\"\"",
            "Path of the .sprof file (with samples)">,
+    Option<"gated", "gated-mlps", "bool", "true",
+           "Train predictors for the gates of gated MLPs too">,
     Option<"targetRecall", "target-recall", "double", "0.999",
            "Share of active neurons the predictor must find (calibration split)">,
     ListOption<"ranks", "ranks", "int64_t",
@@ -394,10 +400,26 @@ def SparsifyFFNPass : Pass<"sparsec-sparsify-ffn", "mlir::ModuleOp"> {
     %y = sparsec.sparse_linear %r, %w, %b {mode = #sparsec<sparse_mode exact>,
          sparse_dim = #sparsec<sparse_dim input>} : ...
     ```
+    A gated MLP, `down(act(gate(x)) * up(x))` (ReLU-fied LLaMA, ProSparse),
+    has its down projection made input-sparse the same way (the product is 0
+    wherever the gate is), and its up projection output-sparse over the
+    neurons whose gate is not 0 (`compare gt %gate, 0` after a ReLU), so
+    only the gate projection stays dense:
+    ```mlir
+    %g = sparsec.relu %hg {sparsity = ...}
+    %m = sparsec.compare gt, %g, %zero : ...
+    %u = sparsec.sparse_linear %x, %wu active %m {mode = #sparsec<sparse_mode exact>,
+         sparse_dim = #sparsec<sparse_dim output>} : ...
+    %p = sparsec.mul %g, %u : ...
+    %y = sparsec.sparse_linear %p, %wd {... sparse_dim = #sparsec<sparse_dim input>} : ...
+    ```
+    With `gated-mlps=false` such FFNs stay dense, with a remark.
   }];
   let options = [
     Option<"minZeroFraction", "min-zero-fraction", "double", "0.5",
            "Keep a site dense below this measured zero fraction">,
+    Option<"gated", "gated-mlps", "bool", "true",
+           "Sparsify gated MLPs (activation(gate) * up, then down) too">,
   ];
   let statistics = [
     Statistic<"numSparse", "num-sparse", "Number of linears made sparse">,
