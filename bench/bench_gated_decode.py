@@ -7,7 +7,7 @@ Prints a table of decode tokens/s.
   bench/bench_gated_decode.py --sparsec build/bin/sparsec
         [--d 1024] [--heads 16] [--ffn 2816] [--layers 4]
         [--gate-bias -1.3] [--gate-rank 32] [--gate-noise 0.1]
-        [--calib ../shared/models/opt-byte-s/calib.txt] [--threads 2]
+        [--calib ../shared/models/opt-byte-s/calib.txt] [--threads 1,2]
         [--runs 100] [--out /tmp/sparsec-gated-bench]
 
 The weights are synthetic (no trained ReLU-LLaMA fits this machine's
@@ -19,7 +19,8 @@ them, as in trained models. The graph is gen_onnx_models.py's
 llama_decoder (rotary embeddings, RMS norms, causal mask). Byte-level
 vocabulary: the profile runs on --calib text; the cached context is 127
 bytes of it, and the step decodes byte 128. tokens/s = 1000 / median step
-latency of the binary's own `bench`.
+latency of the binary's own `bench`, one table per thread count (the
+profile and the prefill use the last).
 """
 import argparse
 import json
@@ -53,10 +54,17 @@ def main():
     ap.add_argument("--gate-noise", type=float, default=0.1)
     ap.add_argument("--calib", default=os.path.join(HERE, "..", "..", "shared", "models",
                                                     "opt-byte-s", "calib.txt"))
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--out", default="/tmp/sparsec-gated-bench")
     a = ap.parse_args()
+    try:
+        thread_counts = [int(t) for t in a.threads.split(",")]
+    except ValueError:
+        sys.exit(f"error: --threads wants comma-separated counts, got '{a.threads}'")
+    if not thread_counts or min(thread_counts) < 1:
+        sys.exit(f"error: --threads wants counts of at least 1, got '{a.threads}'")
+    threads = thread_counts[-1]
     if a.d % a.heads or (a.d // a.heads) % 2:
         sys.exit(f"error: --d {a.d} must split into --heads {a.heads} heads of even size")
     if not os.path.isfile(a.calib):
@@ -76,7 +84,7 @@ def main():
     prof = os.path.join(a.out, "model.sprof")
     print("profiling", file=sys.stderr)
     table = run([a.sparsec, "profile", model, "--calib", a.calib, "--max-chunks", "64",
-                 "-o", prof, "-q", "--threads", str(a.threads)]).stdout
+                 "-o", prof, "-q", "--threads", str(threads)]).stdout
     builds = {
         "dense": [],
         "exact": ["--profile", prof, "--sparsity", "exact"],
@@ -111,7 +119,7 @@ def main():
         return args
     prefill_out = os.path.join(a.out, "prefill")
     run([os.path.join(a.out, "0", "model"), "run", "--output-dir", prefill_out,
-         "--threads", str(a.threads)] + save("prefill", feeds))
+         "--threads", str(threads)] + save("prefill", feeds))
     step = {"input_ids": ids[:, 127:128], "attention_mask": np.ones((1, 128), np.int64),
             "position_ids": np.array([[127]], np.int64)}
     for l in range(a.layers):
@@ -120,28 +128,31 @@ def main():
                 os.path.join(prefill_out, f"present.{l}.{kv}.npy"))
     step_args = save("step", step)
 
-    rows = []
-    for i, name in enumerate(builds):
-        r = json.loads(run([os.path.join(a.out, str(i), "model"), "bench", "--json",
-                            "--runs", str(a.runs), "--threads", str(a.threads)]
-                           + step_args).stdout)
-        rows.append((f"sparsec {name}", float(r["latency_ms"]["median"])))
     import onnxruntime as ort
-    rows.insert(0, (f"ONNX Runtime {ort.__version__}", ort_median(model, step, a.threads, a.runs)))
+    tables = []
+    for t in thread_counts:
+        rows = [(f"ONNX Runtime {ort.__version__}", ort_median(model, step, t, a.runs))]
+        for i, name in enumerate(builds):
+            r = json.loads(run([os.path.join(a.out, str(i), "model"), "bench", "--json",
+                                "--runs", str(a.runs), "--threads", str(t)]
+                               + step_args).stdout)
+            rows.append((f"sparsec {name}", float(r["latency_ms"]["median"])))
+        tables.append((t, rows))
 
     print(table.strip())
     for line in remarks.splitlines():
         if "predictor for" in line:
             print(line.split("remark: ", 1)[-1])
-    dense = rows[1][1]
     weights = os.path.getsize(os.path.join(a.out, "0", "model.weights")) / 2**20
-    print(f"\nReLU-LLaMA-style decoder, d {a.d}, FFN {a.ffn}, {a.layers} layers "
-          f"({weights:.0f} MiB of float32 weights), decode step after 127 cached bytes, "
-          f"batch 1, {a.threads} thread(s), median of {a.runs} runs")
-    print(f"| {'build':<30} | {'step ms':>8} | {'tokens/s':>9} | {'vs sparsec dense':>16} |")
-    print(f"|{'-' * 32}|{'-' * 9}:|{'-' * 10}:|{'-' * 17}:|")
-    for name, ms in rows:
-        print(f"| {name:<30} | {ms:8.3f} | {1000 / ms:9.1f} | {dense / ms:15.2f}x |")
+    for t, rows in tables:
+        dense = rows[1][1]
+        print(f"\nReLU-LLaMA-style decoder, d {a.d}, FFN {a.ffn}, {a.layers} layers "
+              f"({weights:.0f} MiB of float32 weights), decode step after 127 cached "
+              f"bytes, batch 1, {t} thread(s), median of {a.runs} runs")
+        print(f"| {'build':<35} | {'step ms':>8} | {'tokens/s':>9} | {'vs sparsec dense':>16} |")
+        print(f"|{'-' * 37}|{'-' * 9}:|{'-' * 10}:|{'-' * 17}:|")
+        for name, ms in rows:
+            print(f"| {name:<35} | {ms:8.3f} | {1000 / ms:9.1f} | {dense / ms:15.2f}x |")
     return 0
 
 

@@ -595,6 +595,7 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
     and suffixes weights with '_{i}'.
     """
     hd = d // heads
+    scale = np.float32(scale)
     inits = [init("tok", f32(vocab, d)), init("wq", f32(d, d) * scale),
              init("wk", f32(d, d) * scale), init("wv", f32(d, d) * scale),
              init("wo", f32(d, d) * scale), init("wg", f32(d, ffn) * scale),
