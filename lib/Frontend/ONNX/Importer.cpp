@@ -577,6 +577,73 @@ static LogicalResult verifyNodeOps(const onnx::NodeProto &node, Location loc,
   return success();
 }
 
+/// An element type as ONNX names it ("float32", "int64", "bool", ...).
+static std::string onnxElementName(Type t) {
+  if (t.isF16())
+    return "float16";
+  if (t.isBF16())
+    return "bfloat16";
+  if (auto f = dyn_cast<FloatType>(t))
+    return "float" + std::to_string(f.getWidth());
+  if (t.isInteger(1))
+    return "bool";
+  if (auto i = dyn_cast<IntegerType>(t))
+    return (i.isUnsigned() ? "uint" : "int") + std::to_string(i.getWidth());
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << t;
+  return s;
+}
+
+/// Checks that the inputs a node's ONNX schema binds to one type parameter
+/// (MatMul's two inputs share T, say) have one element type: a model whose
+/// float32 activations meet a float64 weight is invalid ONNX, and an error
+/// here names the node rather than a kernel failing at run time. `valueOf`
+/// gives an input's imported value. Ops without a schema (other domains)
+/// and heterogeneous variadic inputs are not checked.
+static LogicalResult
+checkSharedTypes(const onnx::NodeProto &node, int64_t opset, Location loc,
+                 llvm::function_ref<Value(const std::string &)> valueOf) {
+  const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(
+      node.op_type(), int(opset), node.domain());
+  if (!schema || schema->inputs().empty())
+    return success();
+  const auto &formals = schema->inputs();
+  llvm::StringSet<> params; // the schema's type parameters (T, T1, ...)
+  for (const auto &c : schema->typeConstraintParams())
+    params.insert(c.type_param_str);
+  llvm::StringMap<std::pair<int, Type>> seen; // type parameter -> first input
+  for (int i = 0; i < node.input_size(); ++i) {
+    if (node.input(i).empty())
+      continue;
+    size_t f = std::min<size_t>(size_t(i), formals.size() - 1);
+    const onnx::OpSchema::FormalParameter &formal = formals[f];
+    if (size_t(i) >= formals.size() &&
+        (formal.GetOption() != onnx::OpSchema::Variadic ||
+         !formal.GetIsHomogeneous()))
+      continue;
+    const std::string &param = formal.GetTypeStr();
+    if (!params.contains(param))
+      continue; // a fixed type, not a parameter
+    Value v = valueOf(node.input(i));
+    auto type = v ? dyn_cast<ShapedType>(v.getType()) : ShapedType();
+    if (!type)
+      continue;
+    auto [it, inserted] =
+        seen.try_emplace(param, std::make_pair(i, type.getElementType()));
+    if (inserted || it->second.second == type.getElementType())
+      continue;
+    return emitError(loc) << "node '" << node.name() << "' ("
+                          << node.op_type() << "): inputs '"
+                          << node.input(it->second.first) << "' and '"
+                          << node.input(i) << "' must have one element type ("
+                          << param << " in the ONNX schema), got "
+                          << onnxElementName(it->second.second) << " and "
+                          << onnxElementName(type.getElementType());
+  }
+  return success();
+}
+
 LogicalResult Importer::checkSupported(const onnx::GraphProto &graph,
                                        int64_t opset, Location fileLoc) {
   const auto &table = getHandlerTable();
@@ -923,7 +990,10 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
                        << " that the importer does not support";
       missing = true;
     }
-    if (missing) {
+    if (missing ||
+        failed(checkSharedTypes(node, opset, loc, [&](const std::string &n) {
+          return ctx.lookup(n);
+        }))) {
       failedAny = true;
       break;
     }

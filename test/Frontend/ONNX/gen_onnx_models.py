@@ -752,6 +752,14 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
     return model(nodes, inputs, outputs, inits)
 
 
+def case_mixed_dtypes():
+    # MatMul of a float32 input by a float64 weight: ONNX's MatMul takes one
+    # element type T for both inputs, so the model is invalid.
+    w = numpy_helper.from_array(RNG.standard_normal((4, 3)), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    return model(nodes, [vi("x", F, ["b", 4])], [vi("y", F, ["b", 3])], [w])
+
+
 def case_two_dims():
     # Two named dims that must agree for the Add: pinning them apart breaks it.
     nodes = [helper.make_node("Add", ["x", "y"], ["z"], name="sum")]
