@@ -58,7 +58,9 @@ struct ThreadPool::Impl {
   /// spinning.
   std::atomic<uint64_t> generation{0};
   bool jobOpen = false;
-  int inFlight = 0;
+  /// Workers inside the current job; changed under mutex, read by the
+  /// caller while it spins for the job's end.
+  std::atomic<int> inFlight{0};
   /// Guards against concurrent parallelFor calls from different threads;
   /// the loser runs inline.
   std::atomic<bool> busy{false};
@@ -169,10 +171,21 @@ void ThreadPool::parallelFor(
   p.runChunks();
   tlsInParallelFor = false;
 
+  // Close the job, then wait for the workers still in it: spinning first,
+  // since they are usually a few microseconds from done and blocking would
+  // add a futex wake-up (tens of microseconds on a VM) to every op that
+  // finishes its own chunks first.
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.jobOpen = false;
+  }
+  for (int i = 0;
+       i < kSpinIterations && p.inFlight.load(std::memory_order_acquire) != 0;
+       ++i)
+    cpuRelax();
   {
     std::unique_lock<std::mutex> lock(p.mutex);
-    p.jobOpen = false;
-    p.done.wait(lock, [&] { return p.inFlight == 0; });
+    p.done.wait(lock, [&] { return p.inFlight.load() == 0; });
     p.fn = nullptr;
   }
   p.busy.store(false, std::memory_order_release);
