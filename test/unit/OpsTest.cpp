@@ -1265,6 +1265,12 @@ TEST_P(OpsTest, Attention) {
       {2, 2, 1, 3, 2, 4, 5, 3, 2, false},
       {1, 2, 2, 6, 2, 0, 4, 4, 1, true},      // causal rows without any key
       {2, 8, 8, 17, 17, 0, 32, 32, 1, false}, // parallel rows
+      // From 8 query rows a head the GEMM path: two row blocks (64 + 6)
+      // over past and present keys with GQA and a boolean mask; causal
+      // rows without any key; an additive mask over odd widths.
+      {2, 4, 2, 70, 70, 9, 12, 10, 2, true},
+      {1, 2, 2, 12, 4, 0, 8, 8, 0, true},
+      {1, 3, 3, 9, 9, 3, 5, 7, 1, true},
   };
   uint32_t seed = 1100;
   for (const Case &c : cases) {

@@ -89,7 +89,10 @@ template <typename C> C meanFromSum(SumType<C> s, int64_t count) {
 }
 
 
-thread_local std::vector<float> attnScores, attnAcc;
+thread_local std::vector<float> attnScores, attnAcc, attnKeysT;
+
+/// Query rows a head from which attention goes through the GEMM kernel.
+constexpr int64_t kAttentionBlockMin = 8;
 
 /// f(row) on each of `rows` float16 rows of `width` elements, each widened
 /// to float32 (F16C where available), transformed in place and narrowed
@@ -147,16 +150,26 @@ bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
     // One row in the arithmetic type C, in place or not (float16 rows are
     // widened first and narrowed after: the same values, the same bits).
     auto normRow = [&](const C *xr, const C *g, const C *bt, C *yr) {
-      double sum = 0;
-      for (int64_t i = 0; i < D; ++i)
-        sum += double(xr[i]);
-      const double mean = sum / double(D);
-      double var = 0;
-      for (int64_t i = 0; i < D; ++i) {
-        double d = double(xr[i]) - mean;
-        var += d * d;
+      // Four partial sums (in double): independent add chains.
+      double s4[4] = {0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 4 <= D; i += 4)
+        for (int l = 0; l < 4; ++l)
+          s4[l] += double(xr[i + l]);
+      for (; i < D; ++i)
+        s4[0] += double(xr[i]);
+      const double mean = ((s4[0] + s4[1]) + (s4[2] + s4[3])) / double(D);
+      double v4[4] = {0, 0, 0, 0};
+      for (i = 0; i + 4 <= D; i += 4)
+        for (int l = 0; l < 4; ++l) {
+          const double d = double(xr[i + l]) - mean;
+          v4[l] += d * d;
+        }
+      for (; i < D; ++i) {
+        const double d = double(xr[i]) - mean;
+        v4[0] += d * d;
       }
-      var /= double(D);
+      const double var = ((v4[0] + v4[1]) + (v4[2] + v4[3])) / double(D);
       const C inv = C(1.0 / std::sqrt(var + double(epsilon)));
       const C m = C(mean);
       for (int64_t i = 0; i < D; ++i) {
@@ -211,11 +224,18 @@ bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
     // One row in the arithmetic type C (float16 rows widened and narrowed,
     // as layerNorm's).
     auto normRow = [&](const C *xr, const C *g, C *yr) {
-      double ss = 0;
-      for (int64_t i = 0; i < D; ++i) {
-        double v = double(xr[i]);
-        ss += v * v;
+      double s4[4] = {0, 0, 0, 0}; // independent add chains
+      int64_t i = 0;
+      for (; i + 4 <= D; i += 4)
+        for (int l = 0; l < 4; ++l) {
+          const double v = double(xr[i + l]);
+          s4[l] += v * v;
+        }
+      for (; i < D; ++i) {
+        const double v = double(xr[i]);
+        s4[0] += v * v;
       }
+      const double ss = (s4[0] + s4[1]) + (s4[2] + s4[3]);
       const C inv = C(1.0 / std::sqrt(ss / double(D) + double(epsilon)));
       for (int64_t i = 0; i < D; ++i)
         yr[i] = xr[i] * inv * g[i];
@@ -407,6 +427,122 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   float *outp = res.as<float>();
   const int64_t group = Hq / Hk;
   const float ninf = -std::numeric_limits<float>::infinity();
+
+  // Many query rows a head (prefill): blocks of rows through the GEMM
+  // kernel, scores = Q K^T and out = P V, when every head's keys and values
+  // are one contiguous [T, D] run (no past, or the present copies).
+  const bool contiguous = P == 0 || (presentK && presentV);
+  if (Sq >= kAttentionBlockMin && contiguous && T > 0) {
+    const float *keys = P == 0 ? kp : pk.as<float>();
+    const float *values = P == 0 ? vp : pv.as<float>();
+    constexpr int64_t RB = 64; // query rows a block
+    const int64_t blocks = (Sq + RB - 1) / RB;
+    parallelFor(ctx, B * Hq * blocks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> &kt = attnKeysT;
+      std::vector<float> &sc = attnScores;
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t blk = task % blocks, bhq = task / blocks;
+        const int64_t h = bhq % Hq, b = bhq / Hq;
+        const int64_t bh = b * Hk + h / group;
+        const int64_t i0 = blk * RB, i1 = std::min(Sq, i0 + RB);
+        const int64_t rows = i1 - i0;
+        // Keys [0, jMax) may be attended by some row of the block.
+        const int64_t jMax =
+            causal ? std::min(T, std::max<int64_t>(0, i1 - 1 + (T - Sq) + 1))
+                   : T;
+        float *orow0 = outp + (bhq * Sq + i0) * Dv;
+        if (jMax == 0) {
+          std::fill(orow0, orow0 + rows * Dv, 0.0f);
+          continue;
+        }
+        // K^T [D, jMax] of this head.
+        kt.resize(size_t(D * jMax));
+        const float *kh = keys + bh * T * D;
+        for (int64_t j = 0; j < jMax; ++j)
+          for (int64_t d = 0; d < D; ++d)
+            kt[size_t(d * jMax + j)] = kh[j * D + d];
+        sc.resize(size_t(rows * jMax));
+        GemmArgs g;
+        g.M = rows;
+        g.K = D;
+        g.N = jMax;
+        g.A = qp + (bhq * Sq + i0) * D;
+        g.lda = D;
+        g.B = kt.data();
+        g.ldb = jMax;
+        g.C = sc.data();
+        g.ldc = jMax;
+        gemm(nullptr, g);
+        // Softmax numerators per row (scaled, masked); 1 / sum kept.
+        double inv[RB];
+        bool empty[RB];
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t i = i0 + r;
+          float *srow = sc.data() + r * jMax;
+          const int64_t jEnd =
+              causal ? std::min(jMax, std::max<int64_t>(0, i + (T - Sq) + 1))
+                     : jMax;
+          const int64_t mRow = b * mStr[0] + h * mStr[1] + i * mStr[2];
+          float m = ninf;
+          for (int64_t j = 0; j < jEnd; ++j) {
+            float v = srow[j] * scale;
+            if (mf)
+              v += mf[mRow + j * mStr[3]];
+            else if (mb && !mb[mRow + j * mStr[3]])
+              v = ninf;
+            srow[j] = v;
+            m = std::max(m, v);
+          }
+          empty[r] = m == ninf || m != m;
+          if (empty[r]) {
+            inv[r] = m != m ? double(m) : 0.0;
+            std::fill(srow, srow + jMax, 0.0f);
+            continue;
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < jEnd; ++j) {
+            // exp underflows to 0 below about -103 (and goes through libm's
+            // slow path on the way): masked keys are skipped.
+            const float x = srow[j] - m;
+            const float e = x < -104.0f ? 0.0f : std::exp(x);
+            srow[j] = e;
+            sum += double(e);
+          }
+          std::fill(srow + jEnd, srow + jMax, 0.0f);
+          inv[r] = 1.0 / sum;
+        }
+        // out = P V, then each row times 1 / sum.
+        GemmArgs o;
+        o.M = rows;
+        o.K = jMax;
+        o.N = Dv;
+        o.A = sc.data();
+        o.lda = jMax;
+        o.B = values + bh * T * Dv;
+        o.ldb = Dv;
+        o.C = orow0;
+        o.ldc = Dv;
+        gemm(nullptr, o);
+        for (int64_t r = 0; r < rows; ++r) {
+          float *orow = orow0 + r * Dv;
+          if (empty[r]) {
+            std::fill(orow, orow + Dv, float(inv[r])); // 0, or NaN
+            continue;
+          }
+          const float f = float(inv[r]);
+          for (int64_t d = 0; d < Dv; ++d)
+            orow[d] *= f;
+        }
+      }
+    });
+    if (presentK)
+      *presentK = pk;
+    if (presentV)
+      *presentV = pv;
+    out = res;
+    return true;
+  }
+
   parallelFor(ctx, B * Hq * Sq, grainFor(T * (D + Dv)),
               [&](int64_t begin, int64_t end) {
                 std::vector<float> &sc = attnScores;
@@ -446,7 +582,8 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                   }
                   double sum = 0;
                   for (int64_t j = 0; j < jEnd; ++j) {
-                    const float p = std::exp(sc[size_t(j)] - m);
+                    const float x = sc[size_t(j)] - m;
+                    const float p = x < -104.0f ? 0.0f : std::exp(x);
                     sum += double(p);
                     if (p == 0.0f)
                       continue;
