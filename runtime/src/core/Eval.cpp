@@ -21,22 +21,24 @@ namespace sparsec::rt::cli {
 int commandEval(const Options &opts, const ModelDesc &desc, const char *argv0) {
   if (opts.text.empty())
     return reportError("eval needs --text FILE");
-  int idsIndex = -1, maskIndex = -1;
+  int idsIndex = -1, maskIndex = -1, positionsIndex = -1;
   for (int i = 0; i < desc.numInputs; ++i) {
     std::string n = desc.inputs[i].name ? desc.inputs[i].name : "";
     if (n == "input_ids")
       idsIndex = i;
     else if (n == "attention_mask")
       maskIndex = i;
+    else if (n == "position_ids")
+      positionsIndex = i;
     else
       return reportError("eval needs a byte-level LM whose inputs are "
-                         "input_ids (and attention_mask); this model also "
-                         "takes '" + n + "'");
+                         "input_ids (and attention_mask, position_ids); this "
+                         "model also takes '" + n + "'");
   }
   if (idsIndex < 0 || desc.numOutputs < 1)
     return reportError("eval needs a model with an input_ids input and a "
                        "logits output");
-  for (int i : {idsIndex, maskIndex})
+  for (int i : {idsIndex, maskIndex, positionsIndex})
     if (i >= 0 && (desc.inputs[i].dtype != DType::i64 || desc.inputs[i].rank != 2))
       return reportError(std::string("eval expects int64 [batch, seq] for '") +
                          desc.inputs[i].name + "'");
@@ -69,10 +71,16 @@ int commandEval(const Options &opts, const ModelDesc &desc, const char *argv0) {
     return reportError(error);
   Context &ctx = *session.ctx;
   std::vector<int64_t> ids(static_cast<size_t>(len)), mask(static_cast<size_t>(len), 1);
+  std::vector<int64_t> positions(static_cast<size_t>(len));
+  for (int64_t k = 0; k < len; ++k)
+    positions[size_t(k)] = k; // each chunk starts a sequence
   std::vector<Tensor> inputs(size_t(desc.numInputs));
   inputs[size_t(idsIndex)] = Tensor{ids.data(), DType::i64, 2, {1, len}};
   if (maskIndex >= 0)
     inputs[size_t(maskIndex)] = Tensor{mask.data(), DType::i64, 2, {1, len}};
+  if (positionsIndex >= 0)
+    inputs[size_t(positionsIndex)] =
+        Tensor{positions.data(), DType::i64, 2, {1, len}};
   std::vector<Tensor> outputs(size_t(desc.numOutputs));
   std::vector<int32_t> top1(size_t(chunks * len));
   double nll = 0;

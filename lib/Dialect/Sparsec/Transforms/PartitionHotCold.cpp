@@ -63,6 +63,11 @@ struct PartitionHotColdPass
     f.act = act;
     Value h = act->getOperand(0);
     Operation *up = h.getDefiningOp();
+    if (matchGatedMlp(act)) {
+      why = "it is a gated MLP (activation(gate) * up), which the placement "
+            "does not take yet";
+      return failure();
+    }
     if (!up || !h.hasOneUse() || !act->getResult(0).hasOneUse()) {
       why = "its activation has other users";
       return failure();
