@@ -33,9 +33,10 @@ struct SparsifyFFNPass
     SmallVector<LinearOp> downs;
     SmallVector<std::pair<LinearOp, Operation *>> ups;
     getOperation().walk([&](LinearOp op) {
+      // A site feeding this linear directly (it is then not a gate, whose
+      // only user is the product).
       Operation *act = op.getInput().getDefiningOp();
-      if (act && isSparsitySite(act) && isa<ReluOp, GeluOp, SiluOp>(act) &&
-          !matchGatedMlp(act)) {
+      if (act && isSparsitySite(act)) {
         if (!sparseEnough(act)) {
           ++numDense;
           return;
