@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -27,6 +28,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 // Test hooks of the op library (runtime/src/cpu/Linear.cpp): select the
 // kernel ISA (0 = best available, 1 = scalar, 2 = AVX2, 3 = AVX-512; an
@@ -946,6 +949,53 @@ TEST_P(OpsTest, LinearShapesAndPaths) {
         break; // the activations are covered by the smaller cases
     }
   });
+}
+
+// Batched calls (more than 32 rows) over a model weight, which lies in the
+// mapped weight pack, pack it once for all calls (Context::packCache): the
+// results are the same bits as packing on every call (the same panels, the
+// same kernel), on every ISA, for float32 and float16 weights, over more
+// than one K panel and a partial column strip; a weight outside the pack
+// (an activation) is not cached.
+TEST_P(OpsTest, LinearPacksModelWeightsOnce) {
+  const int64_t M = 70, K = 600, N = 77;
+  Owned x = randomTensor(DType::f32, {M, K}, 4100, -1, 1);
+  Owned w = randomTensor(DType::f32, {K, N}, 4101, -1, 1);
+  Owned wh = randomTensor(DType::f16, {K, N}, 4102, -1, 1);
+  const std::string path =
+      ::testing::TempDir() + "/ops-pack-" + std::to_string(::getpid()) + ".pack";
+  uint64_t checksum = 0;
+  std::string error;
+  ASSERT_TRUE(writeWeightPack(path,
+                              {{w.t.data, size_t(K * N) * 4},
+                               {wh.t.data, size_t(K * N) * 2}},
+                              checksum, error))
+      << error;
+  auto pack = WeightPack::open(path, 2, checksum, true, error);
+  ASSERT_TRUE(pack) << error;
+  std::remove(path.c_str());
+  Context packed(kDesc, pack.get(), GetParam());
+  const Tensor pw{const_cast<void *>(pack->segment(0)), DType::f32, 2, {K, N}};
+  const Tensor pwh{const_cast<void *>(pack->segment(1)), DType::f16, 2, {K, N}};
+  for (int isa : {1, 2, 3}) {
+    ops::detail::setKernelIsa(isa);
+    SCOPED_TRACE("kernel ISA " + std::to_string(isa));
+    for (const auto &[cached, own] :
+         {std::make_pair(pw, w.t), std::make_pair(pwh, wh.t)}) {
+      Tensor ref, first, again;
+      ASSERT_TRUE(linear(ctx, x, own, nullptr, Activation::none, 0, ref))
+          << ctx.error;
+      ASSERT_TRUE(linear(packed, x, cached, nullptr, Activation::none, 1, first))
+          << packed.error;
+      EXPECT_TRUE(packed.packCache) << "a batched call on a pack weight packs it";
+      ASSERT_TRUE(linear(packed, x, cached, nullptr, Activation::none, 2, again))
+          << packed.error;
+      EXPECT_EQ(std::memcmp(ref.data, first.data, size_t(M * N) * 4), 0);
+      EXPECT_EQ(std::memcmp(ref.data, again.data, size_t(M * N) * 4), 0);
+    }
+  }
+  // Activations (not in a pack) are packed per call.
+  EXPECT_FALSE(ctx.packCache);
 }
 
 // Float16 weights: the kernels convert each weight as they load it and

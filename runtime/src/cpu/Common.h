@@ -16,9 +16,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -659,8 +664,31 @@ struct GemmArgs {
   int64_t ldc = 0;
   const float *bias = nullptr;
   Activation act = Activation::none;
+  /// Where the blocked GEMM (more than kStreamMaxRows rows) keeps B packed
+  /// across calls, or null to pack on every call: only for an immutable B
+  /// (a model weight), which the cache identifies by its address.
+  struct PackCache *packCache = nullptr;
 };
 void gemm(ThreadPool *pool, const GemmArgs &args);
+
+/// Packed weight panels kept across calls, up to `limitBytes` in all (the
+/// weights beyond it are packed on every call, as without a cache).
+struct PackCache {
+  explicit PackCache(size_t limitBytes) : limit(limitBytes) {}
+  size_t limit, bytes = 0;
+  std::mutex mutex;
+  struct Free {
+    void operator()(float *p) const { std::free(p); }
+  };
+  using Panels = std::unique_ptr<float[], Free>; // 64-byte aligned
+  struct Entry {
+    Panels data;
+  };
+  std::map<std::tuple<const void *, int64_t, int64_t, int64_t, int, int>, Entry>
+      entries;
+};
+/// The cache of `ctx` (made on first use; 1 GiB at most).
+PackCache *packCacheOf(Context &ctx);
 
 /// sum a[i] * b[i]
 float dot(const float *a, const float *b, int64_t n);

@@ -638,10 +638,67 @@ void packA(const float *a, int64_t lda, int64_t mc, int64_t kc, float *ap) {
   }
 }
 
-/// C[m0:m1, n0:n1] of the product, over all of K.
+/// The whole of B packed for Kern: panel pc (KC rows; the last may be
+/// shorter) starts at pc * Npad floats, Npad = N rounded up to NR, and
+/// holds B[pc:pc+kc, :] as packB writes it, strip s (columns s*NR..) at
+/// s * kc * NR. gemmTile reads any column range of it.
+template <typename Kern, typename W>
+PackCache::Panels packWhole(ThreadPool *pool, const GemmArgs &g) {
+  constexpr int NR = Kern::NR;
+  const int64_t KC = Kern::KC, nPad = (g.N + NR - 1) / NR * NR;
+  // The kernels load B with aligned loads.
+  const size_t bytes = (size_t(g.K * nPad) * sizeof(float) + 63) / 64 * 64;
+  PackCache::Panels data(static_cast<float *>(std::aligned_alloc(64, bytes)));
+  if (!data)
+    return nullptr;
+  const W *B = weightsOf<W>(g);
+  const int64_t panels = (g.K + KC - 1) / KC;
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t pc = p * KC, kc = std::min(KC, g.K - pc);
+      packB<NR, W>(B + pc * g.ldb, g.ldb, kc, g.N, data.get() + pc * nPad);
+    }
+  };
+  if (pool && panels > 1)
+    pool->parallelFor(panels, 1, run);
+  else
+    run(0, panels);
+  return data;
+}
+
+/// B packed for Kern from g's cache (packed now if it is not there yet and
+/// fits the cache's limit), or null.
+template <typename Kern, typename W>
+const float *cachedPack(ThreadPool *pool, const GemmArgs &g) {
+  PackCache *cache = g.packCache;
+  if (!cache)
+    return nullptr;
+  const void *key = std::is_same_v<W, float> ? static_cast<const void *>(g.B)
+                                             : static_cast<const void *>(g.Bh);
+  std::lock_guard<std::mutex> lock(cache->mutex);
+  auto id = std::make_tuple(key, g.K, g.N, g.ldb, int(Kern::KC),
+                            int(Kern::NR) * (std::is_same_v<W, float> ? 1 : -1));
+  auto it = cache->entries.find(id);
+  if (it != cache->entries.end())
+    return it->second.data.get();
+  const int64_t nPad = (g.N + Kern::NR - 1) / Kern::NR * Kern::NR;
+  const size_t bytes = size_t(g.K * nPad) * sizeof(float);
+  if (cache->bytes + bytes > cache->limit)
+    return nullptr;
+  PackCache::Panels data = packWhole<Kern, W>(pool, g);
+  if (!data)
+    return nullptr;
+  cache->bytes += bytes;
+  const float *result = data.get();
+  cache->entries[id].data = std::move(data);
+  return result;
+}
+
+/// C[m0:m1, n0:n1] of the product, over all of K; `packed`: all of B as
+/// packWhole lays it out, or null to pack panels here.
 template <typename Kern, typename W>
 void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
-              int64_t n1) {
+              int64_t n1, const float *packed) {
   const W *B = weightsOf<W>(g);
   constexpr int MR = Kern::MR, NR = Kern::NR;
   const int64_t KC = Kern::KC, MC = Kern::MC, NC = Kern::NC;
@@ -671,12 +728,17 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
     for (int64_t pc = 0; pc < g.K; pc += KC) {
       const int64_t kc = std::min(KC, g.K - pc);
       const bool first = pc == 0, last = pc + kc >= g.K;
-      packB<NR, W>(B + pc * g.ldb + jc, g.ldb, kc, nc, bp);
+      // The panel's strips: packed once for all calls, or now.
+      const float *panel = bp;
+      if (packed)
+        panel = packed + pc * ((g.N + NR - 1) / NR * NR) + (jc / NR) * kc * NR;
+      else
+        packB<NR, W>(B + pc * g.ldb + jc, g.ldb, kc, nc, bp);
       for (int64_t ic = m0; ic < m1; ic += MC) {
         const int64_t mc = std::min(MC, m1 - ic);
         packA<MR>(g.A + ic * g.lda + pc, g.lda, mc, kc, ap);
         for (int64_t jr = 0; jr < nc; jr += NR) {
-          const float *bs = bp + (jr / NR) * kc * NR;
+          const float *bs = panel + (jr / NR) * kc * NR;
           const int64_t cols = std::min<int64_t>(NR, nc - jr);
           for (int64_t ir = 0; ir < mc; ir += MR) {
             const float *as = ap + (ir / MR) * kc * MR;
@@ -712,6 +774,7 @@ void gemmBlocked(ThreadPool *pool, const GemmArgs &g) {
   int64_t tm = std::max<int64_t>(
       1, std::min<int64_t>((threads + tn - 1) / tn, mStrips / 2));
   const int64_t tasks = tm * tn;
+  const float *packed = cachedPack<Kern, W>(pool, g);
   auto run = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       int64_t im = t / tn, in = t % tn;
@@ -720,7 +783,7 @@ void gemmBlocked(ThreadPool *pool, const GemmArgs &g) {
       int64_t n0 = std::min(g.N, nStrips * in / tn * NR);
       int64_t n1 = std::min(g.N, nStrips * (in + 1) / tn * NR);
       if (m0 < m1 && n0 < n1)
-        gemmTile<Kern, W>(g, m0, m1, n0, n1);
+        gemmTile<Kern, W>(g, m0, m1, n0, n1, packed);
     }
   };
   if (tasks <= 1 || !pool)
@@ -820,6 +883,12 @@ void gemmStream(ThreadPool *pool, const GemmArgs &g, int isa) {
 } // namespace
 
 constexpr int64_t kStreamMaxRows = 32;
+
+PackCache *packCacheOf(Context &ctx) {
+  if (!ctx.packCache)
+    ctx.packCache = std::make_shared<PackCache>(size_t(1) << 30);
+  return static_cast<PackCache *>(ctx.packCache.get());
+}
 
 namespace {
 template <typename W>
@@ -927,6 +996,9 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   g.ldb = N;
   g.C = r.as<float>();
   g.ldc = N;
+  // A model weight is packed once for all batched calls.
+  if (g.M > kStreamMaxRows && ctx.weights && ctx.weights->contains(w.data))
+    g.packCache = packCacheOf(ctx);
   g.bias = bias ? bias->as<float>() : nullptr;
   g.act = act;
   gemm(&ctx.pool, g);

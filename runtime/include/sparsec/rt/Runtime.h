@@ -123,6 +123,12 @@ public:
   const void *segment(uint32_t index) const;
   size_t segmentBytes(uint32_t index) const;
   uint32_t count() const { return count_; }
+  /// Whether `p` points into the mapped pack (an immutable model weight).
+  bool contains(const void *p) const {
+    const char *c = static_cast<const char *>(p);
+    return map_ && c >= static_cast<const char *>(map_) &&
+           c < static_cast<const char *>(map_) + mapBytes_;
+  }
 
 private:
   WeightPack() = default;
@@ -276,6 +282,9 @@ struct Context {
   int64_t sparseActive = 0, sparseTotal = 0;
   int64_t profileSampleEvery = 1;
   int64_t profileMaxSamples = 0;
+  /// Weights packed once for the blocked GEMM of batched calls (prefill),
+  /// made by the first such call (an ops::detail::PackCache).
+  std::shared_ptr<void> packCache;
   /// The state of a device backend (the CUDA runtime's streams, device
   /// memory and graphs), created by its first step; null for x86 models.
   struct Backend {
