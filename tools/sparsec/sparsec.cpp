@@ -699,10 +699,10 @@ int runCompile(MLIRContext &context) {
       (!profileFile.empty() || sparsityMode != "off")) {
     PhaseTimer timer("sparsify");
     PassManager pm(&context);
-    // Gated MLPs (activation(gate) * up, then down) are sparse on x86; the
-    // CUDA kernels have not been run on them yet, so those targets keep
-    // them dense (with a remark).
-    const bool gatedMlps = target == "x86";
+    // Gated MLPs (activation(gate) * up, then down) and squared
+    // activations are sparse on x86; the CUDA kernels have not been run on
+    // them yet, so those targets keep them dense (with a remark).
+    const bool compoundSites = target == "x86";
     const int64_t weightBytes = weightsType == "f16" ? 2 : 4; // on the GPU
     if (!profileFile.empty()) {
       sparsec::AnnotateSparsityPassOptions annotate;
@@ -714,7 +714,7 @@ int runCompile(MLIRContext &context) {
       predictors.profile = profileFile;
       predictors.targetRecall = targetRecall;
       predictors.ranks.assign(predictorRanks.begin(), predictorRanks.end());
-      predictors.gated = gatedMlps;
+      predictors.compound = compoundSites;
       if (budgetBytes > 0 && target == "hybrid") { // CPU rows cost more
         predictors.gpuBudget = budgetBytes;
         predictors.weightBytes = weightBytes;
@@ -725,7 +725,7 @@ int runCompile(MLIRContext &context) {
     if (sparsityMode != "off") {
       sparsec::SparsifyFFNPassOptions sparsify;
       sparsify.minZeroFraction = minZeroFraction;
-      sparsify.gated = gatedMlps;
+      sparsify.compound = compoundSites;
       pm.addPass(sparsec::createSparsifyFFNPass(sparsify));
     }
     if (budgetBytes > 0) {

@@ -574,6 +574,12 @@ def case_gated_lm_kv():
     return llama_decoder(with_past=True, d=16, ffn=64, vocab=256, layers=2, gate_bias=-1.0)
 
 
+def case_relu2_lm():
+    # gated_lm with squared-ReLU FFNs, relu(x W + b)^2 then down (ReLU^2).
+    return llama_decoder(with_past=True, d=16, ffn=64, vocab=256, layers=2, gate_bias=-1.0,
+                         squared=True)
+
+
 def _rope_decoder(with_past, d=8, ffn=16, vocab=16, gate_bias=None, **kw):
     # A ReLU-fied LLaMA-style decoder layer as exporters write it: RMS norms
     # spelled out (Pow, ReduceMean, Sqrt, Div), rotary position embeddings
@@ -584,13 +590,15 @@ def _rope_decoder(with_past, d=8, ffn=16, vocab=16, gate_bias=None, **kw):
 
 
 def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5,
-                  gate_bias=None, gate_rank=4, gate_noise=0.0):
+                  gate_bias=None, gate_rank=4, gate_noise=0.0, squared=False):
     """The LLaMA-style decoder of rope_decoder with `layers` layers.
 
     Projections are standard normal times `scale`. With `gate_bias`, each
     gate projection is of rank `gate_rank` (plus `gate_noise` times a
     standard normal one) with biases around `gate_bias`: most ReLU outputs
-    are then 0 and a low-rank predictor finds the rest. Layer 0's names are
+    are then 0 and a low-rank predictor finds the rest. With `squared` the
+    FFN is down(relu(gate(x))^2) (ReLU^2, written Mul(r, r)) instead of the
+    gated product (the up weights stay in the model, unused). Layer 0's names are
     those of the one-layer model; layer i > 0 prefixes nodes with 'l{i}_'
     and suffixes weights with '_{i}'.
     """
@@ -732,8 +740,11 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
             node("MatMul", [n("h2"), w("wg")], [n("gate_mm")])
             node("Add", [n("gate_mm"), w("bg")], [n("gate")])
         node("Relu", [n("gate")], [n("gate_r")])
-        node("MatMul", [n("h2"), w("wu")], [n("up")])
-        node("Mul", [n("gate_r"), n("up")], [n("act")])
+        if squared:  # relu(x W + b)^2, then down: no up projection
+            node("Mul", [n("gate_r"), n("gate_r")], [n("act")])
+        else:
+            node("MatMul", [n("h2"), w("wu")], [n("up")])
+            node("Mul", [n("gate_r"), n("up")], [n("act")])
         node("MatMul", [n("act"), w("wd")], [n("down")])
         node("Add", [n("x1"), n("down")], [n("x2")])
         x = n("x2")

@@ -162,9 +162,14 @@ struct InsertPredictorsPass
       // A gated MLP: the predicted set drives the gate projection, the
       // actual gate the up projection (sparsec-sparsify-ffn).
       std::optional<GatedMlp> mlp = matchGatedMlp(act);
-      if (mlp && !gated) {
+      if (mlp && !compound) {
         remarkSkip("it gates a gated MLP, which the target does not take "
                    "yet");
+        continue;
+      }
+      if (matchSquared(act) && !compound) {
+        remarkSkip("it is squared before its down projection, which the "
+                   "target does not take yet");
         continue;
       }
       const rt::ProfileSite *site = prof.find(name);

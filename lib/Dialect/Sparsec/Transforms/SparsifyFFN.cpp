@@ -27,6 +27,15 @@ struct SparsifyFFNPass
            sparsity.getZeroFraction().convertToDouble() >= minZeroFraction;
   }
 
+  /// "<what> at '<site>' stays dense: the target does not take <what>s
+  /// yet" (compound-sites=false).
+  void remarkDense(Operation *act, StringRef what) {
+    auto loc = dyn_cast<NameLoc>(act->getLoc());
+    act->emitRemark(what)
+        << (loc ? " at '" + loc.getName().str() + "'" : std::string())
+        << " stays dense: the target does not take " << what << "s yet";
+  }
+
   void runOnOperation() override {
     // Down projections (input side) and, for gated MLPs, the up
     // projections (output side) with the activation they follow.
@@ -44,6 +53,23 @@ struct SparsifyFFNPass
         downs.push_back(op);
         return;
       }
+      // A squared activation: the down projection skips its zeros too.
+      if (act && isa<MulOp, PowOp>(act) && act->getOperand(0).getDefiningOp()) {
+        Operation *base = act->getOperand(0).getDefiningOp();
+        if (matchSquared(base) == op.getOperation()) {
+          if (!compound) {
+            remarkDense(base, "squared activation");
+            ++numDense;
+            return;
+          }
+          if (!sparseEnough(base)) {
+            ++numDense;
+            return;
+          }
+          downs.push_back(op);
+          return;
+        }
+      }
       auto product = dyn_cast_or_null<MulOp>(act);
       if (!product)
         return;
@@ -52,11 +78,8 @@ struct SparsifyFFNPass
         std::optional<GatedMlp> mlp = gate ? matchGatedMlp(gate) : std::nullopt;
         if (!mlp || mlp->down != op.getOperation())
           continue;
-        if (!gated) {
-          auto loc = dyn_cast<NameLoc>(gate->getLoc());
-          gate->emitRemark("gated MLP ")
-              << (loc ? "at '" + loc.getName().str() + "' " : std::string())
-              << "stays dense: the target does not take gated MLPs yet";
+        if (!compound) {
+          remarkDense(gate, "gated MLP");
           ++numDense;
           return;
         }

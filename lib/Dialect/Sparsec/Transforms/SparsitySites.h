@@ -11,6 +11,7 @@
 #include "sparsec/rt/Profile.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Matchers.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <optional>
@@ -55,16 +56,44 @@ inline std::optional<GatedMlp> matchGatedMlp(mlir::Operation *act) {
                   product->getResult(0).getUses().begin()->getOwner()};
 }
 
-/// A ReLU-family activation whose result is the input of a linear op, or
-/// the gate of a gated MLP (matchGatedMlp): the unit the profile measures
-/// and the sparsify passes exploit.
+/// A squared activation before a linear (ReLU^2, as in "ReLU^2 wins"):
+/// `act`'s only user is `mul(act, act)` or `pow(act, c)` with a constant
+/// c > 0, whose only user is a linear's input, returned (0 stays 0).
+inline mlir::Operation *matchSquared(mlir::Operation *act) {
+  if (!mlir::isa<ReluOp, GeluOp, SiluOp>(act) || act->getResult(0).use_empty())
+    return nullptr;
+  mlir::Value a = act->getResult(0);
+  mlir::Operation *user = *a.getUsers().begin();
+  for (mlir::Operation *other : a.getUsers()) // mul(a, a) uses it twice
+    if (other != user)
+      return nullptr;
+  bool squared = false;
+  if (auto mul = mlir::dyn_cast<MulOp>(user)) {
+    squared = mul.getLhs() == a && mul.getRhs() == a;
+  } else if (auto pow = mlir::dyn_cast<PowOp>(user)) {
+    mlir::DenseElementsAttr c;
+    if (pow.getLhs() == a && mlir::matchPattern(pow.getRhs(), mlir::m_Constant(&c)) &&
+        c.isSplat() && mlir::isa<mlir::FloatType>(c.getElementType()))
+      squared = c.getSplatValue<llvm::APFloat>().convertToDouble() > 0;
+  }
+  if (!squared || user->getResult(0).getType() != a.getType() ||
+      !user->getResult(0).hasOneUse() ||
+      !isLinearInput(*user->getResult(0).getUses().begin()))
+    return nullptr;
+  return user->getResult(0).getUses().begin()->getOwner();
+}
+
+/// A ReLU-family activation whose result is the input of a linear op, the
+/// gate of a gated MLP (matchGatedMlp) or squared before one
+/// (matchSquared): the unit the profile measures and the sparsify passes
+/// exploit.
 inline bool isSparsitySite(mlir::Operation *op) {
   if (!mlir::isa<ReluOp, GeluOp, SiluOp>(op))
     return false;
   for (mlir::OpOperand &use : op->getResult(0).getUses())
     if (isLinearInput(use))
       return true;
-  return matchGatedMlp(op).has_value();
+  return matchGatedMlp(op).has_value() || matchSquared(op) != nullptr;
 }
 
 /// Device bytes of the KV caches of every attention for `maxSeqLen`

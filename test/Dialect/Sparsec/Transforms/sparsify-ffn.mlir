@@ -1,7 +1,7 @@
 // RUN: sparsec-opt %s --sparsec-sparsify-ffn | FileCheck %s
 // RUN: sparsec-opt %s --sparsec-sparsify-ffn=min-zero-fraction=0.95 | FileCheck %s --check-prefix=STRICT
-// RUN: sparsec-opt %s --sparsec-sparsify-ffn=gated-mlps=false 2>/dev/null | FileCheck %s --check-prefix=NOGATE
-// RUN: sparsec-opt %s --sparsec-sparsify-ffn=gated-mlps=false 2>&1 >/dev/null | FileCheck %s --check-prefix=REMARK
+// RUN: sparsec-opt %s --sparsec-sparsify-ffn=compound-sites=false 2>/dev/null | FileCheck %s --check-prefix=NOGATE
+// RUN: sparsec-opt %s --sparsec-sparsify-ffn=compound-sites=false 2>&1 >/dev/null | FileCheck %s --check-prefix=REMARK
 
 // CHECK-LABEL: func.func @ffn
 func.func @ffn(%x: tensor<?x8xf32>, %w1: tensor<8x16xf32>, %w2: tensor<16x8xf32>, %b2: tensor<8xf32>) -> tensor<?x8xf32> {
@@ -94,4 +94,31 @@ func.func @not_gated(%x: tensor<?x8xf32>, %wg: tensor<8x16xf32>, %s: tensor<16xf
   %p2 = sparsec.mul %g2, %h : tensor<?x16xf32>, tensor<?x16xf32> -> tensor<?x16xf32>
   %y2 = sparsec.linear %p2, %wd : tensor<?x16xf32>, tensor<16x8xf32> -> tensor<?x8xf32>
   return %y, %y2, %g2 : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x16xf32>
+}
+
+// A squared ReLU (ReLU^2) before the down projection, as mul(r, r) and as
+// pow(r, 2): 0 stays 0, so the down projection skips the same neurons.
+// CHECK-LABEL: func.func @squared
+func.func @squared(%x: tensor<?x8xf32>, %w1: tensor<8x16xf32>, %w2: tensor<16x8xf32>) -> (tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>) {
+  %h = sparsec.linear %x, %w1 : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
+  %r = sparsec.relu %h {sparsity = #sparsec.act_sparsity<zero_fraction = 0.9, granularity = neuron, source = profile, tokens = 100, top20_share = 0.3>} : tensor<?x16xf32> loc("sq")
+  // CHECK: %[[S:.*]] = sparsec.mul %[[R:.*]], %[[R]]
+  // CHECK: sparsec.sparse_linear %[[S]], %arg2 {mode = #sparsec<sparse_mode exact>, sparse_dim = #sparsec<sparse_dim input>}
+  // REMARK: remark: {{.*}}squared activation at 'sq' stays dense: the target does not take squared activations yet
+  %s = sparsec.mul %r, %r : tensor<?x16xf32>, tensor<?x16xf32> -> tensor<?x16xf32>
+  %y = sparsec.linear %s, %w2 : tensor<?x16xf32>, tensor<16x8xf32> -> tensor<?x8xf32>
+  %r2 = sparsec.relu %h {sparsity = #sparsec.act_sparsity<zero_fraction = 0.9, granularity = neuron, source = profile, tokens = 100, top20_share = 0.3>} : tensor<?x16xf32>
+  %two = sparsec.constant dense<2.0> : tensor<f32>
+  // CHECK: %[[P:.*]] = sparsec.pow
+  // CHECK: sparsec.sparse_linear %[[P]], %arg2 {{.*}}sparse_dim = #sparsec<sparse_dim input>
+  %p = sparsec.pow %r2, %two : tensor<?x16xf32>, tensor<f32> -> tensor<?x16xf32>
+  %y2 = sparsec.linear %p, %w2 : tensor<?x16xf32>, tensor<16x8xf32> -> tensor<?x8xf32>
+  // A negative power of a ReLU is not 0 where the ReLU is: dense.
+  // CHECK: %[[N:.*]] = sparsec.pow
+  // CHECK: sparsec.linear %[[N]], %arg2
+  %r3 = sparsec.relu %h {sparsity = #sparsec.act_sparsity<zero_fraction = 0.9, granularity = neuron, source = profile, tokens = 100, top20_share = 0.3>} : tensor<?x16xf32>
+  %neg = sparsec.constant dense<-1.0> : tensor<f32>
+  %n = sparsec.pow %r3, %neg : tensor<?x16xf32>, tensor<f32> -> tensor<?x16xf32>
+  %y3 = sparsec.linear %n, %w2 : tensor<?x16xf32>, tensor<16x8xf32> -> tensor<?x8xf32>
+  return %y, %y2, %y3 : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>
 }

@@ -351,13 +351,15 @@ def InsertPredictorsPass : Pass<"sparsec-insert-predictors", "mlir::ModuleOp"> {
     In a gated MLP the predicted set drives the gate projection; the up
     projection then reads the rows of the actual gate's non-zero neurons
     (sparsec-sparsify-ffn), which both modes' costs count. With
-    `gated-mlps=false` gated MLPs get no predictor (a remark says so).
+    `compound-sites=false` gated MLPs and squared activations get no
+    predictor (a remark says so).
   }];
   let options = [
     Option<"profile", "profile", "std::string", "\"\"",
            "Path of the .sprof file (with samples)">,
-    Option<"gated", "gated-mlps", "bool", "true",
-           "Train predictors for the gates of gated MLPs too">,
+    Option<"compound", "compound-sites", "bool", "true",
+           "Train predictors for the gates of gated MLPs and for squared "
+           "activations too">,
     Option<"targetRecall", "target-recall", "double", "0.999",
            "Share of active neurons the predictor must find (calibration split)">,
     ListOption<"ranks", "ranks", "int64_t",
@@ -413,13 +415,17 @@ def SparsifyFFNPass : Pass<"sparsec-sparsify-ffn", "mlir::ModuleOp"> {
     %p = sparsec.mul %g, %u : ...
     %y = sparsec.sparse_linear %p, %wd {... sparse_dim = #sparsec<sparse_dim input>} : ...
     ```
-    With `gated-mlps=false` such FFNs stay dense, with a remark.
+    A squared activation (`mul(%r, %r)` or `pow(%r, c > 0)`, ReLU^2) before
+    the down projection makes it input-sparse the same way. With
+    `compound-sites=false` gated MLPs and squared activations stay dense,
+    with a remark.
   }];
   let options = [
     Option<"minZeroFraction", "min-zero-fraction", "double", "0.5",
            "Keep a site dense below this measured zero fraction">,
-    Option<"gated", "gated-mlps", "bool", "true",
-           "Sparsify gated MLPs (activation(gate) * up, then down) too">,
+    Option<"compound", "compound-sites", "bool", "true",
+           "Sparsify gated MLPs (activation(gate) * up, then down) and "
+           "squared activations too">,
   ];
   let statistics = [
     Statistic<"numSparse", "num-sparse", "Number of linears made sparse">,
