@@ -226,8 +226,6 @@ struct InsertPredictorsPass
             << name << "': " << error;
         return signalPassFailure();
       }
-      // Row reads weighted by where they run (1 on the GPU); the predictor
-      // itself always runs on the GPU.
       // Exact mode: dense up projection (the gate in a gated MLP), down
       // projection over the actual active neurons (and so the up
       // projection of a gated MLP, in either mode).
@@ -238,6 +236,8 @@ struct InsertPredictorsPass
           site->tokens > 0 ? active / (double(site->tokens) * double(n)) : 1.0;
       double gatedRows =
           mlp ? double(d) * double(n) * actualDensity : 0.0;
+      // Row reads weighted by where they run (1 on the GPU); the predictor
+      // itself always runs on the GPU.
       auto cost = [&](const Predictor &p) {
         double own = double(p.rank) * double(d + n);
         return own + weight * (p.cost - own + gatedRows);

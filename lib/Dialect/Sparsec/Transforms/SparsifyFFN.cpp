@@ -42,57 +42,53 @@ struct SparsifyFFNPass
     SmallVector<LinearOp> downs;
     SmallVector<std::pair<LinearOp, Operation *>> ups;
     getOperation().walk([&](LinearOp op) {
-      // A site feeding this linear directly (it is then not a gate, whose
-      // only user is the product).
+      // The site whose zeros this linear (a down projection) may skip: one
+      // feeding it directly, or one reaching it through a square or as the
+      // gate of a gated MLP (`compound`, with its kind).
       Operation *act = op.getInput().getDefiningOp();
-      if (act && isSparsitySite(act)) {
-        if (!sparseEnough(act)) {
-          ++numDense;
-          return;
-        }
-        downs.push_back(op);
+      if (!act)
         return;
-      }
-      // A squared activation: the down projection skips its zeros too.
-      if (act && isa<MulOp, PowOp>(act) && act->getOperand(0).getDefiningOp()) {
-        Operation *base = act->getOperand(0).getDefiningOp();
-        if (matchSquared(base) == op.getOperation()) {
-          if (!compound) {
-            remarkDense(base, "squared activation");
-            ++numDense;
-            return;
+      Operation *site = nullptr;
+      StringRef compoundKind;
+      std::optional<GatedMlp> mlp;
+      if (isSparsitySite(act)) {
+        site = act;
+      } else if (isa<MulOp, PowOp>(act)) {
+        for (Value operand : act->getOperands()) {
+          Operation *base = operand.getDefiningOp();
+          if (!base)
+            continue;
+          if (matchSquared(base) == op.getOperation()) {
+            site = base;
+            compoundKind = "squared activation";
+            break;
           }
-          if (!sparseEnough(base)) {
-            ++numDense;
-            return;
+          mlp = matchGatedMlp(base);
+          if (mlp && mlp->down == op.getOperation()) {
+            site = base;
+            compoundKind = "gated MLP";
+            break;
           }
-          downs.push_back(op);
-          return;
+          mlp.reset();
         }
       }
-      auto product = dyn_cast_or_null<MulOp>(act);
-      if (!product)
+      if (!site)
         return;
-      for (Value operand : product->getOperands()) {
-        Operation *gate = operand.getDefiningOp();
-        std::optional<GatedMlp> mlp = gate ? matchGatedMlp(gate) : std::nullopt;
-        if (!mlp || mlp->down != op.getOperation())
-          continue;
-        if (!compound) {
-          remarkDense(gate, "gated MLP");
-          ++numDense;
-          return;
-        }
-        if (!sparseEnough(gate)) {
-          ++numDense;
-          return;
-        }
-        downs.push_back(op);
-        auto up = mlp->up.getDefiningOp<LinearOp>();
-        if (up && up->hasOneUse() && !up.getActivation())
-          ups.push_back({up, gate});
+      if (!compoundKind.empty() && !compound) {
+        remarkDense(site, compoundKind);
+        ++numDense;
         return;
       }
+      if (!sparseEnough(site)) {
+        ++numDense;
+        return;
+      }
+      downs.push_back(op);
+      if (!mlp)
+        return;
+      auto up = mlp->up.getDefiningOp<LinearOp>();
+      if (up && up->hasOneUse() && !up.getActivation())
+        ups.push_back({up, site});
     });
     MLIRContext *ctx = &getContext();
     for (LinearOp op : downs) {
