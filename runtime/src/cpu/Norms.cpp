@@ -91,6 +91,20 @@ template <typename C> C meanFromSum(SumType<C> s, int64_t count) {
 
 thread_local std::vector<float> attnScores, attnAcc, attnKeysT;
 
+/// The sum of f(x[i]) over [0, n) in double, in four independent add
+/// chains (lane i % 4, the tail in lane 0) summed pairwise.
+template <typename C, typename F>
+double sum4(const C *x, int64_t n, F f) {
+  double s[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int l = 0; l < 4; ++l)
+      s[l] += f(double(x[i + l]));
+  for (; i < n; ++i)
+    s[0] += f(double(x[i]));
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 /// Query rows a head from which attention goes through the GEMM kernel.
 constexpr int64_t kAttentionBlockMin = 8;
 
@@ -150,26 +164,12 @@ bool layerNorm(Context &ctx, const Tensor &x, const Tensor &scale,
     // One row in the arithmetic type C, in place or not (float16 rows are
     // widened first and narrowed after: the same values, the same bits).
     auto normRow = [&](const C *xr, const C *g, const C *bt, C *yr) {
-      // Four partial sums (in double): independent add chains.
-      double s4[4] = {0, 0, 0, 0};
-      int64_t i = 0;
-      for (; i + 4 <= D; i += 4)
-        for (int l = 0; l < 4; ++l)
-          s4[l] += double(xr[i + l]);
-      for (; i < D; ++i)
-        s4[0] += double(xr[i]);
-      const double mean = ((s4[0] + s4[1]) + (s4[2] + s4[3])) / double(D);
-      double v4[4] = {0, 0, 0, 0};
-      for (i = 0; i + 4 <= D; i += 4)
-        for (int l = 0; l < 4; ++l) {
-          const double d = double(xr[i + l]) - mean;
-          v4[l] += d * d;
-        }
-      for (; i < D; ++i) {
-        const double d = double(xr[i]) - mean;
-        v4[0] += d * d;
-      }
-      const double var = ((v4[0] + v4[1]) + (v4[2] + v4[3])) / double(D);
+      const double mean = sum4(xr, D, [](double v) { return v; }) / double(D);
+      const double var = sum4(xr, D, [&](double v) {
+                           const double d = v - mean;
+                           return d * d;
+                         }) /
+                         double(D);
       const C inv = C(1.0 / std::sqrt(var + double(epsilon)));
       const C m = C(mean);
       for (int64_t i = 0; i < D; ++i) {
@@ -224,18 +224,7 @@ bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
     // One row in the arithmetic type C (float16 rows widened and narrowed,
     // as layerNorm's).
     auto normRow = [&](const C *xr, const C *g, C *yr) {
-      double s4[4] = {0, 0, 0, 0}; // independent add chains
-      int64_t i = 0;
-      for (; i + 4 <= D; i += 4)
-        for (int l = 0; l < 4; ++l) {
-          const double v = double(xr[i + l]);
-          s4[l] += v * v;
-        }
-      for (; i < D; ++i) {
-        const double v = double(xr[i]);
-        s4[0] += v * v;
-      }
-      const double ss = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+      const double ss = sum4(xr, D, [](double v) { return v * v; });
       const C inv = C(1.0 / std::sqrt(ss / double(D) + double(epsilon)));
       for (int64_t i = 0; i < D; ++i)
         yr[i] = xr[i] * inv * g[i];
@@ -428,6 +417,42 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   const int64_t group = Hq / Hk;
   const float ninf = -std::numeric_limits<float>::infinity();
 
+  // Keys [0, keysFor(i, limit)) may be attended by query row i (the causal
+  // limit; `limit` without one).
+  auto keysFor = [&](int64_t i, int64_t limit) {
+    return causal ? std::min(limit, std::max<int64_t>(0, i + (T - Sq) + 1))
+                  : limit;
+  };
+  // Row i's raw scores s[0, jEnd) of head h, batch b, scaled and masked in
+  // place; returns their maximum.
+  auto maskScores = [&](float *s, int64_t b, int64_t h, int64_t i,
+                        int64_t jEnd) {
+    const int64_t mRow = b * mStr[0] + h * mStr[1] + i * mStr[2];
+    float m = ninf;
+    for (int64_t j = 0; j < jEnd; ++j) {
+      float v = s[j] * scale;
+      if (mf)
+        v += mf[mRow + j * mStr[3]];
+      else if (mb && !mb[mRow + j * mStr[3]])
+        v = ninf;
+      s[j] = v;
+      m = std::max(m, v);
+    }
+    return m;
+  };
+  // s[j] = exp(s[j] - m) over [0, jEnd); returns their sum. exp underflows
+  // to 0 below about -103 (through libm's slow path): those keys (the
+  // masked ones) are set to 0 without it.
+  auto expScores = [&](float *s, int64_t jEnd, float m) {
+    double sum = 0;
+    for (int64_t j = 0; j < jEnd; ++j) {
+      const float x = s[j] - m;
+      s[j] = x < -104.0f ? 0.0f : std::exp(x);
+      sum += double(s[j]);
+    }
+    return sum;
+  };
+
   // Many query rows a head (prefill): blocks of rows through the GEMM
   // kernel, scores = Q K^T and out = P V, when every head's keys and values
   // are one contiguous [T, D] run (no past, or the present copies).
@@ -447,9 +472,7 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
         const int64_t i0 = blk * RB, i1 = std::min(Sq, i0 + RB);
         const int64_t rows = i1 - i0;
         // Keys [0, jMax) may be attended by some row of the block.
-        const int64_t jMax =
-            causal ? std::min(T, std::max<int64_t>(0, i1 - 1 + (T - Sq) + 1))
-                   : T;
+        const int64_t jMax = keysFor(i1 - 1, T);
         float *orow0 = outp + (bhq * Sq + i0) * Dv;
         if (jMax == 0) {
           std::fill(orow0, orow0 + rows * Dv, 0.0f);
@@ -479,35 +502,15 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r;
           float *srow = sc.data() + r * jMax;
-          const int64_t jEnd =
-              causal ? std::min(jMax, std::max<int64_t>(0, i + (T - Sq) + 1))
-                     : jMax;
-          const int64_t mRow = b * mStr[0] + h * mStr[1] + i * mStr[2];
-          float m = ninf;
-          for (int64_t j = 0; j < jEnd; ++j) {
-            float v = srow[j] * scale;
-            if (mf)
-              v += mf[mRow + j * mStr[3]];
-            else if (mb && !mb[mRow + j * mStr[3]])
-              v = ninf;
-            srow[j] = v;
-            m = std::max(m, v);
-          }
+          const int64_t jEnd = keysFor(i, jMax);
+          const float m = maskScores(srow, b, h, i, jEnd);
           empty[r] = m == ninf || m != m;
           if (empty[r]) {
             inv[r] = m != m ? double(m) : 0.0;
             std::fill(srow, srow + jMax, 0.0f);
             continue;
           }
-          double sum = 0;
-          for (int64_t j = 0; j < jEnd; ++j) {
-            // exp underflows to 0 below about -103 (and goes through libm's
-            // slow path on the way): masked keys are skipped.
-            const float x = srow[j] - m;
-            const float e = x < -104.0f ? 0.0f : std::exp(x);
-            srow[j] = e;
-            sum += double(e);
-          }
+          const double sum = expScores(srow, jEnd, m);
           std::fill(srow + jEnd, srow + jMax, 0.0f);
           inv[r] = 1.0 / sum;
         }
@@ -556,23 +559,13 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                   const int64_t bh = b * Hk + hk;
                   const float *qr = qp + row * D;
                   float *orow = outp + row * Dv;
-                  // Keys j in [0, jEnd) may be attended (causal limit).
-                  int64_t jEnd = T;
-                  if (causal)
-                    jEnd = std::min(T, std::max<int64_t>(0, i + (T - Sq) + 1));
-                  const int64_t mRow = b * mStr[0] + h * mStr[1] + i * mStr[2];
-                  float m = ninf;
+                  const int64_t jEnd = keysFor(i, T);
                   for (int64_t j = 0; j < jEnd; ++j) {
                     const float *key = j < P ? pkp + (bh * P + j) * D
                                              : kp + (bh * Sk + (j - P)) * D;
-                    float s = dot(qr, key, D) * scale;
-                    if (mf)
-                      s += mf[mRow + j * mStr[3]];
-                    else if (mb && !mb[mRow + j * mStr[3]])
-                      s = ninf;
-                    sc[size_t(j)] = s;
-                    m = std::max(m, s);
+                    sc[size_t(j)] = dot(qr, key, D);
                   }
+                  const float m = maskScores(sc.data(), b, h, i, jEnd);
                   std::fill(acc.begin(), acc.end(), 0.0f);
                   if (m == ninf || m != m) {
                     // No key can be attended (or NaN scores): zeros, resp. NaN.
@@ -580,11 +573,9 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                     std::fill(orow, orow + Dv, fillv);
                     continue;
                   }
-                  double sum = 0;
+                  const double sum = expScores(sc.data(), jEnd, m);
                   for (int64_t j = 0; j < jEnd; ++j) {
-                    const float x = sc[size_t(j)] - m;
-                    const float p = x < -104.0f ? 0.0f : std::exp(x);
-                    sum += double(p);
+                    const float p = sc[size_t(j)];
                     if (p == 0.0f)
                       continue;
                     const float *val = j < P ? pvp + (bh * P + j) * Dv
