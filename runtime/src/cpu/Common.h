@@ -681,10 +681,7 @@ struct PackCache {
     void operator()(float *p) const { std::free(p); }
   };
   using Panels = std::unique_ptr<float[], Free>; // 64-byte aligned
-  struct Entry {
-    Panels data;
-  };
-  std::map<std::tuple<const void *, int64_t, int64_t, int64_t, int, int>, Entry>
+  std::map<std::tuple<const void *, int64_t, int64_t, int64_t, int, int>, Panels>
       entries;
 };
 /// The cache of `ctx` (made on first use; 1 GiB at most).

@@ -638,6 +638,11 @@ void packA(const float *a, int64_t lda, int64_t mc, int64_t kc, float *ap) {
   }
 }
 
+/// N rounded up to whole strips of NR columns.
+template <typename Kern> int64_t paddedColumns(int64_t n) {
+  return (n + Kern::NR - 1) / Kern::NR * Kern::NR;
+}
+
 /// The whole of B packed for Kern: panel pc (KC rows; the last may be
 /// shorter) starts at pc * Npad floats, Npad = N rounded up to NR, and
 /// holds B[pc:pc+kc, :] as packB writes it, strip s (columns s*NR..) at
@@ -645,7 +650,7 @@ void packA(const float *a, int64_t lda, int64_t mc, int64_t kc, float *ap) {
 template <typename Kern, typename W>
 PackCache::Panels packWhole(ThreadPool *pool, const GemmArgs &g) {
   constexpr int NR = Kern::NR;
-  const int64_t KC = Kern::KC, nPad = (g.N + NR - 1) / NR * NR;
+  const int64_t KC = Kern::KC, nPad = paddedColumns<Kern>(g.N);
   // The kernels load B with aligned loads.
   const size_t bytes = (size_t(g.K * nPad) * sizeof(float) + 63) / 64 * 64;
   PackCache::Panels data(static_cast<float *>(std::aligned_alloc(64, bytes)));
@@ -680,18 +685,15 @@ const float *cachedPack(ThreadPool *pool, const GemmArgs &g) {
                             int(Kern::NR) * (std::is_same_v<W, float> ? 1 : -1));
   auto it = cache->entries.find(id);
   if (it != cache->entries.end())
-    return it->second.data.get();
-  const int64_t nPad = (g.N + Kern::NR - 1) / Kern::NR * Kern::NR;
-  const size_t bytes = size_t(g.K * nPad) * sizeof(float);
+    return it->second.get();
+  const size_t bytes = size_t(g.K * paddedColumns<Kern>(g.N)) * sizeof(float);
   if (cache->bytes + bytes > cache->limit)
     return nullptr;
   PackCache::Panels data = packWhole<Kern, W>(pool, g);
   if (!data)
     return nullptr;
   cache->bytes += bytes;
-  const float *result = data.get();
-  cache->entries[id].data = std::move(data);
-  return result;
+  return (cache->entries[id] = std::move(data)).get();
 }
 
 /// C[m0:m1, n0:n1] of the product, over all of K; `packed`: all of B as
@@ -731,7 +733,7 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
       // The panel's strips: packed once for all calls, or now.
       const float *panel = bp;
       if (packed)
-        panel = packed + pc * ((g.N + NR - 1) / NR * NR) + (jc / NR) * kc * NR;
+        panel = packed + pc * paddedColumns<Kern>(g.N) + (jc / NR) * kc * NR;
       else
         packB<NR, W>(B + pc * g.ldb + jc, g.ldb, kc, nc, bp);
       for (int64_t ic = m0; ic < m1; ic += MC) {
