@@ -579,16 +579,9 @@ static LogicalResult verifyNodeOps(const onnx::NodeProto &node, Location loc,
 
 /// An element type as ONNX names it ("float32", "int64", "bool", ...).
 static std::string onnxElementName(Type t) {
-  if (t.isF16())
-    return "float16";
-  if (t.isBF16())
-    return "bfloat16";
-  if (auto f = dyn_cast<FloatType>(t))
-    return "float" + std::to_string(f.getWidth());
-  if (t.isInteger(1))
-    return "bool";
-  if (auto i = dyn_cast<IntegerType>(t))
-    return (i.isUnsigned() ? "uint" : "int") + std::to_string(i.getWidth());
+  int code = onnxDataTypeOf(t);
+  if (code >= 0)
+    return WeightStore::dataTypeName(code);
   std::string s;
   llvm::raw_string_ostream os(s);
   os << t;

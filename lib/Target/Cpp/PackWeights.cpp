@@ -24,27 +24,6 @@
 using namespace mlir;
 using namespace sparsec;
 
-namespace {
-/// The ONNX data type code of an element type (for checking the store).
-int onnxTypeOf(Type t) {
-  if (t.isF32()) return 1;
-  if (t.isF64()) return 11;
-  if (t.isF16()) return 10;
-  if (t.isBF16()) return 16;
-  if (auto i = dyn_cast<IntegerType>(t)) {
-    bool u = i.isUnsigned();
-    switch (i.getWidth()) {
-    case 1: return 9;
-    case 8: return u ? 2 : 3;
-    case 16: return u ? 4 : 5;
-    case 32: return u ? 12 : 6;
-    case 64: return u ? 13 : 7;
-    }
-  }
-  return -1;
-}
-} // namespace
-
 LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
                                    StringRef packPath, StringRef manifestPath,
                                    uint64_t &checksum, uint64_t &totalBytes) {
@@ -218,7 +197,7 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
         }
       }
     }
-    if (onnxTypeOf(type.getElementType()) != dataType)
+    if (onnxDataTypeOf(type.getElementType()) != dataType)
       return global.emitError("weight '")
              << source << "' is " << WeightStore::dataTypeName(dataType)
              << " after its transforms but " << type.getElementType()

@@ -969,6 +969,24 @@ LogicalResult FlattenOp::inferReturnTypeComponents(
   return success();
 }
 
+int sparsec::onnxDataTypeOf(Type t) {
+  if (t.isF32()) return 1;
+  if (t.isF64()) return 11;
+  if (t.isF16()) return 10;
+  if (t.isBF16()) return 16;
+  if (auto i = dyn_cast<IntegerType>(t)) {
+    bool u = i.isUnsigned();
+    switch (i.getWidth()) {
+    case 1: return 9;
+    case 8: return u ? 2 : 3;
+    case 16: return u ? 4 : 5;
+    case 32: return u ? 12 : 6;
+    case 64: return u ? 13 : 7;
+    }
+  }
+  return -1;
+}
+
 int64_t sparsec::sliceExtent(int64_t dim, int64_t start, int64_t end,
                              int64_t step, int64_t &begin) {
   assert(step != 0 && "slice step must be non-zero");

@@ -69,6 +69,10 @@ inline bool staticSizesWithinLimit(llvm::ArrayRef<int64_t> shape) {
 int64_t sliceExtent(int64_t dim, int64_t start, int64_t end, int64_t step,
                     int64_t &begin);
 
+/// The ONNX data type code (TensorProto.DataType) of an element type, or
+/// -1 for one ONNX does not have.
+int onnxDataTypeOf(mlir::Type t);
+
 /// The discardable attribute with which the hybrid split
 /// (sparsec-split-hot-cold) places an op on the CPU: `sparsec.device =
 /// "cpu"`. Ops without it run on the module's target.
