@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_models import ort_median  # noqa: E402  (same timing loop as there)
+from bench_models import kv_decode_step, ort_median, print_step_table  # noqa: E402
 
 
 def run(cmd):
@@ -59,27 +59,8 @@ def main():
     # The cached context: 127 bytes of held-out text through the dense build.
     text = open(os.path.join(base, "heldout.txt"), "rb").read()[:128]
     ids = np.frombuffer(text, np.uint8).astype(np.int64)[None]
-    feeds = {"input_ids": ids[:, :127], "attention_mask": np.ones((1, 127), np.int64)}
-    for l in range(4):
-        for kv in ("key", "value"):
-            feeds[f"past_key_values.{l}.{kv}"] = np.zeros((1, 4, 0, 64), np.float32)
-    args = []
-    for n, v in feeds.items():
-        p = os.path.join(a.out, f"prefill_{n}.npy")
-        np.save(p, v)
-        args += ["--input", f"{n}={p}"]
-    prefill_out = os.path.join(a.out, "prefill")
-    run([os.path.join(a.out, "0", "model"), "run", "--output-dir", prefill_out] + args)
-    step = {"input_ids": ids[:, 127:128], "attention_mask": np.ones((1, 128), np.int64)}
-    for l in range(4):
-        for kv in ("key", "value"):
-            step[f"past_key_values.{l}.{kv}"] = np.load(
-                os.path.join(prefill_out, f"present.{l}.{kv}.npy"))
-    step_args = []
-    for n, v in step.items():
-        p = os.path.join(a.out, f"step_{n}.npy")
-        np.save(p, v)
-        step_args += ["--input", f"{n}={p}"]
+    step, step_args = kv_decode_step(os.path.join(a.out, "0", "model"), a.out, ids,
+                                     layers=4, heads=4, head_dim=64)
 
     rows = []
     for i, name in enumerate(builds):
@@ -91,13 +72,8 @@ def main():
     ort_ms = ort_median(model, step, a.threads, a.runs)
     rows.insert(0, (f"ONNX Runtime {ort.__version__}", ort_ms))
 
-    dense = rows[1][1]
-    print(f"opt-byte-s decode step (127 cached bytes), batch 1, {a.threads} "
-          f"thread(s), median of {a.runs} runs")
-    print(f"| {'build':<26} | {'step ms':>8} | {'tokens/s':>9} | {'vs sparsec dense':>16} |")
-    print(f"|{'-' * 28}|{'-' * 9}:|{'-' * 10}:|{'-' * 17}:|")
-    for name, ms in rows:
-        print(f"| {name:<26} | {ms:8.3f} | {1000 / ms:9.0f} | {dense / ms:15.2f}x |")
+    print_step_table(f"opt-byte-s decode step (127 cached bytes), batch 1, {a.threads} "
+                     f"thread(s), median of {a.runs} runs", rows, 26, 0)
     return 0
 
 

@@ -33,7 +33,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "test", "Frontend", "ONNX"))
-from bench_models import ort_median  # noqa: E402  (same timing loop)
+from bench_models import kv_decode_step, ort_median, print_step_table  # noqa: E402
 import gen_onnx_models  # noqa: E402  (the LLaMA-style graph)
 
 
@@ -101,32 +101,12 @@ def main():
 
     # The cached context: 127 bytes of the calibration text, through the
     # dense build.
-    hd = a.d // a.heads
     text = open(a.calib, "rb").read()[:128]
     ids = np.frombuffer(text, np.uint8).astype(np.int64)[None]
-    feeds = {"input_ids": ids[:, :127], "attention_mask": np.ones((1, 127), np.int64),
-             "position_ids": np.arange(127, dtype=np.int64)[None]}
-    for l in range(a.layers):
-        for kv in ("key", "value"):
-            feeds[f"past_key_values.{l}.{kv}"] = np.zeros((1, a.heads, 0, hd), np.float32)
-
-    def save(prefix, values):
-        args = []
-        for n, v in values.items():
-            p = os.path.join(a.out, f"{prefix}_{n}.npy")
-            np.save(p, v)
-            args += ["--input", f"{n}={p}"]
-        return args
-    prefill_out = os.path.join(a.out, "prefill")
-    run([os.path.join(a.out, "0", "model"), "run", "--output-dir", prefill_out,
-         "--threads", str(threads)] + save("prefill", feeds))
-    step = {"input_ids": ids[:, 127:128], "attention_mask": np.ones((1, 128), np.int64),
-            "position_ids": np.array([[127]], np.int64)}
-    for l in range(a.layers):
-        for kv in ("key", "value"):
-            step[f"past_key_values.{l}.{kv}"] = np.load(
-                os.path.join(prefill_out, f"present.{l}.{kv}.npy"))
-    step_args = save("step", step)
+    step, step_args = kv_decode_step(os.path.join(a.out, "0", "model"), a.out, ids,
+                                     layers=a.layers, heads=a.heads,
+                                     head_dim=a.d // a.heads, positions=True,
+                                     threads=threads)
 
     import onnxruntime as ort
     tables = []
@@ -145,14 +125,9 @@ def main():
             print(line.split("remark: ", 1)[-1])
     weights = os.path.getsize(os.path.join(a.out, "0", "model.weights")) / 2**20
     for t, rows in tables:
-        dense = rows[1][1]
-        print(f"\nReLU-LLaMA-style decoder, d {a.d}, FFN {a.ffn}, {a.layers} layers "
-              f"({weights:.0f} MiB of float32 weights), decode step after 127 cached "
-              f"bytes, batch 1, {t} thread(s), median of {a.runs} runs")
-        print(f"| {'build':<35} | {'step ms':>8} | {'tokens/s':>9} | {'vs sparsec dense':>16} |")
-        print(f"|{'-' * 37}|{'-' * 9}:|{'-' * 10}:|{'-' * 17}:|")
-        for name, ms in rows:
-            print(f"| {name:<35} | {ms:8.3f} | {1000 / ms:9.1f} | {dense / ms:15.2f}x |")
+        print_step_table(f"\nReLU-LLaMA-style decoder, d {a.d}, FFN {a.ffn}, {a.layers} layers "
+                         f"({weights:.0f} MiB of float32 weights), decode step after 127 cached "
+                         f"bytes, batch 1, {t} thread(s), median of {a.runs} runs", rows, 35, 1)
     return 0
 
 

@@ -37,6 +37,56 @@ def ort_median(model, feeds, threads, runs):
     return float(np.median(t))
 
 
+def save_inputs(out, prefix, feeds):
+    """Saves each feed as OUT/PREFIX_NAME.npy; returns the --input arguments."""
+    args = []
+    for name, a in feeds.items():
+        p = os.path.join(out, f"{prefix}_{name}.npy")
+        np.save(p, a)
+        args += ["--input", f"{name}={p}"]
+    return args
+
+
+def kv_decode_step(binary, out, ids, layers, heads, head_dim, positions=False,
+                   threads=None):
+    """The feeds of one decode step of a KV-cache export after the first
+    len(ids) - 1 tokens of ids [1, n]: `binary` (a build of it) runs that
+    prefix with an empty cache, its present.* outputs become the step's
+    past. With `positions`, position_ids too. Returns (feeds, --input
+    arguments)."""
+    n = ids.shape[1] - 1
+    feeds = {"input_ids": ids[:, :n], "attention_mask": np.ones((1, n), np.int64)}
+    if positions:
+        feeds["position_ids"] = np.arange(n, dtype=np.int64)[None]
+    for l in range(layers):
+        for kv in ("key", "value"):
+            feeds[f"past_key_values.{l}.{kv}"] = np.zeros((1, heads, 0, head_dim), np.float32)
+    prefill_out = os.path.join(out, "prefill")
+    cmd = [binary, "run", "--output-dir", prefill_out] + save_inputs(out, "prefill", feeds)
+    if threads:
+        cmd += ["--threads", str(threads)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    step = {"input_ids": ids[:, n:n + 1], "attention_mask": np.ones((1, n + 1), np.int64)}
+    if positions:
+        step["position_ids"] = np.array([[n]], np.int64)
+    for l in range(layers):
+        for kv in ("key", "value"):
+            step[f"past_key_values.{l}.{kv}"] = np.load(
+                os.path.join(prefill_out, f"present.{l}.{kv}.npy"))
+    return step, save_inputs(out, "step", step)
+
+
+def print_step_table(title, rows, name_width, tps_digits):
+    """A markdown table of (build, step ms) rows, tokens/s and the speed-up
+    over rows[1] (sparsec dense), under `title`."""
+    dense = rows[1][1]
+    print(title)
+    print(f"| {'build':<{name_width}} | {'step ms':>8} | {'tokens/s':>9} | {'vs sparsec dense':>16} |")
+    print(f"|{'-' * (name_width + 2)}|{'-' * 9}:|{'-' * 10}:|{'-' * 17}:|")
+    for name, ms in rows:
+        print(f"| {name:<{name_width}} | {ms:8.3f} | {1000 / ms:9.{tps_digits}f} | {dense / ms:15.2f}x |")
+
+
 def sparsec_median(sparsec, model, out, feeds, threads, runs):
     os.makedirs(out, exist_ok=True)
     subprocess.run([sparsec, "compile", model, "-o", out, "-q"], check=True)
