@@ -368,6 +368,55 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
                   (void *)dBiasD, (void *)dList, (void *)dListCount})
     cudaFree(p);
 }
+/// indexFromGate (a gated MLP's gate): each token's mask row and the union
+/// set of the neurons above 0 (`positive`) or not 0, against the host's,
+/// over gate values that are negative, zero and positive; launched early
+/// behind a slow kernel that writes the gate, too.
+void runGateIndex(int f, int tokens, bool positive, double zeros, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
+  std::vector<float> g(size_t(tokens) * f);
+  for (float &v : g)
+    v = coin(rng) < zeros ? 0.0f : val(rng);
+  std::vector<uint8_t> wantMask(g.size());
+  std::vector<int32_t> wantSet;
+  for (int j = 0; j < f; ++j) {
+    bool any = false;
+    for (int t = 0; t < tokens; ++t) {
+      const float v = g[size_t(t) * f + j];
+      wantMask[size_t(t) * f + j] = positive ? v > 0.0f : v != 0.0f;
+      any |= wantMask[size_t(t) * f + j] != 0;
+    }
+    if (any)
+      wantSet.push_back(j);
+  }
+  float *dG = upload(g);
+  for (bool early : {false, true}) {
+    IndexView ix = makeIndex(f);
+    uint8_t *dMask = nullptr;
+    CHECK_CUDA(cudaMalloc(&dMask, g.size()));
+    CHECK_CUDA(cudaMemset(dMask, 0x55, g.size()));
+    {
+      SlowX slow(early, g, dG);
+      CHECK_CUDA(indexFromGate(dG, tokens, positive, dMask, ix, slow.stream, early));
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+    bool wellFormed = false;
+    const bool sameSet = listOf(ix, wellFormed) == wantSet && wellFormed;
+    const bool sameMask = download(dMask, g.size()) == wantMask;
+    std::printf("%s indexFromGate%s F=%-5d tokens=%d %s zeros=%.2f: set %s (%zu neurons), "
+                "mask %s\n",
+                sameSet && sameMask ? "PASS" : "FAIL", early ? " (early)" : "", f,
+                tokens, positive ? "x > 0 " : "x != 0", zeros,
+                sameSet ? "equal" : "differs", wantSet.size(),
+                sameMask ? "equal" : "differs");
+    (sameSet && sameMask ? passes : failures)++;
+    freeIndex(ix);
+    cudaFree(dMask);
+  }
+  cudaFree(dG);
+}
+
 /// predictUp against predictIndex followed by sparseUp over its list with
 /// the per-token mask rows (what the runtime runs): the same segments, list
 /// (as a set), mask rows and base, and h bit for bit on the union (the same
@@ -726,6 +775,13 @@ int main() {
   runCase<__half>(3000, 1032, 5, 0.5, seed++);
   runCase<__half>(2048, 384, 8, 0.0, seed++);
   runCase<__half>(2048, 256, 6, 1.0, seed++);
+  // A gated MLP's gate: ReLU outputs (> 0) and other activations (!= 0),
+  // ragged neuron counts, 1-8 tokens, no neuron and every neuron.
+  runGateIndex(11008, 1, true, 0.8, seed++);
+  runGateIndex(2816, 2, false, 0.9, seed++);
+  runGateIndex(1000, 8, true, 0.5, seed++);
+  runGateIndex(77, 3, false, 0.0, seed++);
+  runGateIndex(130, 1, true, 1.0, seed++);
   runPredict<__half>(1000, 64, 16, 1, seed++);
   runPredict<float>(1000, 64, 16, 3, seed++);
   runPredict<__half>(4099, 130, 40, 8, seed++);

@@ -574,6 +574,15 @@ __global__ void applyMaskKernel(float *y, int64_t MN, int N,
       y[i] = 0.0f;
 }
 
+/// mask[i] = x[i] > 0 (`positive`) or x[i] != 0.
+__global__ void gateMaskKernel(const float *x, int64_t n, bool positive,
+                               uint8_t *mask) {
+  pdlTrigger();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    mask[i] = positive ? x[i] > 0.0f : x[i] != 0.0f;
+}
+
 /// y[m, :] = bias (or 0) + residual[m, :] (or 0), the base the sparse down
 /// projection adds to when no earlier kernel of the step writes it.
 __global__ void fillRowsKernel(float *y, int64_t MN, int N, const float *bias,
@@ -1696,6 +1705,40 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
       r.as<float>(), M * N, int(N), active.as<uint8_t>(),
       active.numel() == M * N);
   return launched(ctx, "sparse_linear (mask)");
+}
+
+bool gateMask(Context &ctx, const Tensor &x, bool positive, int indexSite,
+              int outSlot, Tensor &out, IndexSet &index) {
+  Device &d = dev(ctx);
+  if (!requireF32(ctx, "gate mask", "input", x))
+    return false;
+  const int64_t N = x.rank ? x.shape[x.rank - 1] : 1;
+  const int64_t M = N ? x.numel() / N : 0;
+  Tensor r;
+  if (!allocateLastDim(ctx, d, outSlot, x, N, DType::b1, r))
+    return false;
+  out = r;
+  index = IndexSet{};
+  index.neurons = int(N);
+  index.tokens = int(M);
+  if (M > 0 && M <= kMaxTokens) {
+    // Decode: the mask and the union set of its neurons in one kernel.
+    if (!ensureIndex(ctx, d, indexSite, N))
+      return false;
+    index.site = indexSite;
+    if (!d.launching())
+      return true;
+    return check(ctx,
+                 indexFromGate(x.as<float>(), int(M), positive,
+                               r.as<uint8_t>(), indexView(d, indexSite, N),
+                               d.stream, d.earlySparse),
+                 "gate mask");
+  }
+  if (M * N == 0 || !d.launching())
+    return true;
+  gateMaskKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(
+      x.as<float>(), M * N, positive, r.as<uint8_t>());
+  return launched(ctx, "gate mask");
 }
 
 bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,

@@ -287,6 +287,30 @@ __global__ void __launch_bounds__(kThreads)
   writeSegment(ix, s, j, on, firstHalf);
 }
 
+/// The index set of a gated MLP's gate h [tokens, n]: the neurons above 0
+/// (`positive`) or not 0 in any row, and each row's own selection as bytes
+/// in mask [tokens, n]; kWarps / 2 segments per block.
+__global__ void __launch_bounds__(kThreads)
+    gateIndexKernel(const float *h, int tokens, bool positive, uint8_t *mask,
+                    IndexView ix) {
+  pdlTrigger();
+  pdlWait(); // early launches: h comes from the kernel before
+  __shared__ int firstHalf[kWarps / 2];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = ix.neurons;
+  const int s = blockIdx.x * (kWarps / 2) + warp / 2;
+  const int j = s * kSegment + (warp % 2) * 32 + lane;
+  bool on = false;
+  if (j < n)
+    for (int t = 0; t < tokens; ++t) {
+      const float v = h[int64_t(t) * n + j];
+      const bool a = positive ? v > 0.0f : v != 0.0f;
+      mask[int64_t(t) * n + j] = a;
+      on |= a;
+    }
+  writeSegment(ix, s, j, on, firstHalf);
+}
+
 //===----------------------------------------------------------------------===//
 // Down projection: y[t, :] += sum_i h[t, idx[i]] * w[idx[i], :]
 //===----------------------------------------------------------------------===//
@@ -1789,6 +1813,16 @@ cudaError_t indexFromActivations(const float *h, int tokens, IndexView ix,
   const int blocks = std::max(1, (segments + kWarps / 2 - 1) / (kWarps / 2));
   cudaError_t e = launchKernel(indexKernel<false>, dim3(blocks), dim3(kThreads),
                                0, stream, early, h, nullptr, tokens, ix, init);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+cudaError_t indexFromGate(const float *h, int tokens, bool positive,
+                          uint8_t *mask, IndexView ix, cudaStream_t stream,
+                          bool early) {
+  const int segments = indexSegments(ix.neurons);
+  const int blocks = std::max(1, (segments + kWarps / 2 - 1) / (kWarps / 2));
+  cudaError_t e = launchKernel(gateIndexKernel, dim3(blocks), dim3(kThreads), 0,
+                               stream, early, h, tokens, positive, mask, ix);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

@@ -174,6 +174,13 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
                         const Tensor *bias, const Tensor &active,
                         const IndexSet &index, ops::Activation act,
                         int outSlot, Tensor &out, IndexSet &outIndex);
+/// The mask of a gated MLP's gate x: x > 0 (`positive`, after a ReLU) or
+/// x != 0, as bytes of x's shape (b1), and for decode-sized inputs the
+/// union index set of its neurons (last dim), in one kernel. The up
+/// projection over that mask (sparseLinearOutput) computes the set's
+/// neurons and hands the set on to the down projection after the product.
+bool gateMask(Context &ctx, const Tensor &x, bool positive, int indexSite,
+              int outSlot, Tensor &out, IndexSet &index);
 /// The index set of x's non-zero neurons (last dim, any token) for the
 /// sparseLinearInput over x that follows: that call builds it, in the kernel
 /// that also writes the base of its result, so this launches nothing.

@@ -115,6 +115,13 @@ cudaError_t indexFromActivations(const float *h, int tokens, IndexView ix,
                                  RowsInit init, cudaStream_t stream,
                                  bool early = false);
 
+/// The index set of a gated MLP's gate h [tokens, ix.neurons]: the neurons
+/// above 0 (`positive`) or not 0 in any of the rows, and each row's own
+/// selection as bytes in mask [tokens, ix.neurons]; one kernel.
+cudaError_t indexFromGate(const float *h, int tokens, bool positive,
+                          uint8_t *mask, IndexView ix, cudaStream_t stream,
+                          bool early = false);
+
 /// h[t, j] for t < tokens and j in ix; other entries of h untouched. x
 /// [tokens, d], wt [F, d], bias [F] or null. relu applies max(., 0). Also
 /// writes `init` (for the sparseDown that follows) and, where `list` and
