@@ -99,12 +99,21 @@ HYBRID = {
 }
 FFN_BYTES = 8404992  # opt-byte-s: 4 x 1024 neurons x (2 x 256 x 4 + 4) bytes
 # Builds of generated models (test/Frontend/ONNX/gen_onnx_models.py CASE):
-# name -> (case, extra compile args). A ReLU-fied LLaMA-style layer (rotary
-# embeddings from position_ids) with and without a KV cache; generate's
-# greedy ids against ONNX Runtime's (test/e2e/Inputs/ort_greedy.py).
+# name -> (case, extra compile args; with --sparsity, profiled on
+# opt-byte-s's calib.txt first). A ReLU-fied LLaMA-style layer (rotary
+# embeddings from position_ids) with and without a KV cache, and two-layer
+# gated-MLP (and squared-ReLU) decoders whose gates are 70-75 % at 0, dense,
+# exact and predicted; generate's greedy ids against ONNX Runtime's
+# (test/e2e/Inputs/ort_greedy.py).
 GENERATED = {
     "rope_kv": ("rope_decoder_kv", []),
     "rope_nc": ("rope_decoder", []),
+    "gated_kv": ("gated_lm_kv", []),
+    "gated_kv_exact": ("gated_lm_kv", ["--sparsity=exact"]),
+    "gated_kv_pred": ("gated_lm_kv", ["--sparsity=predicted"]),
+    "gated_nc_exact": ("gated_lm", ["--sparsity=exact"]),
+    "relu2_kv_exact": ("relu2_lm", ["--sparsity=exact"]),
+    "relu2_kv_pred": ("relu2_lm", ["--sparsity=predicted"]),
 }
 ROPE_PROMPTS = {"p1": [[3, 1, 4, 1, 5]], "p2": [[3, 1, 4, 1, 5], [2, 7, 1, 8, 2]]}
 ROPE_TOKENS = 40
@@ -215,11 +224,21 @@ def prepare(args):
         if not wanted(args, name):
             continue
         onnx_path = os.path.join(tmp, case + ".onnx")
-        sh([sys.executable, os.path.join(ROOT, "test", "Frontend", "ONNX",
-                                         "gen_onnx_models.py"), case, onnx_path], check=True)
+        if not os.path.exists(onnx_path):
+            sh([sys.executable, os.path.join(ROOT, "test", "Frontend", "ONNX",
+                                             "gen_onnx_models.py"), case, onnx_path],
+               check=True)
+        profile = []
+        if any(a.startswith("--sparsity") for a in extra):
+            p = onnx_path + ".sprof"
+            if not os.path.exists(p):
+                sh([args.sparsec, "profile", onnx_path, "--calib",
+                    os.path.join(opt, "calib.txt"), "--max-chunks", "16", "-o", p, "-q"],
+                   check=True, stdout=subprocess.DEVNULL)
+            profile = ["--profile", p]
         d = os.path.join(args.out, name)
         sh([args.sparsec, "compile", onnx_path, "--target=cuda", "--compile-to=emit",
-            "-o", d, "-q"] + extra, check=True, stderr=subprocess.DEVNULL)
+            "-o", d, "-q"] + extra + profile, check=True, stderr=subprocess.DEVNULL)
         for prompt, rows in ROPE_PROMPTS.items():
             ids = os.path.join(refs, f"rope_{prompt}.npy")
             np.save(ids, np.array(rows, np.int64))

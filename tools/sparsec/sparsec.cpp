@@ -700,9 +700,9 @@ int runCompile(MLIRContext &context) {
     PhaseTimer timer("sparsify");
     PassManager pm(&context);
     // Gated MLPs (activation(gate) * up, then down) and squared
-    // activations are sparse on x86; the CUDA kernels have not been run on
-    // them yet, so those targets keep them dense (with a remark).
-    const bool compoundSites = target == "x86";
+    // activations are sparse on x86 and CUDA; the hybrid placement does not
+    // split them yet, so hybrid builds keep them dense (with a remark).
+    const bool compoundSites = target != "hybrid";
     const int64_t weightBytes = weightsType == "f16" ? 2 : 4; // on the GPU
     if (!profileFile.empty()) {
       sparsec::AnnotateSparsityPassOptions annotate;

@@ -323,6 +323,24 @@ private:
   /// sum while other blocks still read the input, and the sparse kernels
   /// write the sum's base while reading theirs; sharing r's slot is fine,
   /// each element is read before it is written).
+  /// `compare <predicate>, %x, 0` on a float32 device value x, with 0 a
+  /// constant: the mask a gated MLP's up projection computes under
+  /// (sparsec-sparsify-ffn), which the CUDA backend builds as gateMask.
+  bool isGateCompare(CompareOp c, ComparePredicate predicate) {
+    DenseElementsAttr zero;
+    auto type = dyn_cast<RankedTensorType>(c.getLhs().getType());
+    return cuda() && c.getPredicate() == predicate && type &&
+           type.getElementType().isF32() && onDevice.contains(c.getLhs()) &&
+           !onDevice.contains(c.getRhs()) &&
+           matchPattern(c.getRhs(), m_Constant(&zero)) && zero.isSplat() &&
+           zero.getSplatValue<APFloat>().isZero();
+  }
+  /// `compare eq, %x, 0` whose only user is `not`: emitted as the not's
+  /// gateMask (x != 0).
+  bool isNegatedGateCompare(CompareOp c) {
+    return isGateCompare(c, ComparePredicate::eq) && c->hasOneUse() &&
+           isa<NotOp>(*c->getUsers().begin());
+  }
   /// The operand of `add` other than `v`.
   static Value otherOperand(AddOp add, Value v) {
     return add.getOperand(0) == v ? add.getOperand(1) : add.getOperand(0);
@@ -968,8 +986,42 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
   if (kind && !kind->starts_with("logical_"))
     return unaryCall(*kind);
   kind = binaryKind(op);
-  if (kind && !kind->starts_with("logical_"))
-    return binaryCall(*kind);
+  if (kind && !kind->starts_with("logical_")) {
+    if (failed(binaryCall(*kind)))
+      return failure();
+    // A product's non-zeros are among a factor's: where that factor is an
+    // output-side sparse_linear (a gated MLP's up projection, a squared
+    // activation's), the down projection after the product reads the
+    // factor's set instead of scanning the product. Of a gated MLP's two,
+    // the up projection's (the gate's non-zeros) is the smaller.
+    if (isa<MulOp>(op)) {
+      std::optional<std::string> set;
+      for (Value factor : op->getOperands()) {
+        auto it = indexOf.find(factor);
+        auto sparse = factor.getDefiningOp<SparseLinearOp>();
+        if (it == indexOf.end() || !sparse ||
+            factor.getType() != op->getResult(0).getType())
+          continue;
+        Operation *mask = sparse.getActive() ? sparse.getActive().getDefiningOp()
+                                             : nullptr;
+        if (!set || isa_and_nonnull<CompareOp, NotOp>(mask))
+          set = it->second;
+      }
+      if (set)
+        indexOf[op->getResult(0)] = *set;
+    }
+    return success();
+  }
+  auto gateMask = [&](Value x, bool positive) {
+    std::string in = dv(x);
+    std::string ix = newIndex();
+    std::string v = define(op->getResult(0));
+    body << "  Tensor " << v << ";\n  if (!cuda::gateMask(ctx, " << in << ", "
+         << (positive ? "true" : "false") << ", " << indexSites++ << ", "
+         << slot(op) << ", " << v << ", " << ix << ")) " << onFail << "\n";
+    indexOf[op->getResult(0)] = ix;
+    return success();
+  };
 
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](WeightOp w) -> LogicalResult {
@@ -978,6 +1030,25 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           return failure();
         names[w.getResult()] = *view;
         return success();
+      })
+      .Case([&](CompareOp c) -> LogicalResult {
+        // Only a gated MLP's mask: `gate > 0`, or `!(gate == 0)` (below).
+        if (isGateCompare(c, ComparePredicate::gt))
+          return gateMask(c.getLhs(), /*positive=*/true);
+        if (isNegatedGateCompare(c)) {
+          body << "  // (the gate mask below)\n";
+          return success();
+        }
+        return c.emitError("the CUDA backend does not support 'sparsec.compare' "
+                           "on device values yet, except a gated MLP's mask "
+                           "(gate > 0, or not (gate == 0))");
+      })
+      .Case([&](NotOp n) -> LogicalResult {
+        auto c = n.getInput().getDefiningOp<CompareOp>();
+        if (c && isNegatedGateCompare(c))
+          return gateMask(c.getLhs(), /*positive=*/false);
+        return n.emitError("the CUDA backend does not support 'sparsec.not' "
+                           "on device values yet");
       })
       .Case([&](WhereOp w) {
         return call("where(ctx, " + dv(w.getCondition()) + ", " + dv(w.getX()) +

@@ -34,3 +34,33 @@ func.func @main() -> tensor<2x4xf32> {
   %e = sparsec.embedding %t, %ids {sparsec.slots = array<i64: 0>} : tensor<8x4xf32>, tensor<2xi64> -> tensor<2x4xf32>
   return %e : tensor<2x4xf32>
 }
+
+// -----
+
+// A device compare is taken only as a gated MLP's mask (against 0).
+// CHECK: error: the CUDA backend does not support 'sparsec.compare' on device values yet, except a gated MLP's mask (gate > 0, or not (gate == 0))
+sparsec.global @w : tensor<4x4xf32> {source = "w"}
+func.func @main(%x: tensor<1x4xf32>) -> tensor<1x4xi1> {
+  %w = sparsec.weight @w : tensor<4x4xf32>
+  %h = sparsec.linear %x, %w {sparsec.slots = array<i64: 0>} : tensor<1x4xf32>, tensor<4x4xf32> -> tensor<1x4xf32>
+  %one = sparsec.constant dense<1.0> : tensor<f32>
+  %c = sparsec.compare gt, %h, %one {sparsec.slots = array<i64: 1>} : tensor<1x4xf32>, tensor<f32> -> tensor<1x4xi1>
+  return %c : tensor<1x4xi1>
+}
+
+// -----
+
+// A not of a device mask other than (gate == 0): here a predictor's.
+// CHECK: error: the CUDA backend does not support 'sparsec.not' on device values yet
+sparsec.global @w : tensor<4x4xf32> {source = "w"}
+sparsec.global @p1 : tensor<4x2xf32> {source = "p1"}
+sparsec.global @p2 : tensor<2x4xf32> {source = "p2"}
+func.func @main(%x: tensor<1x4xf32>) -> tensor<1x4xi1> {
+  %w = sparsec.weight @w : tensor<4x4xf32>
+  %p1 = sparsec.weight @p1 : tensor<4x2xf32>
+  %p2 = sparsec.weight @p2 : tensor<2x4xf32>
+  %h = sparsec.linear %x, %w {sparsec.slots = array<i64: 0>} : tensor<1x4xf32>, tensor<4x4xf32> -> tensor<1x4xf32>
+  %m = sparsec.predict %h, %p1, %p2 {threshold = 0.5 : f32, sparsec.slots = array<i64: 1>} : (tensor<1x4xf32>, tensor<4x2xf32>, tensor<2x4xf32>) -> tensor<1x4xi1>
+  %n = sparsec.not %m {sparsec.slots = array<i64: 2>} : tensor<1x4xi1>
+  return %n : tensor<1x4xi1>
+}

@@ -1,0 +1,69 @@
+// RUN: sparsec-opt %s "--sparsec-schedule-pipeline=sparse-weights=f16 dense-weights=f16" | sparsec-translate --sparsec-to-cuda | FileCheck %s
+
+// Gated MLPs after sparsec-sparsify-ffn on the CUDA target. The up
+// projection's mask (`gate > 0` after a ReLU, `not (gate == 0)` after
+// another activation) is one cuda::gateMask, which also builds the index set
+// of the gate's neurons; the up projection runs over that set, and the down
+// projection reads the up projection's set (the product's non-zeros are
+// among it) instead of scanning the product. A squared ReLU's down
+// projection reads the set of the predicted ReLU projection.
+sparsec.global @wg : tensor<8x16xf32> {source = "wg"}
+sparsec.global @wu : tensor<8x16xf32> {source = "wu"}
+sparsec.global @wd : tensor<16x8xf32> {source = "wd"}
+sparsec.global @p1 : tensor<8x2xf32> {source = "", value = dense<1.0> : tensor<8x2xf32>}
+sparsec.global @p2 : tensor<2x16xf32> {source = "", value = dense<1.0> : tensor<2x16xf32>}
+func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens", ""]})
+    -> (tensor<?x8xf32> {sparsec.name = "y"}, tensor<?x8xf32> {sparsec.name = "y2"}, tensor<?x8xf32> {sparsec.name = "y3"}) {
+  %wg = sparsec.weight @wg : tensor<8x16xf32>
+  %wu = sparsec.weight @wu : tensor<8x16xf32>
+  %wd = sparsec.weight @wd : tensor<16x8xf32>
+  %zero = sparsec.constant dense<0.0> : tensor<f32>
+  // A ReLU gate.
+  %g = sparsec.linear %x, %wg : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
+  %r = sparsec.relu %g : tensor<?x16xf32>
+  %m = sparsec.compare gt, %r, %zero : tensor<?x16xf32>, tensor<f32> -> tensor<?x16xi1>
+  %u = sparsec.sparse_linear %x, %wu active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode exact>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
+  %p = sparsec.mul %r, %u : tensor<?x16xf32>, tensor<?x16xf32> -> tensor<?x16xf32>
+  %y = sparsec.sparse_linear %p, %wd {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
+  // A SiLU gate.
+  %g2 = sparsec.linear %y, %wg : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
+  %s = sparsec.silu %g2 : tensor<?x16xf32>
+  %e = sparsec.compare eq, %s, %zero : tensor<?x16xf32>, tensor<f32> -> tensor<?x16xi1>
+  %n = sparsec.not %e : tensor<?x16xi1>
+  %u2 = sparsec.sparse_linear %y, %wu active %n {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode exact>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
+  %p2 = sparsec.mul %u2, %s : tensor<?x16xf32>, tensor<?x16xf32> -> tensor<?x16xf32>
+  %y2 = sparsec.sparse_linear %p2, %wd {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
+  // A predicted squared ReLU.
+  %p1 = sparsec.weight @p1 : tensor<8x2xf32>
+  %pw2 = sparsec.weight @p2 : tensor<2x16xf32>
+  %pm = sparsec.predict %y2, %p1, %pw2 {threshold = 0.5 : f32} : (tensor<?x8xf32>, tensor<8x2xf32>, tensor<2x16xf32>) -> tensor<?x16xi1>
+  %h = sparsec.sparse_linear %y2, %wu active %pm {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, activation = #sparsec<activation relu>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
+  %sq = sparsec.mul %h, %h : tensor<?x16xf32>, tensor<?x16xf32> -> tensor<?x16xf32>
+  %y3 = sparsec.sparse_linear %sq, %wd {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
+  return %y, %y2, %y3 : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>
+}
+
+// CHECK-LABEL: bool step(Context &ctx, const Tensor *in, Tensor *out) {
+// CHECK: cuda::IndexSet [[IX:ix[0-9]+]];
+// CHECK-NEXT: Tensor [[M:v[0-9]+]];
+// CHECK-NEXT: if (!cuda::gateMask(ctx, [[R:v[0-9]+]], true, [[SITE:[0-9]+]], {{[0-9]+}}, [[M]], [[IX]])) return false;
+// CHECK: cuda::IndexSet [[UIX:ix[0-9]+]];
+// CHECK: if (!cuda::sparseLinearOutput(ctx, {{v[0-9]+|u[0-9]+}}, {{v[0-9]+}}, nullptr, [[M]], [[IX]], ops::Activation::none, {{[0-9]+}}, [[U:v[0-9]+]], [[UIX]])) return false;
+// CHECK: if (!cuda::binary(ctx, ops::Binary::mul, [[R]], [[U]], {{[0-9]+}}, [[P:v[0-9]+]])) return false;
+// CHECK-NOT: nonzeroIndex
+// CHECK: if (!cuda::sparseLinearInput(ctx, [[P]], {{v[0-9]+}}, nullptr, [[UIX]], 0, nullptr, {{[0-9]+}}, [[Y:v[0-9]+]])) return false;
+// The SiLU gate: the compare is folded into the not's gateMask (x != 0).
+// CHECK: // (the gate mask below)
+// CHECK-NEXT: cuda::IndexSet [[IX2:ix[0-9]+]];
+// CHECK-NEXT: Tensor [[M2:v[0-9]+]];
+// CHECK-NEXT: if (!cuda::gateMask(ctx, [[S:v[0-9]+]], false, {{[0-9]+}}, {{[0-9]+}}, [[M2]], [[IX2]])) return false;
+// CHECK: if (!cuda::sparseLinearOutput(ctx, [[Y]], {{v[0-9]+}}, nullptr, [[M2]], [[IX2]], ops::Activation::none, {{[0-9]+}}, [[U2:v[0-9]+]], [[UIX2:ix[0-9]+]])) return false;
+// CHECK: if (!cuda::binary(ctx, ops::Binary::mul, [[U2]], [[S]], {{[0-9]+}}, [[P2:v[0-9]+]])) return false;
+// CHECK-NOT: nonzeroIndex
+// CHECK: if (!cuda::sparseLinearInput(ctx, [[P2]], {{v[0-9]+}}, nullptr, [[UIX2]], 0, nullptr, {{[0-9]+}}, [[Y2:v[0-9]+]])) return false;
+// The squared ReLU: the down projection reads the predicted set.
+// CHECK: if (!cuda::predict(ctx, [[Y2]],
+// CHECK: if (!cuda::sparseLinearOutput(ctx, [[Y2]], {{v[0-9]+}}, nullptr, {{v[0-9]+}}, {{ix[0-9]+}}, ops::Activation::relu, {{[0-9]+}}, [[H:v[0-9]+]], [[HIX:ix[0-9]+]])) return false;
+// CHECK: if (!cuda::binary(ctx, ops::Binary::mul, [[H]], [[H]], {{[0-9]+}}, [[SQ:v[0-9]+]])) return false;
+// CHECK-NOT: nonzeroIndex
+// CHECK: if (!cuda::sparseLinearInput(ctx, [[SQ]], {{v[0-9]+}}, nullptr, [[HIX]], 0, nullptr,
