@@ -207,7 +207,17 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
     module.walk([&](SparseLinearOp s) {
       if (!isCandidate(s))
         return;
+      // The site before the input: the activation itself, or the one a
+      // product reads (a gated MLP's gate, a squared activation), whose
+      // zeros the product keeps.
       Operation *act = s.getInput().getDefiningOp();
+      if (act && isa<MulOp, PowOp>(act) && !siteNames.count(act))
+        for (Value operand : act->getOperands())
+          if (Operation *def = operand.getDefiningOp();
+              def && siteNames.count(def)) {
+            act = def;
+            break;
+          }
       auto it = act ? siteNames.find(act) : siteNames.end();
       const rt::ProfileSite *site =
           it != siteNames.end() ? prof.find(it->second) : nullptr;

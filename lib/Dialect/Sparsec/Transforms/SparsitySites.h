@@ -37,11 +37,22 @@ struct GatedMlp {
   mlir::Operation *down;
 };
 
+/// (Besides the product, the activation may feed compares against a
+/// constant: the up projection's mask that sparsec-sparsify-ffn makes, so
+/// that later passes still find the site.)
 inline std::optional<GatedMlp> matchGatedMlp(mlir::Operation *act) {
-  if (!mlir::isa<ReluOp, GeluOp, SiluOp>(act) ||
-      !act->getResult(0).hasOneUse())
+  if (!mlir::isa<ReluOp, GeluOp, SiluOp>(act))
     return std::nullopt;
-  auto product = mlir::dyn_cast<MulOp>(*act->getResult(0).getUsers().begin());
+  MulOp product;
+  for (mlir::Operation *user : act->getResult(0).getUsers()) {
+    auto mask = mlir::dyn_cast<CompareOp>(user);
+    if (mask && mask.getLhs() == act->getResult(0) &&
+        mlir::matchPattern(mask.getRhs(), mlir::m_Constant()))
+      continue;
+    if (product || !mlir::isa<MulOp>(user))
+      return std::nullopt;
+    product = mlir::cast<MulOp>(user);
+  }
   if (!product || product.getLhs() == product.getRhs() ||
       !product->getResult(0).hasOneUse())
     return std::nullopt;
