@@ -112,6 +112,8 @@ GENERATED = {
     "gated_kv_exact": ("gated_lm_kv", ["--sparsity=exact"]),
     "gated_kv_pred": ("gated_lm_kv", ["--sparsity=predicted"]),
     "gated_nc_exact": ("gated_lm", ["--sparsity=exact"]),
+    # No attention_mask: the derived cache's attentions are causal.
+    "gated_nc_kv_exact": ("gated_lm", ["--kv-cache", "--sparsity=exact"]),
     "relu2_kv_exact": ("relu2_lm", ["--sparsity=exact"]),
     "relu2_kv_pred": ("relu2_lm", ["--sparsity=predicted"]),
 }

@@ -493,13 +493,16 @@ def DeriveKVCachePass : Pass<"sparsec-derive-kv-cache", "mlir::ModuleOp"> {
     same interface as a KV-cache export.
 
     The rest of the model must already follow the tokens' absolute
-    positions: the mask and the position ids must be computed from
-    `attention_mask` (whose length is then past + new tokens), as Hugging
-    Face's exports do. The pass checks that every attention mask and every
-    embedding lookup other than the token one depends on `attention_mask`,
-    and that every attention is masked or causal; otherwise it fails with
-    the reason (a decoder whose positions come from the token count alone
-    would silently restart them at 0).
+    positions: the mask must be computed from `attention_mask` (whose
+    length is then past + new tokens), as Hugging Face's OPT exports do, or
+    the attentions be causal without a mask; the positions must come from
+    `attention_mask` or a `position_ids` input (LLaMA-style exports, whose
+    rotary angles are computed from it). The pass checks that every
+    attention mask depends on `attention_mask`, that every attention is
+    masked or causal, and that every embedding lookup other than the token
+    one and every sin and cos depend on `attention_mask` or `position_ids`;
+    otherwise it fails with the reason (a decoder whose positions come from
+    the token count alone would silently restart them at 0).
   }];
   let statistics = [
     Statistic<"numCached", "num-cached", "Attentions given a KV cache">,
