@@ -281,11 +281,13 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   double ttftMs = 0, decodeMs = 0;
   int64_t densityActive0 = 0, densityTotal0 = 0;
   bool deviceCache = false;           // the cache lives on the device
-  // Its check failed, or a float16 cache (the device cache is float32):
-  // host memory.
-  bool hostCacheOnly = std::any_of(cache.begin(), cache.end(), [](const CacheSlot &s) {
-    return s.dtype != DType::f32;
-  });
+  // Its check failed, a float16 cache (the device cache is float32), or no
+  // attention_mask to hide the padded device cache's unused entries (a
+  // cache derived for a causal export without one): host memory.
+  bool hostCacheOnly = maskInput < 0 ||
+                       std::any_of(cache.begin(), cache.end(), [](const CacheSlot &s) {
+                         return s.dtype != DType::f32;
+                       });
   int64_t capacity = 0, cached = 0;   // its capacity and valid entries
   static float emptyCache = 0.0f;
 
