@@ -20,8 +20,10 @@
 //                    non-zeros), a zero fill and sparseUp over the set for
 //                    the up projection, the product kernel, the base (the
 //                    residual) and sparseDown over the same set
-//   exact, kernels   the same without the zero fill and the base kernel:
-//                    sparseUp writes the base of the down projection (RowsInit)
+//   exact, list      the same, sparseUp also writing the set as one list
+//                    for sparseDown (its compact path)
+//   exact, kernels   the list, and no zero fill or base kernel: sparseUp
+//                    writes the base of the down projection (RowsInit)
 // Every sparse kernel and GEMV is launched early (programmatic dependent
 // launches), as the runtime launches them. Each time is the median over 5
 // replays of a CUDA graph of 100 steps, divided by 100. "bound" is the
@@ -181,6 +183,7 @@ int main(int argc, char **argv) {
   ix.neurons = f;
   ix.idx = alloc<int32_t>(size_t(indexSegments(f)) * kSegment);
   ix.cnt = alloc<int32_t>(size_t(indexSegments(f)));
+  int32_t *dList = alloc<int32_t>(size_t(f)), *dListCount = alloc<int32_t>(1);
 
   // The gate projection without its bias, to place the biases.
   CHECK_CUDA(gemvRows<__half>(dX, tokens, dWg, d, f, nullptr, ops::Activation::none,
@@ -193,9 +196,9 @@ int main(int argc, char **argv) {
               "fp16 weights, %d token(s); microseconds per step (graph of 100, "
               "median of 5)\n\n", d, f, tokens);
   std::printf("| gates at 0 | active | cuBLAS dense | sparsec dense | sparsec exact | "
-              "exact, kernels | exact vs sparsec dense | dense bound | sparse bound | "
-              "err exact | err kernels | err dense vs cuBLAS |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "exact, list | exact, kernels | best exact vs sparsec dense | dense bound | "
+              "sparse bound | err exact | err list | err kernels | err dense vs cuBLAS |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   bool ok = true;
   for (double sparsity : sparsities) {
     std::vector<double> p(f);
@@ -247,7 +250,10 @@ int main(int argc, char **argv) {
       CHECK_CUDA(gemvRows<__half>(dH, tokens, dWdt, f, d, nullptr, ops::Activation::none,
                                   dRes, dYDense, stream, true));
     };
-    auto exactStep = [&](bool fusedBase) {
+    // listed: sparseUp also writes the set as one list, which sparseDown
+    // reads (its compact path); fusedBase: no zero fill of u, and sparseUp
+    // writes the down projection's base.
+    auto exactStep = [&](bool listed, bool fusedBase) {
       CHECK_CUDA(gemvRows<__half>(dX, tokens, dWg, d, f, dBias, ops::Activation::relu,
                                   nullptr, dG, stream, true));
       CHECK_CUDA(indexFromGate(dG, tokens, true, dMask, ix, stream, true));
@@ -255,12 +261,18 @@ int main(int argc, char **argv) {
         CHECK_CUDA(cudaMemsetAsync(dU, 0, sizeof(float) * tf, stream));
       const RowsInit init = fusedBase ? RowsInit{dY, nullptr, dRes, tokens, d} : RowsInit{};
       CHECK_CUDA(sparseUp<__half>(dX, tokens, dWu, d, nullptr, ix, false, dU, f, init,
-                                  stream, nullptr, nullptr, true,
+                                  stream, listed ? dList : nullptr,
+                                  listed ? dListCount : nullptr, true,
                                   tokens > 1 ? dMask : nullptr));
       early(mulKernel, tf, (const float *)dG, (const float *)dU, dH, tf);
       if (!fusedBase)
         copyKernel<<<blocksFor(td), 256, 0, stream>>>(dRes, dY, td);
-      CHECK_CUDA(sparseDown<__half>(dH, tokens, f, dWd, d, ix, dY, stream, 0, nullptr,
+      IndexView down = ix;
+      if (listed) {
+        down.list = dList;
+        down.count = dListCount;
+      }
+      CHECK_CUDA(sparseDown<__half>(dH, tokens, f, dWd, d, down, dY, stream, 0, nullptr,
                                     true));
     };
     const double cublasUs = timeUs(cublasStep, g);
@@ -270,24 +282,29 @@ int main(int argc, char **argv) {
     CHECK_CUDA(cudaStreamSynchronize(stream));
     const std::vector<float> yCublas = download(dYb, size_t(td));
     const std::vector<float> yDense = download(dYDense, size_t(td));
-    const double exactUs = timeUs([&] { exactStep(false); }, g);
-    exactStep(false);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    const double errExact = maxRelErr(download(dY, size_t(td)), yDense);
+    // Each variant timed, then run once more and checked.
+    auto variant = [&](bool listed, bool fusedBase, double &err) {
+      const double us = timeUs([&] { exactStep(listed, fusedBase); }, g);
+      exactStep(listed, fusedBase);
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      err = maxRelErr(download(dY, size_t(td)), yDense);
+      return us;
+    };
+    double errExact, errList, errKernels;
+    const double exactUs = variant(false, false, errExact);
+    const double listUs = variant(true, false, errList);
     // Without the zero fill, u outside the set keeps older values; the
     // down projection reads only the set's rows of the product.
-    const double kernelsUs = timeUs([&] { exactStep(true); }, g);
-    exactStep(true);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    const double errKernels = maxRelErr(download(dY, size_t(td)), yDense);
+    const double kernelsUs = variant(true, true, errKernels);
     const double errBlas = maxRelErr(yDense, yCublas);
-    ok &= errExact < 1e-3 && errKernels < 1e-3 && errBlas < 1e-2;
+    ok &= errExact < 1e-3 && errList < 1e-3 && errKernels < 1e-3 && errBlas < 1e-2;
     const double denseBytes = 3.0 * f * d * 2, sparseBytes = (double(f) + 2.0 * active) * d * 2;
-    std::printf("| %.2f | %d | %.1f | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f | %.1e | "
-                "%.1e | %.1e |\n",
-                sparsity, active, cublasUs, denseUs, exactUs, kernelsUs, denseUs / exactUs,
+    std::printf("| %.2f | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f | "
+                "%.1e | %.1e | %.1e | %.1e |\n",
+                sparsity, active, cublasUs, denseUs, exactUs, listUs, kernelsUs,
+                denseUs / std::min(exactUs, std::min(listUs, kernelsUs)),
                 denseBytes / (bandwidth * 1e3), sparseBytes / (bandwidth * 1e3), errExact,
-                errKernels, errBlas);
+                errList, errKernels, errBlas);
   }
   if (!ok)
     std::printf("FAIL: a result is off (see the err columns)\n");

@@ -341,6 +341,46 @@ private:
     return isGateCompare(c, ComparePredicate::eq) && c->hasOneUse() &&
            isa<NotOp>(*c->getUsers().begin());
   }
+  /// A gated MLP's up projection `up` (over a gate mask emitted as
+  /// gateMask) whose only user is the product with the gate, whose only
+  /// user is a device down projection (input side), the three launched in
+  /// a row: emitted as one cuda::gatedFfn at the down projection's place.
+  /// The product's op, or null.
+  MulOp gatedProduct(SparseLinearOp up) {
+    if (!cuda() || placedOnCpu(up) || up.getSparseDim() != SparseDim::output ||
+        !up.getTransposeWeight() || !up.getActive() || up.getActivation() ||
+        !indexOf.count(up.getActive()) || !up.getResult().hasOneUse())
+      return nullptr;
+    Operation *maskOp = up.getActive().getDefiningOp();
+    CompareOp compare;
+    if (auto n = dyn_cast_or_null<NotOp>(maskOp))
+      compare = n.getInput().getDefiningOp<CompareOp>();
+    else
+      compare = dyn_cast_or_null<CompareOp>(maskOp);
+    if (!compare)
+      return nullptr;
+    auto mul = dyn_cast<MulOp>(*up.getResult().getUsers().begin());
+    if (!mul || mul->getBlock() != up->getBlock() || placedOnCpu(mul) ||
+        otherOperand(mul, up.getResult()) != compare.getLhs() ||
+        mul.getType() != up.getType() || !mul.getResult().hasOneUse() ||
+        nextLaunching(up) != mul.getOperation())
+      return nullptr;
+    auto down = dyn_cast<SparseLinearOp>(*mul.getResult().getUsers().begin());
+    if (!down || down->getBlock() != mul->getBlock() || placedOnCpu(down) ||
+        down.getSparseDim() != SparseDim::input || down.getActive() ||
+        down.getTransposeWeight() || down.getInput() != mul.getResult() ||
+        nextLaunching(mul) != down.getOperation())
+      return nullptr;
+    return mul;
+  }
+  /// The operand of a binary op other than `v`.
+  static Value otherOperand(MulOp mul, Value v) {
+    return mul.getLhs() == v ? mul.getRhs() : mul.getLhs();
+  }
+  /// Gated MLPs emitted at their down projection (cuda::gatedFfn): down
+  /// projection -> (up projection, product).
+  DenseMap<Operation *, std::pair<SparseLinearOp, MulOp>> gatedFfns;
+  DenseSet<Operation *> gatedParts;
   /// The operand of `add` other than `v`.
   static Value otherOperand(AddOp add, Value v) {
     return add.getOperand(0) == v ? add.getOperand(1) : add.getOperand(0);
@@ -986,6 +1026,12 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
   if (kind && !kind->starts_with("logical_"))
     return unaryCall(*kind);
   kind = binaryKind(op);
+  if (kind && !kind->starts_with("logical_") && gatedParts.contains(op)) {
+    std::string v = define(op->getResult(0));
+    body << "  Tensor " << v << ";\n  // (computed with the gated MLP's down "
+            "projection below)\n";
+    return success();
+  }
   if (kind && !kind->starts_with("logical_")) {
     if (failed(binaryCall(*kind)))
       return failure();
@@ -1231,6 +1277,17 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
             return s.emitError("the output side of sparse_linear needs a "
                                "neuron-major weight and an active mask (run "
                                "sparsec-weight-layout first)");
+          if (MulOp product = gatedProduct(s)) {
+            // Emitted with the product and the down projection
+            // (cuda::gatedFfn).
+            Operation *down = *product.getResult().getUsers().begin();
+            gatedFfns[down] = {s, product};
+            gatedParts.insert(product);
+            std::string v = define(s.getResult());
+            body << "  Tensor " << v << ";\n  // (computed with the gated MLP's "
+                    "down projection below)\n";
+            return success();
+          }
           if (SparseLinearOp down = fusedDown(s)) {
             // Emitted with the down projection (cuda::sparseFfn).
             fusedUps[down.getOperation()] = s;
@@ -1278,6 +1335,20 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                << ", " << outSlot << ", " << v << tail << ")) " << onFail << "\n";
           return success();
         };
+        auto gated = gatedFfns.find(op);
+        if (gated != gatedFfns.end()) {
+          auto [up, product] = gated->second;
+          Value gate = otherOperand(product, up.getResult());
+          return finish("gatedFfn(ctx, " + dv(up.getInput()) + ", " + dv(gate) +
+                            ", " + dv(up.getActive()) + ", " +
+                            indexOf.find(up.getActive())->second + ", " +
+                            dv(up.getWeight()) + ", " + dptr(up.getBias()) + ", " +
+                            std::to_string(slot(up)) + ", " + name(up.getResult()) +
+                            ", " + std::to_string(slot(product)) + ", " +
+                            name(product.getResult()) + ", " + dv(s.getWeight()) +
+                            ", " + dptr(s.getBias()) + ", " + pitTile + ", ",
+                        "");
+        }
         auto fused = fusedUps.find(op);
         if (fused != fusedUps.end()) {
           SparseLinearOp up = fused->second;

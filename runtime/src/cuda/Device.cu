@@ -426,6 +426,8 @@ Device *device(Context &ctx) {
   }
   if (const char *p = std::getenv("SPARSEC_CUDA_NORM_FUSE"))
     d->fuseNorms = std::strcmp(p, "0") != 0;
+  if (const char *p = std::getenv("SPARSEC_CUDA_GATED_FUSE"))
+    d->fuseGated = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
     if (!(d->splitsSet = parseSplitDivisors(p, d->splitDivisors)))
       std::fprintf(stderr,

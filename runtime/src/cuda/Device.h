@@ -344,6 +344,11 @@ struct Device : Context::Backend {
   /// with a norm) where it can; SPARSEC_CUDA_NORM_FUSE=0 keeps it a kernel
   /// of its own.
   bool fuseNorms = true;
+  /// A gated MLP's decode step (gatedFfn) launches the up projection (which
+  /// also writes the down projection's base and the set as a list), the
+  /// product and the down projection; SPARSEC_CUDA_GATED_FUSE=0 runs the
+  /// three ops as separate calls (zero fill, base kernel, segmented set).
+  bool fuseGated = true;
   /// The decode attention over a KV cache requests its first pass's past
   /// rows before it waits for the kernel before (DecodeAttention::pastReady).
   bool prefetchPast = true;

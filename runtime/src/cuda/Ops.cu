@@ -1841,6 +1841,88 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
 }
 
 namespace {
+/// Whether the bytes of tensors a and b overlap.
+bool overlaps(const Tensor &a, const Tensor &b) {
+  const auto *pa = static_cast<const char *>(a.data);
+  const auto *pb = static_cast<const char *>(b.data);
+  return a.bytes() && b.bytes() && pa < pb + b.bytes() && pb < pa + a.bytes();
+}
+} // namespace
+
+bool gatedFfn(Context &ctx, const Tensor &x, const Tensor &gate,
+              const Tensor &mask, const IndexSet &index, const Tensor &wUp,
+              const Tensor *bUp, int upSlot, Tensor &up, int prodSlot,
+              Tensor &prod, const Tensor &wDown, const Tensor *bDown,
+              int pitTile, const Tensor *residual, int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  // The three ops one after the other (what the emitter would otherwise
+  // have emitted).
+  auto separate = [&]() {
+    IndexSet upIndex;
+    return sparseLinearOutput(ctx, x, wUp, bUp, mask, index, Activation::none,
+                              upSlot, up, upIndex) &&
+           cuda::binary(ctx, ops::Binary::mul, gate, up, prodSlot, prod) &&
+           sparseLinearInput(ctx, prod, wDown, bDown, upIndex, pitTile, residual,
+                             outSlot, out);
+  };
+  LinearShape us, ds;
+  if (!linearOperands(ctx, "sparse_linear", x, wUp, bUp, true, us))
+    return false;
+  const int64_t M = us.M, N = us.N;
+  if (!d.fuseGated || !decodeIndex(index, M, N, Activation::none) ||
+      index.listed || gate.dtype != DType::f32 || gate.numel() != M * N ||
+      mask.dtype != DType::b1 || (mask.numel() != M * N && mask.numel() != N))
+    return separate();
+  Tensor u, p, y;
+  if (!allocateLastDim(ctx, d, upSlot, x, N, DType::f32, u) ||
+      !allocateLastDim(ctx, d, prodSlot, x, N, DType::f32, p) ||
+      !linearOperands(ctx, "sparse_linear", p, wDown, bDown, false, ds) ||
+      !allocateLastDim(ctx, d, outSlot, p, ds.N, DType::f32, y))
+    return false;
+  // The up kernel writes y's base and u while it reads x and the mask
+  // rows; the product reads the gate and u and writes p (in place is fine:
+  // element by element); the down projection reads p. So y may share
+  // memory with none of them (the residual may: each element is read
+  // before it is written), u with neither x, the mask nor the gate.
+  auto inPlace = [&](const Tensor &a) { return p.data == a.data || !overlaps(p, a); };
+  if (overlaps(y, x) || overlaps(y, gate) || overlaps(y, u) ||
+      overlaps(y, p) || overlaps(y, mask) || overlaps(u, x) ||
+      overlaps(u, mask) || overlaps(u, gate) || !inPlace(gate) || !inPlace(u))
+    return separate();
+  const float *res;
+  if (!residualOf(ctx, residual, y, res))
+    return false;
+  up = u;
+  prod = p;
+  out = y;
+  if (!ensureList(ctx, d, index.site, N))
+    return false;
+  if (M == 0 || ds.N == 0 || !d.launching())
+    return true;
+  d.countsDensity = true;
+  const IndexView segments = indexView(d, index.site, N);
+  const IndexView listed = indexView(d, index.site, N, /*listed=*/true);
+  const RowsInit init{y.as<float>(), ds.bias, res, int(M), int(ds.N)};
+  const int64_t n = M * N;
+  return check(ctx,
+               upFor(wUp.dtype, x.as<float>(), int(M), wUp.data, int(us.K),
+                     us.bias, segments, false, u.as<float>(), int(N), init,
+                     d.stream, listed.list, listed.count, d.earlySparse,
+                     tokenMask(mask, M, N)),
+               "sparse_linear (up projection)") &&
+         check(ctx,
+               launchKernel(binarySameKernel, blocksFor(n), kBlock, 0, d.stream,
+                            d.earlySmall, ops::Binary::mul, gate.as<float>(),
+                            u.as<float>(), p.as<float>(), n),
+               "binary") &&
+         check(ctx,
+               downFor(wDown.dtype, p.as<float>(), int(M), int(N), wDown.data,
+                       int(ds.N), listed, y.as<float>(), d.stream, 0,
+                       d.densityCounts, d.earlySparse),
+               "sparse_linear (down projection)");
+}
+
+namespace {
 /// A norm held back by predictFfnNorm: x (the FFN's input) is its output;
 /// launch() runs the norm kernel into it wherever the FFN does not take
 /// the norm into its predictor's kernel.

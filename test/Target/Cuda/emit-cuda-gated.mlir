@@ -1,12 +1,13 @@
 // RUN: sparsec-opt %s "--sparsec-schedule-pipeline=sparse-weights=f16 dense-weights=f16" | sparsec-translate --sparsec-to-cuda | FileCheck %s
+// RUN: sparsec-opt %s "--sparsec-schedule-pipeline=sparse-weights=f16 dense-weights=f16" | FileCheck %s --check-prefix=SLOTS
 
 // Gated MLPs after sparsec-sparsify-ffn on the CUDA target. The up
 // projection's mask (`gate > 0` after a ReLU, `not (gate == 0)` after
 // another activation) is one cuda::gateMask, which also builds the index set
-// of the gate's neurons; the up projection runs over that set, and the down
-// projection reads the up projection's set (the product's non-zeros are
-// among it) instead of scanning the product. A squared ReLU's down
-// projection reads the set of the predicted ReLU projection.
+// of the gate's neurons; the up projection, the product and the down
+// projection over that set are one cuda::gatedFfn. A squared ReLU's down
+// projection reads the set of the predicted ReLU projection (a product
+// inherits an output-side factor's set) instead of scanning the square.
 sparsec.global @wg : tensor<8x16xf32> {source = "wg"}
 sparsec.global @wu : tensor<8x16xf32> {source = "wu"}
 sparsec.global @wd : tensor<16x8xf32> {source = "wd"}
@@ -46,24 +47,36 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK-LABEL: bool step(Context &ctx, const Tensor *in, Tensor *out) {
 // CHECK: cuda::IndexSet [[IX:ix[0-9]+]];
 // CHECK-NEXT: Tensor [[M:v[0-9]+]];
-// CHECK-NEXT: if (!cuda::gateMask(ctx, [[R:v[0-9]+]], true, [[SITE:[0-9]+]], {{[0-9]+}}, [[M]], [[IX]])) return false;
-// CHECK: cuda::IndexSet [[UIX:ix[0-9]+]];
-// CHECK: if (!cuda::sparseLinearOutput(ctx, {{v[0-9]+|u[0-9]+}}, {{v[0-9]+}}, nullptr, [[M]], [[IX]], ops::Activation::none, {{[0-9]+}}, [[U:v[0-9]+]], [[UIX]])) return false;
-// CHECK: if (!cuda::binary(ctx, ops::Binary::mul, [[R]], [[U]], {{[0-9]+}}, [[P:v[0-9]+]])) return false;
+// CHECK-NEXT: if (!cuda::gateMask(ctx, [[R:v[0-9]+]], true, {{[0-9]+}}, [[MS:[0-9]+]], [[M]], [[IX]])) return false;
+// The up projection, the product and the down projection: one gatedFfn
+// at the down projection's place. The plan keeps the gate, the mask, the
+// input and the up projection live until then, so that the result's slot
+// is none of theirs (the up kernel writes its base while the product still
+// needs the gate).
+// CHECK: Tensor [[U:v[0-9]+]];
+// CHECK-NEXT: // (computed with the gated MLP's down projection below)
+// CHECK-NEXT: Tensor [[P:v[0-9]+]];
+// CHECK-NEXT: // (computed with the gated MLP's down projection below)
 // CHECK-NOT: nonzeroIndex
-// CHECK: if (!cuda::sparseLinearInput(ctx, [[P]], {{v[0-9]+}}, nullptr, [[UIX]], 0, nullptr, {{[0-9]+}}, [[Y:v[0-9]+]])) return false;
+// CHECK: if (!cuda::gatedFfn(ctx, [[X:u[0-9]+]], [[R]], [[M]], [[IX]], {{v[0-9]+}}, nullptr, [[US:[0-9]+]], [[U]], [[PS:[0-9]+]], [[P]], {{v[0-9]+}}, nullptr, 0, nullptr, [[YS:[0-9]+]], [[Y:v[0-9]+]])) return false;
 // The SiLU gate: the compare is folded into the not's gateMask (x != 0).
 // CHECK: // (the gate mask below)
 // CHECK-NEXT: cuda::IndexSet [[IX2:ix[0-9]+]];
 // CHECK-NEXT: Tensor [[M2:v[0-9]+]];
 // CHECK-NEXT: if (!cuda::gateMask(ctx, [[S:v[0-9]+]], false, {{[0-9]+}}, {{[0-9]+}}, [[M2]], [[IX2]])) return false;
-// CHECK: if (!cuda::sparseLinearOutput(ctx, [[Y]], {{v[0-9]+}}, nullptr, [[M2]], [[IX2]], ops::Activation::none, {{[0-9]+}}, [[U2:v[0-9]+]], [[UIX2:ix[0-9]+]])) return false;
-// CHECK: if (!cuda::binary(ctx, ops::Binary::mul, [[U2]], [[S]], {{[0-9]+}}, [[P2:v[0-9]+]])) return false;
-// CHECK-NOT: nonzeroIndex
-// CHECK: if (!cuda::sparseLinearInput(ctx, [[P2]], {{v[0-9]+}}, nullptr, [[UIX2]], 0, nullptr, {{[0-9]+}}, [[Y2:v[0-9]+]])) return false;
+// CHECK: if (!cuda::gatedFfn(ctx, [[Y]], [[S]], [[M2]], [[IX2]], {{v[0-9]+}}, nullptr, {{[0-9]+}}, {{v[0-9]+}}, {{[0-9]+}}, {{v[0-9]+}}, {{v[0-9]+}}, nullptr, 0, nullptr, {{[0-9]+}}, [[Y2:v[0-9]+]])) return false;
 // The squared ReLU: the down projection reads the predicted set.
 // CHECK: if (!cuda::predict(ctx, [[Y2]],
 // CHECK: if (!cuda::sparseLinearOutput(ctx, [[Y2]], {{v[0-9]+}}, nullptr, {{v[0-9]+}}, {{ix[0-9]+}}, ops::Activation::relu, {{[0-9]+}}, [[H:v[0-9]+]], [[HIX:ix[0-9]+]])) return false;
 // CHECK: if (!cuda::binary(ctx, ops::Binary::mul, [[H]], [[H]], {{[0-9]+}}, [[SQ:v[0-9]+]])) return false;
 // CHECK-NOT: nonzeroIndex
 // CHECK: if (!cuda::sparseLinearInput(ctx, [[SQ]], {{v[0-9]+}}, nullptr, [[HIX]], 0, nullptr,
+
+// The slots of the first gated MLP: the gate, the mask, the up projection,
+// the product and the result all apart (without the longer live ranges
+// the result would take the gate's slot 0).
+// SLOTS: sparsec.linear {{.*}}sparsec.slots = array<i64: 0>
+// SLOTS-NEXT: sparsec.compare {{.*}}sparsec.slots = array<i64: 1>
+// SLOTS: sparsec.sparse_linear {{.*}}sparsec.slots = array<i64: 2>
+// SLOTS-NEXT: sparsec.mul {{.*}}sparsec.slots = array<i64: 3>
+// SLOTS: sparsec.sparse_linear {{.*}}sparse_dim input>, sparsec.slots = array<i64: 4>}

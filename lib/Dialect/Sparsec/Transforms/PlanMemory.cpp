@@ -87,6 +87,33 @@ struct PlanMemoryPass
       in = std::max(in, it->second);
     }
 
+    // A gated MLP, down(gate * up) with the up projection output-sparse
+    // over a mask: the CUDA backend computes the up projection, the
+    // product and the down projection together (cuda::gatedFfn), the up
+    // kernel writing the down projection's base while the product still
+    // needs the gate. So the up projection's input and mask, the gate and
+    // the up projection stay live until the down projection, which then
+    // takes none of their memory.
+    for (Operation &op : body) {
+      auto down = dyn_cast<SparseLinearOp>(op);
+      auto mul = down && down.getSparseDim() == SparseDim::input
+                     ? down.getInput().getDefiningOp<MulOp>()
+                     : MulOp();
+      if (!mul)
+        continue;
+      for (Value factor : mul->getOperands()) {
+        auto up = factor.getDefiningOp<SparseLinearOp>();
+        if (!up || up.getSparseDim() != SparseDim::output || !up.getActive())
+          continue;
+        Value gate = mul.getLhs() == factor ? mul.getRhs() : mul.getLhs();
+        for (Value v : {gate, factor, Value(up.getInput()), Value(up.getActive())}) {
+          int64_t &end = lastUse[v];
+          end = std::max(end, position[&op]);
+        }
+        break;
+      }
+    }
+
     // Slots whose live range ends at each position, freed after the op
     // (a stale entry, for a slot whose range was extended, is skipped).
     DenseMap<int64_t, SmallVector<int64_t>> endsAt;

@@ -181,6 +181,20 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
 /// neurons and hands the set on to the down projection after the product.
 bool gateMask(Context &ctx, const Tensor &x, bool positive, int indexSite,
               int outSlot, Tensor &out, IndexSet &index);
+/// A gated MLP after its gate mask (gateMask: `mask`, `index`): up =
+/// sparseLinearOutput(x, wUp, bUp, mask, index) into upSlot, prod = gate *
+/// up into prodSlot, out = sparseLinearInput(prod, wDown, bDown, pitTile)
+/// (+ residual) into outSlot. A decode step launches three kernels: the up
+/// projection over the set, which also writes out's base (bias, residual)
+/// and the set as a list, the product, and the down projection over that
+/// list; up outside the set is left unwritten (only the product reads it,
+/// and the down projection reads only the set's rows of the product).
+/// Other calls, and memory the fast path cannot share, run the three ops.
+bool gatedFfn(Context &ctx, const Tensor &x, const Tensor &gate,
+              const Tensor &mask, const IndexSet &index, const Tensor &wUp,
+              const Tensor *bUp, int upSlot, Tensor &up, int prodSlot,
+              Tensor &prod, const Tensor &wDown, const Tensor *bDown,
+              int pitTile, const Tensor *residual, int outSlot, Tensor &out);
 /// The index set of x's non-zero neurons (last dim, any token) for the
 /// sparseLinearInput over x that follows: that call builds it, in the kernel
 /// that also writes the base of its result, so this launches nothing.
