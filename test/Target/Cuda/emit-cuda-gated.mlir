@@ -11,6 +11,7 @@
 sparsec.global @wg : tensor<8x16xf32> {source = "wg"}
 sparsec.global @wu : tensor<8x16xf32> {source = "wu"}
 sparsec.global @wd : tensor<16x8xf32> {source = "wd"}
+sparsec.global @wr : tensor<8x8xf32> {source = "wr"}
 sparsec.global @p1 : tensor<8x2xf32> {source = "", value = dense<1.0> : tensor<8x2xf32>}
 sparsec.global @p2 : tensor<2x16xf32> {source = "", value = dense<1.0> : tensor<2x16xf32>}
 func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens", ""]})
@@ -18,14 +19,17 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
   %wg = sparsec.weight @wg : tensor<8x16xf32>
   %wu = sparsec.weight @wu : tensor<8x16xf32>
   %wd = sparsec.weight @wd : tensor<16x8xf32>
+  %wr = sparsec.weight @wr : tensor<8x8xf32>
   %zero = sparsec.constant dense<0.0> : tensor<f32>
-  // A ReLU gate.
-  %g = sparsec.linear %x, %wg : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
+  // A ReLU gate, with a residual add after it.
+  %h = sparsec.linear %x, %wr : tensor<?x8xf32>, tensor<8x8xf32> -> tensor<?x8xf32>
+  %g = sparsec.linear %h, %wg : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
   %r = sparsec.relu %g : tensor<?x16xf32>
   %m = sparsec.compare gt, %r, %zero : tensor<?x16xf32>, tensor<f32> -> tensor<?x16xi1>
-  %u = sparsec.sparse_linear %x, %wu active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode exact>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
+  %u = sparsec.sparse_linear %h, %wu active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode exact>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
   %p = sparsec.mul %r, %u : tensor<?x16xf32>, tensor<?x16xf32> -> tensor<?x16xf32>
-  %y = sparsec.sparse_linear %p, %wd {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
+  %yd = sparsec.sparse_linear %p, %wd {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
+  %y = sparsec.add %yd, %h : tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?x8xf32>
   // A SiLU gate.
   %g2 = sparsec.linear %y, %wg : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
   %s = sparsec.silu %g2 : tensor<?x16xf32>
@@ -38,8 +42,8 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
   %p1 = sparsec.weight @p1 : tensor<8x2xf32>
   %pw2 = sparsec.weight @p2 : tensor<2x16xf32>
   %pm = sparsec.predict %y2, %p1, %pw2 {threshold = 0.5 : f32} : (tensor<?x8xf32>, tensor<8x2xf32>, tensor<2x16xf32>) -> tensor<?x16xi1>
-  %h = sparsec.sparse_linear %y2, %wu active %pm {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, activation = #sparsec<activation relu>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
-  %sq = sparsec.mul %h, %h : tensor<?x16xf32>, tensor<?x16xf32> -> tensor<?x16xf32>
+  %hs = sparsec.sparse_linear %y2, %wu active %pm {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, activation = #sparsec<activation relu>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
+  %sq = sparsec.mul %hs, %hs : tensor<?x16xf32>, tensor<?x16xf32> -> tensor<?x16xf32>
   %y3 = sparsec.sparse_linear %sq, %wd {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
   return %y, %y2, %y3 : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>
 }
@@ -58,7 +62,9 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK-NEXT: Tensor [[P:v[0-9]+]];
 // CHECK-NEXT: // (computed with the gated MLP's down projection below)
 // CHECK-NOT: nonzeroIndex
-// CHECK: if (!cuda::gatedFfn(ctx, [[X:u[0-9]+]], [[R]], [[M]], [[IX]], {{v[0-9]+}}, nullptr, [[US:[0-9]+]], [[U]], [[PS:[0-9]+]], [[P]], {{v[0-9]+}}, nullptr, 0, nullptr, [[YS:[0-9]+]], [[Y:v[0-9]+]])) return false;
+// The residual add is folded in (&x, the add's slot).
+// CHECK: if (!cuda::gatedFfn(ctx, [[X:v[0-9]+]], [[R]], [[M]], [[IX]], {{v[0-9]+}}, nullptr, [[US:[0-9]+]], [[U]], [[PS:[0-9]+]], [[P]], {{v[0-9]+}}, nullptr, 0, &[[X]], [[YS:[0-9]+]], [[Y:v[0-9]+]])) return false;
+// CHECK-NOT: Binary::add
 // The SiLU gate: the compare is folded into the not's gateMask (x != 0).
 // CHECK: // (the gate mask below)
 // CHECK-NEXT: cuda::IndexSet [[IX2:ix[0-9]+]];
@@ -72,11 +78,14 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK-NOT: nonzeroIndex
 // CHECK: if (!cuda::sparseLinearInput(ctx, [[SQ]], {{v[0-9]+}}, nullptr, [[HIX]], 0, nullptr,
 
-// The slots of the first gated MLP: the gate, the mask, the up projection,
-// the product and the result all apart (without the longer live ranges
-// the result would take the gate's slot 0).
+// The slots of the first gated MLP: the input (also the residual), the
+// gate, the mask, the up projection, the product, the down projection and
+// the residual add all apart (without the longer live ranges the down
+// projection would take the gate's slot 1 and the add the product's).
 // SLOTS: sparsec.linear {{.*}}sparsec.slots = array<i64: 0>
-// SLOTS-NEXT: sparsec.compare {{.*}}sparsec.slots = array<i64: 1>
-// SLOTS: sparsec.sparse_linear {{.*}}sparsec.slots = array<i64: 2>
-// SLOTS-NEXT: sparsec.mul {{.*}}sparsec.slots = array<i64: 3>
-// SLOTS: sparsec.sparse_linear {{.*}}sparse_dim input>, sparsec.slots = array<i64: 4>}
+// SLOTS: sparsec.linear {{.*}}sparsec.slots = array<i64: 1>
+// SLOTS-NEXT: sparsec.compare {{.*}}sparsec.slots = array<i64: 2>
+// SLOTS: sparsec.sparse_linear {{.*}}sparsec.slots = array<i64: 3>
+// SLOTS-NEXT: sparsec.mul {{.*}}sparsec.slots = array<i64: 4>
+// SLOTS: sparsec.sparse_linear {{.*}}sparse_dim input>, sparsec.slots = array<i64: 5>}
+// SLOTS-NEXT: sparsec.add {{.*}}sparsec.slots = array<i64: 6>

@@ -93,7 +93,9 @@ struct PlanMemoryPass
     // kernel writing the down projection's base while the product still
     // needs the gate. So the up projection's input and mask, the gate and
     // the up projection stay live until the down projection, which then
-    // takes none of their memory.
+    // takes none of their memory; they and the product stay live through a
+    // residual add after it, which the backend folds into the down
+    // projection (its result may not take the product's memory either).
     for (Operation &op : body) {
       auto down = dyn_cast<SparseLinearOp>(op);
       auto mul = down && down.getSparseDim() == SparseDim::input
@@ -106,9 +108,13 @@ struct PlanMemoryPass
         if (!up || up.getSparseDim() != SparseDim::output || !up.getActive())
           continue;
         Value gate = mul.getLhs() == factor ? mul.getRhs() : mul.getLhs();
-        for (Value v : {gate, factor, Value(up.getInput()), Value(up.getActive())}) {
+        int64_t until = position[&op];
+        if (down->hasOneUse() && isa<AddOp>(*down->getUsers().begin()))
+          until = std::max(until, position[*down->getUsers().begin()]);
+        for (Value v : {gate, factor, Value(up.getInput()), Value(up.getActive()),
+                        Value(mul.getResult())}) {
           int64_t &end = lastUse[v];
-          end = std::max(end, position[&op]);
+          end = std::max(end, until);
         }
         break;
       }
