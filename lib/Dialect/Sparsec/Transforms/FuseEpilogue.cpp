@@ -26,8 +26,6 @@ struct ActivationIntoLinear : OpRewritePattern<ActOp> {
     auto lin = defOp<LinearOp>(op.getInput());
     if (!lin || lin.getActivation() || !lin->hasOneUse())
       return rewriter.notifyMatchFailure(op, "input is not a plain linear");
-    if (op->hasAttr("sparsity"))
-      return rewriter.notifyMatchFailure(op, "annotated sparse activation");
     rewriter.modifyOpInPlace(lin, [&] {
       lin.setActivationAttr(
           ActivationAttr::get(rewriter.getContext(), Kind));
@@ -43,8 +41,7 @@ struct GeluIntoLinear : OpRewritePattern<GeluOp> {
   LogicalResult matchAndRewrite(GeluOp op,
                                 PatternRewriter &rewriter) const override {
     auto lin = defOp<LinearOp>(op.getInput());
-    if (!lin || lin.getActivation() || !lin->hasOneUse() ||
-        op->hasAttr("sparsity"))
+    if (!lin || lin.getActivation() || !lin->hasOneUse())
       return rewriter.notifyMatchFailure(op, "input is not a plain linear");
     Activation kind =
         op.getTanhApprox() ? Activation::gelu_tanh : Activation::gelu;

@@ -605,8 +605,8 @@ def FuseEpiloguePass : Pass<"sparsec-fuse-epilogue", "mlir::ModuleOp"> {
     ```mlir
     %r = sparsec.linear %x, %w, %b {activation = #sparsec<activation relu>} : ...
     ```
-    An activation carrying a `sparsity` annotation is kept separate (the
-    sparsify phase owns it).
+    Annotated activations (`sparsity`) fuse too: the sparsify phase has
+    run, and a down projection skips the same zeros of the fused result.
   }];
   let statistics = [
     Statistic<"numFused", "num-fused", "Number of activations fused">,
