@@ -253,10 +253,20 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   if (!session.open(desc, argv0, opts.threads, error))
     return reportError(error);
   Context &ctx = *session.ctx;
-  // Ask a device backend to leave the present outputs in device memory.
+  // The cache in host memory: a float16 cache (the device cache is
+  // float32), no attention_mask to hide the padded device cache's unused
+  // entries (a cache derived for a causal export without one), or (set
+  // below) the device cache's check failed.
+  bool hostCacheOnly = maskInput < 0 ||
+                       std::any_of(cache.begin(), cache.end(), [](const CacheSlot &s) {
+                         return s.dtype != DType::f32;
+                       });
+  // Ask a device backend to leave the present outputs in device memory
+  // (host mode reads them on the host).
   ctx.residentOutputs.assign(size_t(desc.numOutputs), 0);
-  for (CacheSlot &slot : cache)
-    ctx.residentOutputs[size_t(slot.output)] = 1;
+  if (!hostCacheOnly)
+    for (CacheSlot &slot : cache)
+      ctx.residentOutputs[size_t(slot.output)] = 1;
   // The padded cache's mask has capacity + 1 entries.
   int64_t capacityLimit = maxSeqLen;
   if (maskInput >= 0 && desc.inputs[maskInput].maxDims[1] > 0)
@@ -281,13 +291,6 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   double ttftMs = 0, decodeMs = 0;
   int64_t densityActive0 = 0, densityTotal0 = 0;
   bool deviceCache = false;           // the cache lives on the device
-  // Its check failed, a float16 cache (the device cache is float32), or no
-  // attention_mask to hide the padded device cache's unused entries (a
-  // cache derived for a causal export without one): host memory.
-  bool hostCacheOnly = maskInput < 0 ||
-                       std::any_of(cache.begin(), cache.end(), [](const CacheSlot &s) {
-                         return s.dtype != DType::f32;
-                       });
   int64_t capacity = 0, cached = 0;   // its capacity and valid entries
   static float emptyCache = 0.0f;
 
