@@ -237,6 +237,46 @@ template <typename T> std::vector<T> download(const T *p, size_t n) {
   return v;
 }
 
+/// Device-to-device copy bandwidth (bytes read + written) over 1 GiB, in
+/// GB/s: the "bound" the decode benchmarks put beside their kernels.
+inline double copyBandwidthGBs() {
+  const size_t bytes = size_t(1) << 30;
+  char *a = alloc<char>(bytes), *b = alloc<char>(bytes);
+  bool graphed;
+  const double us = timeUs(
+      [&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream); },
+      graphed, 5);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (us * 1e3);
+}
+
+/// Programmatic dependent launches (Hopper), as the runtime makes them: a
+/// kernel launched by launchEarly may start while the kernel before it on
+/// the stream runs, once that kernel's blocks have all called
+/// pdlLaunchDependents(); it reads what earlier kernels wrote only after
+/// pdlWaitPrior().
+__device__ __forceinline__ void pdlLaunchDependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void pdlWaitPrior() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+template <typename... P, typename... A>
+void launchEarly(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s,
+                 A... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  CHECK_CUDA(cudaLaunchKernelEx(&config, kernel, args...));
+}
+
 /// Device buffers for PIT on an M x K input with `tile`-token micro-tiles
 /// (never freed: a benchmark keeps them to its end).
 inline rt::cuda::PitWorkspace allocPitWorkspace(int64_t M, int64_t K, int tile) {

@@ -147,14 +147,8 @@ int main(int argc, char **argv) {
   cusparseHandle_t sparse;
   setUp(prop, blas, sparse);
 
-  // Device-to-device copy bandwidth (bytes read + written), 1 GiB.
-  size_t copyBytes = size_t(1) << 30;
-  char *c0 = alloc<char>(copyBytes), *c1 = alloc<char>(copyBytes);
+  const double bandwidth = copyBandwidthGBs();
   bool g;
-  double copyUs = timeUs([&] { cudaMemcpyAsync(c1, c0, copyBytes, cudaMemcpyDeviceToDevice, stream); }, g, 5);
-  double bandwidth = 2.0 * copyBytes / (copyUs * 1e3); // GB/s
-  cudaFree(c0);
-  cudaFree(c1);
 
   std::mt19937 rng(0);
   std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);

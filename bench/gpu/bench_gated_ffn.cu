@@ -55,26 +55,18 @@ using namespace sparsec::rt::cuda;
 using namespace sparsec::bench;
 namespace ops = sparsec::rt::ops;
 
-
 namespace {
-__device__ __forceinline__ void trigger() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-__device__ __forceinline__ void waitPrior() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
 /// r = a * b (the runtime's binary kernel for operands of one shape).
 __global__ void mulKernel(const float *a, const float *b, float *r, int64_t n) {
-  trigger();
-  waitPrior();
+  pdlLaunchDependents();
+  pdlWaitPrior();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     r[i] = a[i] * b[i];
 }
 /// y = src (the base of the down projection: the residual).
 __global__ void copyKernel(const float *src, float *y, int64_t n) {
-  trigger();
+  pdlLaunchDependents();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = src[i];
@@ -97,32 +89,9 @@ __global__ void addKernel(float *y, const float *r, int64_t n) {
 }
 int blocksFor(int64_t n) { return int(std::min<int64_t>((n + 255) / 256, 4096)); }
 
-template <typename... P, typename... A>
-cudaError_t launchKernelEarly(void (*kernel)(P...), int64_t n, A... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocksFor(n));
-  config.blockDim = dim3(256);
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, args...);
-}
-
 /// `kernel` over n elements as a programmatic dependent launch.
 template <typename... P, typename... A> void early(void (*kernel)(P...), int64_t n, A... args) {
-  CHECK_CUDA(launchKernelEarly(kernel, n, args...));
-}
-
-double maxRelErr(const std::vector<float> &got, const std::vector<float> &want) {
-  double scale = 0, err = 0;
-  for (float v : want)
-    scale = std::max(scale, double(std::fabs(v)));
-  for (size_t i = 0; i < got.size(); ++i)
-    err = std::max(err, double(std::fabs(got[i] - want[i])));
-  return scale > 0 ? err / scale : err;
+  launchEarly(kernel, dim3(blocksFor(n)), dim3(256), stream, args...);
 }
 } // namespace
 
@@ -147,13 +116,8 @@ int main(int argc, char **argv) {
   cublasHandle_t blas;
   cusparseHandle_t sparse;
   setUp(prop, blas, sparse);
-  size_t copyBytes = size_t(1) << 30;
-  char *c0 = alloc<char>(copyBytes), *c1 = alloc<char>(copyBytes);
+  const double bandwidth = copyBandwidthGBs();
   bool g;
-  double copyUs = timeUs([&] { cudaMemcpyAsync(c1, c0, copyBytes, cudaMemcpyDeviceToDevice, stream); }, g, 5);
-  const double bandwidth = 2.0 * copyBytes / (copyUs * 1e3); // GB/s
-  cudaFree(c0);
-  cudaFree(c1);
 
   std::mt19937 rng(0);
   std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
@@ -287,7 +251,7 @@ int main(int argc, char **argv) {
       const double us = timeUs([&] { exactStep(listed, fusedBase); }, g);
       exactStep(listed, fusedBase);
       CHECK_CUDA(cudaStreamSynchronize(stream));
-      err = maxRelErr(download(dY, size_t(td)), yDense);
+      err = relErr(download(dY, size_t(td)), yDense);
       return us;
     };
     double errExact, errList, errKernels;
@@ -296,7 +260,7 @@ int main(int argc, char **argv) {
     // Without the zero fill, u outside the set keeps older values; the
     // down projection reads only the set's rows of the product.
     const double kernelsUs = variant(true, true, errKernels);
-    const double errBlas = maxRelErr(yDense, yCublas);
+    const double errBlas = relErr(yDense, yCublas);
     ok &= errExact < 1e-3 && errList < 1e-3 && errKernels < 1e-3 && errBlas < 1e-2;
     const double denseBytes = 3.0 * f * d * 2, sparseBytes = (double(f) + 2.0 * active) * d * 2;
     std::printf("| %.2f | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f | "

@@ -74,22 +74,11 @@ constexpr int kLayers = 8, kGraphLayers = 64;
 /// a programmatic edge. A kernel after it may read the set before its own
 /// wait, since it cannot start before this kernel has passed its wait.
 __global__ void gateKernel() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  pdlWaitPrior();
+  pdlLaunchDependents();
 }
 
-void launchGate(cudaStream_t s) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(1);
-  config.blockDim = dim3(32);
-  config.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  CHECK_CUDA(cudaLaunchKernelEx(&config, gateKernel));
-}
+void launchGate(cudaStream_t s) { launchEarly(gateKernel, dim3(1), dim3(32), s); }
 
 struct Layer {
   __half *qkv = nullptr, *out = nullptr, *up = nullptr, *down = nullptr,
