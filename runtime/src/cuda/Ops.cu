@@ -2024,10 +2024,7 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
   // The up kernel writes y's base as it goes; where y's memory holds the
   // mask rows the up kernel reads (a slot the plan freed after the up
   // projection), the base is written after it instead.
-  const auto *ab = static_cast<const char *>(active.data);
-  const auto *yb = static_cast<const char *>(y.data);
-  const bool maskInY = tokenMask(active, M, up.N) && ab < yb + y.bytes() &&
-                       yb < ab + active.bytes();
+  const bool maskInY = tokenMask(active, M, up.N) && overlaps(active, y);
   const RowsInit init = maskInY ? RowsInit{}
                                 : RowsInit{y.as<float>(), down.bias, res, int(M),
                                            int(down.N)};

@@ -260,12 +260,15 @@ __device__ void writeSegment(IndexView ix, int s, int j, bool on,
     ix.cnt[s] = base + __popc(ballot);
 }
 
-/// The index set from flags (FromFlags) or from the non-zeros of h [tokens,
-/// n]; kWarps / 2 segments per block.
+/// The index set from flags (FromFlags) or from h [tokens, n]: the neurons
+/// not 0 (or, `positive`, above 0) in any row, with each row's own
+/// selection as bytes in `mask` [tokens, n] where given (a gated MLP's
+/// gate); kWarps / 2 segments per block.
 template <bool FromFlags>
 __global__ void __launch_bounds__(kThreads)
     indexKernel(const float *h, const uint8_t *__restrict__ flags,
-                int tokens, IndexView ix, RowsInit init) {
+                int tokens, bool positive, uint8_t *mask, IndexView ix,
+                RowsInit init) {
   pdlTrigger();
   pdlWait(); // early launches: h comes from the kernel before
   __shared__ int firstHalf[kWarps / 2];
@@ -278,36 +281,17 @@ __global__ void __launch_bounds__(kThreads)
     if (FromFlags) {
       on = flags[j] != 0;
     } else {
-      for (int t = 0; t < tokens; ++t)
-        on |= h[int64_t(t) * n + j] != 0.0f;
+      for (int t = 0; t < tokens; ++t) {
+        const float v = h[int64_t(t) * n + j];
+        const bool a = positive ? v > 0.0f : v != 0.0f;
+        if (mask)
+          mask[int64_t(t) * n + j] = a;
+        on |= a;
+      }
     }
   }
   // After h's loads are issued: the base's stores wait for its own loads.
   writeInit(init);
-  writeSegment(ix, s, j, on, firstHalf);
-}
-
-/// The index set of a gated MLP's gate h [tokens, n]: the neurons above 0
-/// (`positive`) or not 0 in any row, and each row's own selection as bytes
-/// in mask [tokens, n]; kWarps / 2 segments per block.
-__global__ void __launch_bounds__(kThreads)
-    gateIndexKernel(const float *h, int tokens, bool positive, uint8_t *mask,
-                    IndexView ix) {
-  pdlTrigger();
-  pdlWait(); // early launches: h comes from the kernel before
-  __shared__ int firstHalf[kWarps / 2];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n = ix.neurons;
-  const int s = blockIdx.x * (kWarps / 2) + warp / 2;
-  const int j = s * kSegment + (warp % 2) * 32 + lane;
-  bool on = false;
-  if (j < n)
-    for (int t = 0; t < tokens; ++t) {
-      const float v = h[int64_t(t) * n + j];
-      const bool a = positive ? v > 0.0f : v != 0.0f;
-      mask[int64_t(t) * n + j] = a;
-      on |= a;
-    }
   writeSegment(ix, s, j, on, firstHalf);
 }
 
@@ -1802,28 +1786,34 @@ cudaError_t indexFromFlags(const uint8_t *flags, IndexView ix,
   if (segments == 0)
     return cudaSuccess;
   indexKernel<true><<<(segments + kWarps / 2 - 1) / (kWarps / 2), kThreads, 0,
-                      stream>>>(nullptr, flags, 0, ix, RowsInit{});
+                      stream>>>(nullptr, flags, 0, false, nullptr, ix, RowsInit{});
   return cudaGetLastError();
 }
+
+namespace {
+/// indexKernel<false> over h (see indexFromActivations, indexFromGate).
+cudaError_t launchIndex(const float *h, int tokens, bool positive,
+                        uint8_t *mask, IndexView ix, RowsInit init,
+                        cudaStream_t stream, bool early) {
+  const int segments = indexSegments(ix.neurons);
+  const int blocks = std::max(1, (segments + kWarps / 2 - 1) / (kWarps / 2));
+  cudaError_t e = launchKernel(indexKernel<false>, dim3(blocks), dim3(kThreads),
+                               0, stream, early, h, nullptr, tokens, positive,
+                               mask, ix, init);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+} // namespace
 
 cudaError_t indexFromActivations(const float *h, int tokens, IndexView ix,
                                  RowsInit init, cudaStream_t stream,
                                  bool early) {
-  const int segments = indexSegments(ix.neurons);
-  const int blocks = std::max(1, (segments + kWarps / 2 - 1) / (kWarps / 2));
-  cudaError_t e = launchKernel(indexKernel<false>, dim3(blocks), dim3(kThreads),
-                               0, stream, early, h, nullptr, tokens, ix, init);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return launchIndex(h, tokens, false, nullptr, ix, init, stream, early);
 }
 
 cudaError_t indexFromGate(const float *h, int tokens, bool positive,
                           uint8_t *mask, IndexView ix, cudaStream_t stream,
                           bool early) {
-  const int segments = indexSegments(ix.neurons);
-  const int blocks = std::max(1, (segments + kWarps / 2 - 1) / (kWarps / 2));
-  cudaError_t e = launchKernel(gateIndexKernel, dim3(blocks), dim3(kThreads), 0,
-                               stream, early, h, tokens, positive, mask, ix);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return launchIndex(h, tokens, positive, mask, ix, RowsInit{}, stream, early);
 }
 
 template <typename W>
