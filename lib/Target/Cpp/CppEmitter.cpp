@@ -315,14 +315,6 @@ private:
     }
     return false;
   }
-  /// The add that can take `l`'s output as a residual epilogue: `l` is a
-  /// device linear over a neuron-major weight with no activation, or the
-  /// input side of a device sparse_linear; its only user is `add(l, r)` of
-  /// the same type, `r` is a device value computed before `l`, and the
-  /// add's slot is not memory `l` reads its input from (the GEMV writes the
-  /// sum while other blocks still read the input, and the sparse kernels
-  /// write the sum's base while reading theirs; sharing r's slot is fine,
-  /// each element is read before it is written).
   /// `compare <predicate>, %x, 0` on a float32 device value x, with 0 a
   /// constant: the mask a gated MLP's up projection computes under
   /// (sparsec-sparsify-ffn), which the CUDA backend builds as gateMask.
@@ -373,17 +365,21 @@ private:
       return nullptr;
     return mul;
   }
-  /// The operand of a binary op other than `v`.
-  static Value otherOperand(MulOp mul, Value v) {
-    return mul.getLhs() == v ? mul.getRhs() : mul.getLhs();
-  }
   /// Gated MLPs emitted at their down projection (cuda::gatedFfn): down
   /// projection -> (up projection, product).
   DenseMap<Operation *, std::pair<SparseLinearOp, MulOp>> gatedFfns;
   DenseSet<Operation *> gatedParts;
-  /// The operand of `add` other than `v`.
-  static Value otherOperand(AddOp add, Value v) {
-    return add.getOperand(0) == v ? add.getOperand(1) : add.getOperand(0);
+  /// The add that can take `l`'s output as a residual epilogue: `l` is a
+  /// device linear over a neuron-major weight with no activation, or the
+  /// input side of a device sparse_linear; its only user is `add(l, r)` of
+  /// the same type, `r` is a device value computed before `l`, and the
+  /// add's slot is not memory `l` reads its input from (the GEMV writes the
+  /// sum while other blocks still read the input, and the sparse kernels
+  /// write the sum's base while reading theirs; sharing r's slot is fine,
+  /// each element is read before it is written).
+  /// The operand of binary op `op` (an add, a product) other than `v`.
+  static Value otherOperand(Operation *op, Value v) {
+    return op->getOperand(0) == v ? op->getOperand(1) : op->getOperand(0);
   }
   AddOp residualAdd(Operation *l) {
     if (!cuda() || placedOnCpu(l) || !l->getResult(0).hasOneUse())

@@ -10,7 +10,6 @@
 #include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/Matchers.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
@@ -41,18 +40,6 @@ bool dependsOn(Value v, BlockArgument arg) {
   return false;
 }
 
-/// The splat value of constant `v` as a double, if it is one.
-std::optional<double> splatOf(Value v) {
-  DenseElementsAttr c;
-  if (!matchPattern(v, m_Constant(&c)) || !c.isSplat())
-    return std::nullopt;
-  if (isa<FloatType>(c.getElementType()))
-    return c.getSplatValue<APFloat>().convertToDouble();
-  if (c.getElementType().isInteger())
-    return double(c.getSplatValue<APInt>().getSExtValue());
-  return std::nullopt;
-}
-
 /// `range(start, limit, 1)` unsqueezed at `axis` ([n, 1] rows or [1, n]
 /// columns of the positions start..limit-1); the range, or null.
 RangeOp unsqueezedRange(Value v, int64_t axis) {
@@ -60,7 +47,7 @@ RangeOp unsqueezedRange(Value v, int64_t axis) {
   if (!u || u.getAxes().size() != 1 || u.getAxes()[0] != axis)
     return nullptr;
   auto r = u.getInput().getDefiningOp<RangeOp>();
-  if (!r || splatOf(r.getDelta()) != 1.0)
+  if (!r || scalarValue(r.getDelta()) != 1.0)
     return nullptr;
   return r;
 }
@@ -74,7 +61,7 @@ bool isCausalMask(Value mask) {
   auto where = mask.getDefiningOp<WhereOp>();
   if (!where)
     return false;
-  std::optional<double> masked = splatOf(where.getX()), kept = splatOf(where.getY());
+  std::optional<double> masked = scalarValue(where.getX()), kept = scalarValue(where.getY());
   auto cond = where.getCondition().getDefiningOp<CompareOp>();
   if (!masked || !kept || *masked > -1e4 || *kept != 0.0 || !cond)
     return false;
@@ -86,7 +73,7 @@ bool isCausalMask(Value mask) {
   RangeOp c = unsqueezedRange(cols, 0), r = unsqueezedRange(rows, 1);
   return c && r && c.getLimit() == r.getLimit() &&
          (c.getStart() == r.getStart() ||
-          (splatOf(c.getStart()) && splatOf(c.getStart()) == splatOf(r.getStart())));
+          (scalarValue(c.getStart()) && scalarValue(c.getStart()) == scalarValue(r.getStart())));
 }
 
 struct DeriveKVCachePass
