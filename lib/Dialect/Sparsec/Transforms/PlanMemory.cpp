@@ -104,10 +104,19 @@ struct PlanMemoryPass
       if (!mul)
         continue;
       for (Value factor : mul->getOperands()) {
+        // The up projection: output-sparse over the gate's mask,
+        // compare(gate, 0) or its negation. (A predicted gate projection is
+        // output-sparse too, over the predictor's mask.)
         auto up = factor.getDefiningOp<SparseLinearOp>();
         if (!up || up.getSparseDim() != SparseDim::output || !up.getActive())
           continue;
         Value gate = mul.getLhs() == factor ? mul.getRhs() : mul.getLhs();
+        Value mask = up.getActive();
+        if (auto negated = mask.getDefiningOp<NotOp>())
+          mask = negated.getInput();
+        auto compare = mask.getDefiningOp<CompareOp>();
+        if (!compare || compare.getLhs() != gate)
+          continue;
         int64_t until = position[&op];
         if (down->hasOneUse() && isa<AddOp>(*down->getUsers().begin()))
           until = std::max(until, position[*down->getUsers().begin()]);

@@ -70,3 +70,39 @@ func.func @transpose_views(%x: tensor<1x4x1x8xf32>) -> tensor<1x32xf32> {
   %5 = sparsec.add %4, %2 : tensor<1x32xf32>, tensor<1x32xf32> -> tensor<1x32xf32>
   return %5 : tensor<1x32xf32>
 }
+
+// -----
+
+// A predicted gated MLP: the gate projection is output-sparse over the
+// predictor's mask, the up projection over the gate's. The up projection is
+// the factor whose mask compares the other factor, so the gate's mask (not
+// the predictor's) stays live through the down projection, and neither the
+// product nor the result takes its slot (cuda::gatedFfn would fall back to
+// three launches). The predictor's mask is free after the gate projection.
+// CHECK-LABEL: func.func @predicted_gated
+// CHECK: sparsec.predict {{.*}}sparsec.slots = array<i64: 0>
+// CHECK: sparsec.sparse_linear {{.*}}sparsec.slots = array<i64: 1>
+// CHECK: sparsec.compare {{.*}}sparsec.slots = array<i64: 0>
+// CHECK: sparsec.sparse_linear {{.*}}sparsec.slots = array<i64: 2>
+// CHECK: sparsec.mul {{.*}}sparsec.slots = array<i64: 3>
+// CHECK: sparsec.sparse_linear {{.*}}sparsec.slots = array<i64: 4>
+sparsec.global @wg : tensor<8x16xf32> {source = "wg"}
+sparsec.global @wu : tensor<8x16xf32> {source = "wu"}
+sparsec.global @wd : tensor<16x8xf32> {source = "wd"}
+sparsec.global @p1 : tensor<8x2xf32> {source = "", value = dense<1.0> : tensor<8x2xf32>}
+sparsec.global @p2 : tensor<2x16xf32> {source = "", value = dense<1.0> : tensor<2x16xf32>}
+func.func @predicted_gated(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  %wg = sparsec.weight @wg : tensor<8x16xf32>
+  %wu = sparsec.weight @wu : tensor<8x16xf32>
+  %wd = sparsec.weight @wd : tensor<16x8xf32>
+  %p1 = sparsec.weight @p1 : tensor<8x2xf32>
+  %p2 = sparsec.weight @p2 : tensor<2x16xf32>
+  %zero = sparsec.constant dense<0.0> : tensor<f32>
+  %pm = sparsec.predict %x, %p1, %p2 {threshold = 0.5 : f32} : (tensor<?x8xf32>, tensor<8x2xf32>, tensor<2x16xf32>) -> tensor<?x16xi1>
+  %r = sparsec.sparse_linear %x, %wg active %pm {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, activation = #sparsec<activation relu>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
+  %m = sparsec.compare gt, %r, %zero : tensor<?x16xf32>, tensor<f32> -> tensor<?x16xi1>
+  %u = sparsec.sparse_linear %x, %wu active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode exact>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
+  %p = sparsec.mul %r, %u : tensor<?x16xf32>, tensor<?x16xf32> -> tensor<?x16xf32>
+  %y = sparsec.sparse_linear %p, %wd {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
