@@ -105,6 +105,7 @@ FFN_BYTES = 8404992  # opt-byte-s: 4 x 1024 neurons x (2 x 256 x 4 + 4) bytes
 # gated-MLP (and squared-ReLU) decoders whose gates are 70-75 % at 0, dense,
 # exact and predicted; generate's greedy ids against ONNX Runtime's
 # (test/e2e/Inputs/ort_greedy.py).
+HYBRID_GATED = ["--target=hybrid", "--group-size=8", "--sync-us=0"]
 GENERATED = {
     "rope_kv": ("rope_decoder_kv", []),
     "rope_nc": ("rope_decoder", []),
@@ -117,6 +118,15 @@ GENERATED = {
     "gated_nc_kv_exact": ("gated_lm", ["--kv-cache", "--sparsity=exact"]),
     "relu2_kv_exact": ("relu2_lm", ["--sparsity=exact"]),
     "relu2_kv_pred": ("relu2_lm", ["--sparsity=predicted"]),
+    # Hybrid: both FFNs split (groups of 8 neurons, about half of the FFN
+    # weights' room beyond what must live on the GPU), gateMask/gatedFfn on
+    # the GPU part, the x86 ops on the CPU part.
+    "gated_kv_hy_exact": ("gated_lm_kv", HYBRID_GATED + ["--gpu-budget=67686448",
+                                                         "--sparsity=exact"]),
+    "gated_kv_hy_pred": ("gated_lm_kv", HYBRID_GATED + ["--gpu-budget=67686448",
+                                                        "--sparsity=predicted"]),
+    "relu2_kv_hy_exact": ("relu2_lm", HYBRID_GATED + ["--gpu-budget=67680000",
+                                                      "--sparsity=exact"]),
 }
 # What each generated build's extra runs change.
 ENV_LABELS = {("SPARSEC_CUDA_AHEAD",): " (each step waited for)",
@@ -243,8 +253,9 @@ def prepare(args):
                    check=True, stdout=subprocess.DEVNULL)
             profile = ["--profile", p]
         d = os.path.join(args.out, name)
-        sh([args.sparsec, "compile", onnx_path, "--target=cuda", "--compile-to=emit",
-            "-o", d, "-q"] + extra + profile, check=True, stderr=subprocess.DEVNULL)
+        target = [] if any(a.startswith("--target") for a in extra) else ["--target=cuda"]
+        sh([args.sparsec, "compile", onnx_path, "--compile-to=emit",
+            "-o", d, "-q"] + target + extra + profile, check=True, stderr=subprocess.DEVNULL)
         for prompt, rows in ROPE_PROMPTS.items():
             ids = os.path.join(refs, f"rope_{prompt}.npy")
             np.save(ids, np.array(rows, np.int64))

@@ -193,6 +193,17 @@ cl::opt<std::string> placementMode(
              "default) or layers (the layer-offload baseline: whole FFNs on "
              "the GPU in model order while they fit)"),
     cl::init("neurons"), cl::sub(compileCmd), cl::cat(category));
+cl::opt<int64_t> groupSize(
+    "group-size",
+    cl::desc("With --gpu-budget: neurons per placement group (a layer's GPU "
+             "part is a whole number of groups; default 64)"),
+    cl::init(64), cl::sub(compileCmd), cl::cat(category));
+cl::opt<bool> splitOnCpu(
+    "split-on-cpu",
+    cl::desc("x86 with --gpu-budget: split each placed FFN into its GPU and "
+             "CPU parts as --target hybrid does, and run both parts on the "
+             "CPU (checks a placement's results without a GPU)"),
+    cl::init(false), cl::sub(compileCmd), cl::cat(category));
 cl::opt<double> syncUs(
     "sync-us",
     cl::desc("Machine description for --gpu-budget: microseconds a layer "
@@ -567,6 +578,16 @@ int runCompile(MLIRContext &context) {
                "the budget decides which neurons live on the GPU\n";
     return 1;
   }
+  if (groupSize <= 0) {
+    error() << "--group-size must be a positive number of neurons, got "
+            << groupSize << "\n";
+    return 1;
+  }
+  if (splitOnCpu && (target != "x86" || gpuBudget.empty())) {
+    error() << "--split-on-cpu applies to --target x86 with --gpu-budget "
+               "(and --profile)\n";
+    return 1;
+  }
   if (placementMode != "neurons" && placementMode != "layers") {
     error() << "unknown --placement '" << placementMode
             << "' (expected neurons or layers)\n";
@@ -699,10 +720,6 @@ int runCompile(MLIRContext &context) {
       (!profileFile.empty() || sparsityMode != "off")) {
     PhaseTimer timer("sparsify");
     PassManager pm(&context);
-    // Gated MLPs (activation(gate) * up, then down) and squared
-    // activations are sparse on x86 and CUDA; the hybrid placement does not
-    // split them yet, so hybrid builds keep them dense (with a remark).
-    const bool compoundSites = target != "hybrid";
     const int64_t weightBytes = weightsType == "f16" ? 2 : 4; // on the GPU
     if (!profileFile.empty()) {
       sparsec::AnnotateSparsityPassOptions annotate;
@@ -714,8 +731,7 @@ int runCompile(MLIRContext &context) {
       predictors.profile = profileFile;
       predictors.targetRecall = targetRecall;
       predictors.ranks.assign(predictorRanks.begin(), predictorRanks.end());
-      predictors.compound = compoundSites;
-      if (budgetBytes > 0 && target == "hybrid") { // CPU rows cost more
+      if (budgetBytes > 0 && (target == "hybrid" || splitOnCpu)) { // CPU rows cost more
         predictors.gpuBudget = budgetBytes;
         predictors.weightBytes = weightBytes;
         predictors.cpuCost = std::max(1.0, gpuBandwidth / cpuBandwidth);
@@ -725,7 +741,6 @@ int runCompile(MLIRContext &context) {
     if (sparsityMode != "off") {
       sparsec::SparsifyFFNPassOptions sparsify;
       sparsify.minZeroFraction = minZeroFraction;
-      sparsify.compound = compoundSites;
       pm.addPass(sparsec::createSparsifyFFNPass(sparsify));
     }
     if (budgetBytes > 0) {
@@ -734,6 +749,7 @@ int runCompile(MLIRContext &context) {
       partition.gpuBudget = budgetBytes;
       partition.weightBytes = weightBytes;
       partition.mode = placementMode.getValue();
+      partition.groupSize = groupSize;
       partition.syncUs = syncUs;
       partition.cpuBandwidth = cpuBandwidth;
       pm.addPass(sparsec::createPartitionHotColdPass(partition));
@@ -779,7 +795,7 @@ int runCompile(MLIRContext &context) {
     scheduleOptions.sparseWeights =
         weightsType == "f16" ? std::string("f16") : sparseWeights.getValue();
     scheduleOptions.denseWeights = weightsType.getValue();
-    scheduleOptions.hybrid = target == "hybrid";
+    scheduleOptions.hybrid = target == "hybrid" || splitOnCpu;
     scheduleOptions.denseLayout =
         target == "cuda" || target == "hybrid" ? "nk" : "kn";
     scheduleOptions.groupLinears = target == "cuda" || target == "hybrid";

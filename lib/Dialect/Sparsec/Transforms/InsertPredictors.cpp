@@ -302,7 +302,9 @@ struct InsertPredictorsPass
       if (auto up = site.first->getOperand(0).getDefiningOp<LinearOp>()) {
         auto w = cast<ShapedType>(up.getWeight().getType());
         if (w.hasStaticShape())
-          ffn += 2.0 * double(w.getNumElements()); // up and down projections
+          // Up and down projections (and a gated MLP's gate).
+          ffn += (matchGatedMlp(site.first) ? 3.0 : 2.0) *
+                 double(w.getNumElements());
       }
     // What must live on the GPU besides the weights (as the placement
     // counts it): the KV caches and the workspace.

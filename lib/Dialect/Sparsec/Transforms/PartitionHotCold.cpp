@@ -26,17 +26,21 @@ using namespace sparsec;
 
 namespace {
 
-/// One FFN: up projection -> activation (the profiled site) -> down
-/// projection, and the operands indexed by its neurons.
+/// One FFN (SparsitySites.h's FfnRegion: plain, gated or squared) and the
+/// operands indexed by its neurons.
 struct Ffn {
-  Operation *act = nullptr;
-  Operation *up = nullptr, *down = nullptr;
+  FfnRegion region;
   std::string site;
-  int64_t neurons = 0, inputDim = 0, outputDim = 0;
+  int64_t neurons = 0, outputDim = 0;
+  /// Input elements of one neuron's rows over all its projections (one up
+  /// row; a gated MLP's gate and up rows).
+  int64_t inputRow = 0;
   /// (operand, permute rows?) of every weight indexed by the neurons.
   SmallVector<std::pair<OpOperand *, bool>> indexed;
-  /// The up/down weights and up bias: what placement moves between devices.
+  /// The projections' and the down projection's weights and the
+  /// projections' biases: what placement moves between devices.
   SmallVector<OpOperand *> placed;
+  int64_t biases = 0; // how many of `placed` are biases
   std::vector<int64_t> order; // hot-first: new neuron i = old order[i]
   std::vector<double> freq;   // per new neuron: active per token
 };
@@ -59,86 +63,69 @@ struct PartitionHotColdPass
 
   /// The FFN around activation site `act`, or failure with a reason.
   FailureOr<Ffn> match(Operation *act, std::string &why) {
+    std::optional<FfnRegion> region = matchFfnRegion(act, why);
+    if (!region)
+      return failure();
     Ffn f;
-    f.act = act;
-    Value h = act->getOperand(0);
-    Operation *up = h.getDefiningOp();
-    if (matchGatedMlp(act)) {
-      why = "it is a gated MLP (activation(gate) * up), which the placement "
-            "does not take yet";
-      return failure();
-    }
-    if (!up || !h.hasOneUse() || !act->getResult(0).hasOneUse()) {
-      why = "its activation has other users";
-      return failure();
-    }
-    Operation *down = *act->getResult(0).getUsers().begin();
-    auto isLinear = [](Operation *op) {
-      return isa<LinearOp, SparseLinearOp>(op);
-    };
-    if (!isLinear(up) || !isLinear(down) || down->getOperand(0) != act->getResult(0)) {
-      why = "it is not linear -> activation -> linear";
-      return failure();
-    }
-    if (auto s = dyn_cast<SparseLinearOp>(up); s && s.getSparseDim() != SparseDim::output) {
-      why = "its up projection is not output-sparse";
-      return failure();
-    }
-    if (auto s = dyn_cast<SparseLinearOp>(down); s && s.getSparseDim() != SparseDim::input) {
-      why = "its down projection is not input-sparse";
-      return failure();
-    }
-    f.up = up;
-    f.down = down;
-    auto upT = up->hasAttr("transpose_weight"), downT = down->hasAttr("transpose_weight");
-    auto upW = cast<RankedTensorType>(up->getOperand(1).getType());
+    f.region = *region;
+    f.neurons = region->neurons;
+    Operation *down = region->down;
     auto downW = cast<RankedTensorType>(down->getOperand(1).getType());
-    if (!upW.hasStaticShape() || !downW.hasStaticShape()) {
+    const bool downT = down->hasAttr("transpose_weight");
+    if (!downW.hasStaticShape()) {
       why = "its weights have dynamic shapes";
       return failure();
     }
-    f.neurons = upT ? upW.getDimSize(0) : upW.getDimSize(1);
-    f.inputDim = upT ? upW.getDimSize(1) : upW.getDimSize(0);
-    f.outputDim = downT ? downW.getDimSize(0) : downW.getDimSize(1);
-    auto weightOperand = [&](Operation *op, unsigned i) -> OpOperand * {
-      if (i >= op->getNumOperands() || !defOp<WeightOp>(op->getOperand(i)))
-        return nullptr;
-      return &op->getOpOperand(i);
-    };
-    OpOperand *upWeight = weightOperand(up, 1), *downWeight = weightOperand(down, 1);
-    if (!upWeight || !downWeight) {
-      why = "its weights are not model weights";
-      return failure();
-    }
-    f.indexed.push_back({upWeight, /*rows=*/bool(upT)});
-    f.indexed.push_back({downWeight, /*rows=*/!downT});
-    f.placed = {upWeight, downWeight};
-    Value upBias = isa<LinearOp>(up) ? cast<LinearOp>(up).getBias()
-                                     : cast<SparseLinearOp>(up).getBias();
-    if (upBias) {
+    f.outputDim = downW.getDimSize(downT ? 0 : 1);
+    for (Operation *p : region->projections) {
+      auto w = cast<RankedTensorType>(p->getOperand(1).getType());
+      const bool t = p->hasAttr("transpose_weight");
+      if (!w.hasStaticShape() || w.getDimSize(t ? 0 : 1) != f.neurons) {
+        why = "its projections' weights are not [input, neurons] matrices of "
+              "static shape";
+        return failure();
+      }
+      f.inputRow += w.getDimSize(t ? 1 : 0);
+      OpOperand *weight = &p->getOpOperand(1);
+      f.indexed.push_back({weight, /*rows=*/t});
+      f.placed.push_back(weight);
+      Value bias = isa<LinearOp>(p) ? cast<LinearOp>(p).getBias()
+                                    : cast<SparseLinearOp>(p).getBias();
+      if (!bias)
+        continue;
       OpOperand *b = nullptr;
-      for (OpOperand &o : up->getOpOperands())
-        if (o.get() == upBias && o.getOperandNumber() >= 2)
+      for (OpOperand &o : p->getOpOperands())
+        if (o.get() == bias && o.getOperandNumber() >= 2)
           b = &o;
-      if (!b || !defOp<WeightOp>(upBias)) {
+      if (!b || !defOp<WeightOp>(bias)) {
         why = "its up bias is not a model weight";
         return failure();
       }
       f.indexed.push_back({b, true});
       f.placed.push_back(b);
+      ++f.biases;
     }
-    // A predictor selecting the up projection's neurons: its second matrix
-    // and bias are indexed by the same neurons (it stays on the GPU).
-    if (auto s = dyn_cast<SparseLinearOp>(up); s && s.getActive()) {
+    OpOperand *downWeight = &down->getOpOperand(1);
+    f.indexed.push_back({downWeight, /*rows=*/!downT});
+    f.placed.push_back(downWeight);
+    // A predictor selecting the first projection's neurons: its second
+    // matrix and bias are indexed by the same neurons (it stays on the GPU).
+    if (auto s = dyn_cast<SparseLinearOp>(region->projections.front());
+        s && s.getActive()) {
       if (auto p = defOp<PredictOp>(s.getActive())) {
-        OpOperand *w2 = weightOperand(p, 2);
+        auto weightOperand = [&](unsigned i) -> OpOperand * {
+          if (i >= p->getNumOperands() || !defOp<WeightOp>(p->getOperand(i)))
+            return nullptr;
+          return &p->getOpOperand(i);
+        };
+        OpOperand *w2 = weightOperand(2);
         if (!w2) {
           why = "its predictor's weights are not weights";
           return failure();
         }
         f.indexed.push_back({w2, /*rows=*/false});
         if (p.getBias()) {
-          OpOperand *pb = weightOperand(p, 3);
+          OpOperand *pb = weightOperand(3);
           if (!pb) {
             why = "its predictor's bias is not a weight";
             return failure();
@@ -266,7 +253,7 @@ struct PartitionHotColdPass
     for (const Ffn &f : ffns) {
       placement::Layer layer;
       const int64_t perNeuron =
-          weightBytes * (f.inputDim + f.outputDim) + (f.placed.size() > 2 ? 4 : 0);
+          weightBytes * (f.inputRow + f.outputDim) + 4 * f.biases;
       const int64_t groups = (f.neurons + groupSize - 1) / groupSize;
       layer.bytes.push_back(0);
       for (int64_t g = 0; g < groups; ++g) {
@@ -281,7 +268,7 @@ struct PartitionHotColdPass
       // (rows of weight-bytes elements, as the CPU reads them since fp16
       // weights are fp16 on both devices, at cpu-bandwidth GB/s).
       const double threshold = syncUs * 1e-6 * cpuBandwidth * 1e9 /
-                               double(weightBytes * (f.inputDim + f.outputDim));
+                               double(weightBytes * (f.inputRow + f.outputDim));
       double prefix = 0;
       layer.minGroups = groups; // no worthwhile split
       for (int64_t g = 0; g < groups; ++g) {
@@ -336,8 +323,11 @@ struct PartitionHotColdPass
       for (auto [operand, rows] : f.indexed)
         permute(*operand, rows, f.order, symbols);
       auto placementAttr = PlacementAttr::get(ctx, gpuNeurons, f.neurons, groupSize);
-      f.act->setAttr("placement", placementAttr);
-      for (Operation *op : {f.up, f.down})
+      f.region.act->setAttr("placement", placementAttr);
+      SmallVector<Operation *> linears(f.region.projections.begin(),
+                                       f.region.projections.end());
+      linears.push_back(f.region.down);
+      for (Operation *op : linears)
         if (auto s = dyn_cast<SparseLinearOp>(op))
           s.setPlacementAttr(placementAttr);
       ++numLayers;

@@ -107,6 +107,129 @@ inline bool isSparsitySite(mlir::Operation *op) {
   return matchGatedMlp(op).has_value() || matchSquared(op) != nullptr;
 }
 
+/// One FFN around a sparsity site, as the hot/cold passes place and split
+/// it by neurons: the projections computing neuron-indexed values from the
+/// FFN's input (the up projection; a gated MLP's gate and up projections),
+/// every op up to the down projection indexed by the same neurons (the
+/// activation; a gated MLP's mask and product; a square), and the down
+/// projection.
+struct FfnRegion {
+  mlir::Operation *act = nullptr;
+  /// Linear or output-side sparse_linear ops over model weights, the
+  /// activation's producer first.
+  llvm::SmallVector<mlir::Operation *, 2> projections;
+  /// The projections and everything between them and `down`, in program
+  /// order.
+  llvm::SmallVector<mlir::Operation *, 6> body;
+  /// A linear or input-side sparse_linear over a model weight.
+  mlir::Operation *down = nullptr;
+  /// "FFN", "gated MLP" or "squared activation".
+  llvm::StringRef kind;
+  int64_t neurons = 0;
+};
+
+/// The FFN around site `act`, or nullopt with the reason in `why`. Every
+/// value the region computes is read only inside it (or, for the last, by
+/// `down`); a projection's mask is a predictor (the first projection's) or
+/// the gate's mask inside the region.
+inline std::optional<FfnRegion> matchFfnRegion(mlir::Operation *act,
+                                               std::string &why) {
+  FfnRegion r;
+  r.act = act;
+  auto isLinear = [](mlir::Operation *op) {
+    return op && mlir::isa<LinearOp, SparseLinearOp>(op);
+  };
+  auto overWeights = [](mlir::Operation *op) {
+    return op->getOperand(1).getDefiningOp<WeightOp>() != nullptr;
+  };
+  mlir::Operation *first = act->getOperand(0).getDefiningOp();
+  if (!isLinear(first) || !act->getOperand(0).hasOneUse()) {
+    why = isLinear(first) ? "its up projection has other users"
+                          : "it is not linear -> activation -> linear";
+    return std::nullopt;
+  }
+  r.projections.push_back(first);
+  r.body = {first, act};
+  if (std::optional<GatedMlp> mlp = matchGatedMlp(act)) {
+    r.kind = "gated MLP";
+    mlir::Operation *up = mlp->up.getDefiningOp();
+    if (!isLinear(up) || !mlp->up.hasOneUse()) {
+      why = "its up projection is not a linear read only by the product";
+      return std::nullopt;
+    }
+    // The up projection's mask (sparsec-sparsify-ffn): compare(gate, 0),
+    // negated for gates that can be negative.
+    for (mlir::Operation *user : act->getResult(0).getUsers()) {
+      if (user == mlp->product.getOperation())
+        continue;
+      mlir::Operation *mask = user;
+      r.body.push_back(user);
+      if (user->hasOneUse() && mlir::isa<NotOp>(*user->getUsers().begin())) {
+        mask = *user->getUsers().begin();
+        r.body.push_back(mask);
+      }
+      if (!mask->hasOneUse() || *mask->getUsers().begin() != up) {
+        why = "the gate's mask has users other than the up projection";
+        return std::nullopt;
+      }
+    }
+    r.projections.push_back(up);
+    r.body.push_back(up);
+    r.body.push_back(mlp->product);
+    r.down = mlp->down;
+  } else if (mlir::Operation *down = matchSquared(act)) {
+    r.kind = "squared activation";
+    r.body.push_back(down->getOperand(0).getDefiningOp());
+    r.down = down;
+  } else {
+    r.kind = "FFN";
+    if (!act->getResult(0).hasOneUse()) {
+      why = "its activation has other users";
+      return std::nullopt;
+    }
+    mlir::OpOperand &use = *act->getResult(0).getUses().begin();
+    if (!isLinearInput(use)) {
+      why = "it is not linear -> activation -> linear";
+      return std::nullopt;
+    }
+    r.down = use.getOwner();
+  }
+  llvm::sort(r.body, [](mlir::Operation *a, mlir::Operation *b) {
+    return a->isBeforeInBlock(b);
+  });
+  for (mlir::Operation *p : r.projections) {
+    if (!overWeights(p)) {
+      why = "its weights are not model weights";
+      return std::nullopt;
+    }
+    auto s = mlir::dyn_cast<SparseLinearOp>(p);
+    if (!s)
+      continue;
+    if (s.getSparseDim() != SparseDim::output) {
+      why = "its up projection is not output-sparse";
+      return std::nullopt;
+    }
+    mlir::Value mask = s.getActive();
+    if (mask && !(p == first && mask.getDefiningOp<PredictOp>()) &&
+        !llvm::is_contained(r.body, mask.getDefiningOp())) {
+      why = "an up projection's mask is neither a predictor nor the gate's";
+      return std::nullopt;
+    }
+  }
+  if (!overWeights(r.down)) {
+    why = "its weights are not model weights";
+    return std::nullopt;
+  }
+  if (auto s = mlir::dyn_cast<SparseLinearOp>(r.down);
+      s && (s.getSparseDim() != SparseDim::input || s.getActive())) {
+    why = "its down projection is not input-sparse";
+    return std::nullopt;
+  }
+  auto w = mlir::cast<mlir::RankedTensorType>(first->getOperand(1).getType());
+  r.neurons = w.getDimSize(first->hasAttr("transpose_weight") ? 0 : 1);
+  return r;
+}
+
 /// Device bytes of the KV caches of every attention for `maxSeqLen`
 /// tokens (float32 keys and values), as the hybrid placement counts them.
 inline int64_t kvCacheBytes(mlir::ModuleOp module, int64_t maxSeqLen) {

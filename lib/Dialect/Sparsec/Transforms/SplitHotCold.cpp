@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "MatchUtils.h"
+#include "SparsitySites.h"
 #include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -84,57 +85,63 @@ struct SplitHotColdPass
     return pp->getResult(0);
   }
 
-  /// One part [lo, hi) of the FFN (up, act, down); returns the down
-  /// projection's result. `mask`: the part's predicted mask (predicted
-  /// up projections).
-  FailureOr<Value> part(OpBuilder &b, Operation *up, Operation *act,
-                        Operation *down, int64_t lo, int64_t hi, bool cpu,
-                        Value mask, SymbolTable &symbols) {
+  /// One part [lo, hi) of FFN `r`: its body cloned over the range's rows or
+  /// columns of every projection's weight and bias, then the down
+  /// projection over the range's rows (its bias on the GPU part only).
+  /// Returns the down projection's result. `mask`: the part's predicted
+  /// mask (a predicted first projection).
+  FailureOr<Value> part(OpBuilder &b, const FfnRegion &r, int64_t lo,
+                        int64_t hi, bool cpu, Value mask, SymbolTable &symbols) {
     MLIRContext *ctx = &getContext();
     const int64_t n = hi - lo;
-    const bool upT = up->hasAttr("transpose_weight");
-    const bool downT = down->hasAttr("transpose_weight");
-    Value x = up->getOperand(0);
-    Value upW = slice(b, up->getOperand(1), /*rows=*/upT, lo, hi, symbols);
     auto tagCpu = [&](Operation *op) {
       if (cpu)
         op->setAttr(kDeviceAttrName, StringAttr::get(ctx, "cpu"));
     };
-    Operation *newUp;
-    if (auto l = dyn_cast<LinearOp>(up)) {
-      Value bias = l.getBias() ? slice(b, l.getBias(), true, lo, hi, symbols) : Value();
-      newUp = LinearOp::create(b, up->getLoc(), withLast(l.getType(), n), x, upW,
-                               bias, l.getTransposeWeightAttr(),
-                               l.getActivationAttr());
-    } else {
-      auto s = cast<SparseLinearOp>(up);
-      Value bias = s.getBias() ? slice(b, s.getBias(), true, lo, hi, symbols) : Value();
-      if (s.getActive() && !mask)
-        return up->emitError("internal error: no mask for a predicted part");
-      newUp = SparseLinearOp::create(
-          b, up->getLoc(), withLast(s.getType(), n), x, upW, bias, mask,
-          s.getSparseDimAttr(), s.getModeAttr(), s.getGranularityAttr(),
-          s.getTransposeWeightAttr(), /*placement=*/nullptr, s.getActivationAttr(),
-          /*pit_tile=*/nullptr);
-    }
-    tagCpu(newUp);
     IRMapping map;
-    map.map(act->getOperand(0), newUp->getResult(0));
-    Operation *newAct = b.clone(*act, map);
-    newAct->getResult(0).setType(withLast(act->getResult(0).getType(), n));
-    newAct->removeAttr("placement");
-    tagCpu(newAct);
+    if (auto s = dyn_cast<SparseLinearOp>(r.projections.front());
+        s && s.getActive()) {
+      if (!mask)
+        return s->emitError("internal error: no mask for a predicted part");
+      map.map(s.getActive(), mask);
+    }
+    for (Operation *op : r.body) {
+      // A projection's sliced weight and bias, created before the clone.
+      SmallVector<std::pair<unsigned, Value>> sliced;
+      if (llvm::is_contained(r.projections, op)) {
+        const bool t = op->hasAttr("transpose_weight");
+        sliced.push_back(
+            {1, slice(b, op->getOperand(1), /*rows=*/t, lo, hi, symbols)});
+        Value bias = isa<LinearOp>(op) ? cast<LinearOp>(op).getBias()
+                                       : cast<SparseLinearOp>(op).getBias();
+        for (OpOperand &o : op->getOpOperands())
+          if (bias && o.get() == bias && o.getOperandNumber() >= 2)
+            sliced.push_back({o.getOperandNumber(),
+                              slice(b, bias, /*rows=*/true, lo, hi, symbols)});
+      }
+      Operation *c = b.clone(*op, map);
+      c->removeAttr("placement"); // the activation's and the linears'
+      for (auto [i, v] : sliced)
+        c->setOperand(i, v);
+      for (Value result : c->getResults())
+        result.setType(withLast(result.getType(), n));
+      map.map(op->getResults(), c->getResults());
+      tagCpu(c);
+    }
+    Operation *down = r.down;
+    const bool downT = down->hasAttr("transpose_weight");
+    Value input = map.lookup(down->getOperand(0));
     Value downW = slice(b, down->getOperand(1), /*rows=*/!downT, lo, hi, symbols);
     Operation *newDown;
     if (auto l = dyn_cast<LinearOp>(down)) {
-      newDown = LinearOp::create(b, down->getLoc(), l.getType(), newAct->getResult(0),
-                                 downW, cpu ? Value() : l.getBias(),
+      newDown = LinearOp::create(b, down->getLoc(), l.getType(), input, downW,
+                                 cpu ? Value() : l.getBias(),
                                  l.getTransposeWeightAttr(), l.getActivationAttr());
     } else {
       auto s = cast<SparseLinearOp>(down);
       newDown = SparseLinearOp::create(
-          b, down->getLoc(), s.getType(), newAct->getResult(0), downW,
-          cpu ? Value() : s.getBias(), s.getActive(), s.getSparseDimAttr(),
+          b, down->getLoc(), s.getType(), input, downW,
+          cpu ? Value() : s.getBias(), /*active=*/Value(), s.getSparseDimAttr(),
           s.getModeAttr(), s.getGranularityAttr(), s.getTransposeWeightAttr(),
           /*placement=*/nullptr, s.getActivationAttr(), s.getPitTileAttr());
     }
@@ -154,59 +161,59 @@ struct SplitHotColdPass
     });
     for (Operation *act : acts) {
       auto placement = act->getAttrOfType<PlacementAttr>("placement");
-      Operation *up = act->getOperand(0).getDefiningOp();
-      if (!placement || !up || !act->getResult(0).hasOneUse() ||
-          !isa<LinearOp, SparseLinearOp>(up)) {
-        act->emitError("a placed FFN must be linear -> activation -> linear");
-        return signalPassFailure();
-      }
-      Operation *down = *act->getResult(0).getUsers().begin();
-      if (!isa<LinearOp, SparseLinearOp>(down) ||
-          !defOp<WeightOp>(up->getOperand(1)) || !defOp<WeightOp>(down->getOperand(1))) {
-        act->emitError("a placed FFN must be linear -> activation -> linear "
-                       "over model weights");
+      std::string why;
+      std::optional<FfnRegion> r = matchFfnRegion(act, why);
+      if (!placement || !r) {
+        act->emitError("cannot split this placed FFN: ")
+            << (placement ? why : "its placement is not #sparsec.placement");
         return signalPassFailure();
       }
       const int64_t G = placement.getGpuNeurons(), F = placement.getTotalNeurons();
+      if (F != r->neurons || G < 0) {
+        act->emitError("cannot split this placed FFN: its placement counts ")
+            << F << " neurons (" << G << " on the GPU), the FFN has "
+            << r->neurons;
+        return signalPassFailure();
+      }
       if (G >= F)
         continue;
       if (G == 0) {
-        for (Operation *op : {up, act, down})
+        for (Operation *op : r->body)
           op->setAttr(kDeviceAttrName, StringAttr::get(ctx, "cpu"));
+        r->down->setAttr(kDeviceAttrName, StringAttr::get(ctx, "cpu"));
         ++numCpu;
         continue;
       }
+      Operation *down = r->down;
       OpBuilder b(down);
       // Predictors stay on the GPU, one per part; the CPU part's first, so
       // its mask reaches the host while the GPU part runs.
       Value gpuMask, cpuMask;
-      if (auto s = dyn_cast<SparseLinearOp>(up); s && s.getActive()) {
-        FailureOr<Value> c = partPredictor(b, s, G, F, symbols);
-        FailureOr<Value> g = failed(c) ? c : partPredictor(b, s, 0, G, symbols);
+      auto first = dyn_cast<SparseLinearOp>(r->projections.front());
+      Operation *predict = first && first.getActive()
+                               ? first.getActive().getDefiningOp()
+                               : nullptr;
+      if (predict) {
+        FailureOr<Value> c = partPredictor(b, first, G, F, symbols);
+        FailureOr<Value> g = failed(c) ? c : partPredictor(b, first, 0, G, symbols);
         if (failed(g))
           return signalPassFailure();
         cpuMask = *c;
         gpuMask = *g;
       }
-      FailureOr<Value> gpu =
-          part(b, up, act, down, 0, G, /*cpu=*/false, gpuMask, symbols);
+      FailureOr<Value> gpu = part(b, *r, 0, G, /*cpu=*/false, gpuMask, symbols);
       if (failed(gpu))
         return signalPassFailure();
-      FailureOr<Value> cpu =
-          part(b, up, act, down, G, F, /*cpu=*/true, cpuMask, symbols);
+      FailureOr<Value> cpu = part(b, *r, G, F, /*cpu=*/true, cpuMask, symbols);
       if (failed(cpu))
         return signalPassFailure();
       Value sum = AddOp::create(b, down->getLoc(), down->getResult(0).getType(),
                                 *gpu, *cpu)
                       .getResult();
       down->getResult(0).replaceAllUsesWith(sum);
-      Operation *predict = nullptr;
-      if (auto s = dyn_cast<SparseLinearOp>(up))
-        if (Value mask = s.getActive())
-          predict = mask.getDefiningOp();
       down->erase();
-      act->erase();
-      up->erase();
+      for (Operation *op : llvm::reverse(r->body))
+        op->erase();
       if (predict && predict->use_empty())
         predict->erase();
       ++numSplit;

@@ -527,9 +527,13 @@ def PartitionHotColdPass : Pass<"sparsec-partition-hot-cold", "mlir::ModuleOp"> 
     many GPU neurons as save the CPU `sync-us` of row reads at
     `cpu-bandwidth` GB/s (PowerInfer's communication constraint).
 
+    An FFN is linear -> activation -> linear, a gated MLP
+    (`down(act(gate(x)) * up(x))`: a neuron is its gate row, up row and down
+    row) or a squared activation before the down projection.
+
     Results: every neuron-indexed weight of each FFN (up projection
-    columns or rows, its bias, down projection rows, the predictor's second
-    matrix and bias) gets a `permute_*` transform to hot-first order,
+    columns or rows, a gated MLP's gate projection's, their biases, down
+    projection rows, the predictor's second matrix and bias) gets a `permute_*` transform to hot-first order,
     applied at weight-pack time, so each device's part is contiguous; the
     FFN's activation op (and its `sparse_linear` ops) get
     `#sparsec.placement<gpu_neurons = ..., total_neurons = ..., group = ...>`;
@@ -572,7 +576,8 @@ def SplitHotColdPass : Pass<"sparsec-split-hot-cold", "mlir::ModuleOp"> {
   let description = [{
     For every FFN whose activation carries a `#sparsec.placement` (from
     sparsec-partition-hot-cold) with `0 < gpu_neurons < total_neurons`, the
-    up projection, activation and down projection become two FFNs over the
+    FFN (up projection, activation and down projection; a gated MLP's gate
+    and up projections, mask and product; a square) becomes two FFNs over the
     hot-first neuron ranges `[0, gpu_neurons)` and `[gpu_neurons, total)`,
     with weights sliced at pack time (`slice_rows:lo:hi`, `slice_cols:lo:hi`
     transforms), a predictor per part (same first matrix, its second matrix
@@ -581,7 +586,7 @@ def SplitHotColdPass : Pass<"sparsec-split-hot-cold", "mlir::ModuleOp"> {
     CPU part's ops get `sparsec.device = "cpu"`; the emitter runs them on
     the host with the x86 kernels while the GPU part runs, and moves their
     inputs to the host as soon as they are produced. FFNs placed wholly on
-    the CPU get the attribute on all three ops; wholly on the GPU, nothing.
+    the CPU get the attribute on all their ops; wholly on the GPU, nothing.
   }];
   let statistics = [
     Statistic<"numSplit", "num-split", "FFNs split between GPU and CPU">,
