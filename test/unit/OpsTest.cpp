@@ -38,6 +38,9 @@ namespace sparsec::rt::ops::detail {
 void setKernelIsa(int isa);
 int kernelIsa();
 void setForceScalarKernels(bool force);
+// The attention's softmax pieces (runtime/src/cpu/Common.h).
+float scaleAddMax(float *s, int64_t n, float scale, const float *add);
+double expShiftSum(float *s, int64_t n, float m);
 } // namespace sparsec::rt::ops::detail
 
 using namespace sparsec::rt;
@@ -860,6 +863,68 @@ std::vector<int> availableIsas() {
   }
   ops::detail::setKernelIsa(0);
   return isas;
+}
+
+// The attention's softmax pieces (scaleAddMax, expShiftSum): the same
+// maximum as the scalar loop, exp within 2 ulp of libm's (double), 0 below
+// -87, NaN kept, the double sum of what was written, on every ISA.
+TEST_P(OpsTest, SoftmaxPiecesOnEveryIsa) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-120.0f, 20.0f);
+  for (int isa : availableIsas()) {
+    SCOPED_TRACE("isa " + std::to_string(isa));
+    ops::detail::setKernelIsa(isa);
+    for (int64_t n : {0, 1, 7, 8, 9, 31, 1000}) {
+      SCOPED_TRACE("n " + std::to_string(n));
+      std::vector<float> s(static_cast<size_t>(n)), add(s), ref(s);
+      for (int64_t j = 0; j < n; ++j) {
+        s[size_t(j)] = u(rng);
+        add[size_t(j)] = j % 5 == 0 ? -INFINITY : u(rng) * 0.1f;
+      }
+      float refMax = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        ref[size_t(j)] = s[size_t(j)] * 0.125f + add[size_t(j)];
+        refMax = std::max(refMax, ref[size_t(j)]);
+      }
+      const float m = ops::detail::scaleAddMax(s.data(), n, 0.125f, add.data());
+      EXPECT_EQ(m, refMax);
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(s[size_t(j)], ref[size_t(j)]) << "j " << j;
+      // exp over a wide range around the maximum, -inf included.
+      for (int64_t j = 0; j < n; ++j)
+        s[size_t(j)] = j % 3 ? u(rng) : ref[size_t(j)];
+      const std::vector<float> in = s;
+      const float mx = n ? *std::max_element(in.begin(), in.end()) : 0.0f;
+      const double sum = ops::detail::expShiftSum(s.data(), n, mx);
+      double written = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const float x = in[size_t(j)] - mx;
+        const float e = s[size_t(j)];
+        written += double(e);
+        if (x != x) { // every score -inf: -inf - -inf
+          ASSERT_TRUE(std::isnan(e));
+          continue;
+        }
+        if (x < -87.0f) {
+          ASSERT_EQ(e, 0.0f) << "x " << x;
+          continue;
+        }
+        const double want = std::exp(double(x));
+        ASSERT_NEAR(e, want, 2.4e-7 * want) << "x " << x;
+      }
+      if (written == written)
+        EXPECT_NEAR(sum, written, 1e-12 * std::max(1.0, written));
+      else
+        EXPECT_TRUE(std::isnan(sum));
+    }
+    // A NaN score stays NaN and makes the sum NaN; the maximum ignores it.
+    std::vector<float> s = {0.5f, NAN, -1.0f, 2.0f, 0.0f, 1.0f, -3.0f, 0.25f, 4.0f};
+    EXPECT_EQ(ops::detail::scaleAddMax(s.data(), 9, 1.0f, nullptr), 4.0f);
+    EXPECT_TRUE(std::isnan(ops::detail::expShiftSum(s.data(), 9, 4.0f)));
+    EXPECT_TRUE(std::isnan(s[1]));
+    EXPECT_EQ(s[8], 1.0f);
+  }
+  ops::detail::setKernelIsa(0);
 }
 
 TEST_P(OpsTest, KernelIsaSelection) {

@@ -698,6 +698,15 @@ void widenRow(const float *src, float *dst, int64_t n); // a copy
 void widenRow(const Half *src, float *dst, int64_t n);
 void narrowRow(const float *src, Half *dst, int64_t n);
 
+/// Softmax pieces (attention): s[j] = s[j] * scale + (add ? add[j] : 0)
+/// for j < n, returning their maximum (-inf for n = 0; NaN propagates).
+float scaleAddMax(float *s, int64_t n, float scale, const float *add);
+/// s[j] = exp(s[j] - m) for j < n, 0 where s[j] - m < -87 (below float's
+/// normal range, a share under 1e-37 of the largest term, which is 1);
+/// returns the sum in double. AVX2 / AVX-512 polynomial (within 2 ulp of
+/// libm's expf) where the kernels use them.
+double expShiftSum(float *s, int64_t n, float m);
+
 /// Kernel ISAs for setKernelIsa / kernelIsa.
 enum : int { kIsaBest = 0, kIsaScalar = 1, kIsaAvx2 = 2, kIsaAvx512 = 3 };
 /// The ISA the f32 kernels use now (never kIsaBest); see Linear.cpp.

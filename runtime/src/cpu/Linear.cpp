@@ -213,6 +213,7 @@ namespace {
 struct ScalarKernel {
   static constexpr int MR = 4, NR = 8;
   static constexpr int64_t KC = 256, MC = 64, NC = 2048;
+  static constexpr bool kDirectA = false; // reads A packed (packA)
 
   /// c[MR, NR] (row stride ldc) = (accumulate ? c : 0) + ap . bp.
   static void tile(int64_t kc, const float *ap, const float *bp, float *c,
@@ -331,6 +332,59 @@ struct Avx2Kernel {
       _mm256_storeu_ps(row + 8, v1);
     }
   }
+
+  /// tile over ROWS <= MR rows of A read where they are (row stride lda).
+  template <int ROWS>
+  SPARSEC_RT_AVX2 static void tileRows(int64_t kc, const float *a, int64_t lda,
+                                       const float *bp, float *c, int64_t ldc,
+                                       bool accumulate, const float *bias) {
+    const __m256 i0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+    const __m256 i1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+    __m256 acc[ROWS][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < ROWS; ++i) {
+      acc[i][0] = i0;
+      acc[i][1] = i1;
+    }
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < kc; ++k) {
+      const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+#pragma GCC unroll 6
+      for (int i = 0; i < ROWS; ++i) {
+        const __m256 av = _mm256_broadcast_ss(a + i * lda + k);
+        acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+      }
+      bp += NR;
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < ROWS; ++i) {
+      float *row = c + i * ldc;
+      __m256 v0 = acc[i][0], v1 = acc[i][1];
+      if (accumulate) {
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(row));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(row + 8));
+      }
+      _mm256_storeu_ps(row, v0);
+      _mm256_storeu_ps(row + 8, v1);
+    }
+  }
+  static constexpr bool kDirectA = true;
+  /// c[rows, NR] = (accumulate ? c : bias) + A[rows, kc] . bp, A read in
+  /// place (row stride lda: no packing, no padding rows), 1 <= rows <= MR;
+  /// `bias` (NR values, added to every row) may be null.
+  static void tileDirect(int rows, int64_t kc, const float *a, int64_t lda,
+                         const float *bp, float *c, int64_t ldc,
+                         bool accumulate, const float *bias) {
+    switch (rows) {
+    case 1: return tileRows<1>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 2: return tileRows<2>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 3: return tileRows<3>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 4: return tileRows<4>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 5: return tileRows<5>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    default: return tileRows<6>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    }
+  }
 };
 
 /// streamBlockScalar for ROWS rows and (n1 - n0) % CH == 0: each CH-wide
@@ -397,6 +451,77 @@ void streamBlockAvx2Rows(int64_t rows, int64_t k0, int64_t kb, const float *x,
   default:
     return streamBlockAvx2<6, 16, W>(k0, kb, x, ldx, xp, B, ldb, y, ldy, n0, n1);
   }
+}
+
+/// exp(x) for x in [-87, 0] (8 lanes): x = n ln2 + r, |r| <= ln2 / 2,
+/// e^r by its Taylor polynomial to r^7 (truncation under 2e-9 relative),
+/// times 2^n through the exponent bits.
+SPARSEC_RT_AVX2 inline __m256 expAvx2(__m256 x) {
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+SPARSEC_RT_AVX2 double expShiftSumAvx2(float *s, int64_t n, float m) {
+  const __m256 mv = _mm256_set1_ps(m), lo = _mm256_set1_ps(-87.0f);
+  __m256d sum0 = _mm256_setzero_pd(), sum1 = _mm256_setzero_pd();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + j), mv);
+    // Lanes below -87 are 0; NaN lanes stay NaN (max_ps returns its second
+    // operand when either is NaN).
+    const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_NLT_UQ);
+    const __m256 e = _mm256_and_ps(expAvx2(_mm256_max_ps(lo, x)), keep);
+    _mm256_storeu_ps(s + j, e);
+    sum0 = _mm256_add_pd(sum0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    sum1 = _mm256_add_pd(sum1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double part[4];
+  _mm256_store_pd(part, _mm256_add_pd(sum0, sum1));
+  double sum = (part[0] + part[1]) + (part[2] + part[3]);
+  for (; j < n; ++j) {
+    const float x = s[j] - m;
+    s[j] = x < -87.0f ? 0.0f : std::exp(x);
+    sum += double(s[j]);
+  }
+  return sum;
+}
+
+SPARSEC_RT_AVX2 float scaleAddMaxAvx2(float *s, int64_t n, float scale,
+                                      const float *add) {
+  const __m256 sv = _mm256_set1_ps(scale);
+  __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + j), sv);
+    if (add)
+      v = _mm256_add_ps(v, _mm256_loadu_ps(add + j));
+    _mm256_storeu_ps(s + j, v);
+    mv = _mm256_max_ps(v, mv); // a NaN v keeps mv, as std::max(m, v) does
+  }
+  alignas(32) float part[8];
+  _mm256_store_ps(part, mv);
+  float m = part[0];
+  for (int i = 1; i < 8; ++i)
+    m = std::max(m, part[i]);
+  for (; j < n; ++j) {
+    const float v = s[j] * scale + (add ? add[j] : 0.0f);
+    s[j] = v;
+    m = std::max(m, v);
+  }
+  return m;
 }
 
 SPARSEC_RT_AVX2 float dotAvx2(const float *a, const float *b, int64_t n) {
@@ -479,6 +604,70 @@ struct Avx512Kernel {
       }
       _mm512_storeu_ps(row, v0);
       _mm512_storeu_ps(row + 16, v1);
+    }
+  }
+
+  /// tile over ROWS <= MR rows of A read where they are (row stride lda).
+  template <int ROWS>
+  SPARSEC_RT_AVX512 static void tileRows(int64_t kc, const float *a,
+                                         int64_t lda, const float *bp,
+                                         float *c, int64_t ldc,
+                                         bool accumulate, const float *bias) {
+    const __m512 i0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    const __m512 i1 = bias ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();
+    __m512 acc[ROWS][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < ROWS; ++i) {
+      acc[i][0] = i0;
+      acc[i][1] = i1;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < ROWS; ++i) {
+      _mm_prefetch(reinterpret_cast<const char *>(c + i * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char *>(c + i * ldc + 31),
+                   _MM_HINT_T0);
+    }
+#pragma GCC unroll 2
+    for (int64_t k = 0; k < kc; ++k) {
+      const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#pragma GCC unroll 12
+      for (int i = 0; i < ROWS; ++i) {
+        const __m512 av = _mm512_set1_ps(a[i * lda + k]);
+        acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
+      }
+      bp += NR;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < ROWS; ++i) {
+      float *row = c + i * ldc;
+      __m512 v0 = acc[i][0], v1 = acc[i][1];
+      if (accumulate) {
+        v0 = _mm512_add_ps(v0, _mm512_loadu_ps(row));
+        v1 = _mm512_add_ps(v1, _mm512_loadu_ps(row + 16));
+      }
+      _mm512_storeu_ps(row, v0);
+      _mm512_storeu_ps(row + 16, v1);
+    }
+  }
+  static constexpr bool kDirectA = true;
+  /// As Avx2Kernel::tileDirect, 1 <= rows <= MR.
+  static void tileDirect(int rows, int64_t kc, const float *a, int64_t lda,
+                         const float *bp, float *c, int64_t ldc,
+                         bool accumulate, const float *bias) {
+    switch (rows) {
+    case 1: return tileRows<1>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 2: return tileRows<2>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 3: return tileRows<3>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 4: return tileRows<4>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 5: return tileRows<5>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 6: return tileRows<6>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 7: return tileRows<7>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 8: return tileRows<8>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 9: return tileRows<9>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 10: return tileRows<10>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    case 11: return tileRows<11>(kc, a, lda, bp, c, ldc, accumulate, bias);
+    default: return tileRows<12>(kc, a, lda, bp, c, ldc, accumulate, bias);
     }
   }
 };
@@ -707,9 +896,12 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
   const int64_t kcMax = std::min(KC, g.K);
   float *bp = packBScratch.get(
       size_t(kcMax * ((std::min(NC, n1 - n0) + NR - 1) / NR * NR)));
-  float *ap = packAScratch.get(
-      size_t(kcMax * ((std::min(MC, m1 - m0) + MR - 1) / MR * MR)));
-  if (!bp || !ap) { // out of memory for the packed panels: unblocked
+  // Kernels with tileDirect read A where it is; the others pack it.
+  float *ap = Kern::kDirectA
+                  ? nullptr
+                  : packAScratch.get(size_t(
+                        kcMax * ((std::min(MC, m1 - m0) + MR - 1) / MR * MR)));
+  if (!bp || (!Kern::kDirectA && !ap)) { // out of memory: unblocked
     for (int64_t i = m0; i < m1; ++i) {
       float *c = g.C + i * g.ldc;
       for (int64_t j = n0; j < n1; ++j)
@@ -738,14 +930,42 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
         packB<NR, W>(B + pc * g.ldb + jc, g.ldb, kc, nc, bp);
       for (int64_t ic = m0; ic < m1; ic += MC) {
         const int64_t mc = std::min(MC, m1 - ic);
-        packA<MR>(g.A + ic * g.lda + pc, g.lda, mc, kc, ap);
+        if constexpr (!Kern::kDirectA)
+          packA<MR>(g.A + ic * g.lda + pc, g.lda, mc, kc, ap);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const float *bs = panel + (jr / NR) * kc * NR;
           const int64_t cols = std::min<int64_t>(NR, nc - jr);
           for (int64_t ir = 0; ir < mc; ir += MR) {
-            const float *as = ap + (ir / MR) * kc * MR;
             const int64_t rows = std::min<int64_t>(MR, mc - ir);
             float *c = g.C + (ic + ir) * g.ldc + jc + jr;
+            if constexpr (Kern::kDirectA) {
+              // A's rows where they are: a partial strip of rows computes
+              // only those; a partial strip of columns goes through `edge`.
+              // A full strip starts from the bias (first panel) instead of
+              // adding it afterwards.
+              const float *as = g.A + (ic + ir) * g.lda + pc;
+              const bool biasIn = cols == NR && g.bias;
+              if (cols == NR) {
+                Kern::tileDirect(int(rows), kc, as, g.lda, bs, c, g.ldc, !first,
+                                 biasIn && first ? g.bias + jc + jr : nullptr);
+              } else {
+                Kern::tileDirect(int(rows), kc, as, g.lda, bs, edge, NR, false,
+                                 nullptr);
+                for (int64_t i = 0; i < rows; ++i)
+                  for (int64_t j = 0; j < cols; ++j)
+                    c[i * g.ldc + j] = first ? edge[i * NR + j]
+                                             : c[i * g.ldc + j] + edge[i * NR + j];
+              }
+              if (last && (biasIn || !g.bias)) {
+                if (g.act != Activation::none)
+                  for (int64_t i = 0; i < rows; ++i)
+                    applyActivation(g.act, c + i * g.ldc, cols);
+              } else if (last) {
+                epilogue(g, c, rows, jc + jr, cols);
+              }
+              continue;
+            }
+            const float *as = ap + (ir / MR) * kc * MR;
             if (rows == MR && cols == NR) {
               Kern::tile(kc, as, bs, c, g.ldc, !first);
             } else {
@@ -938,6 +1158,34 @@ float dot(const float *a, const float *b, int64_t n) {
   for (; i < n; ++i)
     r += a[i] * b[i];
   return r;
+}
+
+float scaleAddMax(float *s, int64_t n, float scale, const float *add) {
+#if SPARSEC_RT_X86
+  if (useAvx2())
+    return scaleAddMaxAvx2(s, n, scale, add);
+#endif
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = s[j] * scale + (add ? add[j] : 0.0f);
+    s[j] = v;
+    m = std::max(m, v);
+  }
+  return m;
+}
+
+double expShiftSum(float *s, int64_t n, float m) {
+#if SPARSEC_RT_X86
+  if (useAvx2())
+    return expShiftSumAvx2(s, n, m);
+#endif
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float x = s[j] - m;
+    s[j] = x < -87.0f ? 0.0f : std::exp(x);
+    sum += double(s[j]);
+  }
+  return sum;
 }
 
 void axpy(float alpha, const float *x, float *y, int64_t n) {

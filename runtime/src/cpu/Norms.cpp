@@ -428,6 +428,9 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   auto maskScores = [&](float *s, int64_t b, int64_t h, int64_t i,
                         int64_t jEnd) {
     const int64_t mRow = b * mStr[0] + h * mStr[1] + i * mStr[2];
+    // No mask, or a float mask whose rows are contiguous: vectorized.
+    if (!mb && (!mf || mStr[3] == 1))
+      return scaleAddMax(s, jEnd, scale, mf ? mf + mRow : nullptr);
     float m = ninf;
     for (int64_t j = 0; j < jEnd; ++j) {
       float v = s[j] * scale;
@@ -440,17 +443,10 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     }
     return m;
   };
-  // s[j] = exp(s[j] - m) over [0, jEnd); returns their sum. exp underflows
-  // to 0 below about -103 (through libm's slow path): those keys (the
-  // masked ones) are set to 0 without it.
+  // s[j] = exp(s[j] - m) over [0, jEnd); returns their sum. Terms below
+  // exp(-87) (the masked keys among them) are 0 (expShiftSum).
   auto expScores = [&](float *s, int64_t jEnd, float m) {
-    double sum = 0;
-    for (int64_t j = 0; j < jEnd; ++j) {
-      const float x = s[j] - m;
-      s[j] = x < -104.0f ? 0.0f : std::exp(x);
-      sum += double(s[j]);
-    }
-    return sum;
+    return expShiftSum(s, jEnd, m);
   };
 
   // Many query rows a head (prefill): blocks of rows through the GEMM
@@ -478,12 +474,16 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
           std::fill(orow0, orow0 + rows * Dv, 0.0f);
           continue;
         }
-        // K^T [D, jMax] of this head.
+        // K^T [D, jMax] of this head, 16 keys at a time (whole cache lines
+        // of K^T written, 16 rows of K read).
         kt.resize(size_t(D * jMax));
         const float *kh = keys + bh * T * D;
-        for (int64_t j = 0; j < jMax; ++j)
+        for (int64_t j0 = 0; j0 < jMax; j0 += 16) {
+          const int64_t j1 = std::min(jMax, j0 + 16);
           for (int64_t d = 0; d < D; ++d)
-            kt[size_t(d * jMax + j)] = kh[j * D + d];
+            for (int64_t j = j0; j < j1; ++j)
+              kt[size_t(d * jMax + j)] = kh[j * D + d];
+        }
         sc.resize(size_t(rows * jMax));
         GemmArgs g;
         g.M = rows;
