@@ -40,12 +40,14 @@ using detail::load8;
 //===----------------------------------------------------------------------===//
 
 /// y[0, n) += a * w[0, n)
-template <typename W> void axpyScalar(float *y, const W *w, float a, int64_t n) {
+template <typename W>
+void axpyScalar(float *y, const W *w, float a, int64_t n, const W *) {
   for (int64_t i = 0; i < n; ++i)
     y[i] += a * toFloat(w[i]);
 }
 /// x[0, n) . w[0, n)
-template <typename W> float dotScalar(const float *x, const W *w, int64_t n) {
+template <typename W>
+float dotScalar(const float *x, const W *w, int64_t n, const W *) {
   float acc = 0;
   for (int64_t i = 0; i < n; ++i)
     acc += x[i] * toFloat(w[i]);
@@ -55,11 +57,25 @@ template <typename W> float dotScalar(const float *x, const W *w, int64_t n) {
 #if defined(__x86_64__)
 #define SPARSEC_AVX2 __attribute__((target("avx2,fma,f16c")))
 
+/// Prefetches (into the L2) the cache lines of the next row a kernel will
+/// read, [next + i, next + i + 32) elements, while this one streams: a
+/// gathered row starts with its lines requested rather than with the
+/// hardware prefetcher still learning its address.
+template <typename W> SPARSEC_AVX2 inline void prefetchNext(const W *next, int64_t i) {
+  if (!next)
+    return;
+  _mm_prefetch(reinterpret_cast<const char *>(next + i), _MM_HINT_T1);
+  if constexpr (sizeof(W) == 4)
+    _mm_prefetch(reinterpret_cast<const char *>(next + i + 16), _MM_HINT_T1);
+}
+
 template <typename W>
-SPARSEC_AVX2 void axpyAvx2(float *y, const W *w, float a, int64_t n) {
+SPARSEC_AVX2 void axpyAvx2(float *y, const W *w, float a, int64_t n,
+                           const W *next) {
   __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetchNext(next, i);
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8(w + i), _mm256_loadu_ps(y + i)));
     _mm256_storeu_ps(y + i + 8, _mm256_fmadd_ps(va, load8(w + i + 8),
                                                 _mm256_loadu_ps(y + i + 8)));
@@ -75,10 +91,12 @@ SPARSEC_AVX2 void axpyAvx2(float *y, const W *w, float a, int64_t n) {
 }
 
 template <typename W>
-SPARSEC_AVX2 float dotAvx2(const float *x, const W *w, int64_t n) {
+SPARSEC_AVX2 float dotAvx2(const float *x, const W *w, int64_t n,
+                           const W *next) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetchNext(next, i);
     a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load8(w + i), a0);
     a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), load8(w + i + 8), a1);
     a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), load8(w + i + 16), a2);
@@ -98,8 +116,9 @@ SPARSEC_AVX2 float dotAvx2(const float *x, const W *w, int64_t n) {
 #endif
 
 template <typename W> struct Kernels {
-  using Axpy = void (*)(float *, const W *, float, int64_t);
-  using Dot = float (*)(const float *, const W *, int64_t);
+  /// The last argument: the row the caller reads next (prefetched), or null.
+  using Axpy = void (*)(float *, const W *, float, int64_t, const W *);
+  using Dot = float (*)(const float *, const W *, int64_t, const W *);
   Axpy axpy = axpyScalar<W>;
   Dot dot = dotScalar<W>;
   Kernels() {
@@ -161,9 +180,12 @@ void inputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
       else
         std::fill(y, y + len, 0.0f);
       const float *row = xp + r * k;
-      for (int64_t a = start[size_t(r)]; a < start[size_t(r) + 1]; ++a) {
+      const int64_t a1 = start[size_t(r) + 1];
+      for (int64_t a = start[size_t(r)]; a < a1; ++a) {
         int32_t i = active[size_t(a)];
-        axpy(y, wp + int64_t(i) * n + c0, row[i], len);
+        const W *next =
+            a + 1 < a1 ? wp + int64_t(active[size_t(a) + 1]) * n + c0 : nullptr;
+        axpy(y, wp + int64_t(i) * n + c0, row[i], len, next);
       }
     }
   });
@@ -204,7 +226,8 @@ void outputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
   ctx.pool.parallelFor(int64_t(pairs.size()), 64, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       int64_t p = pairs[size_t(t)], r = p / n, j = p % n;
-      yp[p] = activate(act, dot(xp + r * k, wp + j * k, k) + (bp ? bp[j] : 0.0f));
+      const W *next = t + 1 < end ? wp + (pairs[size_t(t) + 1] % n) * k : nullptr;
+      yp[p] = activate(act, dot(xp + r * k, wp + j * k, k, next) + (bp ? bp[j] : 0.0f));
     }
   });
 }
@@ -221,7 +244,7 @@ void predictor(Context &ctx, const float *xp, const W1 *w1, const W2 *w2,
       const float *x = xp + row * d;
       for (int64_t i = 0; i < d; ++i)
         if (x[i] != 0.0f)
-          axpy1(hr, w1 + i * r, x[i], r);
+          axpy1(hr, w1 + i * r, x[i], r, nullptr);
     }
   });
   const auto axpy2 = kernels<W2>().axpy;
@@ -238,7 +261,8 @@ void predictor(Context &ctx, const float *xp, const W1 *w1, const W2 *w2,
         std::fill(logits.begin(), logits.begin() + len, 0.0f);
       const float *hr = h.data() + row * r;
       for (int64_t e = 0; e < r; ++e)
-        axpy2(logits.data(), w2 + e * n + c0, hr[e], len);
+        axpy2(logits.data(), w2 + e * n + c0, hr[e], len,
+              e + 1 < r ? w2 + (e + 1) * n + c0 : nullptr);
       uint8_t *m = mp + row * n + c0;
       for (int64_t j = 0; j < len; ++j)
         m[j] = logits[size_t(j)] > threshold;
