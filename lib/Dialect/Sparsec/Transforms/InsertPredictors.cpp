@@ -105,7 +105,7 @@ LogicalResult loadWeight(Value v, SymbolTable &symbols,
   const TensorView *view = store->get(global.getSource().str(), error);
   // float32, or a half-precision export's weight widened (sparsec-widen-half).
   if (!view || !WeightStore::readFloat32(*view, out) ||
-      int64_t(out.size()) != count) {
+      out.size() != count) {
     error = "weight '" + global.getSource().str() +
             "' is missing or not float32, float16 or bfloat16 in " +
             store->path();

@@ -89,15 +89,10 @@ struct PartitionHotColdPass
       OpOperand *weight = &p->getOpOperand(1);
       f.indexed.push_back({weight, /*rows=*/t});
       f.placed.push_back(weight);
-      Value bias = isa<LinearOp>(p) ? cast<LinearOp>(p).getBias()
-                                    : cast<SparseLinearOp>(p).getBias();
-      if (!bias)
+      OpOperand *b = biasOperand(p);
+      if (!b)
         continue;
-      OpOperand *b = nullptr;
-      for (OpOperand &o : p->getOpOperands())
-        if (o.get() == bias && o.getOperandNumber() >= 2)
-          b = &o;
-      if (!b || !defOp<WeightOp>(bias)) {
+      if (!defOp<WeightOp>(b->get())) {
         why = "its up bias is not a model weight";
         return failure();
       }

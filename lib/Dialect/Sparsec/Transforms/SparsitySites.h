@@ -107,6 +107,18 @@ inline bool isSparsitySite(mlir::Operation *op) {
   return matchGatedMlp(op).has_value() || matchSquared(op) != nullptr;
 }
 
+/// The bias operand of a linear or sparse_linear, or null without one.
+inline mlir::OpOperand *biasOperand(mlir::Operation *linear) {
+  mlir::Value bias = mlir::isa<LinearOp>(linear)
+                         ? mlir::cast<LinearOp>(linear).getBias()
+                         : mlir::cast<SparseLinearOp>(linear).getBias();
+  if (bias)
+    for (mlir::OpOperand &o : linear->getOpOperands())
+      if (o.get() == bias && o.getOperandNumber() >= 2)
+        return &o;
+  return nullptr;
+}
+
 /// One FFN around a sparsity site, as the hot/cold passes place and split
 /// it by neurons: the projections computing neuron-indexed values from the
 /// FFN's input (the up projection; a gated MLP's gate and up projections),

@@ -112,12 +112,9 @@ struct SplitHotColdPass
         const bool t = op->hasAttr("transpose_weight");
         sliced.push_back(
             {1, slice(b, op->getOperand(1), /*rows=*/t, lo, hi, symbols)});
-        Value bias = isa<LinearOp>(op) ? cast<LinearOp>(op).getBias()
-                                       : cast<SparseLinearOp>(op).getBias();
-        for (OpOperand &o : op->getOpOperands())
-          if (bias && o.get() == bias && o.getOperandNumber() >= 2)
-            sliced.push_back({o.getOperandNumber(),
-                              slice(b, bias, /*rows=*/true, lo, hi, symbols)});
+        if (OpOperand *bias = biasOperand(op))
+          sliced.push_back({bias->getOperandNumber(),
+                            slice(b, bias->get(), /*rows=*/true, lo, hi, symbols)});
       }
       Operation *c = b.clone(*op, map);
       c->removeAttr("placement"); // the activation's and the linears'
