@@ -369,22 +369,8 @@ struct Avx2Kernel {
       _mm256_storeu_ps(row + 8, v1);
     }
   }
+  /// tileRows reads A in place (tileDirect below), no packA.
   static constexpr bool kDirectA = true;
-  /// c[rows, NR] = (accumulate ? c : bias) + A[rows, kc] . bp, A read in
-  /// place (row stride lda: no packing, no padding rows), 1 <= rows <= MR;
-  /// `bias` (NR values, added to every row) may be null.
-  static void tileDirect(int rows, int64_t kc, const float *a, int64_t lda,
-                         const float *bp, float *c, int64_t ldc,
-                         bool accumulate, const float *bias) {
-    switch (rows) {
-    case 1: return tileRows<1>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 2: return tileRows<2>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 3: return tileRows<3>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 4: return tileRows<4>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 5: return tileRows<5>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    default: return tileRows<6>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    }
-  }
 };
 
 /// streamBlockScalar for ROWS rows and (n1 - n0) % CH == 0: each CH-wide
@@ -651,25 +637,6 @@ struct Avx512Kernel {
     }
   }
   static constexpr bool kDirectA = true;
-  /// As Avx2Kernel::tileDirect, 1 <= rows <= MR.
-  static void tileDirect(int rows, int64_t kc, const float *a, int64_t lda,
-                         const float *bp, float *c, int64_t ldc,
-                         bool accumulate, const float *bias) {
-    switch (rows) {
-    case 1: return tileRows<1>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 2: return tileRows<2>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 3: return tileRows<3>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 4: return tileRows<4>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 5: return tileRows<5>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 6: return tileRows<6>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 7: return tileRows<7>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 8: return tileRows<8>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 9: return tileRows<9>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 10: return tileRows<10>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    case 11: return tileRows<11>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    default: return tileRows<12>(kc, a, lda, bp, c, ldc, accumulate, bias);
-    }
-  }
 };
 
 /// streamChunks with zmm registers: CH-wide chunks (a multiple of 16) over
@@ -751,6 +718,21 @@ void streamBlockAvx512Rows(int64_t rows, int64_t k0, int64_t kb,
   }
 }
 #endif // SPARSEC_RT_X86
+
+/// c[rows, NR] = (accumulate ? c : bias) + A[rows, kc] . bp through
+/// Kern::tileRows<rows>: A read in place (row stride lda: no packing, no
+/// padding rows), 1 <= rows <= R = Kern::MR; `bias` (NR values, added to
+/// every row) may be null.
+template <typename Kern, int R = Kern::MR>
+void tileDirect(int rows, int64_t kc, const float *a, int64_t lda,
+                const float *bp, float *c, int64_t ldc, bool accumulate,
+                const float *bias) {
+  if constexpr (R > 1)
+    if (rows < R)
+      return tileDirect<Kern, R - 1>(rows, kc, a, lda, bp, c, ldc, accumulate,
+                                     bias);
+  Kern::template tileRows<R>(kc, a, lda, bp, c, ldc, accumulate, bias);
+}
 
 //===----------------------------------------------------------------------===//
 // Blocked GEMM driver
@@ -946,10 +928,10 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
               const float *as = g.A + (ic + ir) * g.lda + pc;
               const bool biasIn = cols == NR && g.bias;
               if (cols == NR) {
-                Kern::tileDirect(int(rows), kc, as, g.lda, bs, c, g.ldc, !first,
+                tileDirect<Kern>(int(rows), kc, as, g.lda, bs, c, g.ldc, !first,
                                  biasIn && first ? g.bias + jc + jr : nullptr);
               } else {
-                Kern::tileDirect(int(rows), kc, as, g.lda, bs, edge, NR, false,
+                tileDirect<Kern>(int(rows), kc, as, g.lda, bs, edge, NR, false,
                                  nullptr);
                 for (int64_t i = 0; i < rows; ++i)
                   for (int64_t j = 0; j < cols; ++j)
