@@ -85,8 +85,8 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "error: invalid option value\n");
     return 1;
   }
-  static const int64_t slots[] = {-1, -1, -1, -1, -1, -1};
-  ModelDesc desc{"bench", 0, nullptr, 0, nullptr, "", 0, 0, 6, slots, nullptr};
+  static const int64_t slots[] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+  ModelDesc desc{"bench", 0, nullptr, 0, nullptr, "", 0, 0, 9, slots, nullptr};
   Context ctx(desc, nullptr, threads);
   std::mt19937 rng(0);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -187,6 +187,29 @@ int main(int argc, char **argv) {
   double predictorOnly = time([&] {
     check(ops::predict(ctx, tx, tp1, tp2, &tpb, 0.0f, 2, m));
   });
+  // The predicted step's parts apart (float32 and float16 weights): the
+  // predictor, the up projection over the set, the down projection over
+  // the up projection's non-zeros. Each part repeated alone may be served
+  // partly from the L3 (the float32 predictor's 21 MB fits a 32 MB one),
+  // so the parts can add up to less than the step.
+  // (Slots 6-8: the outputs above stay for the checks below.)
+  Tensor mp, hp, yq;
+  struct Parts {
+    double predictor, up, down;
+  };
+  auto partsOf = [&](const Tensor &q1, const Tensor &q2, const Tensor &up,
+                     const Tensor &down) {
+    Parts p;
+    p.predictor = time([&] { check(ops::predict(ctx, tx, q1, q2, &tpb, 0.0f, 6, mp)); });
+    p.up = time([&] {
+      check(ops::sparseLinearOutput(ctx, tx, up, &tb1, tmask,
+                                    ops::Activation::relu, 7, hp));
+    });
+    p.down = time([&] { check(ops::sparseLinearInput(ctx, hp, down, &tb2, 8, yq)); });
+    return p;
+  };
+  const Parts parts = partsOf(tp1, tp2, tw1t, tw2);
+  const Parts partsHalf = partsOf(tp1H, tp2H, tw1tH, tw2H);
 
   // Correctness against dense (the predicted set covers every active
   // neuron, so the results agree up to summation order / fp16 rounding).
@@ -235,7 +258,15 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < rows.size(); ++i)
       std::printf("%s{\"name\": \"%s\", \"ms\": %.4f, \"bytes\": %.0f}",
                   i ? ", " : "", rows[i].name.c_str(), rows[i].ms, rows[i].bytes);
-    std::printf("]}\n");
+    std::printf("], \"parts\": {");
+    const std::pair<const char *, const Parts *> named[] = {
+        {"predicted", &parts}, {"predicted fp16", &partsHalf}};
+    for (size_t i = 0; i < 2; ++i)
+      std::printf("%s\"%s\": {\"predictor_ms\": %.4f, \"up_ms\": %.4f, "
+                  "\"down_ms\": %.4f}",
+                  i ? ", " : "", named[i].first, named[i].second->predictor,
+                  named[i].second->up, named[i].second->down);
+    std::printf("}}\n");
     return 0;
   }
   std::printf("FFN decode step d=%lld ffn=%lld fp32 activations, %d thread(s), "
@@ -252,6 +283,10 @@ int main(int argc, char **argv) {
     std::printf("%-16s %9.3f %7.2fx %10.1f %8.1f %12.3f\n", r.name.c_str(),
                 r.ms, dense / r.ms, r.bytes / 1e6, r.bytes / (r.ms * 1e6),
                 r.bytes / (bandwidth * 1e6));
+  std::printf("\npredicted step's parts, ms: predictor %.3f / %.3f, up "
+              "%.3f / %.3f, down %.3f / %.3f (float32 / float16 weights)\n",
+              parts.predictor, partsHalf.predictor, parts.up, partsHalf.up,
+              parts.down, partsHalf.down);
   std::printf("\nmax |y - y_dense|: exact %.2g, predicted %.2g, predicted "
               "fp16 %.2g\n",
               errExact, errPred, errHalf);
