@@ -1366,6 +1366,66 @@ std::vector<double> attentionRef(const Owned &q, const Owned &k, const Owned &v,
   return out;
 }
 
+// The GEMM path skips trailing keys that a mask hides (-1e4 additive, as
+// exports write a causal mask, or false in a bool mask) where the scores
+// cannot reach exp's cutoff, and computes them where they could (scores
+// of 1e4 and more, where skipping them would be wrong by O(1)): both
+// against the reference, within what float32 scores of that size allow.
+// Row 0 hides every key (a softmax over all of them, as the graph says).
+TEST_P(OpsTest, AttentionSkipsKeysTheMaskHides) {
+  const int64_t Sq = 70, D = 8, Dv = 6;
+  uint32_t seed = 1200;
+  for (float magnitude : {1.0f, 80.0f})
+    for (bool boolMask : {false, true}) {
+      SCOPED_TRACE("magnitude " + std::to_string(magnitude) +
+                   (boolMask ? " bool" : " float"));
+      Owned q = randomTensor(DType::f32, {1, 2, Sq, D}, seed++, -magnitude, magnitude);
+      Owned k = randomTensor(DType::f32, {1, 2, Sq, D}, seed++);
+      Owned v = randomTensor(DType::f32, {1, 2, Sq, Dv}, seed++);
+      if (magnitude > 1) {
+        // The last key, hidden from every row but the last, aligned with
+        // every query: its masked score (about 2.2e4 - 1e4) dominates.
+        for (int64_t i = 0; i < 2 * Sq * D; ++i)
+          q.t.as<float>()[i] = std::fabs(q.t.as<float>()[i]);
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t d = 0; d < D; ++d)
+            k.t.as<float>()[(h * Sq + Sq - 1) * D + d] = 200.0f;
+      }
+      std::vector<float> mf(size_t(Sq * Sq));
+      std::vector<uint8_t> mb(size_t(Sq * Sq));
+      for (int64_t i = 0; i < Sq; ++i)
+        for (int64_t j = 0; j < Sq; ++j) {
+          const bool kept = i > 0 && j <= i;
+          mf[size_t(i * Sq + j)] = kept ? 0.0f : -1e4f;
+          mb[size_t(i * Sq + j)] = kept;
+        }
+      Owned mask = boolMask ? make<uint8_t>(DType::b1, {Sq, Sq}, mb)
+                            : make<float>(DType::f32, {Sq, Sq}, mf);
+      const float scale = 1.0f / std::sqrt(float(D));
+      Tensor out;
+      ASSERT_TRUE(attention(ctx, q, k, v, &mask.t, nullptr, nullptr, scale,
+                            false, 12, out, -1, nullptr, -1, nullptr))
+          << ctx.error;
+      const std::vector<double> ref =
+          attentionRef(q, k, v, &mask, nullptr, nullptr, scale, false);
+      // float32 keeps the largest masked score |s scale + mask| to about
+      // 2^-24 of itself, which moves the softmax weights by as much.
+      double cond = 0;
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t i = 0; i < Sq; ++i)
+          for (int64_t j = 0; j < Sq; ++j) {
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d)
+              dot += at(q, (h * Sq + i) * D + d) * at(k, (h * Sq + j) * D + d);
+            cond = std::max(cond, std::fabs(dot * scale + (boolMask ? 0.0 : mf[size_t(i * Sq + j)])));
+          }
+      const double tol = 1e-5 + 8 * cond * std::ldexp(1.0, -24);
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_NEAR(out.as<float>()[i], ref[i], tol + 1e-5 * std::fabs(ref[i]))
+            << "at " << i;
+    }
+}
+
 TEST_P(OpsTest, Attention) {
   struct Case {
     int64_t B, Hq, Hk, Sq, Sk, P, D, Dv;

@@ -449,6 +449,30 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     return expShiftSum(s, jEnd, m);
   };
 
+  // Row i's keys [0, jEnd) less the trailing ones its mask hides (false in
+  // a bool mask, -1e3 or below in a float one: exports write -1e4, -inf or
+  // float's lowest); `hidden` gets the largest mask value among those (-inf
+  // for a bool mask). A row whose every key is hidden keeps them all (its
+  // softmax runs over them, as the graph says). The caller skips the hidden
+  // keys only where their scores cannot reach exp's cutoff (expShiftSum's
+  // -87 below the row's maximum), so that they would have added exactly 0.
+  auto lastKept = [&](int64_t b, int64_t h, int64_t i, int64_t jEnd,
+                      float &hidden) {
+    hidden = ninf;
+    if (!mf && !mb)
+      return jEnd;
+    const int64_t mRow = b * mStr[0] + h * mStr[1] + i * mStr[2];
+    for (int64_t j = jEnd; j > 0; --j) {
+      const int64_t at = mRow + (j - 1) * mStr[3];
+      if (mf ? mf[at] > -1e3f : bool(mb[at]))
+        return j;
+      if (mf)
+        hidden = std::max(hidden, mf[at]);
+    }
+    hidden = ninf;
+    return jEnd;
+  };
+
   // Many query rows a head (prefill): blocks of rows through the GEMM
   // kernel, scores = Q K^T and out = P V, when every head's keys and values
   // are one contiguous [T, D] run (no past, or the present copies).
@@ -458,6 +482,24 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     const float *values = P == 0 ? vp : pv.as<float>();
     constexpr int64_t RB = 64; // query rows a block
     const int64_t blocks = (Sq + RB - 1) / RB;
+    // With a mask: per key head, the largest key norm from key j on (the
+    // bound on the scores of the keys a row's mask hides), once a call.
+    std::vector<float> keyNormMax;
+    if (mf || mb) {
+      keyNormMax.assign(size_t(B * Hk * (T + 1)), 0.0f);
+      parallelFor(ctx, B * Hk, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t bh = begin; bh < end; ++bh) {
+          const float *kh = keys + bh * T * D;
+          float *kmax = keyNormMax.data() + bh * (T + 1);
+          for (int64_t j = T - 1; j >= 0; --j) {
+            double n2 = 0;
+            for (int64_t d = 0; d < D; ++d)
+              n2 += double(kh[j * D + d]) * kh[j * D + d];
+            kmax[j] = std::max(kmax[j + 1], float(std::sqrt(n2)));
+          }
+        }
+      });
+    }
     parallelFor(ctx, B * Hq * blocks, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> &kt = attnKeysT;
       std::vector<float> &sc = attnScores;
@@ -467,17 +509,32 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
         const int64_t bh = b * Hk + h / group;
         const int64_t i0 = blk * RB, i1 = std::min(Sq, i0 + RB);
         const int64_t rows = i1 - i0;
-        // Keys [0, jMax) may be attended by some row of the block.
-        const int64_t jMax = keysFor(i1 - 1, T);
+        // Keys [0, rowFull[r]) may be attended by row r (the causal limit);
+        // the block first tries without the trailing keys the mask hides
+        // (lastKept), [0, rowEnd[r]), and computes them after all if a
+        // row's bound does not rule them out.
+        int64_t rowEnd[RB], rowFull[RB];
+        float hidden[RB];
+        bool trimmed = false;
+        for (int64_t r = 0; r < rows; ++r) {
+          rowFull[r] = keysFor(i0 + r, T);
+          rowEnd[r] = lastKept(b, h, i0 + r, rowFull[r], hidden[r]);
+          trimmed |= rowEnd[r] < rowFull[r];
+        }
         float *orow0 = outp + (bhq * Sq + i0) * Dv;
+        const float *kh = keys + bh * T * D;
+      again:
+        int64_t jMax = 0;
+        for (int64_t r = 0; r < rows; ++r)
+          jMax = std::max(jMax, rowEnd[r]);
         if (jMax == 0) {
           std::fill(orow0, orow0 + rows * Dv, 0.0f);
           continue;
         }
+        const float *kmax = keyNormMax.data() + bh * (T + 1);
         // K^T [D, jMax] of this head, 16 keys at a time (whole cache lines
         // of K^T written, 16 rows of K read).
         kt.resize(size_t(D * jMax));
-        const float *kh = keys + bh * T * D;
         for (int64_t j0 = 0; j0 < jMax; j0 += 16) {
           const int64_t j1 = std::min(jMax, j0 + 16);
           for (int64_t d = 0; d < D; ++d)
@@ -502,8 +559,25 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r;
           float *srow = sc.data() + r * jMax;
-          const int64_t jEnd = keysFor(i, jMax);
+          const int64_t jEnd = rowEnd[r];
           const float m = maskScores(srow, b, h, i, jEnd);
+          if (jEnd < rowFull[r]) {
+            // A hidden key's score is at most |q| max|k| |scale| + its mask
+            // value; below m - 88 its exp would have been 0.
+            const float *qr = qp + (bhq * Sq + i) * D;
+            double q2 = 0;
+            for (int64_t d = 0; d < D; ++d)
+              q2 += double(qr[d]) * qr[d];
+            const double bound = std::sqrt(q2) * double(kmax[jEnd]) *
+                                     std::fabs(double(scale)) +
+                                 double(hidden[r]);
+            if (!(bound < double(m) - 88.0)) {
+              for (int64_t rr = 0; rr < rows; ++rr)
+                rowEnd[rr] = rowFull[rr];
+              trimmed = false;
+              goto again;
+            }
+          }
           empty[r] = m == ninf || m != m;
           if (empty[r]) {
             inv[r] = m != m ? double(m) : 0.0;
