@@ -12,17 +12,18 @@
 //    itself stays in cache (a private, padded copy) between blocks.
 //  * larger M: Goto/BLIS-style blocking. Per task (a tile of rows x columns
 //    of C), K is cut into panels of KC; the W panel is packed into strips of
-//    NR columns, the x block into strips of MR rows, and a register-blocked
-//    micro-kernel (6 x 16 floats in 12 ymm accumulators with AVX2/FMA)
-//    computes each MR x NR tile of C.
+//    NR columns, and a register-blocked micro-kernel (6 x 16 floats in 12
+//    ymm accumulators with AVX2/FMA) reads up to MR rows of x where they
+//    are and computes each MR x NR tile of C.
 //
 // The AVX2/FMA and AVX-512 kernels (streaming: 64-wide chunks of y in zmm
 // registers, masked tails; blocked: a 12 x 32 micro-kernel in 24 zmm
 // accumulators) are compiled with target attributes, the library itself
 // for baseline x86-64, and chosen at run time (see kernelIsa below:
 // SPARSEC_ISA=scalar|avx2|avx512 or the setKernelIsa test hook can force a
-// lower one); the portable kernels use the same drivers. Bias and activation
-// are applied to each tile of C after its last K panel, while it is in L1.
+// lower one); the portable kernels use the same drivers. A full tile of C
+// starts from the bias; the activation (and a partial tile's bias) is
+// applied after its last K panel, while it is in L1.
 //
 //===----------------------------------------------------------------------===//
 
@@ -213,22 +214,26 @@ namespace {
 struct ScalarKernel {
   static constexpr int MR = 4, NR = 8;
   static constexpr int64_t KC = 256, MC = 64, NC = 2048;
-  static constexpr bool kDirectA = false; // reads A packed (packA)
 
-  /// c[MR, NR] (row stride ldc) = (accumulate ? c : 0) + ap . bp.
-  static void tile(int64_t kc, const float *ap, const float *bp, float *c,
-                   int64_t ldc, bool accumulate) {
-    float acc[MR][NR] = {};
+  /// c[ROWS, NR] (row stride ldc) = (accumulate ? c : bias) + a . bp, A's
+  /// ROWS rows read in place (row stride lda); see tileDirect.
+  template <int ROWS>
+  static void tileRows(int64_t kc, const float *a, int64_t lda,
+                       const float *bp, float *c, int64_t ldc, bool accumulate,
+                       const float *bias) {
+    float acc[ROWS][NR];
+    for (int i = 0; i < ROWS; ++i)
+      for (int j = 0; j < NR; ++j)
+        acc[i][j] = bias ? bias[j] : 0.0f;
     for (int64_t k = 0; k < kc; ++k) {
-      for (int i = 0; i < MR; ++i) {
-        float a = ap[i];
+      for (int i = 0; i < ROWS; ++i) {
+        float ak = a[i * lda + k];
         for (int j = 0; j < NR; ++j)
-          acc[i][j] += a * bp[j];
+          acc[i][j] += ak * bp[j];
       }
-      ap += MR;
       bp += NR;
     }
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < ROWS; ++i)
       for (int j = 0; j < NR; ++j)
         c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
   }
@@ -267,72 +272,6 @@ struct Avx2Kernel {
   // block in L2, a 3 MB W panel in L3.
   static constexpr int64_t KC = 384, MC = 96, NC = 2048;
 
-  SPARSEC_RT_AVX2 static void tile(int64_t kc, const float *ap, const float *bp,
-                                   float *c, int64_t ldc, bool accumulate) {
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-#define SPARSEC_RT_STEP(K)                                                     \
-  {                                                                            \
-    __m256 b0 = _mm256_load_ps(bp + (K)*16);                                   \
-    __m256 b1 = _mm256_load_ps(bp + (K)*16 + 8);                               \
-    __m256 a = _mm256_broadcast_ss(ap + (K)*6 + 0);                            \
-    c00 = _mm256_fmadd_ps(a, b0, c00);                                         \
-    c01 = _mm256_fmadd_ps(a, b1, c01);                                         \
-    a = _mm256_broadcast_ss(ap + (K)*6 + 1);                                   \
-    c10 = _mm256_fmadd_ps(a, b0, c10);                                         \
-    c11 = _mm256_fmadd_ps(a, b1, c11);                                         \
-    a = _mm256_broadcast_ss(ap + (K)*6 + 2);                                   \
-    c20 = _mm256_fmadd_ps(a, b0, c20);                                         \
-    c21 = _mm256_fmadd_ps(a, b1, c21);                                         \
-    a = _mm256_broadcast_ss(ap + (K)*6 + 3);                                   \
-    c30 = _mm256_fmadd_ps(a, b0, c30);                                         \
-    c31 = _mm256_fmadd_ps(a, b1, c31);                                         \
-    a = _mm256_broadcast_ss(ap + (K)*6 + 4);                                   \
-    c40 = _mm256_fmadd_ps(a, b0, c40);                                         \
-    c41 = _mm256_fmadd_ps(a, b1, c41);                                         \
-    a = _mm256_broadcast_ss(ap + (K)*6 + 5);                                   \
-    c50 = _mm256_fmadd_ps(a, b0, c50);                                         \
-    c51 = _mm256_fmadd_ps(a, b1, c51);                                         \
-  }
-    for (int i = 0; i < 6; ++i) {
-      _mm_prefetch(reinterpret_cast<const char *>(c + i * ldc), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char *>(c + i * ldc + 15),
-                   _MM_HINT_T0);
-    }
-    int64_t k = 0;
-    for (; k + 4 <= kc; k += 4) {
-      _mm_prefetch(reinterpret_cast<const char *>(ap + 96), _MM_HINT_T0);
-      SPARSEC_RT_STEP(0)
-      SPARSEC_RT_STEP(1)
-      SPARSEC_RT_STEP(2)
-      SPARSEC_RT_STEP(3)
-      ap += 24;
-      bp += 64;
-    }
-    for (; k < kc; ++k) {
-      SPARSEC_RT_STEP(0)
-      ap += 6;
-      bp += 16;
-    }
-#undef SPARSEC_RT_STEP
-    __m256 acc[12] = {c00, c01, c10, c11, c20, c21,
-                      c30, c31, c40, c41, c50, c51};
-    for (int i = 0; i < 6; ++i) {
-      float *row = c + i * ldc;
-      __m256 v0 = acc[2 * i], v1 = acc[2 * i + 1];
-      if (accumulate) {
-        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(row));
-        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(row + 8));
-      }
-      _mm256_storeu_ps(row, v0);
-      _mm256_storeu_ps(row + 8, v1);
-    }
-  }
-
   /// tile over ROWS <= MR rows of A read where they are (row stride lda).
   template <int ROWS>
   SPARSEC_RT_AVX2 static void tileRows(int64_t kc, const float *a, int64_t lda,
@@ -369,8 +308,6 @@ struct Avx2Kernel {
       _mm256_storeu_ps(row + 8, v1);
     }
   }
-  /// tileRows reads A in place (tileDirect below), no packA.
-  static constexpr bool kDirectA = true;
 };
 
 /// streamBlockScalar for ROWS rows and (n1 - n0) % CH == 0: each CH-wide
@@ -555,44 +492,6 @@ struct Avx512Kernel {
   // par with the AVX2 kernel; KC 192-384 and MC 96-192 were within noise.
   static constexpr int64_t KC = 256, MC = 144, NC = 2048;
 
-  SPARSEC_RT_AVX512 static void tile(int64_t kc, const float *ap,
-                                     const float *bp, float *c, int64_t ldc,
-                                     bool accumulate) {
-    __m512 acc[MR][2];
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) {
-      acc[i][0] = _mm512_setzero_ps();
-      acc[i][1] = _mm512_setzero_ps();
-    }
-    for (int i = 0; i < MR; ++i) {
-      _mm_prefetch(reinterpret_cast<const char *>(c + i * ldc), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char *>(c + i * ldc + 31),
-                   _MM_HINT_T0);
-    }
-    for (int64_t k = 0; k < kc; ++k) {
-      const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
-#pragma GCC unroll 12
-      for (int i = 0; i < MR; ++i) {
-        const __m512 a = _mm512_set1_ps(ap[i]);
-        acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
-        acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
-      }
-      ap += MR;
-      bp += NR;
-    }
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) {
-      float *row = c + i * ldc;
-      __m512 v0 = acc[i][0], v1 = acc[i][1];
-      if (accumulate) {
-        v0 = _mm512_add_ps(v0, _mm512_loadu_ps(row));
-        v1 = _mm512_add_ps(v1, _mm512_loadu_ps(row + 16));
-      }
-      _mm512_storeu_ps(row, v0);
-      _mm512_storeu_ps(row + 16, v1);
-    }
-  }
-
   /// tile over ROWS <= MR rows of A read where they are (row stride lda).
   template <int ROWS>
   SPARSEC_RT_AVX512 static void tileRows(int64_t kc, const float *a,
@@ -636,7 +535,6 @@ struct Avx512Kernel {
       _mm512_storeu_ps(row + 16, v1);
     }
   }
-  static constexpr bool kDirectA = true;
 };
 
 /// streamChunks with zmm registers: CH-wide chunks (a multiple of 16) over
@@ -786,29 +684,6 @@ void packB(const W *b, int64_t ldb, int64_t kc, int64_t nc, float *bp) {
   }
 }
 
-/// Packs A[0:mc, 0:kc] (row stride lda) into strips of MR rows:
-/// ap[s][k][MR], zero padded.
-template <int MR>
-void packA(const float *a, int64_t lda, int64_t mc, int64_t kc, float *ap) {
-  const int64_t strips = (mc + MR - 1) / MR;
-  for (int64_t s = 0; s < strips; ++s) {
-    float *dst = ap + s * kc * MR;
-    int64_t m = s * MR, h = std::min<int64_t>(MR, mc - m);
-    if (h == MR) {
-      const float *rows[MR];
-      for (int i = 0; i < MR; ++i)
-        rows[i] = a + (m + i) * lda;
-      for (int64_t k = 0; k < kc; ++k)
-        for (int i = 0; i < MR; ++i)
-          dst[k * MR + i] = rows[i][k];
-    } else {
-      for (int64_t k = 0; k < kc; ++k)
-        for (int i = 0; i < MR; ++i)
-          dst[k * MR + i] = i < h ? a[(m + i) * lda + k] : 0.0f;
-    }
-  }
-}
-
 /// N rounded up to whole strips of NR columns.
 template <typename Kern> int64_t paddedColumns(int64_t n) {
   return (n + Kern::NR - 1) / Kern::NR * Kern::NR;
@@ -878,12 +753,7 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
   const int64_t kcMax = std::min(KC, g.K);
   float *bp = packBScratch.get(
       size_t(kcMax * ((std::min(NC, n1 - n0) + NR - 1) / NR * NR)));
-  // Kernels with tileDirect read A where it is; the others pack it.
-  float *ap = Kern::kDirectA
-                  ? nullptr
-                  : packAScratch.get(size_t(
-                        kcMax * ((std::min(MC, m1 - m0) + MR - 1) / MR * MR)));
-  if (!bp || (!Kern::kDirectA && !ap)) { // out of memory: unblocked
+  if (!bp) { // out of memory for the packed panels: unblocked
     for (int64_t i = m0; i < m1; ++i) {
       float *c = g.C + i * g.ldc;
       for (int64_t j = n0; j < n1; ++j)
@@ -912,53 +782,33 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
         packB<NR, W>(B + pc * g.ldb + jc, g.ldb, kc, nc, bp);
       for (int64_t ic = m0; ic < m1; ic += MC) {
         const int64_t mc = std::min(MC, m1 - ic);
-        if constexpr (!Kern::kDirectA)
-          packA<MR>(g.A + ic * g.lda + pc, g.lda, mc, kc, ap);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const float *bs = panel + (jr / NR) * kc * NR;
           const int64_t cols = std::min<int64_t>(NR, nc - jr);
           for (int64_t ir = 0; ir < mc; ir += MR) {
             const int64_t rows = std::min<int64_t>(MR, mc - ir);
             float *c = g.C + (ic + ir) * g.ldc + jc + jr;
-            if constexpr (Kern::kDirectA) {
-              // A's rows where they are: a partial strip of rows computes
-              // only those; a partial strip of columns goes through `edge`.
-              // A full strip starts from the bias (first panel) instead of
-              // adding it afterwards.
-              const float *as = g.A + (ic + ir) * g.lda + pc;
-              const bool biasIn = cols == NR && g.bias;
-              if (cols == NR) {
-                tileDirect<Kern>(int(rows), kc, as, g.lda, bs, c, g.ldc, !first,
-                                 biasIn && first ? g.bias + jc + jr : nullptr);
-              } else {
-                tileDirect<Kern>(int(rows), kc, as, g.lda, bs, edge, NR, false,
-                                 nullptr);
-                for (int64_t i = 0; i < rows; ++i)
-                  for (int64_t j = 0; j < cols; ++j)
-                    c[i * g.ldc + j] = first ? edge[i * NR + j]
-                                             : c[i * g.ldc + j] + edge[i * NR + j];
-              }
-              if (last && (biasIn || !g.bias)) {
-                if (g.act != Activation::none)
-                  for (int64_t i = 0; i < rows; ++i)
-                    applyActivation(g.act, c + i * g.ldc, cols);
-              } else if (last) {
-                epilogue(g, c, rows, jc + jr, cols);
-              }
-              continue;
-            }
-            const float *as = ap + (ir / MR) * kc * MR;
-            if (rows == MR && cols == NR) {
-              Kern::tile(kc, as, bs, c, g.ldc, !first);
+            // A's rows where they are (tileDirect): a partial strip of rows
+            // computes only those; a partial strip of columns goes through
+            // `edge`. A full strip starts from the bias (first panel)
+            // instead of adding it afterwards.
+            const float *as = g.A + (ic + ir) * g.lda + pc;
+            const bool biasIn = cols == NR && g.bias;
+            if (cols == NR) {
+              tileDirect<Kern>(int(rows), kc, as, g.lda, bs, c, g.ldc, !first,
+                               biasIn && first ? g.bias + jc + jr : nullptr);
             } else {
-              Kern::tile(kc, as, bs, edge, NR, false);
+              tileDirect<Kern>(int(rows), kc, as, g.lda, bs, edge, NR, false,
+                               nullptr);
               for (int64_t i = 0; i < rows; ++i)
                 for (int64_t j = 0; j < cols; ++j)
-                  c[i * g.ldc + j] = first
-                                         ? edge[i * NR + j]
-                                         : c[i * g.ldc + j] + edge[i * NR + j];
+                  c[i * g.ldc + j] = first ? edge[i * NR + j]
+                                           : c[i * g.ldc + j] + edge[i * NR + j];
             }
-            if (last)
+            if (last && biasIn)
+              for (int64_t i = 0; i < rows; ++i)
+                applyActivation(g.act, c + i * g.ldc, cols);
+            else if (last)
               epilogue(g, c, rows, jc + jr, cols);
           }
         }
