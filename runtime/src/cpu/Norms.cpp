@@ -515,11 +515,9 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
         // row's bound does not rule them out.
         int64_t rowEnd[RB], rowFull[RB];
         float hidden[RB];
-        bool trimmed = false;
         for (int64_t r = 0; r < rows; ++r) {
           rowFull[r] = keysFor(i0 + r, T);
           rowEnd[r] = lastKept(b, h, i0 + r, rowFull[r], hidden[r]);
-          trimmed |= rowEnd[r] < rowFull[r];
         }
         float *orow0 = outp + (bhq * Sq + i0) * Dv;
         const float *kh = keys + bh * T * D;
@@ -574,7 +572,6 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
             if (!(bound < double(m) - 88.0)) {
               for (int64_t rr = 0; rr < rows; ++rr)
                 rowEnd[rr] = rowFull[rr];
-              trimmed = false;
               goto again;
             }
           }

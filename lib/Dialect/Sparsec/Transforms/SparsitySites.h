@@ -135,8 +135,6 @@ struct FfnRegion {
   llvm::SmallVector<mlir::Operation *, 6> body;
   /// A linear or input-side sparse_linear over a model weight.
   mlir::Operation *down = nullptr;
-  /// "FFN", "gated MLP" or "squared activation".
-  llvm::StringRef kind;
   int64_t neurons = 0;
 };
 
@@ -163,7 +161,6 @@ inline std::optional<FfnRegion> matchFfnRegion(mlir::Operation *act,
   r.projections.push_back(first);
   r.body = {first, act};
   if (std::optional<GatedMlp> mlp = matchGatedMlp(act)) {
-    r.kind = "gated MLP";
     mlir::Operation *up = mlp->up.getDefiningOp();
     if (!isLinear(up) || !mlp->up.hasOneUse()) {
       why = "its up projection is not a linear read only by the product";
@@ -190,11 +187,9 @@ inline std::optional<FfnRegion> matchFfnRegion(mlir::Operation *act,
     r.body.push_back(mlp->product);
     r.down = mlp->down;
   } else if (mlir::Operation *down = matchSquared(act)) {
-    r.kind = "squared activation";
     r.body.push_back(down->getOperand(0).getDefiningOp());
     r.down = down;
   } else {
-    r.kind = "FFN";
     if (!act->getResult(0).hasOneUse()) {
       why = "its activation has other users";
       return std::nullopt;
