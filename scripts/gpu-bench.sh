@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the CUDA kernels, their device tests and the decode-kernel (sparse
-# and dense), L2-prefetch, look-ahead, PIT, SRead-bytes and PIT-bound benchmarks with nvcc (sm_90) in build-gpu/, then runs the
+# and dense), L2-prefetch, look-ahead, PIT, SRead-bytes and PIT-bound benchmarks with nvcc (sm_90a) in build-gpu/, then runs the
 # tests, the benchmarks and the PyTorch peers. For a machine with an NVIDIA GPU (Hopper):
 #   scripts/gpu-bench.sh [OUTDIR]
 # Logs go to OUTDIR (default build-gpu/).
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 out=${1:-build-gpu}
 mkdir -p build-gpu "$out"
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-flags=(-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90
+flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a
        -gencode=arch=compute_90,code=compute_90 -Iruntime/include)
 "$NVCC" "${flags[@]}" -c runtime/src/cuda/SparseDecode.cu -o build-gpu/SparseDecode.o
 "$NVCC" "${flags[@]}" -c runtime/src/cuda/Pit.cu -o build-gpu/Pit.o

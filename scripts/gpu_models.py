@@ -416,7 +416,8 @@ def build_runtime(lib, nvcc):
     """Builds libsparsec_runtime.a (g++) and libsparsec_runtime_cuda.a (nvcc)."""
     os.makedirs(lib, exist_ok=True)
     inc = os.path.join(ROOT, "runtime", "include")
-    arch = ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90"]
+    # sm_90a machine code (PIT's warpgroup MMAs), compute_90 PTX, as CMake.
+    arch = ["-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_90,code=compute_90"]
     jobs = []
     host_objs, cuda_objs = [], []
     for src in sorted(glob.glob(os.path.join(ROOT, "runtime/src/core/*.cpp")) +

@@ -145,6 +145,10 @@ int main(int argc, char **argv) {
   cublasHandle_t blas;
   cusparseHandle_t sp;
   setUp(prop, blas, sp);
+  // As a model binary: SPARSEC_CUDA_PIT_MMA=wgmma puts the 32-token default
+  // on warpgroup MMAs (docs/GPU.md, "Runtime switches").
+  if (const char *mma = std::getenv("SPARSEC_CUDA_PIT_MMA"))
+    setPitWarpgroupMma(std::string(mma) == "wgmma");
 
   PitProblem problem;
   __half *dW = upload(problem.weights(K, N));
@@ -174,9 +178,14 @@ int main(int argc, char **argv) {
               "x sparse in %d x 1 micro-tiles; microseconds per call%s\n\n",
               (long long)M, (long long)K, (long long)N, tile,
               y32 ? "; PIT's outputs fp32" : "");
-  std::printf("pitMatmul's default here: %d output blocks a block (1: no "
-              "sweep; the sweep columns are its candidates)\n\n",
-              pitSweepTiles(M, N, tile, prop.multiProcessorCount));
+  std::printf("pitMatmul's default here: %s\n\n",
+              tile == 32 && pitWarpgroupMma()
+                  ? "warpgroup MMAs, 2 stages, no sweep (SPARSEC_CUDA_PIT_MMA=wgmma)"
+                  : ("mma.sync, " +
+                     std::to_string(pitSweepTiles(M, N, tile, prop.multiProcessorCount)) +
+                     " output blocks a block (1: no sweep; the sweep columns are its "
+                     "candidates)")
+                        .c_str());
   std::printf("| sparsity | cuBLAS dense | cuSPARSE CSR | cuSPARSE BSR | PIT sread | sread sorted | "
               "PIT matmul default | PIT matmul 128 | PIT matmul 256 | 128, 3 stages | 128, 2 stages | "
               "sweep 2 | sweep 4 | sweep 8 | "

@@ -34,6 +34,9 @@ using namespace sparsec::test;
 namespace {
 
 int passes = 0, failures = 0;
+// " mma=wgmma" / " mma=sync" on the lines of 32-token cases at the default
+// block shape, which run on both kinds of MMA where the GPU has both.
+const char *mmaLabel = "";
 
 struct Case {
   int M, K, N, tile;
@@ -51,7 +54,7 @@ struct Case {
   int repeat = 1;
 };
 
-void run(const Case &c) {
+void runOnce(const Case &c) {
   // SPARSEC_PIT_TEST_ONLY="tile=T M=M K=K N=N" runs only the cases of that
   // shape (to rerun one under a debugger or compute-sanitizer).
   if (const char *only = std::getenv("SPARSEC_PIT_TEST_ONLY"); only && *only) {
@@ -226,11 +229,12 @@ void run(const Case &c) {
   }
   std::printf("%s pit tile=%d M=%d K=%d N=%d density=%.2f sorted=%d x=%s y=%s "
               "bias=%d relu=%d residual=%d columns=%d stages=%d early=%d sweep=%d index=%s "
-              "max rel err %.2e%s\n",
+              "max rel err %.2e%s%s\n",
               ok ? "PASS" : "FAIL", c.tile, c.M, c.K, c.N, c.density, c.sorted,
               c.halfX ? "f16" : "f32", c.halfY ? "f16" : "f32", c.bias, c.relu,
               c.residual, c.columns, c.stages, c.early, c.sweep,
-              idxOk ? "ok" : "wrong", err, c.repeat > 1 ? " (calls in turn)" : "");
+              idxOk ? "ok" : "wrong", err, c.repeat > 1 ? " (calls in turn)" : "",
+              mmaLabel);
   if (wrong)
     std::printf("  %zu of %zu outputs off; first: row %d column %d, %g "
                 "against %g; rows %d-%d, columns %d-%d\n",
@@ -249,6 +253,26 @@ void run(const Case &c) {
   cudaFree(dres);
   cudaFree(dy);
   cudaFree(dyh);
+}
+
+/// A case; 32-token tiles at the default block shape (no stages, sweep or
+/// 256 columns asked for) twice where Hopper's warpgroup MMAs are
+/// available: on them and on mma.sync.
+void run(const Case &c) {
+  if (c.tile != 32 || c.stages || c.sweep || c.columns == 256 ||
+      !pitWarpgroupMmaAvailable()) {
+    runOnce(c);
+    return;
+  }
+  const bool was = pitWarpgroupMma();
+  setPitWarpgroupMma(true);
+  mmaLabel = " mma=wgmma";
+  runOnce(c);
+  setPitWarpgroupMma(false);
+  mmaLabel = " mma=sync";
+  runOnce(c);
+  setPitWarpgroupMma(was);
+  mmaLabel = "";
 }
 
 } // namespace
@@ -402,6 +426,17 @@ int main() {
   // Longer sets in turn, launched early (32-token tiles: 13 chunks a set).
   run({512, 4096, 1024, 32, 0.1, false, true, true, false, true, false, 0, 0, true,
        0, 4});
+  // The warpgroup-MMA default (twice, as above): long sets (13 and 26
+  // chunks) with every epilogue option, fp16 and fp32 out, ragged M and N,
+  // launched early; sets of exactly 32, 64 and 65 entries (one chunk, the
+  // short 2-chunk form, the pipeline's third chunk).
+  run({100, 4096, 392, 32, 0.1, true, true, false, true, true, true, 0, 0, true});
+  run({64, 8192, 136, 32, 0.1, false, false, true, true, false, false, 128, 0, true});
+  for (int k : {32, 64, 65})
+    run({33, k, 200, 32, 1.0, true, false, true, true, true, k == 64});
+  std::printf("pit warpgroup MMAs: %s\n",
+              pitWarpgroupMmaAvailable() ? "tested (compute capability 9.0)"
+                                         : "not available on this GPU");
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

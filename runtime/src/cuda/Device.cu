@@ -11,6 +11,7 @@
 #include "Switches.h"
 #include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
+#include "sparsec/rt/cuda/Pit.h"
 #include "sparsec/rt/cuda/SparseDecode.h"
 
 #include <algorithm>
@@ -423,6 +424,17 @@ Device *device(Context &ctx) {
                    "split)\n",
                    p);
     setUpKernel(row ? UpKernel::kWarpPerRow : UpKernel::kAuto);
+  }
+  // SPARSEC_CUDA_PIT_MMA=wgmma: PIT's 32-token default on Hopper's
+  // warpgroup MMAs (where available); sync: on mma.sync (the default).
+  if (const char *p = std::getenv("SPARSEC_CUDA_PIT_MMA")) {
+    if (std::strcmp(p, "sync") && std::strcmp(p, "wgmma"))
+      std::fprintf(stderr,
+                   "sparsec: warning: SPARSEC_CUDA_PIT_MMA='%s' ignored (sync or "
+                   "wgmma)\n",
+                   p);
+    else
+      setPitWarpgroupMma(std::strcmp(p, "sync") != 0);
   }
   if (const char *p = std::getenv("SPARSEC_CUDA_NORM_FUSE"))
     d->fuseNorms = std::strcmp(p, "0") != 0;

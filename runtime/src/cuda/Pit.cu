@@ -261,8 +261,30 @@ template <int BN> __host__ __device__ constexpr int wStride() {
 template <int T> __host__ __device__ constexpr int xStride() {
   return T == 8 ? 24 : T + 8;
 }
-template <int T, int WM, int Stages, bool Sweep = false, int Warps = 4>
+// The warpgroup-MMA kernel's shared memory (bytes): the stages of W (or the
+// epilogue's tile over them, whichever is larger) rounded to the 1024 bytes
+// the 128-byte swizzle repeats over, then the stages of x.
+__host__ __device__ constexpr int wgRoundUp(int v, int to) {
+  return (v + to - 1) / to * to;
+}
+template <int T, int BN, int Stages>
+__host__ __device__ constexpr int wgWRegion() {
+  return wgRoundUp(Stages * kBK * BN * 2 > T * (BN + 4) * 4
+                       ? Stages * kBK * BN * 2
+                       : T * (BN + 4) * 4,
+                   1024);
+}
+template <int T, int WM, int Stages, bool Sweep = false, int Warps = 4,
+          bool Wg = false>
 constexpr size_t pitSmemBytes() {
+  if (Wg) {
+    // + 1024: the kernel aligns its start up to 1024 bytes.
+    size_t bytes = size_t(wgWRegion<T, Warps * WM, Stages>()) +
+                   size_t(Stages) * kBK * T * sizeof(__half) + 1024;
+    if (Sweep)
+      bytes += size_t(Stages) * kBK * sizeof(int32_t);
+    return bytes;
+  }
   size_t pipe = size_t(Stages) * kBK *
                 (wStride<Warps * WM>() + xStride<T>()) * sizeof(__half);
   size_t epi = size_t(T) * (Warps * WM + 4) * sizeof(float);
@@ -286,8 +308,22 @@ constexpr size_t pitSmemBytes() {
 /// shared memory for all of them (the same shared memory and registers as
 /// one output block's, so 8 blocks still fit an SM); longer sets run the
 /// pipeline once per output block.
+///
+/// Wg (32-token tiles, 4 warps of 32 columns, sm_90a): the products run on
+/// Hopper's warpgroup MMAs (wgmma.mma_async m64n32k16: the block's 128
+/// columns as two m64 halves, the tokens as N), which read W's rows and the
+/// gathered x straight from shared memory through matrix descriptors, so
+/// no ldmatrix loads them into registers. Both operands are MN-major: each
+/// half of a W row is 128 bytes in the 128-byte-swizzled layout (16-byte
+/// pieces XORed with the row mod 8), each gathered x row 64 bytes in the
+/// 64-byte-swizzled one (pieces XORed with (row / 2) mod 4), both placed
+/// by cp.async without bank conflicts. W's rows come through the L2 only
+/// (cp.async.cg: faster here than through L1). On the H200 at 4096^3 the
+/// 2-stage form took 81.7 / 48.3 / 25.7 us at 90 / 95 / 99 % micro-tile
+/// sparsity against 88.4 / 54.3 / 25.4 for the 2-warp sweep
+/// (sparsec-bench-pit-wgmma, docs/GPU.md).
 template <int T, int WM, typename Y, int Stages, bool Sweep = false,
-          int Warps = 4>
+          int Warps = 4, bool Wg = false>
 __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     pitMatmulKernel(const __half *__restrict__ xg,
                     const int32_t *__restrict__ idx,
@@ -296,19 +332,30 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
                     const float *__restrict__ bias, Activation act,
                     const float *residual, Y *y, int tiles) {
   static_assert(!Sweep || Stages == 2, "a sweep runs 2 stages");
+  static_assert(!Wg || (T == 32 && WM == 32 && Warps == 4),
+                "warpgroup MMAs: 32 tokens x 128 columns, one warpgroup");
   constexpr int kThreads = 32 * Warps;
   constexpr int BN = Warps * WM;
   constexpr int WS = wStride<BN>();
   constexpr int XS = xStride<T>();
   constexpr int MT = WM / 16; // m16 tiles (output columns) per warp
   constexpr int NT = T / 8;   // n8 tiles (tokens) per warp
-  extern __shared__ __align__(16) unsigned char smem[];
+  // Wg: a W stage is two 64-column halves of kBK rows of 128 bytes, an x
+  // stage kBK rows of 64 bytes, both unpadded (the swizzles spread them).
+  constexpr int WStage = Wg ? kBK * BN : kBK * WS; // halfs
+  constexpr int XStage = Wg ? kBK * T : kBK * XS;  // halfs
+  constexpr int WRegion = Wg ? wgWRegion<T, BN, Stages>() / 2 : Stages * WStage;
+  extern __shared__ __align__(16) unsigned char smemRaw[];
+  unsigned char *smem =
+      Wg ? reinterpret_cast<unsigned char *>(
+               (reinterpret_cast<uintptr_t>(smemRaw) + 1023) & ~uintptr_t(1023))
+         : smemRaw;
   __half *ws = reinterpret_cast<__half *>(smem);
-  __half *xs = ws + Stages * kBK * WS;
+  __half *xs = ws + WRegion;
   // Accumulators (row = output column, col = token) go to ys [T][BN + 4]
   // for the epilogue, over the stages of W (not over those of x).
   constexpr int YS = BN + 4;
-  static_assert(T * YS * sizeof(float) <= Stages * kBK * WS * sizeof(__half),
+  static_assert(T * YS * sizeof(float) <= WRegion * sizeof(__half),
                 "the epilogue fits over the stages of W");
   float *ys = reinterpret_cast<float *>(smem);
 
@@ -385,33 +432,76 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     else
       cpAsync16(dst, src, bytes);
   };
+  // Where a W row's piece goes: Wg, half q / 8 of the row, piece q % 8
+  // XORed with the row mod 8 (the 128-byte swizzle); else padded rows.
+  auto wPlace = [&](__half *wst, int r) {
+    if constexpr (Wg)
+      return wst + (q >> 3) * (kBK * 64) + r * 64 + (((q & 7) ^ (r & 7)) << 3);
+    else
+      return wst + r * WS + q * 8;
+  };
   auto loadW = [&](int stage, int n0, const int (&rowsOf)[RPT], bool viaL1 = true) {
-    __half *wst = ws + stage * kBK * WS;
+    __half *wst = ws + stage * WStage;
     const int n = n0 + q * 8;
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
       bool ok = rowsOf[i] >= 0 && n < N;
       const __half *src = ok ? w + size_t(rowsOf[i]) * N + n : w;
-      copy16(viaL1, wst + (r0 + i * RSTEP) * WS + q * 8, src, ok ? 16 : 0);
+      copy16(viaL1 && !Wg, wPlace(wst, r0 + i * RSTEP), src, ok ? 16 : 0);
     }
   };
   auto loadX = [&](int stage, int c) {
-    __half *xst = xs + stage * kBK * XS;
+    __half *xst = xs + stage * XStage;
 #pragma unroll
     for (int p = tid; p < kBK * NT; p += kThreads) {
       int r = p / NT, qq = p % NT;
       int j = c * kBK + r;
       bool ok = j < total;
-      cpAsync16(xst + r * XS + qq * 8, ok ? bxg + size_t(j) * T + qq * 8 : bxg,
-                ok ? 16 : 0);
+      // Wg: rows of 64 bytes, piece qq XORed with (r / 2) mod 4 (the
+      // 64-byte swizzle).
+      __half *dst = Wg ? xst + r * T + ((qq ^ ((r >> 1) & 3)) << 3)
+                       : xst + r * XS + qq * 8;
+      cpAsync16(dst, ok ? bxg + size_t(j) * T + qq * 8 : bxg, ok ? 16 : 0);
     }
   };
 
+  // The block's copies waited for are complete for every thread; with Wg
+  // also visible to the async proxy, which the warpgroup MMAs read
+  // shared memory through.
+  auto ready = [&] {
+    if constexpr (Wg)
+      fenceProxyAsyncShared();
+    __syncthreads();
+  };
   float acc[MT][NT][4];
   // One chunk's product from its stage of shared memory.
   auto compute = [&](int stage) {
-    const __half *wst = ws + stage * kBK * WS;
-    const __half *xst = xs + stage * kBK * XS;
+    if constexpr (Wg) {
+      // acc[h] (16 floats, h the m64 half) in wgmma's accumulator order:
+      // register 4 ni + r is acc[h][ni][r] (the mma.sync C layout, each
+      // warp rows 16 warp .. 16 warp + 15 of the half).
+      const unsigned wBase = smemAddr(ws + stage * WStage),
+                     xBase = smemAddr(xs + stage * XStage);
+      wgmmaFenceOperands(reinterpret_cast<float(&)[32]>(acc));
+      wgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        // 16 rows: two 8-row groups of 1024 bytes (W) / 512 bytes (x).
+        const uint64_t b = wgmmaDesc(xBase + kk * 1024, 2048, 512, kSwizzle64);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          wgmmaM64N32K16(reinterpret_cast<float(&)[16]>(acc[h]),
+                         wgmmaDesc(wBase + h * kBK * 128 + kk * 2048,
+                                   kBK * 128, 1024, kSwizzle128),
+                         b);
+      }
+      wgmmaCommit();
+      wgmmaWait0();
+      wgmmaFenceOperands(reinterpret_cast<float(&)[32]>(acc));
+      return;
+    }
+    const __half *wst = ws + stage * WStage;
+    const __half *xst = xs + stage * XStage;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       unsigned a[MT][4];
@@ -473,7 +563,7 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     }
     for (int c = 0; c < chunks; ++c) {
       cpAsyncWait<Stages - 2>();
-      __syncthreads();
+      ready();
       const int next = c + Stages - 1;
       if (next < chunks) {
         loadW(next % Stages, n0, pending);
@@ -499,7 +589,9 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
       for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          int m = warp * WM + mi * 16 + (lane >> 2) + (r >= 2 ? 8 : 0);
+          // Wg: mi is the m64 half, the warp's 16 rows within it.
+          int m = (Wg ? mi * 64 + warp * 16 : warp * WM + mi * 16) +
+                  (lane >> 2) + (r >= 2 ? 8 : 0);
           int t = ni * 8 + (lane & 3) * 2 + (r & 1);
           ys[t * YS + m] = acc[mi][ni][r];
         }
@@ -640,7 +732,7 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     const int last = min(tiles, (N + BN - 1) / BN - tile0); // blocks to do
     // Each thread keeps the first chunks' row numbers it copies in shared
     // memory (it reads back only its own: no barrier), not in registers.
-    int32_t *rows = reinterpret_cast<int32_t *>(xs + Stages * kBK * XS);
+    int32_t *rows = reinterpret_cast<int32_t *>(xs + Stages * XStage);
     auto saved = [&](int s, int (&rowsOf)[RPT]) {
 #pragma unroll
       for (int i = 0; i < RPT; ++i)
@@ -666,7 +758,7 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
       for (int g = 0; g < last; ++g) {
         const int n0 = (tile0 + g) * BN;
         cpAsyncWait<0>();
-        __syncthreads();
+        ready();
         zero();
 #pragma unroll
         for (int s = 0; s < 2; ++s)
@@ -714,7 +806,7 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
         }
       cpAsyncCommit();
       cpAsyncWait<0>();
-      __syncthreads();
+      ready();
 #pragma unroll
       for (int s = 0; s < Pre; ++s)
         if (s < chunks)
@@ -774,10 +866,10 @@ template <typename Y> struct MatmulCall {
 };
 
 template <int T, int WM, typename Y, int Stages, bool Sweep = false,
-          int Warps = 4>
+          int Warps = 4, bool Wg = false>
 cudaError_t launchMatmul(const MatmulCall<Y> &c) {
-  constexpr size_t bytes = pitSmemBytes<T, WM, Stages, Sweep, Warps>();
-  auto *kernel = pitMatmulKernel<T, WM, Y, Stages, Sweep, Warps>;
+  constexpr size_t bytes = pitSmemBytes<T, WM, Stages, Sweep, Warps, Wg>();
+  auto *kernel = pitMatmulKernel<T, WM, Y, Stages, Sweep, Warps, Wg>;
   static bool configured = false; // per instantiation
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(
@@ -840,7 +932,27 @@ cudaError_t launchMatmulT(const MatmulCall<Y> &c, int columns, int stages) {
   return launchMatmulS<T, 32>(c, stages);
 }
 
+// Off until the runtime's form has run on a GPU (docs/GPU.md).
+bool warpgroupMmaOn = false; // setPitWarpgroupMma
+
 } // namespace
+
+void setPitWarpgroupMma(bool on) { warpgroupMmaOn = on; }
+
+bool pitWarpgroupMmaAvailable() {
+  // sm_90a code runs on compute capability 9.0 only (H100, H200); the
+  // runtime's PTX (compute_90) has no warpgroup MMAs.
+  static const bool hopper = [] {
+    int device = 0, major = 0, minor = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    return major == 9 && minor == 0;
+  }();
+  return hopper;
+}
+
+bool pitWarpgroupMma() { return warpgroupMmaOn && pitWarpgroupMmaAvailable(); }
 
 size_t pitIdxBytes(int64_t M, int64_t K, int tile) {
   return sizeof(int32_t) * size_t(pitBlocks(M, tile)) * size_t(pitCapacity(K));
@@ -910,14 +1022,22 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
   // dense GEMM), and there 128 columns are 20-45 % faster on the H200
   // (measured at 3 stages): more blocks an SM for short gathered sets
   // (docs/GPU.md).
+  // With warpgroup MMAs on, the default at 32-token tiles: 4 warps of 32
+  // columns, 2 stages, no sweep (on the H200 at 4096^3 7-11 % faster than
+  // the 2-warp sweep from 90 to 95 % micro-tile sparsity, level at 99 %:
+  // docs/GPU.md, "The matmul on warpgroup MMAs").
+  const bool wg = tile == 32 && sweep == 0 && stages == 0 && columns != 256 &&
+                  pitWarpgroupMma();
   if (sweep == 0)
-    sweep = stages == 0 && columns != 256
+    sweep = stages == 0 && columns != 256 && !wg
                 ? pitSweepTiles(M, N, tile, multiprocessorCount())
                 : 1;
   if (!columns)
     columns = 128;
   const MatmulCall<Y> c{ws,       M,      K,     w,    N, bias, act,
                         residual, y,      stream, early, sweep > 1 ? sweep : 1};
+  if (wg)
+    return launchMatmul<32, 32, Y, 2, false, 4, true>(c);
   switch (tile) {
   case 8:
     return launchMatmulT<8>(c, columns, stages);

@@ -103,7 +103,9 @@ cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
 /// of the cp.async pipeline: fewer stages take less shared memory, so more
 /// blocks run on an SM, which pays when the gathered sets are short (high
 /// micro-tile sparsity); 0 picks 2 for 128 columns (3 at 16-token tiles
-/// where no sweep runs) and 4 for 256.
+/// where no sweep runs) and 4 for 256. With all three of `columns`,
+/// `stages` and `sweep` 0, 32-token tiles take warpgroup MMAs where
+/// pitWarpgroupMma() says so.
 /// `early`: a programmatic dependent launch, as pitSRead's.
 /// `sweep` > 1: each block computes that many 128-column output blocks of
 /// its token block in turn (128 columns, 2 stages; other settings are
@@ -111,13 +113,25 @@ cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
 /// of at most 2 chunks, its gathered x once (W's rows are copied again for
 /// each output block, after the previous one's epilogue). 1: no sweep.
 /// 0 (the default): pitSweepTiles' choice where `columns` is 0 or 128 and
-/// `stages` 0, no sweep otherwise.
+/// `stages` 0 (none for the warpgroup-MMA default), no sweep otherwise.
 template <typename Y>
 cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
                       const __half *w, int64_t N, int tile, const float *bias,
                       ops::Activation act, const float *residual, Y *y,
                       cudaStream_t stream, int columns = 0, int stages = 0,
                       bool early = false, int sweep = 0);
+
+/// Whether pitMatmul's default at 32-token tiles (`columns` 0 or 128,
+/// `stages` and `sweep` 0) multiplies on Hopper's warpgroup MMAs (4 warps of
+/// 32 columns, 2 stages, no sweep; the runtime's sm_90a code): where they
+/// are available (pitWarpgroupMmaAvailable: compute capability 9.0) and
+/// setPitWarpgroupMma(true) turned them on (SPARSEC_CUDA_PIT_MMA=wgmma; off
+/// by default for now, docs/GPU.md). Otherwise that default is the
+/// mma.sync kernel of 2 warps of 64 columns, swept. Process-wide, not
+/// thread-safe.
+bool pitWarpgroupMma();
+bool pitWarpgroupMmaAvailable();
+void setPitWarpgroupMma(bool on);
 
 /// The output blocks a block sweeps when pitMatmul picks (its `sweep` 0)
 /// for an M x N product with `tile`-token micro-tiles on a GPU of
