@@ -118,3 +118,16 @@ TEST(CudaSwitches, UpKernel) {
     EXPECT_TRUE(row) << "left untouched: " << bad;
   }
 }
+
+TEST(CudaSwitches, PitMma) {
+  bool warpgroup = false;
+  ASSERT_TRUE(parsePitMma("wgmma", warpgroup));
+  EXPECT_TRUE(warpgroup);
+  ASSERT_TRUE(parsePitMma("sync", warpgroup));
+  EXPECT_FALSE(warpgroup);
+  warpgroup = true;
+  for (const char *bad : {"", "WGMMA", "1", "0", "mma", "sync,wgmma"}) {
+    EXPECT_FALSE(parsePitMma(bad, warpgroup)) << bad;
+    EXPECT_TRUE(warpgroup) << "left untouched: " << bad;
+  }
+}

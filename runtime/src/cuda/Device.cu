@@ -428,13 +428,14 @@ Device *device(Context &ctx) {
   // SPARSEC_CUDA_PIT_MMA=wgmma: PIT's 32-token default on Hopper's
   // warpgroup MMAs (where available); sync: on mma.sync (the default).
   if (const char *p = std::getenv("SPARSEC_CUDA_PIT_MMA")) {
-    if (std::strcmp(p, "sync") && std::strcmp(p, "wgmma"))
+    bool warpgroup = false;
+    if (parsePitMma(p, warpgroup))
+      setPitWarpgroupMma(warpgroup);
+    else
       std::fprintf(stderr,
                    "sparsec: warning: SPARSEC_CUDA_PIT_MMA='%s' ignored (sync or "
                    "wgmma)\n",
                    p);
-    else
-      setPitWarpgroupMma(std::strcmp(p, "sync") != 0);
   }
   if (const char *p = std::getenv("SPARSEC_CUDA_NORM_FUSE"))
     d->fuseNorms = std::strcmp(p, "0") != 0;

@@ -3,8 +3,9 @@
 // Part of the sparsec project.
 //
 // Parsing of the experiment switches a CUDA model reads at start-up
-// (SPARSEC_CUDA_PDL, SPARSEC_CUDA_SPLIT, SPARSEC_CUDA_UP) and the cut points of a step,
-// in plain C++ so that the unit tests check them without a GPU (internal).
+// (SPARSEC_CUDA_PDL, SPARSEC_CUDA_SPLIT, SPARSEC_CUDA_UP,
+// SPARSEC_CUDA_PIT_MMA) and the cut points of a step, in plain C++ so that
+// the unit tests check them without a GPU (internal).
 //
 //===----------------------------------------------------------------------===//
 
@@ -58,6 +59,16 @@ inline bool parseUpKernel(const std::string &value, bool &rowPerWarp) {
   if (value != "row" && value != "split")
     return false;
   rowPerWarp = value == "row";
+  return true;
+}
+
+/// SPARSEC_CUDA_PIT_MMA: "wgmma" (PIT's 32-token default on Hopper's
+/// warpgroup MMAs) or "sync" (on mma.sync, the default). False, with
+/// `warpgroup` untouched, for anything else.
+inline bool parsePitMma(const std::string &value, bool &warpgroup) {
+  if (value != "wgmma" && value != "sync")
+    return false;
+  warpgroup = value == "wgmma";
   return true;
 }
 
