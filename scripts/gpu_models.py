@@ -8,9 +8,12 @@ Two stages, so that the compiler and the GPU may live on different machines:
       (model.cu + weights, one copy per distinct pack), the references the
       checks need (shipped ones, ONNX Runtime at other shapes, an x86
       build's top-1 on held-out text), so DIR is all the GPU machine needs
-  gpu_models.py run --dir DIR [--nvcc NVCC] [--no-build]
+  gpu_models.py run --dir DIR [--nvcc NVCC] [--no-build] [--runtime-lib LIB]
       builds the runtime and every model.cu with nvcc (sm_90), runs the
-      checks and prints "PASS ..." / "FAIL ..." lines and "N passed, M failed".
+      checks and prints "PASS ..." / "FAIL ..." lines and "N passed, M failed";
+      --runtime-lib takes libsparsec_runtime.a and libsparsec_runtime_cuda.a
+      from LIB (a CMake build's lib/, built where the compiler is) instead of
+      building them, which takes minutes of one core for Pit.cu alone.
 
 Checks (tolerances: fp32 as on x86; fp16 weights looser, with the top-1
 agreement also reported):
@@ -440,7 +443,15 @@ def build_runtime(lib, nvcc):
 def build(args):
     """Builds the runtime archives and every model binary under args.dir."""
     lib = os.path.join(args.dir, "lib")
-    build_runtime(lib, args.nvcc)
+    if args.runtime_lib:
+        os.makedirs(lib, exist_ok=True)
+        for a in ("libsparsec_runtime.a", "libsparsec_runtime_cuda.a"):
+            src = os.path.join(args.runtime_lib, a)
+            if not os.path.exists(src):
+                sys.exit(f"FAIL --runtime-lib: no {src}")
+            shutil.copyfile(src, os.path.join(lib, a))
+    else:
+        build_runtime(lib, args.nvcc)
     inc = os.path.join(ROOT, "runtime", "include")
     arch = ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90"]
     procs = []
@@ -796,6 +807,8 @@ def main():
     r.add_argument("--dir", required=True)
     r.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
     r.add_argument("--no-build", action="store_true")
+    r.add_argument("--runtime-lib", help="use this directory's runtime archives instead of "
+                   "building them")
     args = ap.parse_args()
     if args.cmd == "prepare":
         prepare(args)

@@ -145,10 +145,10 @@ int main(int argc, char **argv) {
   cublasHandle_t blas;
   cusparseHandle_t sp;
   setUp(prop, blas, sp);
-  // As a model binary: SPARSEC_CUDA_PIT_MMA=wgmma puts the 32-token default
-  // on warpgroup MMAs (docs/GPU.md, "Runtime switches").
+  // As a model binary: SPARSEC_CUDA_PIT_MMA=sync puts the 32-token default
+  // on mma.sync instead of warpgroup MMAs (docs/GPU.md, "Runtime switches").
   if (const char *mma = std::getenv("SPARSEC_CUDA_PIT_MMA"))
-    setPitWarpgroupMma(std::string(mma) == "wgmma");
+    setPitWarpgroupMma(std::string(mma) != "sync");
 
   PitProblem problem;
   __half *dW = upload(problem.weights(K, N));
@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
               y32 ? "; PIT's outputs fp32" : "");
   std::printf("pitMatmul's default here: %s\n\n",
               tile == 32 && pitWarpgroupMma()
-                  ? "warpgroup MMAs, 2 stages, no sweep (SPARSEC_CUDA_PIT_MMA=wgmma)"
+                  ? "warpgroup MMAs, 2 stages, no sweep (SPARSEC_CUDA_PIT_MMA=sync: mma.sync)"
                   : ("mma.sync, " +
                      std::to_string(pitSweepTiles(M, N, tile, prop.multiProcessorCount)) +
                      " output blocks a block (1: no sweep; the sweep columns are its "

@@ -2,14 +2,17 @@
 //
 // Part of the sparsec project.
 //
-// SPARSEC_CUDA_PDL and SPARSEC_CUDA_SPLIT parsing and the cut points of a
-// step (runtime/src/cuda/Switches.h), which need no GPU.
+// SPARSEC_CUDA_PDL, SPARSEC_CUDA_SPLIT, SPARSEC_CUDA_UP and
+// SPARSEC_CUDA_PIT_MMA parsing and the cut points of a step (runtime/src/cuda/Switches.h), which need no GPU.
 //
 //===----------------------------------------------------------------------===//
 
 #include "cuda/Switches.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
 
 using namespace sparsec::rt::cuda;
 
@@ -130,4 +133,30 @@ TEST(CudaSwitches, PitMma) {
     EXPECT_FALSE(parsePitMma(bad, warpgroup)) << bad;
     EXPECT_TRUE(warpgroup) << "left untouched: " << bad;
   }
+}
+
+TEST(CudaSwitches, PitMmaFromEnvironment) {
+  const char *was = std::getenv("SPARSEC_CUDA_PIT_MMA");
+  const std::string saved = was ? was : "";
+  bool warpgroup = true;
+  unsetenv("SPARSEC_CUDA_PIT_MMA");
+  EXPECT_FALSE(pitMmaFromEnvironment(warpgroup)) << "unset";
+  EXPECT_TRUE(warpgroup);
+  setenv("SPARSEC_CUDA_PIT_MMA", "sync", 1);
+  ASSERT_TRUE(pitMmaFromEnvironment(warpgroup));
+  EXPECT_FALSE(warpgroup);
+  setenv("SPARSEC_CUDA_PIT_MMA", "wgmma", 1);
+  ASSERT_TRUE(pitMmaFromEnvironment(warpgroup));
+  EXPECT_TRUE(warpgroup);
+  setenv("SPARSEC_CUDA_PIT_MMA", "on", 1);
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(pitMmaFromEnvironment(warpgroup)) << "unknown";
+  EXPECT_NE(testing::internal::GetCapturedStderr().find(
+                "SPARSEC_CUDA_PIT_MMA='on' ignored"),
+            std::string::npos);
+  EXPECT_TRUE(warpgroup) << "left untouched";
+  if (was)
+    setenv("SPARSEC_CUDA_PIT_MMA", saved.c_str(), 1);
+  else
+    unsetenv("SPARSEC_CUDA_PIT_MMA");
 }

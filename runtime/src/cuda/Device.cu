@@ -426,17 +426,9 @@ Device *device(Context &ctx) {
     setUpKernel(row ? UpKernel::kWarpPerRow : UpKernel::kAuto);
   }
   // SPARSEC_CUDA_PIT_MMA=wgmma: PIT's 32-token default on Hopper's
-  // warpgroup MMAs (where available); sync: on mma.sync (the default).
-  if (const char *p = std::getenv("SPARSEC_CUDA_PIT_MMA")) {
-    bool warpgroup = false;
-    if (parsePitMma(p, warpgroup))
-      setPitWarpgroupMma(warpgroup);
-    else
-      std::fprintf(stderr,
-                   "sparsec: warning: SPARSEC_CUDA_PIT_MMA='%s' ignored (sync or "
-                   "wgmma)\n",
-                   p);
-  }
+  // warpgroup MMAs (where available; the default); sync: on mma.sync.
+  if (bool warpgroup; pitMmaFromEnvironment(warpgroup))
+    setPitWarpgroupMma(warpgroup);
   if (const char *p = std::getenv("SPARSEC_CUDA_NORM_FUSE"))
     d->fuseNorms = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_GATED_FUSE"))

@@ -12,6 +12,8 @@
 
 #include "sparsec/rt/cuda/Pit.h"
 
+#include "Switches.h"
+
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
@@ -146,6 +148,12 @@ bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
   std::fprintf(stderr, "[tune] %s, %lld x %lld x %lld: dense %.1f + %.1f us\n",
                prop.name, (long long)m, (long long)k, (long long)n, convertUs,
                gemmUs);
+  // The 32-token matmul as the models will run it: the same switch.
+  if (bool warpgroup; pitMmaFromEnvironment(warpgroup))
+    setPitWarpgroupMma(warpgroup);
+  std::fprintf(stderr, "[tune] 32-token matmul on %s\n",
+               pitWarpgroupMma() ? "warpgroup MMAs (SPARSEC_CUDA_PIT_MMA=sync: mma.sync)"
+                                 : "mma.sync");
   const float densities[] = {0.01f, 0.02f, 0.05f, 0.1f, 0.2f,
                              0.35f, 0.5f,  0.75f, 1.0f};
   bool first = true;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -63,13 +64,29 @@ inline bool parseUpKernel(const std::string &value, bool &rowPerWarp) {
 }
 
 /// SPARSEC_CUDA_PIT_MMA: "wgmma" (PIT's 32-token default on Hopper's
-/// warpgroup MMAs) or "sync" (on mma.sync, the default). False, with
+/// warpgroup MMAs, the default) or "sync" (on mma.sync). False, with
 /// `warpgroup` untouched, for anything else.
 inline bool parsePitMma(const std::string &value, bool &warpgroup) {
   if (value != "wgmma" && value != "sync")
     return false;
   warpgroup = value == "wgmma";
   return true;
+}
+
+/// SPARSEC_CUDA_PIT_MMA from the environment, as a model binary and the
+/// tuner read it: true with `warpgroup` set where it holds a known value;
+/// false where it is unset, or (with a warning on stderr) unknown.
+inline bool pitMmaFromEnvironment(bool &warpgroup) {
+  const char *p = std::getenv("SPARSEC_CUDA_PIT_MMA");
+  if (!p)
+    return false;
+  if (parsePitMma(p, warpgroup))
+    return true;
+  std::fprintf(stderr,
+               "sparsec: warning: SPARSEC_CUDA_PIT_MMA='%s' ignored (sync or "
+               "wgmma)\n",
+               p);
+  return false;
 }
 
 /// The cut divisors of a long step by default: before allocation n/32 and

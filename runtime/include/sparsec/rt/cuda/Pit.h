@@ -125,10 +125,10 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
 /// `stages` and `sweep` 0) multiplies on Hopper's warpgroup MMAs (4 warps of
 /// 32 columns, 2 stages, no sweep; the runtime's sm_90a code): where they
 /// are available (pitWarpgroupMmaAvailable: compute capability 9.0) and
-/// setPitWarpgroupMma(true) turned them on (SPARSEC_CUDA_PIT_MMA=wgmma; off
-/// by default for now, docs/GPU.md). Otherwise that default is the
-/// mma.sync kernel of 2 warps of 64 columns, swept. Process-wide, not
-/// thread-safe.
+/// setPitWarpgroupMma(false) has not turned them off (on by default;
+/// SPARSEC_CUDA_PIT_MMA=sync turns them off, docs/GPU.md). Otherwise that
+/// default is the mma.sync kernel of 2 warps of 64 columns, swept.
+/// Process-wide, not thread-safe.
 bool pitWarpgroupMma();
 bool pitWarpgroupMmaAvailable();
 void setPitWarpgroupMma(bool on);
