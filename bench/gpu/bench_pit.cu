@@ -145,10 +145,9 @@ int main(int argc, char **argv) {
   cublasHandle_t blas;
   cusparseHandle_t sp;
   setUp(prop, blas, sp);
-  // As a model binary: SPARSEC_CUDA_PIT_MMA=sync puts the 32-token default
-  // on mma.sync instead of warpgroup MMAs (docs/GPU.md, "Runtime switches").
-  if (const char *mma = std::getenv("SPARSEC_CUDA_PIT_MMA"))
-    setPitWarpgroupMma(std::string(mma) != "sync");
+  // As in a model binary, SPARSEC_CUDA_PIT_MMA=sync puts the 32-token
+  // default on mma.sync (pitWarpgroupMma reads it; docs/GPU.md, "Runtime
+  // switches").
 
   PitProblem problem;
   __half *dW = upload(problem.weights(K, N));

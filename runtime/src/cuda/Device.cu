@@ -11,7 +11,6 @@
 #include "Switches.h"
 #include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
-#include "sparsec/rt/cuda/Pit.h"
 #include "sparsec/rt/cuda/SparseDecode.h"
 
 #include <algorithm>
@@ -425,10 +424,6 @@ Device *device(Context &ctx) {
                    p);
     setUpKernel(row ? UpKernel::kWarpPerRow : UpKernel::kAuto);
   }
-  // SPARSEC_CUDA_PIT_MMA=wgmma: PIT's 32-token default on Hopper's
-  // warpgroup MMAs (where available; the default); sync: on mma.sync.
-  if (bool warpgroup; pitMmaFromEnvironment(warpgroup))
-    setPitWarpgroupMma(warpgroup);
   if (const char *p = std::getenv("SPARSEC_CUDA_NORM_FUSE"))
     d->fuseNorms = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_GATED_FUSE"))

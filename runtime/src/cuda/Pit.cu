@@ -12,6 +12,7 @@
 #include "sparsec/rt/cuda/SparseDecode.h"
 
 #include "DeviceMath.cuh"
+#include "Switches.h"
 
 #include <cuda_fp16.h>
 
@@ -935,11 +936,13 @@ cudaError_t launchMatmulT(const MatmulCall<Y> &c, int columns, int stages) {
 // On by default: on the H200 the warpgroup-MMA form passes the kernel
 // tests and the PIT model builds, and is 2-4 % faster than the mma.sync
 // sweep from 90 to 99 % micro-tile sparsity (docs/GPU.md).
-bool warpgroupMmaOn = true; // setPitWarpgroupMma
+// SPARSEC_CUDA_PIT_MMA, read at the first query, may turn it off;
+// setPitWarpgroupMma's choice (-1: none) overrides both.
+int warpgroupMmaSet = -1;
 
 } // namespace
 
-void setPitWarpgroupMma(bool on) { warpgroupMmaOn = on; }
+void setPitWarpgroupMma(bool on) { warpgroupMmaSet = on; }
 
 bool pitWarpgroupMmaAvailable() {
   // sm_90a code runs on compute capability 9.0 only (H100, H200); the
@@ -954,7 +957,15 @@ bool pitWarpgroupMmaAvailable() {
   return hopper;
 }
 
-bool pitWarpgroupMma() { return warpgroupMmaOn && pitWarpgroupMmaAvailable(); }
+bool pitWarpgroupMma() {
+  static const bool fromEnvironment = [] {
+    bool warpgroup = true;
+    pitMmaFromEnvironment(warpgroup); // untouched where unset or unknown
+    return warpgroup;
+  }();
+  const bool on = warpgroupMmaSet < 0 ? fromEnvironment : warpgroupMmaSet != 0;
+  return on && pitWarpgroupMmaAvailable();
+}
 
 size_t pitIdxBytes(int64_t M, int64_t K, int tile) {
   return sizeof(int32_t) * size_t(pitBlocks(M, tile)) * size_t(pitCapacity(K));

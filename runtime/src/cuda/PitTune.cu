@@ -12,8 +12,6 @@
 
 #include "sparsec/rt/cuda/Pit.h"
 
-#include "Switches.h"
-
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
@@ -148,9 +146,8 @@ bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
   std::fprintf(stderr, "[tune] %s, %lld x %lld x %lld: dense %.1f + %.1f us\n",
                prop.name, (long long)m, (long long)k, (long long)n, convertUs,
                gemmUs);
-  // The 32-token matmul as the models will run it: the same switch.
-  if (bool warpgroup; pitMmaFromEnvironment(warpgroup))
-    setPitWarpgroupMma(warpgroup);
+  // The 32-token matmul as the models run it (pitWarpgroupMma reads
+  // SPARSEC_CUDA_PIT_MMA for both).
   std::fprintf(stderr, "[tune] 32-token matmul on %s\n",
                pitWarpgroupMma() ? "warpgroup MMAs (SPARSEC_CUDA_PIT_MMA=sync: mma.sync)"
                                  : "mma.sync");

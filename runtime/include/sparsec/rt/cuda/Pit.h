@@ -125,8 +125,9 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
 /// `stages` and `sweep` 0) multiplies on Hopper's warpgroup MMAs (4 warps of
 /// 32 columns, 2 stages, no sweep; the runtime's sm_90a code): where they
 /// are available (pitWarpgroupMmaAvailable: compute capability 9.0) and
-/// setPitWarpgroupMma(false) has not turned them off (on by default;
-/// SPARSEC_CUDA_PIT_MMA=sync turns them off, docs/GPU.md). Otherwise that
+/// neither setPitWarpgroupMma(false) nor, without a setPitWarpgroupMma
+/// call, SPARSEC_CUDA_PIT_MMA=sync (read at the first query; docs/GPU.md)
+/// has turned them off: on by default. Otherwise that
 /// default is the mma.sync kernel of 2 warps of 64 columns, swept.
 /// Process-wide, not thread-safe.
 bool pitWarpgroupMma();
