@@ -319,10 +319,11 @@ constexpr size_t pitSmemBytes() {
 /// pieces XORed with the row mod 8), each gathered x row 64 bytes in the
 /// 64-byte-swizzled one (pieces XORed with (row / 2) mod 4), both placed
 /// by cp.async without bank conflicts. W's rows come through the L2 only
-/// (cp.async.cg: faster here than through L1). On the H200 at 4096^3 the
-/// 2-stage form took 81.7 / 48.3 / 25.7 us at 90 / 95 / 99 % micro-tile
-/// sparsity against 88.4 / 54.3 / 25.4 for the 2-warp sweep
-/// (sparsec-bench-pit-wgmma, docs/GPU.md).
+/// (cp.async.cg: faster here than through L1). On the H200 at 4096^3 this
+/// kernel took 87.9-88.6 / 52.5 / 24.2-24.3 us at 90 / 95 / 99 % micro-tile
+/// sparsity against 90.8-91.1 / 54.8-54.9 / 25.3-25.5 for the 2-warp
+/// sweep (sparsec-bench-pit, docs/GPU.md; sparsec-bench-pit-wgmma's own
+/// kernel, without bias, activation or residual, 81.7 us at 90 %).
 template <int T, int WM, typename Y, int Stages, bool Sweep = false,
           int Warps = 4, bool Wg = false>
 __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
@@ -1036,8 +1037,8 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
   // (measured at 3 stages): more blocks an SM for short gathered sets
   // (docs/GPU.md).
   // With warpgroup MMAs on, the default at 32-token tiles: 4 warps of 32
-  // columns, 2 stages, no sweep (on the H200 at 4096^3 7-11 % faster than
-  // the 2-warp sweep from 90 to 95 % micro-tile sparsity, level at 99 %:
+  // columns, 2 stages, no sweep (on the H200 at 4096^3 2.5-4 % faster than
+  // the 2-warp sweep from 90 to 99 % micro-tile sparsity, level below:
   // docs/GPU.md, "The matmul on warpgroup MMAs").
   const bool wg = tile == 32 && sweep == 0 && stages == 0 && columns != 256 &&
                   pitWarpgroupMma();
