@@ -157,6 +157,13 @@ __device__ __forceinline__ void cpAsync16(void *dst, const void *src,
                    smemAddr(dst)),
                "l"(src), "r"(bytes));
 }
+/// The same to a shared-space address (smemAddr's): no conversion from a
+/// generic pointer in the copy loop.
+__device__ __forceinline__ void cpAsync16(unsigned dst, const void *src,
+                                          int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(bytes));
+}
 /// The same through L1 (cp.async.ca). For rows gathered from the L2 (PIT's
 /// W rows, the batched sparse down projection's) on the H200 it moves the
 /// rows' bytes where cp.async.cg moved about 1.5 times as many: 32-row

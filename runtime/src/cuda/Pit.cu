@@ -278,14 +278,9 @@ __host__ __device__ constexpr int wgWRegion() {
 template <int T, int WM, int Stages, bool Sweep = false, int Warps = 4,
           bool Wg = false>
 constexpr size_t pitSmemBytes() {
-  if (Wg) {
-    // + 1024: the kernel aligns its start up to 1024 bytes.
-    size_t bytes = size_t(wgWRegion<T, Warps * WM, Stages>()) +
-                   size_t(Stages) * kBK * T * sizeof(__half) + 1024;
-    if (Sweep)
-      bytes += size_t(Stages) * kBK * sizeof(int32_t);
-    return bytes;
-  }
+  if (Wg) // (no sweep) + 1024: the kernel aligns its start up to 1024 bytes.
+    return size_t(wgWRegion<T, Warps * WM, Stages>()) +
+           size_t(Stages) * kBK * T * sizeof(__half) + 1024;
   size_t pipe = size_t(Stages) * kBK *
                 (wStride<Warps * WM>() + xStride<T>()) * sizeof(__half);
   size_t epi = size_t(T) * (Warps * WM + 4) * sizeof(float);
@@ -334,8 +329,9 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
                     const float *__restrict__ bias, Activation act,
                     const float *residual, Y *y, int tiles) {
   static_assert(!Sweep || Stages == 2, "a sweep runs 2 stages");
-  static_assert(!Wg || (T == 32 && WM == 32 && Warps == 4),
-                "warpgroup MMAs: 32 tokens x 128 columns, one warpgroup");
+  static_assert(!Wg || (T == 32 && WM == 32 && Warps == 4 && !Sweep),
+                "warpgroup MMAs: 32 tokens x 128 columns, one warpgroup, "
+                "no sweep");
   constexpr int kThreads = 32 * Warps;
   constexpr int BN = Warps * WM;
   constexpr int WS = wStride<BN>();
@@ -348,12 +344,15 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
   constexpr int XStage = Wg ? kBK * T : kBK * XS;  // halfs
   constexpr int WRegion = Wg ? wgWRegion<T, BN, Stages>() / 2 : Stages * WStage;
   extern __shared__ __align__(16) unsigned char smemRaw[];
+  // Wg: aligned up to 1024 bytes by an offset (not through an integer), so
+  // the pointers stay known as shared ones.
   unsigned char *smem =
-      Wg ? reinterpret_cast<unsigned char *>(
-               (reinterpret_cast<uintptr_t>(smemRaw) + 1023) & ~uintptr_t(1023))
-         : smemRaw;
+      Wg ? smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u) : smemRaw;
   __half *ws = reinterpret_cast<__half *>(smem);
   __half *xs = ws + WRegion;
+  // Wg: the stages' shared-space addresses; its copies and descriptors
+  // work on these 32-bit offsets rather than on generic pointers.
+  const unsigned wBase = smemAddr(ws), xBase = smemAddr(xs);
   // Accumulators (row = output column, col = token) go to ys [T][BN + 4]
   // for the epilogue, over the stages of W (not over those of x).
   constexpr int YS = BN + 4;
@@ -379,6 +378,14 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
   constexpr int RSTEP = kThreads / SEGS;
   static_assert(kBK * SEGS % kThreads == 0, "whole rows per thread");
   const int q = tid % SEGS, r0 = tid / SEGS;
+  // Wg: a thread's rows r0 + i * RSTEP share their swizzle (RSTEP is a
+  // multiple of 8), so its W piece's offset within a row is fixed; it
+  // copies one piece of the gathered x, piece xq of entry xr.
+  static_assert(!Wg || (RSTEP % 8 == 0 && kBK * NT == kThreads),
+                "warpgroup MMAs: fixed swizzles, one x piece a thread");
+  const unsigned wOff = (q >> 3) * (kBK * 128) + (((q & 7) ^ (r0 & 7)) << 4);
+  const int xr = tid / NT, xq = tid % NT;
+  const unsigned xOff = xr * 64 + ((xq ^ ((xr >> 1) & 3)) << 4);
 
   // The prologue's row numbers are requested together with the count
   // (every j < cap lies in the block's slice of idx), so the two share one
@@ -434,14 +441,10 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     else
       cpAsync16(dst, src, bytes);
   };
-  // Where a W row's piece goes: Wg, half q / 8 of the row, piece q % 8
-  // XORed with the row mod 8 (the 128-byte swizzle); else padded rows.
-  auto wPlace = [&](__half *wst, int r) {
-    if constexpr (Wg)
-      return wst + (q >> 3) * (kBK * 64) + r * 64 + (((q & 7) ^ (r & 7)) << 3);
-    else
-      return wst + r * WS + q * 8;
-  };
+  // Wg places W's pieces at wOff in rows of 128 bytes (half q / 8 of the
+  // row, piece q % 8 XORed with the row mod 8: the 128-byte swizzle), x's
+  // at xOff in rows of 64 bytes (piece xq XORed with (row / 2) mod 4: the
+  // 64-byte swizzle); the other forms in padded rows.
   auto loadW = [&](int stage, int n0, const int (&rowsOf)[RPT], bool viaL1 = true) {
     __half *wst = ws + stage * WStage;
     const int n = n0 + q * 8;
@@ -449,21 +452,29 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     for (int i = 0; i < RPT; ++i) {
       bool ok = rowsOf[i] >= 0 && n < N;
       const __half *src = ok ? w + size_t(rowsOf[i]) * N + n : w;
-      copy16(viaL1 && !Wg, wPlace(wst, r0 + i * RSTEP), src, ok ? 16 : 0);
+      if constexpr (Wg)
+        cpAsync16(wBase + stage * (WStage * 2) + (r0 + i * RSTEP) * 128 + wOff,
+                  src, ok ? 16 : 0);
+      else
+        copy16(viaL1, wst + (r0 + i * RSTEP) * WS + q * 8, src, ok ? 16 : 0);
     }
   };
   auto loadX = [&](int stage, int c) {
+    if constexpr (Wg) {
+      const int j = c * kBK + xr;
+      const bool ok = j < total;
+      cpAsync16(xBase + stage * (XStage * 2) + xOff,
+                ok ? bxg + size_t(j) * T + xq * 8 : bxg, ok ? 16 : 0);
+      return;
+    }
     __half *xst = xs + stage * XStage;
 #pragma unroll
     for (int p = tid; p < kBK * NT; p += kThreads) {
       int r = p / NT, qq = p % NT;
       int j = c * kBK + r;
       bool ok = j < total;
-      // Wg: rows of 64 bytes, piece qq XORed with (r / 2) mod 4 (the
-      // 64-byte swizzle).
-      __half *dst = Wg ? xst + r * T + ((qq ^ ((r >> 1) & 3)) << 3)
-                       : xst + r * XS + qq * 8;
-      cpAsync16(dst, ok ? bxg + size_t(j) * T + qq * 8 : bxg, ok ? 16 : 0);
+      cpAsync16(xst + r * XS + qq * 8, ok ? bxg + size_t(j) * T + qq * 8 : bxg,
+                ok ? 16 : 0);
     }
   };
 
@@ -482,18 +493,18 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
       // acc[h] (16 floats, h the m64 half) in wgmma's accumulator order:
       // register 4 ni + r is acc[h][ni][r] (the mma.sync C layout, each
       // warp rows 16 warp .. 16 warp + 15 of the half).
-      const unsigned wBase = smemAddr(ws + stage * WStage),
-                     xBase = smemAddr(xs + stage * XStage);
+      const unsigned wStage = wBase + stage * (WStage * 2),
+                     xStage = xBase + stage * (XStage * 2);
       wgmmaFenceOperands(reinterpret_cast<float(&)[32]>(acc));
       wgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
         // 16 rows: two 8-row groups of 1024 bytes (W) / 512 bytes (x).
-        const uint64_t b = wgmmaDesc(xBase + kk * 1024, 2048, 512, kSwizzle64);
+        const uint64_t b = wgmmaDesc(xStage + kk * 1024, 2048, 512, kSwizzle64);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           wgmmaM64N32K16(reinterpret_cast<float(&)[16]>(acc[h]),
-                         wgmmaDesc(wBase + h * kBK * 128 + kk * 2048,
+                         wgmmaDesc(wStage + h * kBK * 128 + kk * 2048,
                                    kBK * 128, 1024, kSwizzle128),
                          b);
       }
