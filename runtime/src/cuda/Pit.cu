@@ -353,6 +353,11 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
   // Wg: the stages' shared-space addresses; its copies and descriptors
   // work on these 32-bit offsets rather than on generic pointers.
   const unsigned wBase = smemAddr(ws), xBase = smemAddr(xs);
+  // Wg: the first stage's matrix descriptors (W: 64-column halves kBK * 128
+  // bytes apart, 8-row groups of 1024 bytes; x: 8-row groups of 512 bytes),
+  // which each chunk's advance by its offsets.
+  const uint64_t wDesc = Wg ? wgmmaDesc(wBase, kBK * 128, 1024, kSwizzle128) : 0,
+                 xDesc = Wg ? wgmmaDesc(xBase, 2048, 512, kSwizzle64) : 0;
   // Accumulators (row = output column, col = token) go to ys [T][BN + 4]
   // for the epilogue, over the stages of W (not over those of x).
   constexpr int YS = BN + 4;
@@ -373,17 +378,24 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
   // Each thread copies row segments of a fixed column q and rows
   // r0 + i * RSTEP of every chunk; their W row numbers are fetched one
   // chunk ahead (into registers) so no copy waits on an index load.
-  constexpr int SEGS = BN / 8;               // 16-byte segments per W row
-  constexpr int RPT = kBK * SEGS / kThreads; // W rows per thread and chunk
-  constexpr int RSTEP = kThreads / SEGS;
+  constexpr int SEGS = BN / 8; // 16-byte segments per W row
+  // Wg: 8 threads to a row, each copying the same piece q of both 64-column
+  // halves (one 128-byte line a half: a warp's copy covers 4 whole lines),
+  // so a thread has 2 rows a chunk, r0 and r0 + 16, instead of 4: half the
+  // row numbers to load and addresses to form, its 4 copies 2 apiece.
+  constexpr int RPT = Wg ? 2 : kBK * SEGS / kThreads; // W rows a thread, chunk
+  constexpr int RSTEP = Wg ? kBK / 2 : kThreads / SEGS;
   static_assert(kBK * SEGS % kThreads == 0, "whole rows per thread");
-  const int q = tid % SEGS, r0 = tid / SEGS;
+  const int q = Wg ? tid % 8 : tid % SEGS, r0 = Wg ? tid / 8 : tid / SEGS;
   // Wg: a thread's rows r0 + i * RSTEP share their swizzle (RSTEP is a
   // multiple of 8), so its W piece's offset within a row is fixed; it
   // copies one piece of the gathered x, piece xq of entry xr.
-  static_assert(!Wg || (RSTEP % 8 == 0 && kBK * NT == kThreads),
-                "warpgroup MMAs: fixed swizzles, one x piece a thread");
-  const unsigned wOff = (q >> 3) * (kBK * 128) + (((q & 7) ^ (r0 & 7)) << 4);
+  static_assert(!Wg || (SEGS == 16 && 8 * RSTEP == kThreads &&
+                        RPT * RSTEP == kBK && RSTEP % 8 == 0 &&
+                        kBK * NT == kThreads),
+                "warpgroup MMAs: 8 threads a row, fixed swizzles, one x "
+                "piece a thread");
+  const unsigned wOff = r0 * 128 + ((q ^ (r0 & 7)) << 4);
   const int xr = tid / NT, xq = tid % NT;
   const unsigned xOff = xr * 64 + ((xq ^ ((xr >> 1) & 3)) << 4);
 
@@ -424,8 +436,9 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
   auto fetch = [&](int c, int (&rowsOf)[RPT]) {
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
-      int j = c * kBK + r0 + i * RSTEP;
-      rowsOf[i] = j < total ? __ldca(bidx + j) : -1;
+      // (j >= 0: unsigned offsets need no sign extension.)
+      const unsigned j = c * kBK + r0 + i * RSTEP;
+      rowsOf[i] = int(j) < total ? __ldca(bidx + j) : -1;
     }
   };
   // Rows past the set (and columns past N) are zero-filled by cp.async.
@@ -448,23 +461,35 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
   auto loadW = [&](int stage, int n0, const int (&rowsOf)[RPT], bool viaL1 = true) {
     __half *wst = ws + stage * WStage;
     const int n = n0 + q * 8;
+    // Wg: this thread's columns in each half, and where its copies start.
+    const bool in0 = n < N, in1 = n + 64 < N;
+    const __half *wq = w + (in0 ? n : 0);
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
-      bool ok = rowsOf[i] >= 0 && n < N;
-      const __half *src = ok ? w + size_t(rowsOf[i]) * N + n : w;
-      if constexpr (Wg)
-        cpAsync16(wBase + stage * (WStage * 2) + (r0 + i * RSTEP) * 128 + wOff,
-                  src, ok ? 16 : 0);
-      else
+      if constexpr (Wg) {
+        // Copies past the set or past N are of 0 bytes (zero-filled, no
+        // read): rows past the set name row 0, columns past N in the first
+        // half column 0. The second half's source is the first's + 128
+        // bytes (an immediate offset), even where it is past N.
+        const bool row = rowsOf[i] >= 0;
+        const __half *src =
+            wq + uint64_t(unsigned(max(rowsOf[i], 0))) * unsigned(N);
+        const unsigned dst = wBase + stage * (WStage * 2) + i * RSTEP * 128 + wOff;
+        cpAsync16(dst, src, row && in0 ? 16 : 0);
+        cpAsync16(dst + kBK * 128, src + 64, row && in1 ? 16 : 0);
+      } else {
+        bool ok = rowsOf[i] >= 0 && n < N;
+        const __half *src = ok ? w + size_t(rowsOf[i]) * N + n : w;
         copy16(viaL1, wst + (r0 + i * RSTEP) * WS + q * 8, src, ok ? 16 : 0);
+      }
     }
   };
   auto loadX = [&](int stage, int c) {
     if constexpr (Wg) {
-      const int j = c * kBK + xr;
-      const bool ok = j < total;
+      const unsigned j = c * kBK + xr;
+      const bool ok = int(j) < total;
       cpAsync16(xBase + stage * (XStage * 2) + xOff,
-                ok ? bxg + size_t(j) * T + xq * 8 : bxg, ok ? 16 : 0);
+                bxg + (ok ? j * T + xq * 8 : 0u), ok ? 16 : 0);
       return;
     }
     __half *xst = xs + stage * XStage;
@@ -493,20 +518,20 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
       // acc[h] (16 floats, h the m64 half) in wgmma's accumulator order:
       // register 4 ni + r is acc[h][ni][r] (the mma.sync C layout, each
       // warp rows 16 warp .. 16 warp + 15 of the half).
-      const unsigned wStage = wBase + stage * (WStage * 2),
-                     xStage = xBase + stage * (XStage * 2);
+      // The stage's descriptors from the first stage's (their start
+      // address field counts 16-byte units).
+      const uint64_t wStage = wDesc + stage * (WStage * 2 / 16),
+                     xStage = xDesc + stage * (XStage * 2 / 16);
       wgmmaFenceOperands(reinterpret_cast<float(&)[32]>(acc));
       wgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
         // 16 rows: two 8-row groups of 1024 bytes (W) / 512 bytes (x).
-        const uint64_t b = wgmmaDesc(xStage + kk * 1024, 2048, 512, kSwizzle64);
+        const uint64_t b = xStage + kk * (1024 / 16);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           wgmmaM64N32K16(reinterpret_cast<float(&)[16]>(acc[h]),
-                         wgmmaDesc(wStage + h * kBK * 128 + kk * 2048,
-                                   kBK * 128, 1024, kSwizzle128),
-                         b);
+                         wStage + (h * kBK * 128 + kk * 2048) / 16, b);
       }
       wgmmaCommit();
       wgmmaWait0();
