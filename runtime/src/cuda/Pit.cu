@@ -318,7 +318,11 @@ constexpr size_t pitSmemBytes() {
 /// kernel took 87.9-88.6 / 52.5 / 24.2-24.3 us at 90 / 95 / 99 % micro-tile
 /// sparsity against 90.8-91.1 / 54.8-54.9 / 25.3-25.5 for the 2-warp
 /// sweep (sparsec-bench-pit, docs/GPU.md; sparsec-bench-pit-wgmma's own
-/// kernel, without bias, activation or residual, 81.7 us at 90 %).
+/// kernel, without bias, activation or residual, 81.7 us at 90 %). Its
+/// copies on shared-space offsets, 8 threads to a W row, made it 12 / 12 /
+/// 5 % faster on an H100 (77.8-78.3 / 47.5-47.7 / 24.9-25.0 us against
+/// 90.2-90.6 / 54.4-54.6 / 26.2; docs/GPU.md, "The warpgroup kernel's
+/// copies").
 template <int T, int WM, typename Y, int Stages, bool Sweep = false,
           int Warps = 4, bool Wg = false>
 __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
