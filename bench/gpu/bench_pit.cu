@@ -34,9 +34,14 @@
 //
 //   sparsec-bench-pit [--m 4096] [--k 4096] [--n 4096] [--tile 32]
 //                     [--sparsity 0,50,90,95,99] [--y f16|f32]
+//                     [--epilogue none|bias-residual]
 //
 // --y f32: PIT's outputs in fp32, as the runtime's sparse_linear calls
 // write them (the peers keep fp16 outputs).
+// --epilogue bias-residual: PIT adds a bias and an fp32 residual as a
+// model's down projection does (y = x . W + bias + residual; checked
+// against cuBLAS's product plus both on the host); the peers compute the
+// product alone.
 //
 //===----------------------------------------------------------------------===//
 
@@ -118,7 +123,7 @@ double timeSpMM(cusparseHandle_t sp, cusparseSpMatDescr_t a, __half *w,
 int main(int argc, char **argv) {
   int64_t M = 4096, K = 4096, N = 4096;
   int tile = 32;
-  std::string y = "f16";
+  std::string y = "f16", epilogue = "none";
   std::vector<double> sparsities = {0, 50, 90, 95, 99};
   if (!Options("sparsec-bench-pit")
            .add("--m", M)
@@ -126,6 +131,7 @@ int main(int argc, char **argv) {
            .add("--n", N)
            .add("--tile", tile)
            .add("--y", y)
+           .add("--epilogue", epilogue)
            .add("--sparsity", sparsities)
            .parse(argc, argv))
     return 1;
@@ -134,6 +140,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   const bool y32 = y == "f32";
+  if (epilogue != "none" && epilogue != "bias-residual") {
+    std::fprintf(stderr,
+                 "error: --epilogue takes none or bias-residual, not '%s'\n",
+                 epilogue.c_str());
+    return 1;
+  }
+  const bool withEpilogue = epilogue == "bias-residual";
   if (!percentages(sparsities))
     return 1;
   if (M < 1 || K < 1 || N < 1 || !pitTileSupported(tile) || N % 8) {
@@ -157,11 +170,29 @@ int main(int argc, char **argv) {
   const PitWorkspace ws = allocPitWorkspace(M, K, tile);
   // PIT's product into dY or, with --y f32, dYf; what it wrote as floats,
   // and the output cleared.
+  // --epilogue bias-residual: a bias in [-1, 1) and a residual in [-2, 2).
+  std::vector<float> bias, residual;
+  float *dBias = nullptr, *dRes = nullptr;
+  if (withEpilogue) {
+    uint32_t state = 12345u;
+    auto uniform = [&state] {
+      state = state * 1664525u + 1013904223u;
+      return float(state >> 8) / float(1u << 24);
+    };
+    bias.resize(size_t(N));
+    for (float &b : bias)
+      b = 2.0f * uniform() - 1.0f;
+    residual.resize(size_t(M * N));
+    for (float &r : residual)
+      r = 4.0f * uniform() - 2.0f;
+    dBias = upload(bias);
+    dRes = upload(residual);
+  }
   auto pitMatmulTo = [&](int columns, int stages, bool early, int sweep) {
-    return dYf ? pitMatmul(ws, M, K, dW, N, tile, nullptr, ops::Activation::none,
-                           nullptr, dYf, stream, columns, stages, early, sweep)
-               : pitMatmul(ws, M, K, dW, N, tile, nullptr, ops::Activation::none,
-                           nullptr, dY, stream, columns, stages, early, sweep);
+    return dYf ? pitMatmul(ws, M, K, dW, N, tile, dBias, ops::Activation::none,
+                           dRes, dYf, stream, columns, stages, early, sweep)
+               : pitMatmul(ws, M, K, dW, N, tile, dBias, ops::Activation::none,
+                           dRes, dY, stream, columns, stages, early, sweep);
   };
   auto pitOutput = [&] {
     std::vector<float> out =
@@ -204,6 +235,13 @@ int main(int argc, char **argv) {
     double denseUs = timeUs(dense, g, 10);
     dense();
     std::vector<float> ref = toFloats(download(dYRef, size_t(M * N)));
+    // What PIT's outputs are checked against: the product, plus the bias
+    // and the residual where PIT adds them.
+    std::vector<float> refPit = ref;
+    if (withEpilogue)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n)
+          refPit[size_t(m * N + n)] += bias[size_t(n)] + residual[size_t(m * N + n)];
 
     // cuSPARSE CSR.
     std::vector<int32_t> rowPtr(size_t(M + 1), 0), cols;
@@ -310,7 +348,7 @@ int main(int argc, char **argv) {
         pitMatmulTo(widths[i], stages[i], false, sweeps[i]);
       }, g, 20);
       CHECK_CUDA(cudaGetLastError());
-      err = std::max(err, relErr(pitOutput(), ref));
+      err = std::max(err, relErr(pitOutput(), refPit));
     }
     int best = 0;
     for (int i = 1; i < kVariants; ++i)
@@ -321,13 +359,13 @@ int main(int argc, char **argv) {
       pitMatmulTo(widths[best], stages[best], false, sweeps[best]);
     }, g, 20);
     CHECK_CUDA(cudaGetLastError());
-    err = std::max(err, relErr(pitOutput(), ref));
+    err = std::max(err, relErr(pitOutput(), refPit));
     double earlyUs = timeUs([&] {
       pitSRead(dX, M, K, tile, true, ws, stream, true);
       pitMatmulTo(widths[best], stages[best], true, sweeps[best]);
     }, g, 20);
     CHECK_CUDA(cudaGetLastError());
-    err = std::max(err, relErr(pitOutput(), ref));
+    err = std::max(err, relErr(pitOutput(), refPit));
     const double pitUs = std::min(totalUs, earlyUs);
     double errCsr = csrOut.empty() ? 0 : relErr(csrOut, ref);
     double errBsr = bsrOut.empty() ? 0 : relErr(bsrOut, ref);
