@@ -313,6 +313,19 @@ struct PitProblem {
           x[size_t(m * K + k)] = __float2half(std::fabs(val(rng)) + 0.01f);
     return x;
   }
+  /// A down projection's epilogue operands: a bias [N] in [-1, 1) and an
+  /// fp32 residual [M, N] in [-2, 2), from a generator of their own (the
+  /// inputs drawn after them stay those of a run without them).
+  void epilogue(int64_t M, int64_t N, std::vector<float> &bias,
+                std::vector<float> &residual) {
+    std::mt19937 own{1};
+    bias.resize(size_t(N));
+    for (float &b : bias)
+      b = val(own);
+    residual.resize(size_t(M * N));
+    for (float &r : residual)
+      r = 2.0f * val(own);
+  }
 };
 
 /// cuBLAS's dense y [M, N] = x [M, K] . W [K, N] (row-major, fp16, fp32

@@ -170,21 +170,11 @@ int main(int argc, char **argv) {
   const PitWorkspace ws = allocPitWorkspace(M, K, tile);
   // PIT's product into dY or, with --y f32, dYf; what it wrote as floats,
   // and the output cleared.
-  // --epilogue bias-residual: a bias in [-1, 1) and a residual in [-2, 2).
+  // --epilogue bias-residual: PitProblem's bias and residual.
   std::vector<float> bias, residual;
   float *dBias = nullptr, *dRes = nullptr;
   if (withEpilogue) {
-    uint32_t state = 12345u;
-    auto uniform = [&state] {
-      state = state * 1664525u + 1013904223u;
-      return float(state >> 8) / float(1u << 24);
-    };
-    bias.resize(size_t(N));
-    for (float &b : bias)
-      b = 2.0f * uniform() - 1.0f;
-    residual.resize(size_t(M * N));
-    for (float &r : residual)
-      r = 4.0f * uniform() - 2.0f;
+    problem.epilogue(M, N, bias, residual);
     dBias = upload(bias);
     dRes = upload(residual);
   }

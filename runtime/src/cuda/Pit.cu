@@ -458,10 +458,10 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     else
       cpAsync16(dst, src, bytes);
   };
-  // Wg places W's pieces at wOff in rows of 128 bytes (half q / 8 of the
-  // row, piece q % 8 XORed with the row mod 8: the 128-byte swizzle), x's
-  // at xOff in rows of 64 bytes (piece xq XORed with (row / 2) mod 4: the
-  // 64-byte swizzle); the other forms in padded rows.
+  // Wg places W's pieces at wOff in each half's rows of 128 bytes (piece q
+  // XORed with the row mod 8: the 128-byte swizzle), x's at xOff in rows
+  // of 64 bytes (piece xq XORed with (row / 2) mod 4: the 64-byte
+  // swizzle); the other forms in padded rows.
   auto loadW = [&](int stage, int n0, const int (&rowsOf)[RPT], bool viaL1 = true) {
     __half *wst = ws + stage * WStage;
     const int n = n0 + q * 8;

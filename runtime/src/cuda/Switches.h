@@ -74,8 +74,9 @@ inline bool parsePitMma(const std::string &value, bool &warpgroup) {
 }
 
 /// SPARSEC_CUDA_PIT_MMA from the environment, as pitWarpgroupMma reads it
-/// (for model binaries, the tuner and the benchmarks alike): true with `warpgroup` set where it holds a known value;
-/// false where it is unset, or (with a warning on stderr) unknown.
+/// (for model binaries, the tuner and the benchmarks alike): true with
+/// `warpgroup` set where it holds a known value; false where it is unset,
+/// or (with a warning on stderr) unknown.
 inline bool pitMmaFromEnvironment(bool &warpgroup) {
   const char *p = std::getenv("SPARSEC_CUDA_PIT_MMA");
   if (!p)
