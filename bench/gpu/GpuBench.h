@@ -14,6 +14,9 @@
 #define SPARSEC_BENCH_GPU_GPUBENCH_H
 
 #include "sparsec/rt/cuda/Pit.h"
+#ifdef __CUDACC__
+#include "TileStaging.cuh" // the runtime's (runtime/src/cuda)
+#endif
 
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -360,16 +363,22 @@ inline std::string cell(double v, const char *fmt = "%.1f") {
 }
 
 #ifdef __CUDACC__
+// Shared-memory addresses, 16-byte asynchronous copies (cp.async.cg,
+// zero-filled past `bytes`) and their groups, and ldmatrix are the
+// runtime's.
+using sparsec::rt::cuda::cpAsync16;
+using sparsec::rt::cuda::cpAsyncCommit;
+using sparsec::rt::cuda::cpAsyncWait;
+using sparsec::rt::cuda::ldmatrixX4T;
+using sparsec::rt::cuda::smemAddr;
+
 /// A load's words folded into one (the read benchmarks keep their loads
 /// alive with it).
 __device__ __forceinline__ unsigned fold(uint2 v) { return v.x ^ v.y; }
 __device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
-/// Shared-memory addresses, mbarriers and bulk copies (cp.async.bulk, the
-/// TMA unit) for the benchmarks' own kernels.
-__device__ __forceinline__ uint32_t smemAddr(const void *p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
+/// Mbarriers and bulk copies (cp.async.bulk, the TMA unit) for the
+/// benchmarks' own kernels.
 __device__ __forceinline__ void mbarInit(uint64_t *bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smemAddr(bar)),
                "r"(count));
@@ -415,19 +424,8 @@ __device__ __forceinline__ void bulkCopy(void *dst, const void *src, uint32_t by
                : "memory");
 }
 
-/// 16-byte asynchronous copies into shared memory (cp.async.cg), zero-filled
-/// past `bytes`, and their groups.
-__device__ __forceinline__ void cpAsync16(void *dst, const void *src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr(dst)),
-               "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
+/// Mbarriers and bulk copies (cp.async.bulk, the TMA unit) for the
+/// benchmarks' own kernels.
 /// Thread-block clusters: the whole cluster's barrier, this block's rank and
 /// the cluster's size, an arrive on the mbarrier at the same offset in block
 /// `cta`'s shared memory, and a bulk copy written into the shared memory of
@@ -464,14 +462,9 @@ __device__ __forceinline__ void bulkCopyMulticast(void *dst, const void *src,
                : "memory");
 }
 
-/// Tensor cores: four 8 x 8 fp16 tiles from shared memory, transposed (lane
-/// 8 i + j gives the address of row j of tile i), and one m16n8k16 product,
-/// fp16 in, fp32 accumulate.
-__device__ __forceinline__ void ldmatrixX4T(unsigned (&r)[4], const void *p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smemAddr(p)));
-}
+/// Tensor cores: one m16n8k16 product, fp16 in, fp32 accumulate (the A
+/// fragment as ldmatrixX4T loads it: four 8 x 8 tiles, transposed, lane
+/// 8 i + j giving the address of row j of tile i).
 __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4],
                                          unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "

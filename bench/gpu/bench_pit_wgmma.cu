@@ -80,75 +80,14 @@ template <int Stages> constexpr size_t smemBytes() {
   return size_t(wRegion<Stages>() + Stages * kXStage + 1024);
 }
 
-__device__ __forceinline__ unsigned smemAddr(const void *p) {
-  return unsigned(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cpAsync16(unsigned dst, const void *src, int bytes,
-                                          bool viaL1) {
+// The copies and warpgroup-MMA helpers are the runtime's
+// (runtime/src/cuda/TileStaging.cuh, through GpuBench.h).
+__device__ __forceinline__ void copy16(unsigned dst, const void *src, int bytes,
+                                       bool viaL1) {
   if (viaL1)
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes));
+    cpAsync16L1(dst, src, bytes);
   else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes));
-}
-__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-/// The copies this thread waited for, made visible to the async proxy
-/// (which the warpgroup MMAs read shared memory through).
-__device__ __forceinline__ void fenceProxyAsync() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-/// A shared-memory matrix descriptor: start address, leading and stride
-/// byte offsets, swizzle (1: 128 bytes, 2: 64 bytes).
-__device__ __forceinline__ uint64_t matrixDesc(unsigned addr, unsigned lbo, unsigned sbo,
-                                               uint64_t swizzle) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) |
-         (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (swizzle << 62);
-}
-
-__device__ __forceinline__ void fenceOperands(float (&d)[16]) {
-#pragma unroll
-  for (int i = 0; i < 16; ++i)
-    asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/// d [64 x 32] += A [64 x 16] . B [16 x 32], fp16 in, fp32 accumulate, A and
-/// B MN-major in shared memory.
-__device__ __forceinline__ void wgmma32(float (&d)[16], uint64_t a, uint64_t b) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("{\n"
-               ".reg .pred p;\n"
-               "setp.ne.b32 p, 1, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-               "%16, %17, p, 1, 1, 1, 1;\n"
-               "}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                 "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                 "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-               : "l"(a), "l"(b));
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void wgmmaFence() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmmaCommit() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-template <int N> __device__ __forceinline__ void wgmmaWait() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
+    cpAsync16(dst, src, bytes);
 }
 
 /// One block: token block blockIdx.y x `tiles` output blocks of 128
@@ -187,8 +126,8 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
       const bool ok = rows[i] >= 0 && n < N;
-      cpAsync16(wBase + stage * kWStage + (r0 + 8 * i) * 128 + wOff,
-                ok ? w + size_t(rows[i]) * N + n : w, ok ? 16 : 0, viaL1);
+      copy16(wBase + stage * kWStage + (r0 + 8 * i) * 128 + wOff,
+             ok ? w + size_t(rows[i]) * N + n : w, ok ? 16 : 0, viaL1);
     }
   };
   // x: thread tid copies piece tid & 3 (8 tokens) of entry tid >> 2.
@@ -198,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
     const int j = c * kBK + xr;
     const bool ok = j < total;
     cpAsync16(xBase + stage * kXStage + xOff, ok ? bxg + size_t(j) * kT + xq * 8 : bxg,
-              ok ? 16 : 0, false);
+              ok ? 16 : 0);
   };
 
   float acc[2][16];
@@ -212,28 +151,29 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
   // One chunk's product (W's stage wsIdx, x's stage xsIdx); waited for
   // unless `wait` is false.
   auto compute = [&](int wsIdx, int xsIdx, bool wait = true) {
-    fenceOperands(acc[0]);
-    fenceOperands(acc[1]);
+    wgmmaFenceOperands(acc[0]);
+    wgmmaFenceOperands(acc[1]);
     wgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
-      const uint64_t db = matrixDesc(xBase + xsIdx * kXStage + kk * 1024, 2048, 512, 2);
+      const uint64_t db =
+          wgmmaDesc(xBase + xsIdx * kXStage + kk * 1024, 2048, 512, kSwizzle64);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        wgmma32(acc[h],
-                matrixDesc(wBase + wsIdx * kWStage + h * kHalfBytes + kk * 2048, kHalfBytes,
-                           1024, 1),
-                db);
+        wgmmaM64N32K16(acc[h],
+                       wgmmaDesc(wBase + wsIdx * kWStage + h * kHalfBytes + kk * 2048,
+                                 kHalfBytes, 1024, kSwizzle128),
+                       db);
     }
     wgmmaCommit();
     if (wait) {
       wgmmaWait<0>();
-      fenceOperands(acc[0]);
-      fenceOperands(acc[1]);
+      wgmmaFenceOperands(acc[0]);
+      wgmmaFenceOperands(acc[1]);
     }
   };
   auto ready = [&] {
-    fenceProxyAsync();
+    fenceProxyAsyncShared();
     __syncthreads();
   };
   // acc (row m = output column, column t = token; the mma.sync C layout a
@@ -324,8 +264,8 @@ __global__ void __launch_bounds__(kThreads, MinBlocks)
     }
     if (Overlap) {
       wgmmaWait<0>();
-      fenceOperands(acc[0]);
-      fenceOperands(acc[1]);
+      wgmmaFenceOperands(acc[0]);
+      wgmmaFenceOperands(acc[1]);
     }
     cpAsyncWait<0>();
     __syncthreads();

@@ -538,7 +538,7 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
                          wStage + (h * kBK * 128 + kk * 2048) / 16, b);
       }
       wgmmaCommit();
-      wgmmaWait0();
+      wgmmaWait<0>();
       wgmmaFenceOperands(reinterpret_cast<float(&)[32]>(acc));
       return;
     }
