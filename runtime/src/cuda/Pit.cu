@@ -637,6 +637,8 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
           int t = ni * 8 + (lane & 3) * 2 + (r & 1);
           ys[t * YS + m] = acc[mi][ni][r];
         }
+    if constexpr (!Wg)
+      __syncthreads();
     const int c = (tid % CPT) * 8, n = n0 + c;
     const int swap = tid & 4; // 4 for threads 4-7 of each quarter-warp
     // Wg: the bias and the first residual row this thread adds are
@@ -646,47 +648,47 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     // it is written: each (row, column) is this thread's.) On an H100 at
     // 4096^3 with an fp32 residual and output the matmul took 115.4-115.6
     // / 87.7-88.0 / 58.9 us at 90 / 95 / 99 % against 117.7-118.0 /
-    // 88.5-89.0 / 59.4-59.5, without an epilogue 0-1 % less; the same
-    // requests made the 2-warp sweeps 6-10 % slower, so they keep theirs
-    // (docs/GPU.md, "The warpgroup kernel's epilogue").
+    // 88.5-89.0 / 59.4-59.5, without an epilogue 0-1 % less. The same
+    // requests made the 2-warp sweeps 6-10 % slower, and any change to
+    // this code moved the other forms' instructions (the 4-warp 32-token
+    // sweep 9 % slower at 90 %): they keep theirs as it was (docs/GPU.md,
+    // "The warpgroup kernel's epilogue").
     float bv[8];
     float4 next0, next1; // Wg: the next row's residual
     auto request = [&](int t) {
       const int row = b * T + t;
-      if (Wg && residual && t < T && row < M) {
+      if (residual && t < T && row < M) {
         const float4 *rp =
             reinterpret_cast<const float4 *>(residual + size_t(row) * N + n);
         next0 = rp[0];
         next1 = rp[1];
       }
     };
-    auto loadBias = [&] {
+    if constexpr (Wg) {
+      if (n < N) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          bv[i] = bias ? bias[n + i] : 0.0f;
+        request(tid / CPT);
+      }
+      __syncthreads();
+    }
+    if (n >= N)
+      return;
+    if constexpr (!Wg) {
 #pragma unroll
       for (int i = 0; i < 8; ++i)
         bv[i] = bias ? bias[n + i] : 0.0f;
-    };
-    if (Wg && n < N) {
-      loadBias();
-      request(tid / CPT);
     }
-    __syncthreads();
-    if (n >= N)
-      return;
-    if (!Wg)
-      loadBias();
 #pragma unroll
     for (int t = tid / CPT; t < T; t += TSTEP) {
       const int row = b * T + t;
       if (row >= M)
         break;
-      float4 r0 = next0, r1 = next1;
+      float4 r0, r1;
       if constexpr (Wg) {
+        r0 = next0, r1 = next1;
         request(t + TSTEP);
-      } else if (residual) {
-        const float4 *rp =
-            reinterpret_cast<const float4 *>(residual + size_t(row) * N + n);
-        r0 = rp[0];
-        r1 = rp[1];
       }
       // 16-byte reads reach the banks a quarter-warp at a time: its
       // threads 4-7 read their upper halves first, so each of the two reads
@@ -709,6 +711,11 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
           v[i] = activate(act, v[i] + bv[i]);
       }
       if (residual) {
+        if constexpr (!Wg) {
+          const float4 *rp =
+              reinterpret_cast<const float4 *>(residual + size_t(row) * N + n);
+          r0 = rp[0], r1 = rp[1];
+        }
         v[0] += r0.x, v[1] += r0.y, v[2] += r0.z, v[3] += r0.w;
         v[4] += r1.x, v[5] += r1.y, v[6] += r1.z, v[7] += r1.w;
       }
