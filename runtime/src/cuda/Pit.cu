@@ -649,10 +649,10 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     // 4096^3 with an fp32 residual and output the matmul took 115.4-115.6
     // / 87.7-88.0 / 58.9 us at 90 / 95 / 99 % against 117.7-118.0 /
     // 88.5-89.0 / 59.4-59.5, without an epilogue 0-1 % less. The same
-    // requests made the 2-warp sweeps 6-10 % slower, and any change to
-    // this code moved the other forms' instructions (the 4-warp 32-token
-    // sweep 9 % slower at 90 %): they keep theirs as it was (docs/GPU.md,
-    // "The warpgroup kernel's epilogue").
+    // requests made the mma.sync sweeps of 4 warps 6-10 % slower, and so
+    // did merely restructuring this code for all forms (9 % at 90 %): the
+    // other forms keep theirs as it was (docs/GPU.md, "The warpgroup
+    // kernel's epilogue").
     float bv[8];
     float4 next0, next1; // Wg: the next row's residual
     auto request = [&](int t) {
