@@ -307,7 +307,8 @@ constexpr size_t pitSmemBytes() {
 ///
 /// Wg (32-token tiles, 4 warps of 32 columns, sm_90a): the products run on
 /// Hopper's warpgroup MMAs (wgmma.mma_async m64n32k16: the block's 128
-/// columns as two m64 halves, the tokens as N), which read W's rows and the
+/// columns as two m64 halves, the tokens as N; with 8 warps two warpgroups
+/// of 128 columns each share the block's gathered x), which read W's rows and the
 /// gathered x straight from shared memory through matrix descriptors, so
 /// no ldmatrix loads them into registers. Both operands are MN-major: each
 /// half of a W row is 128 bytes in the 128-byte-swizzled layout (16-byte
@@ -325,7 +326,10 @@ constexpr size_t pitSmemBytes() {
 /// copies").
 template <int T, int WM, typename Y, int Stages, bool Sweep = false,
           int Warps = 4, bool Wg = false>
-__global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
+__global__ void __launch_bounds__(32 * Warps,
+                                  Wg && Warps == 8           ? 4
+                                  : WM == 32 || Warps == 2 ? 8
+                                                           : 1)
     pitMatmulKernel(const __half *__restrict__ xg,
                     const int32_t *__restrict__ idx,
                     const int32_t *__restrict__ count, int M, int cap,
@@ -333,9 +337,10 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
                     const float *__restrict__ bias, Activation act,
                     const float *residual, Y *y, int tiles) {
   static_assert(!Sweep || Stages == 2, "a sweep runs 2 stages");
-  static_assert(!Wg || (T == 32 && WM == 32 && Warps == 4 && !Sweep),
-                "warpgroup MMAs: 32 tokens x 128 columns, one warpgroup, "
-                "no sweep");
+  static_assert(!Wg || (T == 32 && WM == 32 && (Warps == 4 || Warps == 8) &&
+                        !Sweep),
+                "warpgroup MMAs: 32 tokens x 128 columns a warpgroup, one "
+                "or two warpgroups, no sweep");
   constexpr int kThreads = 32 * Warps;
   constexpr int BN = Warps * WM;
   constexpr int WS = wStride<BN>();
@@ -388,16 +393,19 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
   // halves (one 128-byte line a half: a warp's copy covers 4 whole lines),
   // so a thread has 2 rows a chunk, r0 and r0 + 16, instead of 4: half the
   // row numbers to load and addresses to form, its 4 copies 2 apiece.
-  constexpr int RPT = Wg ? 2 : kBK * SEGS / kThreads; // W rows a thread, chunk
-  constexpr int RSTEP = Wg ? kBK / 2 : kThreads / SEGS;
+  // Two warpgroups (256 columns): 8 threads to a row still, one row a
+  // thread a chunk, each copying piece q of all four 64-column quarters.
+  constexpr int WQ = BN / 64; // Wg: 64-column pieces of a W row
+  constexpr int RPT = Wg ? kBK * 8 / kThreads : kBK * SEGS / kThreads; // W rows a thread, chunk
+  constexpr int RSTEP = Wg ? kThreads / 8 : kThreads / SEGS;
   static_assert(kBK * SEGS % kThreads == 0, "whole rows per thread");
   const int q = Wg ? tid % 8 : tid % SEGS, r0 = Wg ? tid / 8 : tid / SEGS;
   // Wg: a thread's rows r0 + i * RSTEP share their swizzle (RSTEP is a
   // multiple of 8), so its W piece's offset within a row is fixed; it
   // copies one piece of the gathered x, piece xq of entry xr.
-  static_assert(!Wg || (SEGS == 16 && 8 * RSTEP == kThreads &&
+  static_assert(!Wg || (SEGS == 8 * WQ && 8 * RSTEP == kThreads &&
                         RPT * RSTEP == kBK && RSTEP % 8 == 0 &&
-                        kBK * NT == kThreads),
+                        kBK * NT <= kThreads),
                 "warpgroup MMAs: 8 threads a row, fixed swizzles, one x "
                 "piece a thread");
   const unsigned wOff = r0 * 128 + ((q ^ (r0 & 7)) << 4);
@@ -467,8 +475,11 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
     __half *wst = ws + stage * WStage;
     const int n = n0 + q * 8;
     // Wg: this thread's columns in each half, and where its copies start.
-    const bool in0 = n < N, in1 = n + 64 < N;
-    const __half *wq = w + (in0 ? n : 0);
+    bool in[WQ];
+#pragma unroll
+    for (int h = 0; h < WQ; ++h)
+      in[h] = n + h * 64 < N;
+    const __half *wq = w + (in[0] ? n : 0);
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
       if constexpr (Wg) {
@@ -480,8 +491,10 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
         const __half *src =
             wq + uint64_t(unsigned(max(rowsOf[i], 0))) * unsigned(N);
         const unsigned dst = wBase + stage * (WStage * 2) + i * RSTEP * 128 + wOff;
-        cpAsync16(dst, src, row && in0 ? 16 : 0);
-        cpAsync16(dst + kBK * 128, src + 64, row && in1 ? 16 : 0);
+#pragma unroll
+        for (int h = 0; h < WQ; ++h)
+          cpAsync16(dst + h * (kBK * 128), src + h * 64,
+                    row && in[h] ? 16 : 0);
       } else {
         bool ok = rowsOf[i] >= 0 && n < N;
         const __half *src = ok ? w + size_t(rowsOf[i]) * N + n : w;
@@ -491,6 +504,8 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
   };
   auto loadX = [&](int stage, int c) {
     if constexpr (Wg) {
+      if (kBK * NT < kThreads && tid >= kBK * NT)
+        return; // (two warpgroups: the first copies x)
       const unsigned j = c * kBK + xr;
       const bool ok = int(j) < total;
       cpAsync16(xBase + stage * (XStage * 2) + xOff,
@@ -525,7 +540,9 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
       // warp rows 16 warp .. 16 warp + 15 of the half).
       // The stage's descriptors from the first stage's (their start
       // address field counts 16-byte units).
-      const uint64_t wStage = wDesc + stage * (WStage * 2 / 16),
+      // Warpgroup g's halves are W's 64-column pieces 2 g and 2 g + 1.
+      const uint64_t wStage = wDesc + stage * (WStage * 2 / 16) +
+                              (Warps == 8 ? (warp / 4) * (2 * kBK * 128 / 16) : 0),
                      xStage = xDesc + stage * (XStage * 2 / 16);
       wgmmaFenceOperands(reinterpret_cast<float(&)[32]>(acc));
       wgmmaFence();
@@ -633,7 +650,9 @@ __global__ void __launch_bounds__(32 * Warps, WM == 32 || Warps == 2 ? 8 : 1)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           // Wg: mi is the m64 half, the warp's 16 rows within it.
-          int m = (Wg ? mi * 64 + warp * 16 : warp * WM + mi * 16) +
+          int m = (Wg ? (Warps == 8 ? (warp / 4) * 128 : 0) + mi * 64 +
+                            (warp % 4) * 16
+                      : warp * WM + mi * 16) +
                   (lane >> 2) + (r >= 2 ? 8 : 0);
           int t = ni * 8 + (lane & 3) * 2 + (r & 1);
           ys[t * YS + m] = acc[mi][ni][r];
@@ -1133,9 +1152,13 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
   // With warpgroup MMAs on, the default at 32-token tiles: 4 warps of 32
   // columns, 2 stages, no sweep (on the H200 at 4096^3 2.5-4 % faster than
   // the 2-warp sweep from 90 to 99 % micro-tile sparsity, level below:
-  // docs/GPU.md, "The matmul on warpgroup MMAs").
-  // (Its output blocks go along the grid's y, at most 65535 of them.)
-  const bool wg = tile == 32 && sweep == 0 && stages == 0 && columns != 256 &&
+  // docs/GPU.md, "The matmul on warpgroup MMAs"). 256 columns asked for
+  // (stages and sweep 0) take two warpgroups a block, which copy the
+  // gathered x once for both: on an H100 at 4096^3 4 / 2 % faster at 90 /
+  // 95 % micro-tile sparsity, 8-10 % below, 6 % slower at 99 % (docs/GPU.md,
+  // "Two warpgroups a block, on the new grid"), so not the default.
+  // (Output blocks go along the grid's y, at most 65535 of them.)
+  const bool wg = tile == 32 && sweep == 0 && stages == 0 &&
                   (N + 127) / 128 <= 65535 && pitWarpgroupMma();
   if (sweep == 0)
     sweep = stages == 0 && columns != 256 && !wg
@@ -1146,7 +1169,8 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
   const MatmulCall<Y> c{ws,       M,      K,     w,    N, bias, act,
                         residual, y,      stream, early, sweep > 1 ? sweep : 1};
   if (wg)
-    return launchMatmul<32, 32, Y, 2, false, 4, true>(c);
+    return columns == 256 ? launchMatmul<32, 32, Y, 2, false, 8, true>(c)
+                          : launchMatmul<32, 32, Y, 2, false, 4, true>(c);
   switch (tile) {
   case 8:
     return launchMatmulT<8>(c, columns, stages);

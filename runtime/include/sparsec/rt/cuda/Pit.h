@@ -103,9 +103,11 @@ cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
 /// of the cp.async pipeline: fewer stages take less shared memory, so more
 /// blocks run on an SM, which pays when the gathered sets are short (high
 /// micro-tile sparsity); 0 picks 2 for 128 columns (3 at 16-token tiles
-/// where no sweep runs) and 4 for 256. With all three of `columns`,
-/// `stages` and `sweep` 0, 32-token tiles take warpgroup MMAs where
-/// pitWarpgroupMma() says so.
+/// where no sweep runs) and 4 for 256. With `stages` and `sweep` 0 and
+/// `columns` 0 or 128, 32-token tiles take warpgroup MMAs where
+/// pitWarpgroupMma() says so; with `columns` 256 there, two warpgroups a
+/// block (faster than 128 columns where the gathered sets are long,
+/// slower at 99 % micro-tile sparsity: docs/GPU.md).
 /// `early`: a programmatic dependent launch, as pitSRead's.
 /// `sweep` > 1: each block computes that many 128-column output blocks of
 /// its token block in turn (128 columns, 2 stages; other settings are
