@@ -291,6 +291,13 @@ int main() {
   // 256-column blocks, ragged N, every tile.
   for (int tile : {8, 16, 32})
     run({72, 700, 392, tile, 0.2, tile != 16, false, false, true, true, true, 256});
+  // Two warpgroups a block (256 columns at the default pipeline, 32-token
+  // tiles): fp16 x and y with a bias and launched early, ragged M and N; a
+  // long set, fp32 y with the residual; a set of one chunk.
+  run({100, 1500, 776, 32, 0.3, false, true, true, true, true, false, 256, 0,
+       true});
+  run({256, 4096, 1024, 32, 0.5, true, false, false, false, false, true, 256});
+  run({64, 4096, 512, 32, 0.01, false, false, true, true, false, false, 256});
   // Larger, with the residual aliasing nothing.
   run({512, 2048, 1024, 32, 0.1, true, false, false, true, false, true, 128});
   run({512, 2048, 1024, 16, 0.02, false, true, true, false, false, false, 256});
