@@ -424,8 +424,6 @@ __device__ __forceinline__ void bulkCopy(void *dst, const void *src, uint32_t by
                : "memory");
 }
 
-/// Mbarriers and bulk copies (cp.async.bulk, the TMA unit) for the
-/// benchmarks' own kernels.
 /// Thread-block clusters: the whole cluster's barrier, this block's rank and
 /// the cluster's size, an arrive on the mbarrier at the same offset in block
 /// `cta`'s shared memory, and a bulk copy written into the shared memory of

@@ -24,18 +24,16 @@ namespace sparsec::rt::cuda {
 __device__ __forceinline__ unsigned smemAddr(const void *p) {
   return unsigned(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void cpAsync16(void *dst, const void *src,
-                                          int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   smemAddr(dst)),
-               "l"(src), "r"(bytes));
-}
-/// The same to a shared-space address (smemAddr's): no conversion from a
-/// generic pointer in the copy loop.
+/// To a shared-space address (smemAddr's): no conversion from a generic
+/// pointer in the copy loop.
 __device__ __forceinline__ void cpAsync16(unsigned dst, const void *src,
                                           int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
                "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cpAsync16(void *dst, const void *src,
+                                          int bytes) {
+  cpAsync16(smemAddr(dst), src, bytes);
 }
 /// The same through L1 (cp.async.ca). For rows gathered from the L2 (PIT's
 /// W rows, the batched sparse down projection's) on the H200 it moves the
@@ -44,17 +42,14 @@ __device__ __forceinline__ void cpAsync16(unsigned dst, const void *src,
 /// against 79.9 (sparsec-bench-pit-bound, docs/GPU.md). It costs L1
 /// throughput twice (the fill, then the copy into shared memory), so a
 /// kernel uses it for its largest gathered operand only.
-__device__ __forceinline__ void cpAsync16L1(void *dst, const void *src,
-                                            int bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   smemAddr(dst)),
-               "l"(src), "r"(bytes));
-}
-/// The same to a shared-space address.
 __device__ __forceinline__ void cpAsync16L1(unsigned dst, const void *src,
                                             int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
                "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cpAsync16L1(void *dst, const void *src,
+                                            int bytes) {
+  cpAsync16L1(smemAddr(dst), src, bytes);
 }
 __device__ __forceinline__ void cpAsyncCommit() {
   asm volatile("cp.async.commit_group;\n" ::);
