@@ -485,8 +485,9 @@ __global__ void __launch_bounds__(32 * Warps,
       if constexpr (Wg) {
         // Copies past the set or past N are of 0 bytes (zero-filled, no
         // read): rows past the set name row 0, columns past N in the first
-        // half column 0. The second half's source is the first's + 128
-        // bytes (an immediate offset), even where it is past N.
+        // piece column 0. Each further 64-column piece's source is the one
+        // before's + 128 bytes (an immediate offset), even where it is past
+        // N.
         const bool row = rowsOf[i] >= 0;
         const __half *src =
             wq + uint64_t(unsigned(max(rowsOf[i], 0))) * unsigned(N);
