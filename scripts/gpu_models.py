@@ -72,6 +72,10 @@ CONFIGS = {
     # PIT micro-tiles for the batched (prompt) calls of the down projections.
     "nc17_pit": ("opt-byte-s/model_nocache_opset17.onnx",
                  ["--sparsity=exact", "--weights=f16", "--pit-tile=32"], True),
+    # 256 output columns a block: two warpgroups a block on Hopper.
+    "nc17_pit256": ("opt-byte-s/model_nocache_opset17.onnx",
+                    ["--sparsity=exact", "--weights=f16", "--pit-tile=32",
+                     "--pit-columns=256"], True),
     "kv_pit": ("opt-byte-s/model_kvcache_opset17.onnx",
                ["--sparsity=exact", "--weights=f16", "--pit-tile=16"], True),
     # Every layer norm folded into the decode GEMVs it feeds.
@@ -530,6 +534,8 @@ def run(args):
     check_case(args, res, "nc17_f16", "ref_prompt", 2e-2, 5e-2, " (fp16 weights)")
     check_case(args, res, "nc17_pit", "ref_prompt", 2e-2, 5e-2,
                " (fp16 weights, PIT 32 x 1 tiles)")
+    check_case(args, res, "nc17_pit256", "ref_prompt", 2e-2, 5e-2,
+               " (fp16 weights, PIT 32 x 1 tiles, 256 columns)")
     for name in ("kv", "kv_exact", "kv_fold"):
         check_case(args, res, name, "ort_kv", 1e-4, 1e-4)
         check_case(args, res, name, "ref_kv_step", 1e-4, 1e-4)
@@ -550,7 +556,10 @@ def run(args):
     for dense, sparse, what, tol in (("nc17", "nc17_exact", "71-token prompt", 1e-4),
                                      ("kv", "kv_exact", "decode step", 1e-4),
                                      ("nc17_f16", "nc17_pit",
-                                      "71-token prompt, PIT 32 x 1 vs dense fp16", 5e-2)):
+                                      "71-token prompt, PIT 32 x 1 vs dense fp16", 5e-2),
+                                     ("nc17_f16", "nc17_pit256",
+                                      "71-token prompt, PIT 32 x 1 at 256 columns "
+                                      "vs dense fp16", 5e-2)):
         if dense not in have or sparse not in have:
             continue
         a = np.load(os.path.join(args.dir, dense, "results", "logits.npy"))

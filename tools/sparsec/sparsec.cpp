@@ -169,6 +169,12 @@ cl::opt<int64_t> pitTile(
              "32 tokens) for every sparse down projection's batched calls, or "
              "0 for dense, instead of the cost model's choice"),
     cl::init(-1), cl::sub(compileCmd), cl::cat(category));
+cl::opt<int64_t> pitColumns(
+    "pit-columns",
+    cl::desc("CUDA/hybrid with --sparsity: output columns a PIT block "
+             "computes (128 or 256) for every sparse down projection given a "
+             "PIT tile, instead of the cost model's choice"),
+    cl::init(0), cl::sub(compileCmd), cl::cat(category));
 cl::opt<int64_t> tuneM("m", cl::desc("tune: tokens of the measured problem"),
                        cl::init(4096), cl::sub(tuneCmd), cl::cat(category));
 cl::opt<int64_t> tuneK("k", cl::desc("tune: input neurons of the measured problem"),
@@ -551,21 +557,27 @@ int runCompile(MLIRContext &context) {
             << "\n";
     return 1;
   }
+  if (pitColumns.getNumOccurrences() &&
+      !llvm::is_contained({128, 256}, pitColumns.getValue())) {
+    error() << "--pit-columns must be 128 or 256, got " << pitColumns << "\n";
+    return 1;
+  }
   if (pitTokens <= 0) {
     error() << "--pit-tokens must be positive, got " << pitTokens << "\n";
     return 1;
   }
-  if ((!pitTable.empty() || pitTile.getNumOccurrences()) &&
+  if ((!pitTable.empty() || pitTile.getNumOccurrences() ||
+       pitColumns.getNumOccurrences()) &&
       (sparsityMode == "off" || target == "x86")) {
-    error() << "--pit-table and --pit-tile apply to --target cuda or hybrid "
-               "with --sparsity exact or predicted\n";
+    error() << "--pit-table, --pit-tile and --pit-columns apply to --target "
+               "cuda or hybrid with --sparsity exact or predicted\n";
     return 1;
   }
-  if ((!pitTable.empty() || pitTile > 0) && weightsType != "f16" &&
-      sparseWeights != "f16") {
-    error() << "--pit-table and --pit-tile need fp16 sparse weights (--weights "
-               "f16 or --sparse-weights f16): the PIT kernels are fp16 "
-               "tensor-core code\n";
+  if ((!pitTable.empty() || pitTile > 0 || pitColumns.getNumOccurrences()) &&
+      weightsType != "f16" && sparseWeights != "f16") {
+    error() << "--pit-table, --pit-tile and --pit-columns need fp16 sparse "
+               "weights (--weights f16 or --sparse-weights f16): the PIT "
+               "kernels are fp16 tensor-core code\n";
     return 1;
   }
   if (!(minZeroFraction >= 0.0 && minZeroFraction <= 1.0)) {
@@ -764,6 +776,7 @@ int runCompile(MLIRContext &context) {
       pit.table = pitTable;
       pit.tokens = pitTokens;
       pit.forceTile = pitTile;
+      pit.forceColumns = pitColumns;
       pm.addPass(sparsec::createPitTilePass(pit));
     }
     if (failed(pm.run(*module)))

@@ -1312,8 +1312,11 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                              "active neurons from the input's zeros and a "
                              "[K, N] weight (run sparsec-weight-layout)");
         // Batched calls (above a decode batch): PIT micro-tiles of
-        // pit_tile tokens, or the dense kernel (0).
-        std::string pitTile = std::to_string(s.getPitTile().value_or(0));
+        // pit_tile tokens with pit_columns output columns a block (0: the
+        // runtime's default), or the dense kernel (tile 0).
+        std::string pitTile =
+            "cuda::PitPlan{" + std::to_string(s.getPitTile().value_or(0)) +
+            ", " + std::to_string(s.getPitColumns().value_or(0)) + "}";
         // A following residual add is folded in; the call writes the add's
         // result into the add's slot.
         AddOp add = residualAdd(op);

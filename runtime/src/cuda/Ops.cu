@@ -1763,7 +1763,7 @@ bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,
 }
 
 bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
-                       const Tensor *bias, const IndexSet &index, int pitTile,
+                       const Tensor *bias, const IndexSet &index, PitPlan pit,
                        const Tensor *residual, int outSlot, Tensor &out) {
   Device &d = dev(ctx);
   LinearShape s;
@@ -1777,7 +1777,8 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
   if (!residualOf(ctx, residual, r, res))
     return false;
   out = r;
-  // Dense or PIT results get the residual added afterwards.
+  // The dense GEMM's result (and a PIT result whose residual is not
+  // 16-byte aligned) gets the residual added afterwards.
   auto addResidual = [&]() {
     if (!res || M * N == 0 || !d.launching())
       return true;
@@ -1785,14 +1786,17 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                                                                  res, M * N);
     return launched(ctx, "sparse_linear (residual)");
   };
+  const int tile = pit.tile;
   if (M > kMaxTokens && w.dtype == DType::f16 &&
-      pitSupported(M, K, N, pitTile, w.data) &&
+      pitSupported(M, K, N, tile, w.data) &&
       (reinterpret_cast<uintptr_t>(r.data) & 15) == 0) {
-    // PIT: gather each block of pitTile tokens' active neurons, then dense
-    // tensor-core tiles over those rows.
-    if (!d.ensure(ctx, d.pitIdx, pitIdxBytes(M, K, pitTile), "PIT index") ||
-        !d.ensure(ctx, d.pitCount, pitCountBytes(M, pitTile), "PIT counts") ||
-        !d.ensure(ctx, d.pitGather, pitGatherBytes(M, K, pitTile),
+    // PIT: gather each block of `tile` tokens' active neurons, then dense
+    // tensor-core tiles over those rows. The matmul's epilogue adds the
+    // residual where it is 16-byte aligned (it may be the result itself:
+    // each element is read before it is written, by the same thread).
+    if (!d.ensure(ctx, d.pitIdx, pitIdxBytes(M, K, tile), "PIT index") ||
+        !d.ensure(ctx, d.pitCount, pitCountBytes(M, tile), "PIT counts") ||
+        !d.ensure(ctx, d.pitGather, pitGatherBytes(M, K, tile),
                   "PIT gathered activations"))
       return false;
     if (!d.launching())
@@ -1801,16 +1805,18 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
     ws.idx = static_cast<int32_t *>(d.pitIdx.ptr);
     ws.count = static_cast<int32_t *>(d.pitCount.ptr);
     ws.xg = static_cast<__half *>(d.pitGather.ptr);
+    const bool fold = (reinterpret_cast<uintptr_t>(res) & 15) == 0;
     return check(ctx,
-                 pitSRead(x.as<float>(), M, K, pitTile, d.pitSorted, ws,
+                 pitSRead(x.as<float>(), M, K, tile, d.pitSorted, ws,
                           d.stream, d.earlySparse),
                  "sparse_linear (PIT gather)") &&
            check(ctx,
-                 pitMatmul(ws, M, K, w.as<__half>(), N, pitTile, b,
-                           Activation::none, nullptr, r.as<float>(), d.stream,
-                           0, 0, d.earlySparse),
+                 pitMatmul(ws, M, K, w.as<__half>(), N, tile, b,
+                           Activation::none, fold ? res : nullptr,
+                           r.as<float>(), d.stream, pit.columns, 0,
+                           d.earlySparse),
                  "sparse_linear (PIT matmul)") &&
-           addResidual();
+           (fold || addResidual());
   }
   if (index.site < 0 || index.tokens != M || index.neurons != K || M > kMaxTokens)
     return gemm(ctx, d, x.as<float>(), M, K, w, false, N, b, Activation::none,
@@ -1853,7 +1859,7 @@ bool gatedFfn(Context &ctx, const Tensor &x, const Tensor &gate,
               const Tensor &mask, const IndexSet &index, const Tensor &wUp,
               const Tensor *bUp, int upSlot, Tensor &up, int prodSlot,
               Tensor &prod, const Tensor &wDown, const Tensor *bDown,
-              int pitTile, const Tensor *residual, int outSlot, Tensor &out) {
+              PitPlan pit, const Tensor *residual, int outSlot, Tensor &out) {
   Device &d = dev(ctx);
   // The three ops one after the other (what the emitter would otherwise
   // have emitted).
@@ -1862,7 +1868,7 @@ bool gatedFfn(Context &ctx, const Tensor &x, const Tensor &gate,
     return sparseLinearOutput(ctx, x, wUp, bUp, mask, index, Activation::none,
                               upSlot, up, upIndex) &&
            cuda::binary(ctx, ops::Binary::mul, gate, up, prodSlot, prod) &&
-           sparseLinearInput(ctx, prod, wDown, bDown, upIndex, pitTile, residual,
+           sparseLinearInput(ctx, prod, wDown, bDown, upIndex, pit, residual,
                              outSlot, out);
   };
   LinearShape us, ds;
@@ -1950,7 +1956,7 @@ struct DeferredNorm {
 bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
                    const Tensor *bUp, const Tensor &active,
                    const IndexSet &index, Activation act, int hSlot,
-                   const Tensor &wDown, const Tensor *bDown, int pitTile,
+                   const Tensor &wDown, const Tensor *bDown, PitPlan pit,
                    const Tensor *residual, int outSlot, Tensor &out, Tensor &h,
                    const DeferredPredict *pred,
                    const DeferredNorm *norm = nullptr) {
@@ -1996,7 +2002,7 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
     IndexSet hIndex;
     return sparseLinearOutput(ctx, x, wUp, bUp, active, index, act, hSlot, h,
                               hIndex) &&
-           sparseLinearInput(ctx, h, wDown, bDown, hIndex, pitTile, residual,
+           sparseLinearInput(ctx, h, wDown, bDown, hIndex, pit, residual,
                              outSlot, out);
   }
   if (active.dtype != DType::b1 ||
@@ -2081,10 +2087,10 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
 bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
                const Tensor *bUp, const Tensor &active, const IndexSet &index,
                Activation act, int hSlot, const Tensor &wDown,
-               const Tensor *bDown, int pitTile, const Tensor *residual,
+               const Tensor *bDown, PitPlan pit, const Tensor *residual,
                int outSlot, Tensor &out, Tensor &h) {
   return sparseFfnImpl(ctx, x, wUp, bUp, active, index, act, hSlot, wDown,
-                       bDown, pitTile, residual, outSlot, out, h, nullptr);
+                       bDown, pit, residual, outSlot, out, h, nullptr);
 }
 
 bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
@@ -2092,13 +2098,13 @@ bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
                 int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
                 const Tensor &wUp, const Tensor *bUp, Activation act,
                 int hSlot, const Tensor &wDown, const Tensor *bDown,
-                int pitTile, const Tensor *residual, int outSlot, Tensor &out,
+                PitPlan pit, const Tensor *residual, int outSlot, Tensor &out,
                 Tensor &h) {
   DeferredPredict pred;
   return predictImpl(ctx, x, w1, w2, pBias, threshold, indexSite, maskSlot,
                      mask, index, &pred) &&
          sparseFfnImpl(ctx, x, wUp, bUp, mask, index, act, hSlot, wDown, bDown,
-                       pitTile, residual, outSlot, out, h, &pred);
+                       pit, residual, outSlot, out, h, &pred);
 }
 
 bool predictFfnNorm(Context &ctx, const Tensor &normIn, const Tensor &scale,
@@ -2108,7 +2114,7 @@ bool predictFfnNorm(Context &ctx, const Tensor &normIn, const Tensor &scale,
                     int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
                     const Tensor &wUp, const Tensor *bUp, Activation act,
                     int hSlot, const Tensor &wDown, const Tensor *bDown,
-                    int pitTile, const Tensor *residual, int outSlot,
+                    PitPlan pit, const Tensor *residual, int outSlot,
                     Tensor &out, Tensor &h) {
   Device &d = dev(ctx);
   const char *op = rms ? "rms_norm" : "layer_norm";
@@ -2133,13 +2139,13 @@ bool predictFfnNorm(Context &ctx, const Tensor &normIn, const Tensor &scale,
   if (M > kMaxTokens || norm.width != w1.shape[0])
     return norm.launch(ctx, d) &&
            predictFfn(ctx, x, w1, w2, pBias, threshold, indexSite, maskSlot,
-                      mask, index, wUp, bUp, act, hSlot, wDown, bDown, pitTile,
+                      mask, index, wUp, bUp, act, hSlot, wDown, bDown, pit,
                       residual, outSlot, out, h);
   DeferredPredict pred;
   return predictImpl(ctx, x, w1, w2, pBias, threshold, indexSite, maskSlot,
                      mask, index, &pred) &&
          sparseFfnImpl(ctx, x, wUp, bUp, mask, index, act, hSlot, wDown, bDown,
-                       pitTile, residual, outSlot, out, h, &pred, &norm);
+                       pit, residual, outSlot, out, h, &pred, &norm);
 }
 
 } // namespace sparsec::rt::cuda

@@ -171,19 +171,27 @@ bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
       };
       float sreadUs =
           medianUs(s, [&] { keep(pitSRead(x, m, k, tile, false, ws, s)); });
-      float matmulUs = medianUs(s, [&] {
-        keep(pitMatmul(ws, m, k, w, n, tile, nullptr, ops::Activation::none,
-                       nullptr, y, s));
-      });
+      // Both widths: 128 columns (the default) and 256 (two warpgroups a
+      // block at 32-token tiles on Hopper), each its own series.
+      float matmulUs[2];
+      for (int c = 0; c < 2; ++c)
+        matmulUs[c] = medianUs(s, [&] {
+          keep(pitMatmul(ws, m, k, w, n, tile, nullptr, ops::Activation::none,
+                         nullptr, y, s, c ? 256 : 128));
+        });
       e = launch != cudaSuccess ? launch : cudaGetLastError();
       if (e != cudaSuccess)
         break;
-      out << (first ? "\n  " : ",\n  ") << "{\"tile\": " << tile
-          << ", \"density\": " << d << ", \"sread_us\": " << sreadUs
-          << ", \"matmul_us\": " << matmulUs << "}";
-      first = false;
+      for (int c = 0; c < 2; ++c) {
+        out << (first ? "\n  " : ",\n  ") << "{\"tile\": " << tile
+            << ", \"columns\": " << (c ? 256 : 128) << ", \"density\": " << d
+            << ", \"sread_us\": " << sreadUs
+            << ", \"matmul_us\": " << matmulUs[c] << "}";
+        first = false;
+      }
       std::fprintf(stderr, "[tune] tile %2d x 1, density %.2f: sread %.1f + "
-                           "matmul %.1f us\n", tile, d, sreadUs, matmulUs);
+                           "matmul %.1f us (128 columns), %.1f us (256)\n",
+                   tile, d, sreadUs, matmulUs[0], matmulUs[1]);
     }
     if (e != cudaSuccess)
       break;

@@ -370,6 +370,22 @@ func.func @pit_bad_tile(%x: tensor<1x16xf32>, %w: tensor<16x8xf32>) -> tensor<1x
 
 // -----
 
+func.func @pit_columns_dense(%x: tensor<1x16xf32>, %w: tensor<16x8xf32>) -> tensor<1x8xf32> {
+  // expected-error @+1 {{pit_columns needs a PIT tile (pit_tile 8, 16 or 32)}}
+  %y = sparsec.sparse_linear %x, %w {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>, pit_tile = 0 : i64, pit_columns = 256 : i64} : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+  return %y : tensor<1x8xf32>
+}
+
+// -----
+
+func.func @pit_bad_columns(%x: tensor<1x16xf32>, %w: tensor<16x8xf32>) -> tensor<1x8xf32> {
+  // expected-error @+1 {{pit_columns must be 128 or 256, got 64}}
+  %y = sparsec.sparse_linear %x, %w {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>, pit_tile = 32 : i64, pit_columns = 64 : i64} : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+  return %y : tensor<1x8xf32>
+}
+
+// -----
+
 // A negative axis is reported as written (not as its unsigned reading).
 func.func @softmax_negative_axis(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
   // expected-error @+1 {{axis -3 out of range for rank 2}}

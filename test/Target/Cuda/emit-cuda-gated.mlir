@@ -63,20 +63,20 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK-NEXT: // (computed with the gated MLP's down projection below)
 // CHECK-NOT: nonzeroIndex
 // The residual add is folded in (&x, the add's slot).
-// CHECK: if (!cuda::gatedFfn(ctx, [[X:v[0-9]+]], [[R]], [[M]], [[IX]], {{v[0-9]+}}, nullptr, [[US:[0-9]+]], [[U]], [[PS:[0-9]+]], [[P]], {{v[0-9]+}}, nullptr, 0, &[[X]], [[YS:[0-9]+]], [[Y:v[0-9]+]])) return false;
+// CHECK: if (!cuda::gatedFfn(ctx, [[X:v[0-9]+]], [[R]], [[M]], [[IX]], {{v[0-9]+}}, nullptr, [[US:[0-9]+]], [[U]], [[PS:[0-9]+]], [[P]], {{v[0-9]+}}, nullptr, cuda::PitPlan{0, 0}, &[[X]], [[YS:[0-9]+]], [[Y:v[0-9]+]])) return false;
 // CHECK-NOT: Binary::add
 // The SiLU gate: the compare is folded into the not's gateMask (x != 0).
 // CHECK: // (the gate mask below)
 // CHECK-NEXT: cuda::IndexSet [[IX2:ix[0-9]+]];
 // CHECK-NEXT: Tensor [[M2:v[0-9]+]];
 // CHECK-NEXT: if (!cuda::gateMask(ctx, [[S:v[0-9]+]], false, {{[0-9]+}}, {{[0-9]+}}, [[M2]], [[IX2]])) return false;
-// CHECK: if (!cuda::gatedFfn(ctx, [[Y]], [[S]], [[M2]], [[IX2]], {{v[0-9]+}}, nullptr, {{[0-9]+}}, {{v[0-9]+}}, {{[0-9]+}}, {{v[0-9]+}}, {{v[0-9]+}}, nullptr, 0, nullptr, {{[0-9]+}}, [[Y2:v[0-9]+]])) return false;
+// CHECK: if (!cuda::gatedFfn(ctx, [[Y]], [[S]], [[M2]], [[IX2]], {{v[0-9]+}}, nullptr, {{[0-9]+}}, {{v[0-9]+}}, {{[0-9]+}}, {{v[0-9]+}}, {{v[0-9]+}}, nullptr, cuda::PitPlan{0, 0}, nullptr, {{[0-9]+}}, [[Y2:v[0-9]+]])) return false;
 // The squared ReLU: the down projection reads the predicted set.
 // CHECK: if (!cuda::predict(ctx, [[Y2]],
 // CHECK: if (!cuda::sparseLinearOutput(ctx, [[Y2]], {{v[0-9]+}}, nullptr, {{v[0-9]+}}, {{ix[0-9]+}}, ops::Activation::relu, {{[0-9]+}}, [[H:v[0-9]+]], [[HIX:ix[0-9]+]])) return false;
 // CHECK: if (!cuda::binary(ctx, ops::Binary::mul, [[H]], [[H]], {{[0-9]+}}, [[SQ:v[0-9]+]])) return false;
 // CHECK-NOT: nonzeroIndex
-// CHECK: if (!cuda::sparseLinearInput(ctx, [[SQ]], {{v[0-9]+}}, nullptr, [[HIX]], 0, nullptr,
+// CHECK: if (!cuda::sparseLinearInput(ctx, [[SQ]], {{v[0-9]+}}, nullptr, [[HIX]], cuda::PitPlan{0, 0}, nullptr,
 
 // The slots of the first gated MLP: the input (also the residual), the
 // gate, the mask, the up projection, the product, the down projection and

@@ -61,7 +61,7 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK: Tensor [[N:v[0-9]+]];
 // CHECK-NEXT: // (normalised with the FFN below)
 // CHECK: // (predicted with the FFN below)
-// CHECK: if (!cuda::predictFfnNorm(ctx, [[X0]], [[G]], &[[B]], -1, 9.99999975e-06f, false, {{[0-9]+}}, [[N]], {{v[0-9]+}}, {{v[0-9]+}}, &{{v[0-9]+}}, 5.000000e-01f, 0, {{[0-9]+}}, {{v[0-9]+}}, {{ix[0-9]+}}, {{v[0-9]+}}, nullptr, ops::Activation::relu, {{[0-9]+}}, {{v[0-9]+}}, nullptr, 0, &[[X0]], {{[0-9]+}}, [[Z:v[0-9]+]], {{v[0-9]+}})) return false;
+// CHECK: if (!cuda::predictFfnNorm(ctx, [[X0]], [[G]], &[[B]], -1, 9.99999975e-06f, false, {{[0-9]+}}, [[N]], {{v[0-9]+}}, {{v[0-9]+}}, &{{v[0-9]+}}, 5.000000e-01f, 0, {{[0-9]+}}, {{v[0-9]+}}, {{ix[0-9]+}}, {{v[0-9]+}}, nullptr, ops::Activation::relu, {{[0-9]+}}, {{v[0-9]+}}, nullptr, cuda::PitPlan{0, 0}, &[[X0]], {{[0-9]+}}, [[Z:v[0-9]+]], {{v[0-9]+}})) return false;
 // CHECK: if (!cuda::layerNorm(ctx, [[Z]], [[G]], &[[B]], -1, 9.99999975e-06f, {{[0-9]+}}, [[N2:v[0-9]+]])) return false;
 // CHECK: if (!cuda::predictFfn(ctx, [[N2]],
 // CHECK: if (!cuda::linear(ctx, {{v[0-9]+}}, {{v[0-9]+}}, nullptr, ops::Activation::none, {{[0-9]+}}, {{v[0-9]+}})) return false;

@@ -27,5 +27,5 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK: cuda::IndexSet [[UIX:ix[0-9]+]];
 // CHECK: if (!cuda::sparseLinearOutput(ctx, [[X]], {{v[0-9]+}}, nullptr, [[M]], [[PIX]], ops::Activation::relu, {{[0-9]+}}, [[H:v[0-9]+]], [[UIX]])) return false;
 // CHECK-NOT: nonzeroIndex
-// CHECK: if (!cuda::sparseLinearInput(ctx, [[H]], {{v[0-9]+}}, nullptr, [[UIX]], 0, nullptr, {{[0-9]+}}, {{v[0-9]+}})) return false;
+// CHECK: if (!cuda::sparseLinearInput(ctx, [[H]], {{v[0-9]+}}, nullptr, [[UIX]], cuda::PitPlan{0, 0}, nullptr, {{[0-9]+}}, {{v[0-9]+}})) return false;
 // CHECK-NOT: sparseFfn

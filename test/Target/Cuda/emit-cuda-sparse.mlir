@@ -24,7 +24,7 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
   %h = sparsec.sparse_linear %x, %w active %m {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
   %r = sparsec.relu %h : tensor<?x16xf32>
   %w2 = sparsec.weight @down : tensor<16x8xf32>
-  %y = sparsec.sparse_linear %r, %w2 {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>, pit_tile = 32 : i64} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
+  %y = sparsec.sparse_linear %r, %w2 {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>, pit_tile = 32 : i64, pit_columns = 256 : i64} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
   %h2 = sparsec.linear %y, %w : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
   %r2 = sparsec.relu %h2 : tensor<?x16xf32>
   %y2 = sparsec.sparse_linear %r2, %w2 {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
@@ -50,11 +50,11 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK-NOT: nonzeroIndex
 // Batched calls of the first down projection use 32 x 1 PIT tiles, the
 // second (no pit_tile) the dense kernel.
-// CHECK: if (!cuda::predictFfn(ctx, [[X]], [[W1]], [[W2]], &[[PB]], 5.000000e-01f, 0, {{[0-9]+}}, [[M]], [[PIX]], [[UT]], nullptr, ops::Activation::relu, {{[0-9]+}}, [[D]], nullptr, 32, nullptr, {{[0-9]+}}, [[Y:v[0-9]+]], [[H]])) return false;
+// CHECK: if (!cuda::predictFfn(ctx, [[X]], [[W1]], [[W2]], &[[PB]], 5.000000e-01f, 0, {{[0-9]+}}, [[M]], [[PIX]], [[UT]], nullptr, ops::Activation::relu, {{[0-9]+}}, [[D]], nullptr, cuda::PitPlan{32, 256}, nullptr, {{[0-9]+}}, [[Y:v[0-9]+]], [[H]])) return false;
 // The dense linear's weight is float16 too (dense-weights=f16).
 // CHECK: const Tensor [[WD:v[0-9]+]] = cuda::weight(ctx, {{[0-9]+}}, DType::f16, 2,
 // CHECK: if (!cuda::linear(ctx, [[Y]], [[WD]], nullptr, ops::Activation::relu, {{[0-9]+}}, [[H2:v[0-9]+]])) return false;
 // CHECK: cuda::IndexSet [[EIX:ix[0-9]+]];
 // CHECK: if (!cuda::nonzeroIndex(ctx, [[H2]], 1, [[EIX]])) return false;
-// CHECK: if (!cuda::sparseLinearInput(ctx, [[H2]], {{v[0-9]+}}, nullptr, [[EIX]], 0, nullptr, [[S:[0-9]+]], [[Y2:v[0-9]+]])) return false;
+// CHECK: if (!cuda::sparseLinearInput(ctx, [[H2]], {{v[0-9]+}}, nullptr, [[EIX]], cuda::PitPlan{0, 0}, nullptr, [[S:[0-9]+]], [[Y2:v[0-9]+]])) return false;
 // CHECK: if (!cuda::binary(ctx, ops::Binary::add, [[Y2]], [[Y]], {{[0-9]+}}, {{v[0-9]+}})) return false;

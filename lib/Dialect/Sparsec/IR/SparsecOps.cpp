@@ -376,6 +376,12 @@ LogicalResult SparseLinearOp::verify() {
       return emitOpError("pit_tile must be 0 (dense), 8, 16 or 32, got ")
              << *tile;
   }
+  if (auto columns = getPitColumns()) {
+    if (getPitTile().value_or(0) == 0)
+      return emitOpError("pit_columns needs a PIT tile (pit_tile 8, 16 or 32)");
+    if (*columns != 128 && *columns != 256)
+      return emitOpError("pit_columns must be 128 or 256, got ") << *columns;
+  }
   return success();
 }
 

@@ -380,7 +380,8 @@ struct InsertPredictorsPass
         SparseModeAttr::get(ctx, SparseMode::predicted),
         GranularityAttr::get(ctx, Granularity::neuron),
         up.getTransposeWeightAttr(), /*placement=*/nullptr,
-        /*activation=*/nullptr, /*pit_tile=*/nullptr);
+        /*activation=*/nullptr, /*pit_tile=*/nullptr,
+        /*pit_columns=*/nullptr);
     up.replaceAllUsesWith(sparse.getResult());
     up.erase();
   }

@@ -8,8 +8,13 @@
 //   {"format": "sparsec-pit-table", "version": 1, "device": "...",
 //    "m": 4096, "k": 4096, "n": 4096,
 //    "dense": {"convert_us": ..., "gemm_us": ...},
-//    "pit": [{"tile": 32, "density": 0.1, "sread_us": ..., "matmul_us": ...},
+//    "pit": [{"tile": 32, "columns": 128, "density": 0.1,
+//             "sread_us": ..., "matmul_us": ...},
 //            ...]}
+//
+// `columns` (128 or 256; absent: 128, tables written before it) is the
+// output columns a block computes; each (tile, columns) pair is a series of
+// its own, and the pass picks among all of them.
 //
 // Times are for the table's m x k x n problem with fp32 activations (what
 // the runtime runs); the gather/convert parts scale with m * k, the
@@ -50,12 +55,14 @@ struct PitTable {
   std::string device;
   double m = 0, k = 0, n = 0;
   double convertUs = 0, gemmUs = 0;
-  std::map<int64_t, std::vector<PitPoint>> tiles; // by tile, density-sorted
+  /// Measured points by (tile, columns), density-sorted.
+  std::map<std::pair<int64_t, int64_t>, std::vector<PitPoint>> series;
 
-  /// Estimated microseconds of `tile` at `density` for tokens x K x N.
-  double pit(int64_t tile, double density, double tokens, double K,
-             double N) const {
-    const std::vector<PitPoint> &pts = tiles.at(tile);
+  /// Estimated microseconds of (`tile`, `columns`) at `density` for
+  /// tokens x K x N.
+  double pit(int64_t tile, int64_t columns, double density, double tokens,
+             double K, double N) const {
+    const std::vector<PitPoint> &pts = series.at({tile, columns});
     PitPoint at = pts.front();
     if (density >= pts.back().density) {
       at = pts.back();
@@ -124,16 +131,25 @@ LogicalResult parseTable(llvm::StringRef text, PitTable &t, std::string &why) {
       why = "a 'pit' entry without a tile of 8, 16 or 32";
       return failure();
     }
+    int64_t columns = 128;
+    if (e->get("columns")) {
+      std::optional<int64_t> c = e->getInteger("columns");
+      if (!c || (*c != 128 && *c != 256)) {
+        why = "a 'pit' entry's 'columns' must be 128 or 256";
+        return failure();
+      }
+      columns = *c;
+    }
     if (!num(e, "density", p.density) || !num(e, "sread_us", p.sreadUs) ||
         !num(e, "matmul_us", p.matmulUs))
       return failure();
-    t.tiles[*tile].push_back(p);
+    t.series[{*tile, columns}].push_back(p);
   }
-  if (t.tiles.empty()) {
+  if (t.series.empty()) {
     why = "no 'pit' measurements";
     return failure();
   }
-  for (auto &[tile, v] : t.tiles)
+  for (auto &[key, v] : t.series)
     llvm::sort(v, [](const PitPoint &a, const PitPoint &b) {
       return a.density < b.density;
     });
@@ -153,6 +169,12 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
           << forceTile.getValue();
       return signalPassFailure();
     }
+    if (forceColumns != 0 && forceColumns != 128 && forceColumns != 256) {
+      module.emitError("sparsec-pit-tile: force-columns must be 0, 128 or "
+                       "256, got ")
+          << forceColumns.getValue();
+      return signalPassFailure();
+    }
     if (tokens <= 0 || margin <= 0) {
       module.emitError("sparsec-pit-tile: tokens and margin must be positive");
       return signalPassFailure();
@@ -160,15 +182,19 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
     auto isCandidate = [](SparseLinearOp s) {
       return s.getSparseDim() == SparseDim::input && !placedOnCpu(s);
     };
-    // Records the choice (0: dense) and counts it.
-    auto choose = [&](SparseLinearOp s, int64_t tile) {
-      s.setPitTileAttr(IntegerAttr::get(IntegerType::get(ctx, 64), tile));
+    // Records the choice (tile 0: dense; columns 0: the runtime's
+    // default, no attribute) and counts it.
+    auto choose = [&](SparseLinearOp s, int64_t tile, int64_t columns) {
+      auto i64 = IntegerType::get(ctx, 64);
+      s.setPitTileAttr(IntegerAttr::get(i64, tile));
+      if (tile && columns)
+        s.setPitColumnsAttr(IntegerAttr::get(i64, columns));
       ++(tile ? numPit : numDense);
     };
     if (forceTile >= 0) {
       module.walk([&](SparseLinearOp s) {
         if (isCandidate(s))
-          choose(s, forceTile);
+          choose(s, forceTile, forceColumns);
       });
       return;
     }
@@ -191,6 +217,14 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
     }
     if (failed(parseTable(text, lat, why))) {
       module.emitError("PIT latency table '") << source << "': " << why;
+      return signalPassFailure();
+    }
+    if (forceColumns && llvm::none_of(lat.series, [&](const auto &entry) {
+          return entry.first.second == forceColumns;
+        })) {
+      module.emitError("PIT latency table '")
+          << source << "' has no measurements at " << forceColumns.getValue()
+          << " columns (force-columns)";
       return signalPassFailure();
     }
     rt::Profile prof;
@@ -228,7 +262,7 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
           ShapedType::isDynamic(N)) {
         s.emitRemark("PIT: no profile counts for this input (or a dynamic "
                      "size); batched calls stay dense");
-        choose(s, 0);
+        choose(s, 0, 0);
         return;
       }
       // The neurons the batched call computes: all, or for a hybrid build's
@@ -240,7 +274,7 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
       if (auto place = act->getAttrOfType<PlacementAttr>("placement")) {
         int64_t G = place.getGpuNeurons();
         if (G <= 0) {
-          choose(s, 0);
+          choose(s, 0, 0);
           return; // the whole FFN runs on the CPU
         }
         std::stable_sort(neurons.begin(), neurons.end(),
@@ -253,37 +287,48 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
         part = ", GPU part of " + std::to_string(K) + " neurons";
       }
       double denseUs = lat.dense(double(tokens), double(K), double(N));
-      int64_t best = 0;
+      int64_t best = 0, bestColumns = 0;
       double bestUs = denseUs * margin;
       std::string detail;
       llvm::raw_string_ostream os(detail);
       for (int64_t tile : {32, 16, 8}) {
-        if (!lat.tiles.count(tile))
-          continue;
         // Measured on consecutive tokens when the profile has tile counts;
         // otherwise estimated as if tokens were independent.
-        double density = site->measuredTileDensity(tile, neurons);
-        const bool measured = density >= 0;
-        if (!measured)
-          density = site->estimatedTileDensity(tile, neurons);
-        double us = lat.pit(tile, density, double(tokens), double(K),
-                              double(N));
-        os << llvm::format("%s%lld x 1: density %.3f %s, %.1f us",
-                           detail.empty() ? "" : "; ", (long long)tile,
-                           density, measured ? "measured" : "estimated", us);
-        if (us < bestUs) {
-          bestUs = us;
-          best = tile;
+        double density = -1;
+        bool measured = false;
+        for (int64_t columns : {128, 256}) {
+          if (!lat.series.count({tile, columns}) ||
+              (forceColumns && columns != forceColumns))
+            continue;
+          if (density < 0) {
+            density = site->measuredTileDensity(tile, neurons);
+            measured = density >= 0;
+            if (!measured)
+              density = site->estimatedTileDensity(tile, neurons);
+          }
+          double us = lat.pit(tile, columns, density, double(tokens),
+                              double(K), double(N));
+          os << llvm::format("%s%lld x 1%s: density %.3f %s, %.1f us",
+                             detail.empty() ? "" : "; ", (long long)tile,
+                             columns == 128 ? "" : ", 256 columns", density,
+                             measured ? "measured" : "estimated", us);
+          if (us < bestUs) {
+            bestUs = us;
+            best = tile;
+            // 128 is the runtime's default: no attribute unless forced.
+            bestColumns = columns == 128 ? forceColumns.getValue() : columns;
+          }
         }
       }
-      choose(s, best);
+      choose(s, best, bestColumns);
       std::string head;
       llvm::raw_string_ostream(head)
           << llvm::format("PIT at %lld tokens (%s%s): dense %.1f us; ",
                           (long long)tokens.getValue(), it->second.c_str(),
                           part.c_str(), denseUs);
       s.emitRemark() << head << detail << " -> "
-                     << (best ? std::to_string(best) + " x 1 tiles"
+                     << (best ? std::to_string(best) + " x 1 tiles" +
+                                    (bestColumns == 256 ? ", 256 columns" : "")
                               : std::string("dense"));
     });
   }

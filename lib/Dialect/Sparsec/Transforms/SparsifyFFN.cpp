@@ -100,7 +100,8 @@ struct SparsifyFFNPass
           SparseModeAttr::get(ctx, SparseMode::exact),
           GranularityAttr::get(ctx, Granularity::neuron),
           op.getTransposeWeightAttr(), /*placement=*/nullptr,
-          /*activation=*/nullptr, /*pit_tile=*/nullptr);
+          /*activation=*/nullptr, /*pit_tile=*/nullptr,
+          /*pit_columns=*/nullptr);
       op.replaceAllUsesWith(sparse.getResult());
       op.erase();
       ++numSparse;
@@ -132,7 +133,8 @@ struct SparsifyFFNPass
           SparseModeAttr::get(ctx, SparseMode::exact),
           GranularityAttr::get(ctx, Granularity::neuron),
           up.getTransposeWeightAttr(), /*placement=*/nullptr,
-          /*activation=*/nullptr, /*pit_tile=*/nullptr);
+          /*activation=*/nullptr, /*pit_tile=*/nullptr,
+          /*pit_columns=*/nullptr);
       up.replaceAllUsesWith(sparse.getResult());
       up.erase();
       ++numSparse;

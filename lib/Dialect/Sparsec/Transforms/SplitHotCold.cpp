@@ -140,7 +140,8 @@ struct SplitHotColdPass
           b, down->getLoc(), s.getType(), input, downW,
           cpu ? Value() : s.getBias(), /*active=*/Value(), s.getSparseDimAttr(),
           s.getModeAttr(), s.getGranularityAttr(), s.getTransposeWeightAttr(),
-          /*placement=*/nullptr, s.getActivationAttr(), s.getPitTileAttr());
+          /*placement=*/nullptr, s.getActivationAttr(), s.getPitTileAttr(),
+          s.getPitColumnsAttr());
     }
     tagCpu(newDown);
     return newDown->getResult(0);

@@ -638,7 +638,9 @@ def Sparsec_SparseLinearOp : Sparsec_Op<"sparse_linear",
     `pit_tile` (set by `sparsec-pit-tile`, input side only) is the PIT
     micro-tile height in tokens (8, 16 or 32) the CUDA backend uses when a
     call has more tokens than a decode batch, or 0 for the dense kernel
-    there; absent, such calls are dense.
+    there; absent, such calls are dense. `pit_columns` (set with it, on
+    a PIT tile only) is the output columns a PIT block computes, 128 or
+    256; absent, the runtime's default.
   }];
   let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$weight,
                        Optional<Sparsec_FloatTensor>:$bias,
@@ -650,7 +652,8 @@ def Sparsec_SparseLinearOp : Sparsec_Op<"sparse_linear",
                        UnitAttr:$transpose_weight,
                        OptionalAttr<Sparsec_PlacementAttr>:$placement,
                        OptionalAttr<Sparsec_ActivationAttr>:$activation,
-                       OptionalAttr<I64Attr>:$pit_tile);
+                       OptionalAttr<I64Attr>:$pit_tile,
+                       OptionalAttr<I64Attr>:$pit_columns);
   let results = (outs Sparsec_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $weight (`,` $bias^)? (`active` $active^)? attr-dict `:`

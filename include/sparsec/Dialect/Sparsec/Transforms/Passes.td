@@ -458,8 +458,15 @@ def PitTilePass : Pass<"sparsec-pit-tile", "mlir::ModuleOp"> {
     GPU part only: the layer's `gpu_neurons` most frequent neurons (none:
     dense, the FFN runs on the CPU).
 
+    Where the table also measures 256 output columns a block (Hopper's
+    two-warpgroup kernel at 32-token tiles, docs/GPU.md), each (tile,
+    columns) pair is a candidate of its own; choosing 256 records
+    `pit_columns = 256` (128, the runtime's default, records nothing).
+
     `force-tile` skips the model (tests, experiments): 0 keeps every such
-    op dense, 8/16/32 uses that tile.
+    op dense, 8/16/32 uses that tile. `force-columns` (128 or 256) fixes
+    the width: every op given a tile records it, and the model considers
+    only that width's measurements.
   }];
   let options = [
     Option<"profile", "profile", "std::string", "\"\"",
@@ -474,6 +481,9 @@ def PitTilePass : Pass<"sparsec-pit-tile", "mlir::ModuleOp"> {
     Option<"forceTile", "force-tile", "int64_t", "-1",
            "Use this tile (0 = dense, 8, 16, 32) for every op; -1: the cost "
            "model">,
+    Option<"forceColumns", "force-columns", "int64_t", "0",
+           "Output columns a PIT block computes (128, 256) for every op "
+           "given a tile; 0: the cost model's choice">,
   ];
   let statistics = [
     Statistic<"numPit", "num-pit", "Sparse linears given a PIT tile">,

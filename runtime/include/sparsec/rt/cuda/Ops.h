@@ -75,6 +75,15 @@ struct IndexSet {
   bool listed = false;
 };
 
+/// How an input-side sparse linear runs above a decode batch (the
+/// compiler's sparsec-pit-tile choice, docs/GPU.md): PIT micro-tiles of
+/// `tile` tokens (8, 16 or 32; 0: the dense GEMM) with `columns` output
+/// columns a block (0: pitMatmul's default; 128 or 256, Pit.h).
+struct PitPlan {
+  int tile = 0;
+  int columns = 0;
+};
+
 //===----------------------------------------------------------------------===//
 // Dense ops (float32 activations)
 //===----------------------------------------------------------------------===//
@@ -183,7 +192,7 @@ bool gateMask(Context &ctx, const Tensor &x, bool positive, int indexSite,
               int outSlot, Tensor &out, IndexSet &index);
 /// A gated MLP after its gate mask (gateMask: `mask`, `index`): up =
 /// sparseLinearOutput(x, wUp, bUp, mask, index) into upSlot, prod = gate *
-/// up into prodSlot, out = sparseLinearInput(prod, wDown, bDown, pitTile)
+/// up into prodSlot, out = sparseLinearInput(prod, wDown, bDown, pit)
 /// (+ residual) into outSlot. A decode step launches three kernels: the up
 /// projection over the set, which also writes out's base (bias, residual)
 /// and the set as a list, the product, and the down projection over that
@@ -194,7 +203,7 @@ bool gatedFfn(Context &ctx, const Tensor &x, const Tensor &gate,
               const Tensor &mask, const IndexSet &index, const Tensor &wUp,
               const Tensor *bUp, int upSlot, Tensor &up, int prodSlot,
               Tensor &prod, const Tensor &wDown, const Tensor *bDown,
-              int pitTile, const Tensor *residual, int outSlot, Tensor &out);
+              PitPlan pit, const Tensor *residual, int outSlot, Tensor &out);
 /// The index set of x's non-zero neurons (last dim, any token) for the
 /// sparseLinearInput over x that follows: that call builds it, in the kernel
 /// that also writes the base of its result, so this launches nothing.
@@ -202,16 +211,16 @@ bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,
                   IndexSet &index);
 /// Input-side sparse linear over the rows of `index` (which must cover
 /// x's non-zero neurons), plus `residual` (x's rows by N, or null: a
-/// residual add folded in). Inputs of more than a decode batch use PIT
-/// micro-tiles of `pitTile` tokens (8, 16 or 32; Pit.h) when the weight is
-/// fp16, else (pitTile 0, fp32 weights) the dense GEMM. SPARSEC_PIT_SORTED=1
+/// residual add folded in). Inputs of more than a decode batch run as `pit`
+/// says (PIT micro-tiles, whose epilogue adds the bias and the residual,
+/// when the weight is fp16; else the dense GEMM). SPARSEC_PIT_SORTED=1
 /// makes the PIT index order deterministic (sorted).
 bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
-                       const Tensor *bias, const IndexSet &index, int pitTile,
+                       const Tensor *bias, const IndexSet &index, PitPlan pit,
                        const Tensor *residual, int outSlot, Tensor &out);
 /// An FFN over a predicted set: h = sparseLinearOutput(x, wUp, bUp, active,
 /// index, act) into hSlot, then out = sparseLinearInput(h, wDown, bDown,
-/// pitTile) (+ residual) into outSlot. A decode step launches two kernels: the up
+/// pit) (+ residual) into outSlot. A decode step launches two kernels: the up
 /// projection over the set, which also writes out's base (bias, residual),
 /// then the down projection over the same set; h outside the set is left
 /// unwritten (only the down projection reads it). Other calls run the two
@@ -219,7 +228,7 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
 bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
                const Tensor *bUp, const Tensor &active, const IndexSet &index,
                ops::Activation act, int hSlot, const Tensor &wDown,
-               const Tensor *bDown, int pitTile, const Tensor *residual,
+               const Tensor *bDown, PitPlan pit, const Tensor *residual,
                int outSlot, Tensor &out, Tensor &h);
 /// predict (into maskSlot: `mask`, `index`) followed by the sparseFfn over
 /// its set, for an FFN whose predictor reads the up projection's input x:
@@ -231,7 +240,7 @@ bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
                 int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
                 const Tensor &wUp, const Tensor *bUp, ops::Activation act,
                 int hSlot, const Tensor &wDown, const Tensor *bDown,
-                int pitTile, const Tensor *residual, int outSlot, Tensor &out,
+                PitPlan pit, const Tensor *residual, int outSlot, Tensor &out,
                 Tensor &h);
 /// A layer norm (or, with `rms`, an RMS norm: normBias unused) of normIn
 /// over dims [axis, rank) into normSlot (`x`) followed by predictFfn over
@@ -248,7 +257,7 @@ bool predictFfnNorm(Context &ctx, const Tensor &normIn, const Tensor &scale,
                     int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
                     const Tensor &wUp, const Tensor *bUp, ops::Activation act,
                     int hSlot, const Tensor &wDown, const Tensor *bDown,
-                    int pitTile, const Tensor *residual, int outSlot,
+                    PitPlan pit, const Tensor *residual, int outSlot,
                     Tensor &out, Tensor &h);
 
 } // namespace sparsec::rt::cuda

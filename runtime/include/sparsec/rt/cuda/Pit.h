@@ -147,7 +147,8 @@ int pitSweepTiles(int64_t M, int64_t N, int tile, int multiprocessors);
 /// Measures, on the current GPU, what the compiler's PIT cost model needs
 /// (`sparsec tune --target cuda` runs this): for an m x k x n problem with
 /// fp32 activations, the dense path (fp16 conversion + cuBLAS) and, per
-/// tile and micro-tile density, pitSRead and pitMatmul; writes the latency
+/// tile and micro-tile density, pitSRead and pitMatmul at 128 and at 256
+/// output columns a block (each width its own series); writes the latency
 /// table (JSON, format in lib/Dialect/Sparsec/Transforms/PitTile.cpp) to
 /// `path`. Progress goes to stderr. False with `error` set on failure.
 bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
