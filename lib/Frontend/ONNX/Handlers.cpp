@@ -227,6 +227,190 @@ Value scalarLike(ImportContext &c, Value like, double v) {
       DenseElementsAttr::get(type, c.builder.getFloatAttr(elt, v)));
 }
 
+//===----------------------------------------------------------------------===//
+// Activations spelled with the elementwise ops
+//===----------------------------------------------------------------------===//
+
+/// The node's input 0, which must be a floating-point tensor.
+FailureOr<Value> floatInput(ImportContext &c) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  Value x = c.operand(0);
+  auto xt = dyn_cast<RankedTensorType>(x.getType());
+  if (!xt || !isa<FloatType>(xt.getElementType()))
+    return c.error() << c.node->op_type()
+                     << " on non-floating-point tensors is not supported";
+  return x;
+}
+
+/// compare(a, b) as an i1 tensor of a's shape.
+Value compareTo(ImportContext &c, ComparePredicate p, Value a, Value b) {
+  auto at = cast<RankedTensorType>(a.getType());
+  return make<CompareOp>(
+      c, RankedTensorType::get(at.getShape(), c.builder.getI1Type()), {a, b},
+      {named(c, "predicate",
+             ComparePredicateAttr::get(c.builder.getContext(), p))});
+}
+
+/// `other` where `x p 0` (x < 0 by default), x elsewhere.
+Value whereNegative(ImportContext &c, Value x, Value other,
+                    ComparePredicate p = ComparePredicate::lt) {
+  Value neg = compareTo(c, p, x, scalarLike(c, x, 0.0));
+  return make<WhereOp>(c, x.getType(), {neg, other, x});
+}
+
+/// min(max(x, lo), hi) with scalar bounds.
+Value clamp(ImportContext &c, Value x, double lo, double hi) {
+  Value y = make<MinOp>(c, x.getType(), {x, scalarLike(c, x, hi)});
+  return make<MaxOp>(c, x.getType(), {y, scalarLike(c, x, lo)});
+}
+
+/// Clip: max(x, min), then min(., max); both bounds optional scalars. A
+/// lower bound of constant 0 on a float tensor is a ReLU, so that the
+/// sparsity passes see ReLU6-style activations' zeros.
+LogicalResult importClip(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  Value x = c.operand(0), lo = c.operand(1), hi = c.operand(2);
+  auto xt = cast<RankedTensorType>(x.getType());
+  for (Value bound : {lo, hi}) {
+    auto bt = bound ? dyn_cast<RankedTensorType>(bound.getType()) : nullptr;
+    if (bound && (!bt || !bt.hasStaticShape() || bt.getNumElements() != 1))
+      return c.error() << "Clip bounds must be scalars";
+  }
+  Value y = x;
+  std::optional<double> low = c.constantScalar(1);
+  if (lo && low && *low == 0.0 && isa<FloatType>(xt.getElementType()))
+    y = make<ReluOp>(c, xt, {y});
+  else if (lo)
+    y = make<MaxOp>(c, xt, {y, lo});
+  if (hi)
+    y = make<MinOp>(c, xt, {y, hi});
+  return c.setResult(0, y);
+}
+
+/// LeakyRelu: x < 0 ? alpha x : x.
+LogicalResult importLeakyRelu(ImportContext &c, const onnx::NodeProto &) {
+  FailureOr<Value> x = floatInput(c);
+  if (failed(x))
+    return failure();
+  Value scaled = make<MulOp>(
+      c, x->getType(), {*x, scalarLike(c, *x, c.attrFloat("alpha", 0.01f))});
+  return c.setResult(0, whereNegative(c, *x, scaled));
+}
+
+/// PRelu: x < 0 ? slope x : x, the slope broadcast to x's shape.
+LogicalResult importPRelu(ImportContext &c, const onnx::NodeProto &) {
+  FailureOr<Value> x = floatInput(c);
+  if (failed(x) || failed(requireOperands(c, 2)))
+    return failure();
+  Value scaled = make<MulOp>(c, x->getType(), {*x, c.operand(1)});
+  return c.setResult(0, whereNegative(c, *x, scaled));
+}
+
+/// Elu: x < 0 ? alpha (e^x - 1) : x.
+LogicalResult importElu(ImportContext &c, const onnx::NodeProto &) {
+  FailureOr<Value> x = floatInput(c);
+  if (failed(x))
+    return failure();
+  Type t = x->getType();
+  Value em1 = make<SubOp>(c, t, {make<ExpOp>(c, t, {*x}), scalarLike(c, *x, 1.0)});
+  Value neg = make<MulOp>(c, t, {em1, scalarLike(c, *x, c.attrFloat("alpha", 1.0f))});
+  return c.setResult(0, whereNegative(c, *x, neg));
+}
+
+/// Selu: gamma (x <= 0 ? alpha e^x - alpha : x).
+LogicalResult importSelu(ImportContext &c, const onnx::NodeProto &) {
+  FailureOr<Value> x = floatInput(c);
+  if (failed(x))
+    return failure();
+  Type t = x->getType();
+  float alpha = c.attrFloat("alpha", 1.67326319217681884765625f);
+  float gamma = c.attrFloat("gamma", 1.05070102214813232421875f);
+  Value neg = make<SubOp>(
+      c, t,
+      {make<MulOp>(c, t, {make<ExpOp>(c, t, {*x}), scalarLike(c, *x, alpha)}),
+       scalarLike(c, *x, alpha)});
+  Value y = whereNegative(c, *x, neg, ComparePredicate::le);
+  return c.setResult(0, make<MulOp>(c, t, {y, scalarLike(c, *x, gamma)}));
+}
+
+/// Celu: max(0, x) + min(0, alpha (e^(x / alpha) - 1)).
+LogicalResult importCelu(ImportContext &c, const onnx::NodeProto &) {
+  FailureOr<Value> x = floatInput(c);
+  if (failed(x))
+    return failure();
+  Type t = x->getType();
+  float alpha = c.attrFloat("alpha", 1.0f);
+  if (alpha == 0.0f)
+    return c.error() << "Celu alpha must not be 0";
+  Value e = make<ExpOp>(c, t, {make<DivOp>(c, t, {*x, scalarLike(c, *x, alpha)})});
+  Value neg = make<MulOp>(
+      c, t, {make<SubOp>(c, t, {e, scalarLike(c, *x, 1.0)}), scalarLike(c, *x, alpha)});
+  Value zero = scalarLike(c, *x, 0.0);
+  return c.setResult(0, make<AddOp>(c, t, {make<ReluOp>(c, t, {*x}),
+                                           make<MinOp>(c, t, {neg, zero})}));
+}
+
+/// ThresholdedRelu: x > alpha ? x : 0.
+LogicalResult importThresholdedRelu(ImportContext &c, const onnx::NodeProto &) {
+  FailureOr<Value> x = floatInput(c);
+  if (failed(x))
+    return failure();
+  Value above = compareTo(c, ComparePredicate::gt, *x,
+                          scalarLike(c, *x, c.attrFloat("alpha", 1.0f)));
+  return c.setResult(0, make<WhereOp>(c, x->getType(),
+                                      {above, *x, scalarLike(c, *x, 0.0)}));
+}
+
+/// HardSigmoid: max(0, min(1, alpha x + beta)).
+LogicalResult importHardSigmoid(ImportContext &c, const onnx::NodeProto &) {
+  FailureOr<Value> x = floatInput(c);
+  if (failed(x))
+    return failure();
+  Type t = x->getType();
+  Value lin = make<AddOp>(
+      c, t,
+      {make<MulOp>(c, t, {*x, scalarLike(c, *x, c.attrFloat("alpha", 0.2f))}),
+       scalarLike(c, *x, c.attrFloat("beta", 0.5f))});
+  return c.setResult(0, clamp(c, lin, 0.0, 1.0));
+}
+
+/// HardSwish: x max(0, min(1, x / 6 + 1 / 2)).
+LogicalResult importHardSwish(ImportContext &c, const onnx::NodeProto &) {
+  FailureOr<Value> x = floatInput(c);
+  if (failed(x))
+    return failure();
+  Type t = x->getType();
+  Value lin = make<AddOp>(
+      c, t, {make<MulOp>(c, t, {*x, scalarLike(c, *x, 1.0 / 6.0)}),
+             scalarLike(c, *x, 0.5)});
+  return c.setResult(0, make<MulOp>(c, t, {*x, clamp(c, lin, 0.0, 1.0)}));
+}
+
+/// Softplus: max(x, 0) + log(1 + e^-|x|), which is log(1 + e^x) without
+/// overflowing for large x.
+LogicalResult importSoftplus(ImportContext &c, const onnx::NodeProto &) {
+  FailureOr<Value> x = floatInput(c);
+  if (failed(x))
+    return failure();
+  Type t = x->getType();
+  Value e = make<ExpOp>(
+      c, t, {make<NegOp>(c, t, {make<AbsOp>(c, t, {*x})})});
+  Value l = make<LogOp>(c, t, {make<AddOp>(c, t, {e, scalarLike(c, *x, 1.0)})});
+  return c.setResult(0, make<AddOp>(c, t, {make<ReluOp>(c, t, {*x}), l}));
+}
+
+/// Softsign: x / (1 + |x|).
+LogicalResult importSoftsign(ImportContext &c, const onnx::NodeProto &) {
+  FailureOr<Value> x = floatInput(c);
+  if (failed(x))
+    return failure();
+  Type t = x->getType();
+  Value d = make<AddOp>(c, t, {make<AbsOp>(c, t, {*x}), scalarLike(c, *x, 1.0)});
+  return c.setResult(0, make<DivOp>(c, t, {*x, d}));
+}
+
 /// Gemm: Y = alpha * A' . B' + beta * C. The common case (alpha = beta = 1,
 /// A not transposed, C absent or [N]) is one linear; the rest is a linear
 /// followed by the elementwise ops that express the general form.
@@ -627,34 +811,75 @@ LogicalResult importTrilu(ImportContext &c, const onnx::NodeProto &) {
                         named(c, "k", c.builder.getI64IntegerAttr(k))}));
 }
 
-/// Spatial attributes shared by Conv and pooling, with ONNX defaults.
-LogicalResult spatialAttrs(ImportContext &c, int64_t spatial,
+/// Spatial attributes shared by Conv and pooling, with ONNX defaults, for
+/// input `x` [N, C, spatial...] and a window of `kernel` sizes. auto_pad
+/// SAME_UPPER / SAME_LOWER become explicit pads: the output keeps
+/// ceil(in / stride) positions, and the odd pad goes at the end (UPPER) or
+/// the beginning (LOWER); they need static spatial sizes.
+LogicalResult spatialAttrs(ImportContext &c, RankedTensorType x,
+                           ArrayRef<int64_t> kernel,
                            SmallVectorImpl<int64_t> &strides,
                            SmallVectorImpl<int64_t> &pads,
                            SmallVectorImpl<int64_t> &dilations) {
+  const int64_t spatial = x.getRank() - 2;
   std::string autoPad = c.attrString("auto_pad", "NOTSET");
-  if (autoPad != "NOTSET" && autoPad != "VALID")
+  if (autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" &&
+      autoPad != "SAME_LOWER")
     return c.error() << c.node->op_type() << " auto_pad=" << autoPad
-                     << " is not supported; export with explicit pads";
+                     << " is not a valid value (NOTSET, VALID, SAME_UPPER, "
+                        "SAME_LOWER)";
   strides.assign(c.attrInts("strides"));
   pads.assign(c.attrInts("pads"));
   dilations.assign(c.attrInts("dilations"));
   if (strides.empty())
     strides.assign(spatial, 1);
-  if (pads.empty())
-    pads.assign(2 * spatial, 0);
   if (dilations.empty())
     dilations.assign(spatial, 1);
+  if (autoPad != "NOTSET") {
+    if (llvm::any_of(pads, [](int64_t p) { return p != 0; }))
+      return c.error() << c.node->op_type() << " has both pads and auto_pad="
+                       << autoPad;
+    pads.clear();
+  }
+  if (pads.empty())
+    pads.assign(2 * spatial, 0);
+  if (!StringRef(autoPad).starts_with("SAME"))
+    return success();
+  if (int64_t(strides.size()) != spatial ||
+      int64_t(dilations.size()) != spatial ||
+      int64_t(kernel.size()) != spatial)
+    return c.error() << c.node->op_type() << " needs " << spatial
+                     << " strides, dilations and kernel sizes";
+  for (int64_t i = 0; i < spatial; ++i) {
+    int64_t in = x.getDimSize(2 + i);
+    if (ShapedType::isDynamic(in) || ShapedType::isDynamic(kernel[i]))
+      return c.error() << c.node->op_type() << " auto_pad=" << autoPad
+                       << " needs static spatial sizes (input dimension "
+                       << 2 + i << " is dynamic)";
+    if (strides[i] <= 0 || dilations[i] <= 0 || kernel[i] <= 0)
+      return c.error() << c.node->op_type()
+                       << " strides, dilations and kernel sizes must be "
+                          "positive";
+    int64_t out = (in + strides[i] - 1) / strides[i];
+    int64_t window = (kernel[i] - 1) * dilations[i] + 1;
+    int64_t total = std::max<int64_t>(0, (out - 1) * strides[i] + window - in);
+    int64_t small = total / 2;
+    pads[i] = autoPad == "SAME_UPPER" ? small : total - small;
+    pads[spatial + i] = total - pads[i];
+  }
   return success();
 }
 
 LogicalResult importConv(ImportContext &c, const onnx::NodeProto &) {
   if (failed(requireOperands(c, 2)))
     return failure();
-  int64_t spatial =
-      cast<RankedTensorType>(c.operand(0).getType()).getRank() - 2;
+  auto xt = cast<RankedTensorType>(c.operand(0).getType());
+  auto wt = cast<RankedTensorType>(c.operand(1).getType());
+  SmallVector<int64_t> kernel(c.attrInts("kernel_shape"));
+  if (kernel.empty() && wt.getRank() >= 2)
+    kernel.assign(wt.getShape().drop_front(2).begin(), wt.getShape().end());
   SmallVector<int64_t> strides, pads, dilations;
-  if (failed(spatialAttrs(c, spatial, strides, pads, dilations)))
+  if (failed(spatialAttrs(c, xt, kernel, strides, pads, dilations)))
     return failure();
   SmallVector<Value> operands{c.operand(0), c.operand(1)};
   if (Value b = c.operand(2))
@@ -675,8 +900,8 @@ LogicalResult importPool(ImportContext &c, const onnx::NodeProto &n) {
   bool global = StringRef(n.op_type()).starts_with("Global");
   PoolKind kind = StringRef(n.op_type()).contains("Max") ? PoolKind::max
                                                           : PoolKind::avg;
-  int64_t spatial =
-      cast<RankedTensorType>(c.operand(0).getType()).getRank() - 2;
+  auto xt = cast<RankedTensorType>(c.operand(0).getType());
+  int64_t spatial = xt.getRank() - 2;
   SmallVector<int64_t> kernel, strides, pads, dilations;
   if (!global) {
     kernel.assign(c.attrInts("kernel_shape"));
@@ -685,7 +910,7 @@ LogicalResult importPool(ImportContext &c, const onnx::NodeProto &n) {
                        << " values";
     if (c.attrInt("ceil_mode", 0))
       return c.error() << n.op_type() << " ceil_mode=1 is not supported";
-    if (failed(spatialAttrs(c, spatial, strides, pads, dilations)))
+    if (failed(spatialAttrs(c, xt, kernel, strides, pads, dilations)))
       return failure();
     if (llvm::any_of(dilations, [](int64_t d) { return d != 1; }))
       return c.error() << n.op_type() << " with dilations is not supported";
@@ -745,6 +970,17 @@ sparsec::onnx_import::getHandlerTable() {
     add("Neg", 13, unary<NegOp>);
     add("Not", 13, unary<NotOp>);
     add("Gelu", 20, importGelu);
+    add("Clip", 13, importClip);
+    add("LeakyRelu", 13, importLeakyRelu);
+    add("PRelu", 13, importPRelu);
+    add("Elu", 13, importElu);
+    add("Selu", 13, importSelu);
+    add("Celu", 13, importCelu);
+    add("ThresholdedRelu", 13, importThresholdedRelu);
+    add("HardSigmoid", 13, importHardSigmoid);
+    add("HardSwish", 14, importHardSwish);
+    add("Softplus", 13, importSoftplus);
+    add("Softsign", 13, importSoftsign);
     add("Identity", 13, forward);
     add("Dropout", 13, importDropout);
     add("Cast", 13, importCast);

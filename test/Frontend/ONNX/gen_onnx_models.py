@@ -207,6 +207,95 @@ def case_cnn():
     return model(nodes, [vi("x", F, [1, 3, 8, 8])], [vi("y", F, [1, 10])], inits, opset=13)
 
 
+def case_activations():
+    # Each activation of x (and the ReLU6-style Clip of a product) as its own
+    # output; x is drawn wide enough to cross every bound.
+    nodes = [
+        helper.make_node("Clip", ["x", "lo", "hi"], ["clip"], name="clip"),
+        helper.make_node("Clip", ["x", "", "hi"], ["clip_hi"], name="clip_hi"),
+        helper.make_node("Clip", ["x"], ["clip_none"], name="clip_none"),
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Clip", ["h", "zero", "six"], ["relu6"], name="relu6"),
+        helper.make_node("LeakyRelu", ["x"], ["leaky"], alpha=0.1, name="leaky"),
+        helper.make_node("PRelu", ["x", "slope"], ["prelu"], name="prelu"),
+        helper.make_node("Elu", ["x"], ["elu"], alpha=0.7, name="elu"),
+        helper.make_node("Selu", ["x"], ["selu"], name="selu"),
+        helper.make_node("Celu", ["x"], ["celu"], alpha=2.0, name="celu"),
+        helper.make_node("ThresholdedRelu", ["x"], ["thr"], alpha=0.3, name="thr"),
+        helper.make_node("HardSigmoid", ["x"], ["hsig"], alpha=0.3, beta=0.4, name="hsig"),
+        helper.make_node("HardSwish", ["x"], ["hswish"], name="hswish"),
+        helper.make_node("Softplus", ["x"], ["softplus"], name="softplus"),
+        helper.make_node("Softsign", ["x"], ["softsign"], name="softsign"),
+    ]
+    inits = [init("lo", np.float32(-0.5)), init("hi", np.float32(0.8)),
+             init("zero", np.float32(0)), init("six", np.float32(6)),
+             init("w", 3 * f32(8, 8)), init("slope", f32(8))]
+    outs = ["clip", "clip_hi", "clip_none", "relu6", "leaky", "prelu", "elu", "selu",
+            "celu", "thr", "hsig", "hswish", "softplus", "softsign"]
+    return model(nodes, [vi("x", F, ["n", 8])], [vi(o, F, ["n", 8]) for o in outs],
+                 inits, opset=17)
+
+
+def case_mobile_cnn():
+    # MobileNet-style blocks: Conv, ReLU6 as Clip(0, 6), PRelu with a slope a
+    # channel, HardSwish, then pooling and a classifier.
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Clip", ["c1", "zero", "six"], ["r1"], name="relu6"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[1, 1], name="conv2"),
+        helper.make_node("PRelu", ["c2", "slope"], ["p2"], name="prelu"),
+        helper.make_node("HardSwish", ["p2"], ["s2"], name="hswish"),
+        helper.make_node("GlobalAveragePool", ["s2"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1, name="fc"),
+    ]
+    inits = [init("w1", f32(6, 3, 3, 3)), init("b1", f32(6)),
+             init("zero", np.float32(0)), init("six", np.float32(6)),
+             init("w2", f32(5, 6, 1, 1)), init("b2", f32(5)),
+             init("slope", 0.25 * f32(5, 1, 1)),
+             init("fw", f32(4, 5)), init("fb", f32(4))]
+    return model(nodes, [vi("x", F, [1, 3, 8, 8])], [vi("y", F, [1, 4])], inits, opset=17)
+
+
+def case_same_pads():
+    # auto_pad SAME_UPPER on a strided Conv (7 -> 4 positions: 2 pads, one a
+    # side) and SAME_LOWER on a 2 x 2 MaxPool (4 -> 4: one pad, before).
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], auto_pad="SAME_UPPER",
+                         name="conv"),
+        helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2, 2], auto_pad="SAME_LOWER",
+                         name="pool"),
+    ]
+    return model(nodes, [vi("x", F, [1, 3, 7, 7])], [vi("y", F, [1, 2, 4, 4])],
+                 [init("w", f32(2, 3, 3, 3))], opset=13)
+
+
+def case_same_pads_dynamic():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", name="conv")]
+    return model(nodes, [vi("x", F, [1, 3, "h", 7])], [vi("y", F, [1, 2, "h", 7])],
+                 [init("w", f32(2, 3, 3, 3))], opset=13)
+
+
+def case_same_pads_and_pads():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER",
+                              pads=[1, 1, 1, 1], name="conv")]
+    return model(nodes, [vi("x", F, [1, 3, 7, 7])], [vi("y", F, [1, 2, 7, 7])],
+                 [init("w", f32(2, 3, 3, 3))], opset=13)
+
+
+def case_clip_tensor_bound():
+    nodes = [helper.make_node("Clip", ["x", "lo"], ["y"], name="clip")]
+    return model(nodes, [vi("x", F, [2, 3])], [vi("y", F, [2, 3])],
+                 [init("lo", np.zeros(3, np.float32))])
+
+
+def case_int_leaky():
+    nodes = [helper.make_node("LeakyRelu", ["x"], ["y"], name="ileaky")]
+    return model(nodes, [vi("x", TensorProto.INT32, [2, 3])],
+                 [vi("y", TensorProto.INT32, [2, 3])])
+
+
 def case_reduce18():
     # Opset 18 moved ReduceMean's axes from an attribute to an input.
     nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0, name="mean"),
