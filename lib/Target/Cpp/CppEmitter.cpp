@@ -40,6 +40,19 @@ using namespace sparsec;
 
 namespace {
 
+/// min(x, c) with a constant splat c >= 0: zero wherever x is.
+bool isCap(Operation *op) {
+  for (Value v : op->getOperands()) {
+    DenseElementsAttr c;
+    if (matchPattern(v, m_Constant(&c)) && c.isSplat() &&
+        isa<FloatType>(c.getElementType()) &&
+        c.getSplatValue<APFloat>().convertToDouble() >= 0)
+      return true;
+  }
+  return false;
+}
+
+
 std::optional<StringRef> dtypeOf(Type elt) {
   if (elt.isF32()) return StringRef("DType::f32");
   if (elt.isF64()) return StringRef("DType::f64");
@@ -1035,8 +1048,9 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
     // output-side sparse_linear (a gated MLP's up projection, a squared
     // activation's), the down projection after the product reads the
     // factor's set instead of scanning the product. Of a gated MLP's two,
-    // the up projection's (the gate's non-zeros) is the smaller.
-    if (isa<MulOp>(op)) {
+    // the up projection's (the gate's non-zeros) is the smaller. The same
+    // holds for a cap, min(x, c) with a constant c >= 0 (a capped ReLU).
+    if (isa<MulOp>(op) || (isa<MinOp>(op) && isCap(op))) {
       std::optional<std::string> set;
       for (Value factor : op->getOperands()) {
         auto it = indexOf.find(factor);

@@ -663,6 +663,13 @@ def case_gated_lm_kv():
     return llama_decoder(with_past=True, d=16, ffn=64, vocab=256, layers=2, gate_bias=-1.0)
 
 
+def case_relu6_lm():
+    # gated_lm with capped-ReLU FFNs, Clip(x W + b, 0, 0.5) then down (a ReLU
+    # capped low enough that the cap bites).
+    return llama_decoder(with_past=True, d=16, ffn=64, vocab=256, layers=2, gate_bias=-1.0,
+                         cap=0.5)
+
+
 def case_relu2_lm():
     # gated_lm with squared-ReLU FFNs, relu(x W + b)^2 then down (ReLU^2).
     return llama_decoder(with_past=True, d=16, ffn=64, vocab=256, layers=2, gate_bias=-1.0,
@@ -679,7 +686,8 @@ def _rope_decoder(with_past, d=8, ffn=16, vocab=16, gate_bias=None, **kw):
 
 
 def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5,
-                  gate_bias=None, gate_rank=4, gate_noise=0.0, squared=False):
+                  gate_bias=None, gate_rank=4, gate_noise=0.0, squared=False,
+                  cap=None):
     """The LLaMA-style decoder of rope_decoder with `layers` layers.
 
     Projections are standard normal times `scale`. With `gate_bias`, each
@@ -687,7 +695,8 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
     standard normal one) with biases around `gate_bias`: most ReLU outputs
     are then 0 and a low-rank predictor finds the rest. With `squared` the
     FFN is down(relu(gate(x))^2) (ReLU^2, written Mul(r, r)) instead of the
-    gated product (the up weights stay in the model, unused). Layer 0's names are
+    gated product (the up weights stay in the model, unused); with `cap` it
+    is down(Clip(gate(x), 0, cap)) (a capped ReLU, as ReLU6). Layer 0's names are
     those of the one-layer model; layer i > 0 prefixes nodes with 'l{i}_'
     and suffixes weights with '_{i}'.
     """
@@ -828,8 +837,14 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
             inits.append(init(w("bg"), np.full(ffn, gate_bias, np.float32) + 0.1 * f32(ffn)))
             node("MatMul", [n("h2"), w("wg")], [n("gate_mm")])
             node("Add", [n("gate_mm"), w("bg")], [n("gate")])
-        node("Relu", [n("gate")], [n("gate_r")])
-        if squared:  # relu(x W + b)^2, then down: no up projection
+        if cap is not None:  # Clip(x W + b, 0, cap), then down
+            inits += [init(w("c0"), np.float32(0)), init(w("cap"), np.float32(cap))]
+            node("Clip", [n("gate"), w("c0"), w("cap")], [n("act")])
+        else:
+            node("Relu", [n("gate")], [n("gate_r")])
+        if cap is not None:
+            pass
+        elif squared:  # relu(x W + b)^2, then down: no up projection
             node("Mul", [n("gate_r"), n("gate_r")], [n("act")])
         else:
             node("MatMul", [n("h2"), w("wu")], [n("up")])

@@ -167,9 +167,12 @@ struct InsertPredictorsPass
                    "yet");
         continue;
       }
-      if (matchSquared(act) && !compound) {
-        remarkSkip("it is squared before its down projection, which the "
-                   "target does not take yet");
+      if (matchZeroKeeping(act) && !compound) {
+        remarkSkip(zeroKeepingKind(act) == "capped activation"
+                       ? "it is capped before its down projection, which the "
+                         "target does not take yet"
+                       : "it is squared before its down projection, which the "
+                         "target does not take yet");
         continue;
       }
       const rt::ProfileSite *site = prof.find(name);

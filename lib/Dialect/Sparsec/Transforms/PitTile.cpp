@@ -242,10 +242,10 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
       if (!isCandidate(s))
         return;
       // The site before the input: the activation itself, or the one a
-      // product reads (a gated MLP's gate, a squared activation), whose
-      // zeros the product keeps.
+      // product, square or cap reads (a gated MLP's gate, a squared or
+      // capped activation), whose zeros it keeps.
       Operation *act = s.getInput().getDefiningOp();
-      if (act && isa<MulOp, PowOp>(act) && !siteNames.count(act))
+      if (act && isa<MulOp, PowOp, MinOp>(act) && !siteNames.count(act))
         for (Value operand : act->getOperands())
           if (Operation *def = operand.getDefiningOp();
               def && siteNames.count(def)) {

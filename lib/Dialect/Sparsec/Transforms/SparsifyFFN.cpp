@@ -43,8 +43,8 @@ struct SparsifyFFNPass
     SmallVector<std::pair<LinearOp, Operation *>> ups;
     getOperation().walk([&](LinearOp op) {
       // The site whose zeros this linear (a down projection) may skip: one
-      // feeding it directly, or one reaching it through a square or as the
-      // gate of a gated MLP (`compound`, with its kind).
+      // feeding it directly, or one reaching it through a square or a cap
+      // or as the gate of a gated MLP (`compound`, with its kind).
       Operation *act = op.getInput().getDefiningOp();
       if (!act)
         return;
@@ -53,14 +53,14 @@ struct SparsifyFFNPass
       std::optional<GatedMlp> mlp;
       if (isSparsitySite(act)) {
         site = act;
-      } else if (isa<MulOp, PowOp>(act)) {
+      } else if (isa<MulOp, PowOp, MinOp>(act)) {
         for (Value operand : act->getOperands()) {
           Operation *base = operand.getDefiningOp();
           if (!base)
             continue;
-          if (matchSquared(base) == op.getOperation()) {
+          if (matchZeroKeeping(base) == op.getOperation()) {
             site = base;
-            compoundKind = "squared activation";
+            compoundKind = zeroKeepingKind(base);
             break;
           }
           mlp = matchGatedMlp(base);

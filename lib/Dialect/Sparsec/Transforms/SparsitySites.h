@@ -67,10 +67,12 @@ inline std::optional<GatedMlp> matchGatedMlp(mlir::Operation *act) {
                   product->getResult(0).getUses().begin()->getOwner()};
 }
 
-/// A squared activation before a linear (ReLU^2, as in "ReLU^2 wins"):
-/// `act`'s only user is `mul(act, act)` or `pow(act, c)` with a constant
-/// c > 0, whose only user is a linear's input, returned (0 stays 0).
-inline mlir::Operation *matchSquared(mlir::Operation *act) {
+/// A zero-keeping op after activation `act`, before a linear: a square
+/// (ReLU^2, as in "ReLU^2 wins": `mul(act, act)` or `pow(act, c)` with a
+/// constant c > 0) or a cap (ReLU6 and other capped ReLUs, as Clip(0, c)
+/// imports: `min(act, c)` with a constant c >= 0). `act`'s only user is
+/// that op, whose only user is a linear's input, returned (0 stays 0).
+inline mlir::Operation *matchZeroKeeping(mlir::Operation *act) {
   if (!mlir::isa<ReluOp, GeluOp, SiluOp>(act) || act->getResult(0).use_empty())
     return nullptr;
   mlir::Value a = act->getResult(0);
@@ -78,33 +80,51 @@ inline mlir::Operation *matchSquared(mlir::Operation *act) {
   for (mlir::Operation *other : a.getUsers()) // mul(a, a) uses it twice
     if (other != user)
       return nullptr;
-  bool squared = false;
-  if (auto mul = mlir::dyn_cast<MulOp>(user)) {
-    squared = mul.getLhs() == a && mul.getRhs() == a;
-  } else if (auto pow = mlir::dyn_cast<PowOp>(user)) {
+  // A constant float splat, or nothing.
+  auto splat = [](mlir::Value v) -> std::optional<double> {
     mlir::DenseElementsAttr c;
-    if (pow.getLhs() == a && mlir::matchPattern(pow.getRhs(), mlir::m_Constant(&c)) &&
-        c.isSplat() && mlir::isa<mlir::FloatType>(c.getElementType()))
-      squared = c.getSplatValue<llvm::APFloat>().convertToDouble() > 0;
+    if (!mlir::matchPattern(v, mlir::m_Constant(&c)) || !c.isSplat() ||
+        !mlir::isa<mlir::FloatType>(c.getElementType()))
+      return std::nullopt;
+    return c.getSplatValue<llvm::APFloat>().convertToDouble();
+  };
+  bool keeps = false;
+  if (auto mul = mlir::dyn_cast<MulOp>(user)) {
+    keeps = mul.getLhs() == a && mul.getRhs() == a;
+  } else if (auto pow = mlir::dyn_cast<PowOp>(user)) {
+    std::optional<double> c = splat(pow.getRhs());
+    keeps = pow.getLhs() == a && c && *c > 0;
+  } else if (auto min = mlir::dyn_cast<MinOp>(user)) {
+    mlir::Value other = min.getLhs() == a ? min.getRhs() : min.getLhs();
+    std::optional<double> c = splat(other);
+    keeps = other != a && c && *c >= 0;
   }
-  if (!squared || user->getResult(0).getType() != a.getType() ||
+  if (!keeps || user->getResult(0).getType() != a.getType() ||
       !user->getResult(0).hasOneUse() ||
       !isLinearInput(*user->getResult(0).getUses().begin()))
     return nullptr;
   return user->getResult(0).getUses().begin()->getOwner();
 }
 
+/// What matchZeroKeeping found after `act` (which it matched), for remarks:
+/// "squared activation" or "capped activation".
+inline llvm::StringRef zeroKeepingKind(mlir::Operation *act) {
+  return mlir::isa<MinOp>(*act->getResult(0).getUsers().begin())
+             ? "capped activation"
+             : "squared activation";
+}
+
 /// A ReLU-family activation whose result is the input of a linear op, the
-/// gate of a gated MLP (matchGatedMlp) or squared before one
-/// (matchSquared): the unit the profile measures and the sparsify passes
-/// exploit.
+/// gate of a gated MLP (matchGatedMlp) or squared or capped before one
+/// (matchZeroKeeping): the unit the profile measures and the sparsify
+/// passes exploit.
 inline bool isSparsitySite(mlir::Operation *op) {
   if (!mlir::isa<ReluOp, GeluOp, SiluOp>(op))
     return false;
   for (mlir::OpOperand &use : op->getResult(0).getUses())
     if (isLinearInput(use))
       return true;
-  return matchGatedMlp(op).has_value() || matchSquared(op) != nullptr;
+  return matchGatedMlp(op).has_value() || matchZeroKeeping(op) != nullptr;
 }
 
 /// The bias operand of a linear or sparse_linear, or null without one.
@@ -123,8 +143,8 @@ inline mlir::OpOperand *biasOperand(mlir::Operation *linear) {
 /// it by neurons: the projections computing neuron-indexed values from the
 /// FFN's input (the up projection; a gated MLP's gate and up projections),
 /// every op up to the down projection indexed by the same neurons (the
-/// activation; a gated MLP's mask and product; a square), and the down
-/// projection.
+/// activation; a gated MLP's mask and product; a square or a cap), and the
+/// down projection.
 struct FfnRegion {
   mlir::Operation *act = nullptr;
   /// Linear or output-side sparse_linear ops over model weights, the
@@ -186,7 +206,7 @@ inline std::optional<FfnRegion> matchFfnRegion(mlir::Operation *act,
     r.body.push_back(up);
     r.body.push_back(mlp->product);
     r.down = mlp->down;
-  } else if (mlir::Operation *down = matchSquared(act)) {
+  } else if (mlir::Operation *down = matchZeroKeeping(act)) {
     r.body.push_back(down->getOperand(0).getDefiningOp());
     r.down = down;
   } else {

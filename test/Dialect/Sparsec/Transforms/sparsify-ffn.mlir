@@ -122,3 +122,25 @@ func.func @squared(%x: tensor<?x8xf32>, %w1: tensor<8x16xf32>, %w2: tensor<16x8x
   %y3 = sparsec.linear %n, %w2 : tensor<?x16xf32>, tensor<16x8xf32> -> tensor<?x8xf32>
   return %y, %y2, %y3 : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>
 }
+
+// A capped ReLU (ReLU6 as Clip(0, 6) imports: min(relu, 6)) before the down
+// projection: 0 stays 0, so the down projection skips the same neurons. A
+// negative cap makes every neuron -1: dense.
+// CHECK-LABEL: func.func @capped
+func.func @capped(%x: tensor<?x8xf32>, %w1: tensor<8x16xf32>, %w2: tensor<16x8xf32>) -> (tensor<?x8xf32>, tensor<?x8xf32>) {
+  %h = sparsec.linear %x, %w1 : tensor<?x8xf32>, tensor<8x16xf32> -> tensor<?x16xf32>
+  %r = sparsec.relu %h {sparsity = #sparsec.act_sparsity<zero_fraction = 0.9, granularity = neuron, source = profile, tokens = 100, top20_share = 0.3>} : tensor<?x16xf32> loc("cap")
+  %six = sparsec.constant dense<6.0> : tensor<f32>
+  // CHECK: %[[C:.*]] = sparsec.min
+  // CHECK: sparsec.sparse_linear %[[C]], %arg2 {mode = #sparsec<sparse_mode exact>, sparse_dim = #sparsec<sparse_dim input>}
+  // REMARK: remark: {{.*}}capped activation at 'cap' stays dense: the target does not take capped activations yet
+  %c = sparsec.min %six, %r : tensor<f32>, tensor<?x16xf32> -> tensor<?x16xf32>
+  %y = sparsec.linear %c, %w2 : tensor<?x16xf32>, tensor<16x8xf32> -> tensor<?x8xf32>
+  // CHECK: %[[N:.*]] = sparsec.min
+  // CHECK: sparsec.linear %[[N]], %arg2
+  %r2 = sparsec.relu %h {sparsity = #sparsec.act_sparsity<zero_fraction = 0.9, granularity = neuron, source = profile, tokens = 100, top20_share = 0.3>} : tensor<?x16xf32>
+  %neg = sparsec.constant dense<-1.0> : tensor<f32>
+  %n = sparsec.min %r2, %neg : tensor<?x16xf32>, tensor<f32> -> tensor<?x16xf32>
+  %y2 = sparsec.linear %n, %w2 : tensor<?x16xf32>, tensor<16x8xf32> -> tensor<?x8xf32>
+  return %y, %y2 : tensor<?x8xf32>, tensor<?x8xf32>
+}
