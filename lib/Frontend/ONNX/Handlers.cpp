@@ -811,6 +811,92 @@ LogicalResult importTrilu(ImportContext &c, const onnx::NodeProto &) {
                         named(c, "k", c.builder.getI64IntegerAttr(k))}));
 }
 
+/// Pad (constant, edge, reflect): along each padded axis, a gather
+/// of x by a constant index vector (the source row of every output row;
+/// negative pads crop), and in constant mode a where() that puts the value
+/// in the rows outside x. The pads must be a constant and the padded axes
+/// static. (Pad-18's axes and Pad-19's wrap mode are left out: Debian's
+/// libonnx cannot infer those opsets' Pad, so no such model imports.)
+LogicalResult importPad(ImportContext &c, const onnx::NodeProto &) {
+  if (failed(requireOperands(c, 1)))
+    return failure();
+  Value x = c.operand(0);
+  auto xt = cast<RankedTensorType>(x.getType());
+  const int64_t rank = xt.getRank();
+  std::string mode = c.attrString("mode", "constant");
+  if (mode != "constant" && mode != "edge" && mode != "reflect")
+    return c.error() << "Pad mode '" << mode
+                     << "' is not supported (constant, edge, reflect)";
+  std::optional<SmallVector<int64_t>> pads;
+  if (c.operand(1))
+    pads = c.constantInts(1);
+  if (!pads)
+    return c.error() << "Pad pads must be a constant";
+  if (c.operand(3))
+    return c.error() << "Pad with axes (opset 18) is not supported";
+  const int64_t n = rank;
+  if (int64_t(pads->size()) != 2 * n)
+    return c.error() << "Pad needs " << 2 * n << " pads (2 per axis), got "
+                     << pads->size();
+  Value cval = c.operand(2);
+  if (cval) {
+    auto ct = dyn_cast<RankedTensorType>(cval.getType());
+    if (!ct || !ct.hasStaticShape() || ct.getNumElements() != 1)
+      return c.error() << "Pad constant_value must be a scalar";
+  } else {
+    auto zero = RankedTensorType::get({}, xt.getElementType());
+    cval = ConstantOp::create(
+        c.builder, c.loc,
+        DenseElementsAttr::get(zero, c.builder.getZeroAttr(xt.getElementType())));
+  }
+  Value y = x;
+  SmallVector<int64_t> shape(xt.getShape());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t axis = i, before = (*pads)[i], after = (*pads)[n + i];
+    if (before == 0 && after == 0)
+      continue;
+    const int64_t size = shape[axis];
+    if (ShapedType::isDynamic(size))
+      return c.error() << "Pad along dimension " << axis
+                       << " needs its size to be static";
+    const int64_t length = size + before + after;
+    if (size == 0)
+      return c.error() << "Pad of an empty dimension (" << axis
+                       << ") is not supported";
+    if (length < 0)
+      return c.error() << "Pad of " << before << " and " << after
+                       << " along dimension " << axis << " of size " << size
+                       << " leaves fewer than 0 rows";
+    SmallVector<int64_t> index(length);
+    SmallVector<bool> inside(length);
+    for (int64_t j = 0; j < length; ++j) {
+      int64_t src = j - before;
+      inside[j] = src >= 0 && src < size;
+      if (mode == "reflect" && size > 1) {
+        int64_t period = 2 * (size - 1);
+        src = ((src % period) + period) % period;
+        src = src < size ? src : period - src;
+      } else {
+        src = std::clamp<int64_t>(src, 0, size - 1);
+      }
+      index[j] = src;
+    }
+    shape[axis] = length;
+    auto padded = RankedTensorType::get(shape, xt.getElementType());
+    y = make<GatherOp>(c, padded, {y, c.i64Constant(index)},
+                       {named(c, "axis", c.builder.getI64IntegerAttr(axis))});
+    if (mode == "constant" && llvm::is_contained(inside, false)) {
+      SmallVector<int64_t> maskShape(rank, 1);
+      maskShape[axis] = length;
+      auto maskType = RankedTensorType::get(maskShape, c.builder.getI1Type());
+      Value mask = ConstantOp::create(
+          c.builder, c.loc, DenseElementsAttr::get(maskType, ArrayRef(inside)));
+      y = make<WhereOp>(c, padded, {mask, y, cval});
+    }
+  }
+  return c.setResult(0, y);
+}
+
 /// Spatial attributes shared by Conv and pooling, with ONNX defaults, for
 /// input `x` [N, C, spatial...] and a window of `kernel` sizes. auto_pad
 /// SAME_UPPER / SAME_LOWER become explicit pads: the output keeps
@@ -1031,6 +1117,7 @@ sparsec::onnx_import::getHandlerTable() {
     add("Unsqueeze", 13, importUnsqueeze);
     add("Flatten", 13, importFlatten);
     add("Expand", 13, importExpand);
+    add("Pad", 13, importPad);
     add("Range", 13, importRange);
     return t;
   }();

@@ -284,6 +284,33 @@ def case_same_pads_and_pads():
                  [init("w", f32(2, 3, 3, 3))], opset=13)
 
 
+def case_pads():
+    # Pad in every mode, a crop (negative pads) and a constant value; x
+    # [n, 3, 5] with n dynamic, so only the padded axes are static.
+    def pads(name, values):
+        return init(name, np.array(values, np.int64))
+    nodes = [
+        helper.make_node("Pad", ["x", "p_const", "val"], ["constant"], mode="constant",
+                         name="pad_constant"),
+        helper.make_node("Pad", ["x", "p_edge"], ["edge"], mode="edge", name="pad_edge"),
+        helper.make_node("Pad", ["x", "p_reflect"], ["reflect"], mode="reflect",
+                         name="pad_reflect"),
+        helper.make_node("Pad", ["x", "p_crop"], ["crop"], name="pad_crop"),
+    ]
+    inits = [pads("p_const", [0, 1, 2, 0, 0, 1]), init("val", np.float32(-2.5)),
+             pads("p_edge", [0, 2, 1, 0, 0, 3]), pads("p_reflect", [0, 2, 3, 0, 1, 4]),
+             pads("p_crop", [0, -1, 1, 0, 2, -2])]
+    outs = [vi("constant", F, ["n", 4, 8]), vi("edge", F, ["n", 5, 9]),
+            vi("reflect", F, ["n", 6, 12]), vi("crop", F, ["n", 4, 4])]
+    return model(nodes, [vi("x", F, ["n", 3, 5])], outs, inits, opset=17)
+
+
+def case_pad_dynamic():
+    nodes = [helper.make_node("Pad", ["x", "p"], ["y"], name="pad")]
+    return model(nodes, [vi("x", F, ["n", 3])], [vi("y", F, ["m", 3])],
+                 [init("p", np.array([1, 0, 0, 0], np.int64))])
+
+
 def case_clip_tensor_bound():
     nodes = [helper.make_node("Clip", ["x", "lo"], ["y"], name="clip")]
     return model(nodes, [vi("x", F, [2, 3])], [vi("y", F, [2, 3])],
