@@ -166,21 +166,23 @@ LogicalResult importGelu(ImportContext &c, const onnx::NodeProto &) {
   return c.setResult(0, make<GeluOp>(c, c.resultType(0), {c.operand(0)}, attrs));
 }
 
-/// Max/Min/Sum take any number of inputs: a chain of binary ops.
+/// Max/Min/Sum/Mean take any number of inputs: a chain of binary ops. The
+/// last op gets `last` as its type (the node's), or its inferred one when
+/// `last` is null.
 template <typename OpTy>
-LogicalResult variadic(ImportContext &c, const onnx::NodeProto &n) {
+FailureOr<Value> chain(ImportContext &c, const onnx::NodeProto &n, Type last) {
   if (n.input_size() < 1 || !c.operand(0))
     return c.error() << n.op_type() << " needs at least one input";
   Value acc = c.operand(0);
   for (int i = 1; i < n.input_size(); ++i) {
     if (!c.operand(i))
       return c.error() << n.op_type() << " input " << i << " is empty";
-    bool last = i == n.input_size() - 1;
-    Type t = last ? c.resultType(0)
-                  : UnrankedTensorType::get(
-                        cast<ShapedType>(acc.getType()).getElementType());
+    bool isLast = last && i == n.input_size() - 1;
+    Type t = isLast ? last
+                    : UnrankedTensorType::get(
+                          cast<ShapedType>(acc.getType()).getElementType());
     acc = make<OpTy>(c, t, {acc, c.operand(i)});
-    if (!last) {
+    if (!isLast) {
       // Intermediate results get their type from the op's own inference.
       SmallVector<ShapedTypeComponents> comps;
       Operation *op = acc.getDefiningOp();
@@ -194,7 +196,13 @@ LogicalResult variadic(ImportContext &c, const onnx::NodeProto &n) {
                                         comps[0].getElementType()));
     }
   }
-  return c.setResult(0, acc);
+  return acc;
+}
+
+template <typename OpTy>
+LogicalResult variadic(ImportContext &c, const onnx::NodeProto &n) {
+  FailureOr<Value> v = chain<OpTy>(c, n, c.resultType(0));
+  return failed(v) ? failure() : c.setResult(0, *v);
 }
 
 LogicalResult importWhere(ImportContext &c, const onnx::NodeProto &) {
@@ -225,6 +233,20 @@ Value scalarLike(ImportContext &c, Value like, double v) {
   return ConstantOp::create(
       c.builder, c.loc,
       DenseElementsAttr::get(type, c.builder.getFloatAttr(elt, v)));
+}
+
+/// Mean: the sum of the inputs over their count.
+LogicalResult importMean(ImportContext &c, const onnx::NodeProto &n) {
+  FailureOr<Value> sum = chain<AddOp>(c, n, Type());
+  if (failed(sum))
+    return failure();
+  auto t = dyn_cast<RankedTensorType>(sum->getType());
+  if (!t || !isa<FloatType>(t.getElementType()))
+    return c.error() << "Mean on non-floating-point tensors is not supported";
+  if (n.input_size() == 1)
+    return c.setResult(0, *sum);
+  return c.setResult(0, make<DivOp>(c, c.resultType(0),
+                                    {*sum, scalarLike(c, *sum, n.input_size())}));
 }
 
 //===----------------------------------------------------------------------===//
@@ -1078,6 +1100,7 @@ sparsec::onnx_import::getHandlerTable() {
     add("Max", 13, variadic<MaxOp>);
     add("Min", 13, variadic<MinOp>);
     add("Sum", 13, variadic<AddOp>);
+    add("Mean", 13, importMean);
     add("And", 13, binary<AndOp>);
     add("Or", 13, binary<OrOp>);
     add("Equal", 13, compare<ComparePredicate::eq>);
