@@ -2312,6 +2312,20 @@ TEST_P(OpsTest, Conv) {
        1,
        true},
       {{1, 64, 20, 20}, {48, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true},
+      // Depthwise (rows as axpys, split into stride phases): rows wider
+      // than a vector with a tail, stride 3 with dilation 2, pads wider
+      // than the kernel (taps that cover no output column), 1-D and 3-D.
+      {{2, 3, 6, 37}, {3, 1, 3, 5}, {1, 1}, {1, 2, 1, 2}, {1, 1}, 3, true},
+      {{1, 2, 11, 29}, {4, 1, 3, 3}, {3, 3}, {2, 1, 0, 2}, {2, 2}, 2, true},
+      {{1, 2, 4, 9}, {2, 1, 2, 3}, {1, 2}, {3, 4, 2, 5}, {1, 2}, 2, false},
+      {{2, 5, 19}, {5, 1, 4}, {2}, {1, 2}, {1}, 5, true},
+      {{1, 2, 5, 6, 7},
+       {2, 1, 3, 2, 3},
+       {2, 1, 2},
+       {1, 0, 1, 1, 1, 0},
+       {1, 2, 1},
+       2,
+       true},
   };
   uint32_t seed = 2100;
   for (const Case &c : cases) {

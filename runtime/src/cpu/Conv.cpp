@@ -6,7 +6,8 @@
 // size-1 dims), groups, pads, strides and dilations:
 //
 //  * a group with one input channel (depthwise): direct convolution,
-//    parallel over output planes;
+//    parallel over output planes, each output row a sum of vectorised
+//    axpys of input rows (one per tap; rows split into stride phases);
 //  * otherwise, per image and group, im2col into a [C/g * kernel, P] panel
 //    (P output positions, in chunks) and the f32 GEMM of Linear.cpp with
 //    the weights [M/g, C/g * kernel] as the left operand; a pointwise
@@ -117,6 +118,61 @@ void im2col(Context &ctx, const float *x, int64_t Cg, const Geometry &g,
 
 thread_local std::vector<float> colBuffer;
 
+/// Output positions ow whose input column ow * s + off lies in [0, in):
+/// [lo, hi), empty when lo >= hi.
+void tapRange(int64_t off, int64_t s, int64_t in, int64_t out, int64_t &lo,
+              int64_t &hi) {
+  lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  hi = in - 1 - off < 0 ? 0 : std::min(out, (in - 1 - off) / s + 1);
+}
+
+/// Depthwise convolution of one plane (one input channel, output plane
+/// `m`): per output row, the row starts from the bias and each tap whose
+/// input row exists adds w * (that row, from the tap's first column with
+/// the stride) over the output columns it covers, an axpy (vectorised).
+/// With a stride above 1 each input row is first split into its stride
+/// phases, so that every tap reads contiguous columns. `phases` is scratch.
+void depthwisePlane(const float *xin, const float *wk, float bias,
+                    const Geometry &g, float *yo, std::vector<float> &phases) {
+  const int64_t s = g.stride[2], inW = g.in[2], outW = g.out[2];
+  const int64_t phaseLen = (inW + s - 1) / s;
+  if (s > 1)
+    phases.resize(size_t(s * phaseLen));
+  for (int64_t od = 0; od < g.out[0]; ++od)
+    for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+      float *yrow = yo + (od * g.out[1] + oh) * outW;
+      std::fill(yrow, yrow + outW, bias);
+      for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+        const int64_t id = od * g.stride[0] - g.padB[0] + kd * g.dil[0];
+        if (id < 0 || id >= g.in[0])
+          continue;
+        for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+          const int64_t ih = oh * g.stride[1] - g.padB[1] + kh * g.dil[1];
+          if (ih < 0 || ih >= g.in[1])
+            continue;
+          const float *row = xin + (id * g.in[1] + ih) * inW;
+          if (s > 1)
+            for (int64_t r = 0; r < s; ++r)
+              for (int64_t j = 0; j * s + r < inW; ++j)
+                phases[size_t(r * phaseLen + j)] = row[j * s + r];
+          const float *wr = wk + (kd * g.k[1] + kh) * g.k[2];
+          for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+            const int64_t off = kw * g.dil[2] - g.padB[2];
+            int64_t lo, hi;
+            tapRange(off, s, inW, outW, lo, hi);
+            if (lo >= hi)
+              continue;
+            const int64_t iw = lo * s + off; // >= 0
+            const float *src = s == 1 ? row + iw
+                                      : phases.data() + (iw % s) * phaseLen +
+                                            iw / s;
+            axpy(wr[kw], src, yrow + lo, hi - lo);
+          }
+        }
+      }
+    }
+}
+
 } // namespace
 
 bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
@@ -163,44 +219,17 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   float *yp = res.as<float>();
 
   if (Cg == 1) {
-    // Direct: one input channel per group.
-    parallelFor(
-        ctx, N * M, std::max<int64_t>(1, 4096 / (P * kSize)),
-        [&](int64_t b, int64_t e) {
-          for (int64_t plane = b; plane < e; ++plane) {
-            const int64_t n = plane / M, m = plane % M, c = m / Mg;
-            const float *xin = xp + (n * C + c) * S;
-            const float *wk = wp + m * kSize;
-            float *yo = yp + plane * P;
-            const float b0 = bp ? bp[m] : 0.0f;
-            for (int64_t od = 0; od < g.out[0]; ++od)
-              for (int64_t oh = 0; oh < g.out[1]; ++oh)
-                for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-                  float acc = 0.0f;
-                  for (int64_t kd = 0; kd < g.k[0]; ++kd) {
-                    const int64_t id =
-                        od * g.stride[0] - g.padB[0] + kd * g.dil[0];
-                    if (id < 0 || id >= g.in[0])
-                      continue;
-                    for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-                      const int64_t ih =
-                          oh * g.stride[1] - g.padB[1] + kh * g.dil[1];
-                      if (ih < 0 || ih >= g.in[1])
-                        continue;
-                      const float *row = xin + (id * g.in[1] + ih) * g.in[2];
-                      const float *wr = wk + (kd * g.k[1] + kh) * g.k[2];
-                      for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-                        const int64_t iw =
-                            ow * g.stride[2] - g.padB[2] + kw * g.dil[2];
-                        if (iw >= 0 && iw < g.in[2])
-                          acc += row[iw] * wr[kw];
-                      }
-                    }
+    // Depthwise: one input channel per group, a plane at a time.
+    parallelFor(ctx, N * M, std::max<int64_t>(1, 4096 / (P * kSize)),
+                [&](int64_t b, int64_t e) {
+                  std::vector<float> &phases = colBuffer;
+                  for (int64_t plane = b; plane < e; ++plane) {
+                    const int64_t n = plane / M, m = plane % M, c = m / Mg;
+                    depthwisePlane(xp + (n * C + c) * S, wp + m * kSize,
+                                   bp ? bp[m] : 0.0f, g, yp + plane * P,
+                                   phases);
                   }
-                  yo[(od * g.out[1] + oh) * g.out[2] + ow] = acc + b0;
-                }
-          }
-        });
+                });
     out = res;
     return true;
   }
