@@ -2328,29 +2328,39 @@ TEST_P(OpsTest, Conv) {
        true},
   };
   uint32_t seed = 2100;
-  for (const Case &c : cases) {
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case &c = cases[ci];
+    // The epilogue's activation: none, ReLU or SiLU, in turn.
+    const Activation act = ci % 3 == 1   ? Activation::relu
+                           : ci % 3 == 2 ? Activation::silu
+                                         : Activation::none;
     Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
     Owned w = randomTensor(DType::f32, c.w, seed++, -1, 1);
     Owned b = randomTensor(DType::f32, {c.w[0]}, seed++, -1, 1);
     Tensor y;
     ASSERT_TRUE(conv(ctx, x, w, c.bias ? &b.t : nullptr, c.strides.data(),
-                     c.pads.data(), c.dil.data(), c.group, 1, y))
+                     c.pads.data(), c.dil.data(), c.group, act, 1, y))
         << ctx.error;
     Shape ys;
-    const std::vector<double> ref = convRef(
+    std::vector<double> ref = convRef(
         x, w, c.bias ? &b : nullptr, c.strides, c.pads, c.dil, c.group, ys);
+    for (double &r : ref)
+      r = act == Activation::relu   ? std::max(r, 0.0)
+          : act == Activation::silu ? r / (1 + std::exp(-r))
+                                    : r;
     expectShape(y, ys);
     double kmag = 1;
     for (size_t d = 1; d < c.w.size(); ++d)
       kmag *= double(c.w[d]);
     for (size_t i = 0; i < ref.size(); ++i)
-      ASSERT_NEAR(y.as<float>()[i], ref[i], 1e-5 * kmag) << "at " << i;
+      ASSERT_NEAR(y.as<float>()[i], ref[i], 1e-5 * kmag)
+          << "case " << ci << " at " << i;
   }
   // Defaults (null strides/pads/dilations).
   Owned x = randomTensor(DType::f32, {1, 2, 5, 5}, 1);
   Owned w = randomTensor(DType::f32, {3, 2, 2, 2}, 2);
   Tensor y;
-  ASSERT_TRUE(conv(ctx, x, w, nullptr, nullptr, nullptr, nullptr, 1, 1, y));
+  ASSERT_TRUE(conv(ctx, x, w, nullptr, nullptr, nullptr, nullptr, 1, Activation::none, 1, y));
   Shape ys;
   const std::vector<double> ref =
       convRef(x, w, nullptr, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, ys);
@@ -2359,15 +2369,15 @@ TEST_P(OpsTest, Conv) {
     ASSERT_NEAR(y.as<float>()[i], ref[i], 1e-5);
   // Errors.
   Owned w3 = randomTensor(DType::f32, {3, 3, 2, 2}, 2);
-  expectFail(conv(ctx, x, w3, nullptr, nullptr, nullptr, nullptr, 1, 1, y),
+  expectFail(conv(ctx, x, w3, nullptr, nullptr, nullptr, nullptr, 1, Activation::none, 1, y),
              "conv");
   Owned wBig = randomTensor(DType::f32, {3, 2, 7, 2}, 2);
-  expectFail(conv(ctx, x, wBig, nullptr, nullptr, nullptr, nullptr, 1, 1, y),
+  expectFail(conv(ctx, x, wBig, nullptr, nullptr, nullptr, nullptr, 1, Activation::none, 1, y),
              "conv");
-  expectFail(conv(ctx, x, w, nullptr, nullptr, nullptr, nullptr, 3, 1, y),
+  expectFail(conv(ctx, x, w, nullptr, nullptr, nullptr, nullptr, 3, Activation::none, 1, y),
              "conv");
   const int64_t zeroStride[2] = {0, 1};
-  expectFail(conv(ctx, x, w, nullptr, zeroStride, nullptr, nullptr, 1, 1, y),
+  expectFail(conv(ctx, x, w, nullptr, zeroStride, nullptr, nullptr, 1, Activation::none, 1, y),
              "conv");
 }
 

@@ -778,7 +778,8 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
         return emitCall(op, "conv(ctx, " + name(c.getInput()) + ", " +
                                 name(c.getWeight()) + ", " + ptr(c.getBias()) +
                                 ", " + s + ", " + p + ", " + d + ", " +
-                                std::to_string(static_cast<int64_t>(c.getGroup())));
+                                std::to_string(static_cast<int64_t>(c.getGroup())) +
+                                ", " + activationArg(c.getActivation()));
       })
       .Case([&](BatchNormOp b) {
         return emitCall(

@@ -133,7 +133,8 @@ void tapRange(int64_t off, int64_t s, int64_t in, int64_t out, int64_t &lo,
 /// With a stride above 1 each input row is first split into its stride
 /// phases, so that every tap reads contiguous columns. `phases` is scratch.
 void depthwisePlane(const float *xin, const float *wk, float bias,
-                    const Geometry &g, float *yo, std::vector<float> &phases) {
+                    Activation act, const Geometry &g, float *yo,
+                    std::vector<float> &phases) {
   const int64_t s = g.stride[2], inW = g.in[2], outW = g.out[2];
   const int64_t phaseLen = (inW + s - 1) / s;
   if (s > 1)
@@ -170,6 +171,7 @@ void depthwisePlane(const float *xin, const float *wk, float bias,
           }
         }
       }
+      applyActivation(act, yrow, outW);
     }
 }
 
@@ -177,7 +179,7 @@ void depthwisePlane(const float *xin, const float *wk, float bias,
 
 bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations,
-          int64_t group, int outSlot, Tensor &out) {
+          int64_t group, Activation act, int outSlot, Tensor &out) {
   if (!checkTensor(ctx, "conv", "input", x) ||
       !checkTensor(ctx, "conv", "weight", w) ||
       (bias && !checkTensor(ctx, "conv", "bias", *bias)))
@@ -226,7 +228,7 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
                   for (int64_t plane = b; plane < e; ++plane) {
                     const int64_t n = plane / M, m = plane % M, c = m / Mg;
                     depthwisePlane(xp + (n * C + c) * S, wp + m * kSize,
-                                   bp ? bp[m] : 0.0f, g, yp + plane * P,
+                                   bp ? bp[m] : 0.0f, act, g, yp + plane * P,
                                    phases);
                   }
                 });
@@ -270,14 +272,18 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
         a.ldc = P;
         gemm(&ctx.pool, a);
       }
-      if (bp)
+      // The epilogue: bias and activation in one pass.
+      if (bp || act != Activation::none)
         parallelFor(ctx, Mg, std::max<int64_t>(1, 16384 / P),
                     [&](int64_t b, int64_t e) {
                       for (int64_t m = b; m < e; ++m) {
-                        const float bv = bp[gi * Mg + m];
                         float *row = yg + m * P;
-                        for (int64_t p = 0; p < P; ++p)
-                          row[p] += bv;
+                        if (bp) {
+                          const float bv = bp[gi * Mg + m];
+                          for (int64_t p = 0; p < P; ++p)
+                            row[p] += bv;
+                        }
+                        applyActivation(act, row, P);
                       }
                     });
     }

@@ -1,4 +1,4 @@
-//===- FuseEpilogue.cpp - activation into the producing linear -----------===//
+//===- FuseEpilogue.cpp - activation into the producing linear or conv ---===//
 //
 // Part of the sparsec project.
 //
@@ -18,14 +18,17 @@ using namespace mlir;
 using namespace sparsec;
 
 namespace {
-template <typename ActOp, Activation Kind>
+/// An activation whose input is a linear's or a convolution's (`Producer`)
+/// only use: the producer applies it in its epilogue.
+template <typename ActOp, Activation Kind, typename Producer = LinearOp>
 struct ActivationIntoLinear : OpRewritePattern<ActOp> {
   using OpRewritePattern<ActOp>::OpRewritePattern;
   LogicalResult matchAndRewrite(ActOp op,
                                 PatternRewriter &rewriter) const override {
-    auto lin = defOp<LinearOp>(op.getInput());
+    auto lin = defOp<Producer>(op.getInput());
     if (!lin || lin.getActivation() || !lin->hasOneUse())
-      return rewriter.notifyMatchFailure(op, "input is not a plain linear");
+      return rewriter.notifyMatchFailure(op, "input is not a plain linear "
+                                             "or convolution");
     rewriter.modifyOpInPlace(lin, [&] {
       lin.setActivationAttr(
           ActivationAttr::get(rewriter.getContext(), Kind));
@@ -36,11 +39,12 @@ struct ActivationIntoLinear : OpRewritePattern<ActOp> {
 };
 
 /// gelu's tanh form is a different activation.
+template <typename Producer = LinearOp>
 struct GeluIntoLinear : OpRewritePattern<GeluOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(GeluOp op,
                                 PatternRewriter &rewriter) const override {
-    auto lin = defOp<LinearOp>(op.getInput());
+    auto lin = defOp<Producer>(op.getInput());
     if (!lin || lin.getActivation() || !lin->hasOneUse())
       return rewriter.notifyMatchFailure(op, "input is not a plain linear");
     Activation kind =
@@ -82,7 +86,11 @@ struct FuseEpiloguePass
     patterns.add<ActivationIntoLinear<ReluOp, Activation::relu>,
                  ActivationIntoLinear<SiluOp, Activation::silu>,
                  ActivationIntoLinear<SigmoidOp, Activation::sigmoid>,
-                 GeluIntoLinear,
+                 GeluIntoLinear<>,
+                 ActivationIntoLinear<ReluOp, Activation::relu, ConvOp>,
+                 ActivationIntoLinear<SiluOp, Activation::silu, ConvOp>,
+                 ActivationIntoLinear<SigmoidOp, Activation::sigmoid, ConvOp>,
+                 GeluIntoLinear<ConvOp>,
                  ActivationIntoSparseOutput<ReluOp, Activation::relu>,
                  ActivationIntoSparseOutput<SiluOp, Activation::silu>>(
         &getContext());
@@ -92,6 +100,8 @@ struct FuseEpiloguePass
       if (auto l = dyn_cast<LinearOp>(op); l && l.getActivation())
         ++numFused;
       if (auto s = dyn_cast<SparseLinearOp>(op); s && s.getActivation())
+        ++numFused;
+      if (auto c = dyn_cast<ConvOp>(op); c && c.getActivation())
         ++numFused;
     });
   }

@@ -107,10 +107,10 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
                Tensor &out);
 
 /// N-d convolution, NCHW; nSpatial = rank - 2 (1 to 3); pads are
-/// [begin..., end...] as in ONNX.
+/// [begin..., end...] as in ONNX; `act` applied with the bias.
 bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations,
-          int64_t group, int outSlot, Tensor &out);
+          int64_t group, Activation act, int outSlot, Tensor &out);
 bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
                const Tensor &bias, const Tensor &mean, const Tensor &var,
                float epsilon, int outSlot, Tensor &out);

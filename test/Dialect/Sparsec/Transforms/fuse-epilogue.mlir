@@ -62,3 +62,22 @@ func.func @sparse_input(%x: tensor<1x16xf32>, %w: tensor<16x8xf32>) -> tensor<1x
   %r = sparsec.relu %y : tensor<1x8xf32>
   return %r : tensor<1x8xf32>
 }
+
+// A convolution takes the activation into its epilogue too.
+// CHECK-LABEL: func.func @conv_relu
+// CHECK: %[[C:.*]] = sparsec.conv %arg0, %arg1 {activation = #sparsec<activation relu>, dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>}
+// CHECK-NOT: sparsec.relu
+// CHECK: return %[[C]]
+func.func @conv_relu(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32> {
+  %c = sparsec.conv %x, %w {dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x8x8xf32>
+  %r = sparsec.relu %c : tensor<1x4x8x8xf32>
+  return %r : tensor<1x4x8x8xf32>
+}
+
+// CHECK-LABEL: func.func @conv_gelu_tanh
+// CHECK: sparsec.conv %arg0, %arg1 {activation = #sparsec<activation gelu_tanh>
+func.func @conv_gelu_tanh(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32> {
+  %c = sparsec.conv %x, %w {dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x8x8xf32>
+  %r = sparsec.gelu %c {tanh_approx} : tensor<1x4x8x8xf32>
+  return %r : tensor<1x4x8x8xf32>
+}

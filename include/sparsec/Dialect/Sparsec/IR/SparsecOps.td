@@ -362,11 +362,16 @@ def Sparsec_EmbeddingOp : Sparsec_Op<"embedding",
 
 def Sparsec_ConvOp : Sparsec_Op<"conv", [Pure]> {
   let summary = "N-d convolution, NCHW layout (ONNX Conv)";
+  let description = [{
+    `activation` (set by `sparsec-fuse-epilogue`) is applied to the result
+    with the bias, in the convolution's epilogue.
+  }];
   let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$weight,
                        Optional<Sparsec_FloatTensor>:$bias,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                        DenseI64ArrayAttr:$dilations,
-                       DefaultValuedAttr<I64Attr, "1">:$group);
+                       DefaultValuedAttr<I64Attr, "1">:$group,
+                       OptionalAttr<Sparsec_ActivationAttr>:$activation);
   let results = (outs Sparsec_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,`

@@ -609,7 +609,7 @@ def SplitHotColdPass : Pass<"sparsec-split-hot-cold", "mlir::ModuleOp"> {
 //===----------------------------------------------------------------------===//
 
 def FuseEpiloguePass : Pass<"sparsec-fuse-epilogue", "mlir::ModuleOp"> {
-  let summary = "Fold a single-use activation into the producing linear";
+  let summary = "Fold a single-use activation into the producing linear or convolution";
   let description = [{
     Runs after the sparsity passes, on what remains dense. Before:
     ```mlir
@@ -622,6 +622,8 @@ def FuseEpiloguePass : Pass<"sparsec-fuse-epilogue", "mlir::ModuleOp"> {
     ```
     Annotated activations (`sparsity`) fuse too: the sparsify phase has
     run, and a down projection skips the same zeros of the fused result.
+    A `sparsec.conv` takes relu, silu, sigmoid and gelu the same way (its
+    epilogue adds the bias and applies them in one pass).
   }];
   let statistics = [
     Statistic<"numFused", "num-fused", "Number of activations fused">,
