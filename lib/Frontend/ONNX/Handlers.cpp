@@ -245,8 +245,9 @@ LogicalResult importMean(ImportContext &c, const onnx::NodeProto &n) {
     return c.error() << "Mean on non-floating-point tensors is not supported";
   if (n.input_size() == 1)
     return c.setResult(0, *sum);
-  return c.setResult(0, make<DivOp>(c, c.resultType(0),
-                                    {*sum, scalarLike(c, *sum, n.input_size())}));
+  return c.setResult(0,
+                     make<DivOp>(c, c.resultType(0),
+                                 {*sum, scalarLike(c, *sum, n.input_size())}));
 }
 
 //===----------------------------------------------------------------------===//
@@ -336,8 +337,10 @@ LogicalResult importElu(ImportContext &c, const onnx::NodeProto &) {
   if (failed(x))
     return failure();
   Type t = x->getType();
-  Value em1 = make<SubOp>(c, t, {make<ExpOp>(c, t, {*x}), scalarLike(c, *x, 1.0)});
-  Value neg = make<MulOp>(c, t, {em1, scalarLike(c, *x, c.attrFloat("alpha", 1.0f))});
+  Value em1 =
+      make<SubOp>(c, t, {make<ExpOp>(c, t, {*x}), scalarLike(c, *x, 1.0)});
+  Value neg =
+      make<MulOp>(c, t, {em1, scalarLike(c, *x, c.attrFloat("alpha", 1.0f))});
   return c.setResult(0, whereNegative(c, *x, neg));
 }
 
@@ -366,12 +369,15 @@ LogicalResult importCelu(ImportContext &c, const onnx::NodeProto &) {
   float alpha = c.attrFloat("alpha", 1.0f);
   if (alpha == 0.0f)
     return c.error() << "Celu alpha must not be 0";
-  Value e = make<ExpOp>(c, t, {make<DivOp>(c, t, {*x, scalarLike(c, *x, alpha)})});
-  Value neg = make<MulOp>(
-      c, t, {make<SubOp>(c, t, {e, scalarLike(c, *x, 1.0)}), scalarLike(c, *x, alpha)});
+  Value e =
+      make<ExpOp>(c, t, {make<DivOp>(c, t, {*x, scalarLike(c, *x, alpha)})});
+  Value neg = make<MulOp>(c, t,
+                          {make<SubOp>(c, t, {e, scalarLike(c, *x, 1.0)}),
+                           scalarLike(c, *x, alpha)});
   Value zero = scalarLike(c, *x, 0.0);
-  return c.setResult(0, make<AddOp>(c, t, {make<ReluOp>(c, t, {*x}),
-                                           make<MinOp>(c, t, {neg, zero})}));
+  return c.setResult(
+      0, make<AddOp>(
+             c, t, {make<ReluOp>(c, t, {*x}), make<MinOp>(c, t, {neg, zero})}));
 }
 
 /// ThresholdedRelu: x > alpha ? x : 0.
@@ -381,8 +387,8 @@ LogicalResult importThresholdedRelu(ImportContext &c, const onnx::NodeProto &) {
     return failure();
   Value above = compareTo(c, ComparePredicate::gt, *x,
                           scalarLike(c, *x, c.attrFloat("alpha", 1.0f)));
-  return c.setResult(0, make<WhereOp>(c, x->getType(),
-                                      {above, *x, scalarLike(c, *x, 0.0)}));
+  return c.setResult(
+      0, make<WhereOp>(c, x->getType(), {above, *x, scalarLike(c, *x, 0.0)}));
 }
 
 /// HardSigmoid: max(0, min(1, alpha x + beta)).
@@ -404,9 +410,10 @@ LogicalResult importHardSwish(ImportContext &c, const onnx::NodeProto &) {
   if (failed(x))
     return failure();
   Type t = x->getType();
-  Value lin = make<AddOp>(
-      c, t, {make<MulOp>(c, t, {*x, scalarLike(c, *x, 1.0 / 6.0)}),
-             scalarLike(c, *x, 0.5)});
+  Value lin =
+      make<AddOp>(c, t,
+                  {make<MulOp>(c, t, {*x, scalarLike(c, *x, 1.0 / 6.0)}),
+                   scalarLike(c, *x, 0.5)});
   return c.setResult(0, make<MulOp>(c, t, {*x, clamp(c, lin, 0.0, 1.0)}));
 }
 
@@ -417,8 +424,7 @@ LogicalResult importSoftplus(ImportContext &c, const onnx::NodeProto &) {
   if (failed(x))
     return failure();
   Type t = x->getType();
-  Value e = make<ExpOp>(
-      c, t, {make<NegOp>(c, t, {make<AbsOp>(c, t, {*x})})});
+  Value e = make<ExpOp>(c, t, {make<NegOp>(c, t, {make<AbsOp>(c, t, {*x})})});
   Value l = make<LogOp>(c, t, {make<AddOp>(c, t, {e, scalarLike(c, *x, 1.0)})});
   return c.setResult(0, make<AddOp>(c, t, {make<ReluOp>(c, t, {*x}), l}));
 }
@@ -429,7 +435,8 @@ LogicalResult importSoftsign(ImportContext &c, const onnx::NodeProto &) {
   if (failed(x))
     return failure();
   Type t = x->getType();
-  Value d = make<AddOp>(c, t, {make<AbsOp>(c, t, {*x}), scalarLike(c, *x, 1.0)});
+  Value d =
+      make<AddOp>(c, t, {make<AbsOp>(c, t, {*x}), scalarLike(c, *x, 1.0)});
   return c.setResult(0, make<DivOp>(c, t, {*x, d}));
 }
 
@@ -869,7 +876,8 @@ LogicalResult importPad(ImportContext &c, const onnx::NodeProto &) {
     auto zero = RankedTensorType::get({}, xt.getElementType());
     cval = ConstantOp::create(
         c.builder, c.loc,
-        DenseElementsAttr::get(zero, c.builder.getZeroAttr(xt.getElementType())));
+        DenseElementsAttr::get(zero,
+                               c.builder.getZeroAttr(xt.getElementType())));
   }
   Value y = x;
   SmallVector<int64_t> shape(xt.getShape());
@@ -945,8 +953,8 @@ LogicalResult spatialAttrs(ImportContext &c, RankedTensorType x,
     dilations.assign(spatial, 1);
   if (autoPad != "NOTSET") {
     if (llvm::any_of(pads, [](int64_t p) { return p != 0; }))
-      return c.error() << c.node->op_type() << " has both pads and auto_pad="
-                       << autoPad;
+      return c.error() << c.node->op_type()
+                       << " has both pads and auto_pad=" << autoPad;
     pads.clear();
   }
   if (pads.empty())
@@ -954,8 +962,7 @@ LogicalResult spatialAttrs(ImportContext &c, RankedTensorType x,
   if (!StringRef(autoPad).starts_with("SAME"))
     return success();
   if (int64_t(strides.size()) != spatial ||
-      int64_t(dilations.size()) != spatial ||
-      int64_t(kernel.size()) != spatial)
+      int64_t(dilations.size()) != spatial || int64_t(kernel.size()) != spatial)
     return c.error() << c.node->op_type() << " needs " << spatial
                      << " strides, dilations and kernel sizes";
   for (int64_t i = 0; i < spatial; ++i) {

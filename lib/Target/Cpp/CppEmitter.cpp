@@ -52,7 +52,6 @@ bool isCap(Operation *op) {
   return false;
 }
 
-
 std::optional<StringRef> dtypeOf(Type elt) {
   if (elt.isF32()) return StringRef("DType::f32");
   if (elt.isF64()) return StringRef("DType::f64");
@@ -775,11 +774,11 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
       .Case([&](ConvOp c) {
         std::string s = intArray(c.getStrides()), p = intArray(c.getPads()),
                     d = intArray(c.getDilations());
-        return emitCall(op, "conv(ctx, " + name(c.getInput()) + ", " +
-                                name(c.getWeight()) + ", " + ptr(c.getBias()) +
-                                ", " + s + ", " + p + ", " + d + ", " +
-                                std::to_string(static_cast<int64_t>(c.getGroup())) +
-                                ", " + activationArg(c.getActivation()));
+        return emitCall(
+            op, "conv(ctx, " + name(c.getInput()) + ", " + name(c.getWeight()) +
+                    ", " + ptr(c.getBias()) + ", " + s + ", " + p + ", " + d +
+                    ", " + std::to_string(static_cast<int64_t>(c.getGroup())) +
+                    ", " + activationArg(c.getActivation()));
       })
       .Case([&](BatchNormOp b) {
         return emitCall(

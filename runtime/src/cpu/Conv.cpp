@@ -164,9 +164,9 @@ void depthwisePlane(const float *xin, const float *wk, float bias,
             if (lo >= hi)
               continue;
             const int64_t iw = lo * s + off; // >= 0
-            const float *src = s == 1 ? row + iw
-                                      : phases.data() + (iw % s) * phaseLen +
-                                            iw / s;
+            const float *src =
+                s == 1 ? row + iw
+                       : phases.data() + (iw % s) * phaseLen + iw / s;
             axpy(wr[kw], src, yrow + lo, hi - lo);
           }
         }

@@ -1807,8 +1807,8 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
     ws.xg = static_cast<__half *>(d.pitGather.ptr);
     const bool fold = (reinterpret_cast<uintptr_t>(res) & 15) == 0;
     return check(ctx,
-                 pitSRead(x.as<float>(), M, K, tile, d.pitSorted, ws,
-                          d.stream, d.earlySparse),
+                 pitSRead(x.as<float>(), M, K, tile, d.pitSorted, ws, d.stream,
+                          d.earlySparse),
                  "sparse_linear (PIT gather)") &&
            check(ctx,
                  pitMatmul(ws, M, K, w.as<__half>(), N, tile, b,
@@ -2096,10 +2096,9 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
 bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
                 const Tensor &w2, const Tensor *pBias, float threshold,
                 int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
-                const Tensor &wUp, const Tensor *bUp, Activation act,
-                int hSlot, const Tensor &wDown, const Tensor *bDown,
-                PitPlan pit, const Tensor *residual, int outSlot, Tensor &out,
-                Tensor &h) {
+                const Tensor &wUp, const Tensor *bUp, Activation act, int hSlot,
+                const Tensor &wDown, const Tensor *bDown, PitPlan pit,
+                const Tensor *residual, int outSlot, Tensor &out, Tensor &h) {
   DeferredPredict pred;
   return predictImpl(ctx, x, w1, w2, pBias, threshold, indexSite, maskSlot,
                      mask, index, &pred) &&

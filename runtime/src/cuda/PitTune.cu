@@ -189,8 +189,9 @@ bool pitTune(const std::string &path, int64_t m, int64_t k, int64_t n,
             << ", \"matmul_us\": " << matmulUs[c] << "}";
         first = false;
       }
-      std::fprintf(stderr, "[tune] tile %2d x 1, density %.2f: sread %.1f + "
-                           "matmul %.1f us (128 columns), %.1f us (256)\n",
+      std::fprintf(stderr,
+                   "[tune] tile %2d x 1, density %.2f: sread %.1f + "
+                   "matmul %.1f us (128 columns), %.1f us (256)\n",
                    tile, d, sreadUs, matmulUs[0], matmulUs[1]);
     }
     if (e != cudaSuccess)

@@ -306,8 +306,8 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
             if (!measured)
               density = site->estimatedTileDensity(tile, neurons);
           }
-          double us = lat.pit(tile, columns, density, double(tokens),
-                              double(K), double(N));
+          double us = lat.pit(tile, columns, density, double(tokens), double(K),
+                              double(N));
           os << llvm::format("%s%lld x 1%s: density %.3f %s, %.1f us",
                              detail.empty() ? "" : "; ", (long long)tile,
                              columns == 128 ? "" : ", 256 columns", density,
