@@ -1617,20 +1617,30 @@ TEST_P(OpsTest, BatchNorm) {
       Owned m = randomTensor(t, {C}, seed++);
       Owned v = randomTensor(t, {C}, seed++, 0.1, 2);
       Tensor y;
-      ASSERT_TRUE(batchNorm(ctx, x, g, b, m, v, 1e-5f, 2, y)) << ctx.error;
-      int64_t S = x.numel() / (xs[0] * C);
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        const int64_t c = i / S % C;
-        const double ref =
-            (at(x, i) - at(m, c)) / std::sqrt(at(v, c) + 1e-5) * at(g, c) +
-            at(b, c);
-        ASSERT_NEAR(at(y, i), ref, 4 * tolFor(t, ref));
+      // With no activation and with a ReLU or a sigmoid in the same pass.
+      for (Activation act :
+           {Activation::none, Activation::relu, Activation::sigmoid}) {
+        ASSERT_TRUE(batchNorm(ctx, x, g, b, m, v, 1e-5f, act, 2, y))
+            << ctx.error;
+        int64_t S = x.numel() / (xs[0] * C);
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          const int64_t c = i / S % C;
+          double ref =
+              (at(x, i) - at(m, c)) / std::sqrt(at(v, c) + 1e-5) * at(g, c) +
+              at(b, c);
+          if (act == Activation::relu)
+            ref = std::max(ref, 0.0);
+          if (act == Activation::sigmoid)
+            ref = 1 / (1 + std::exp(-ref));
+          ASSERT_NEAR(at(y, i), ref, 4 * tolFor(t, ref));
+        }
       }
     }
   Owned x = randomTensor(DType::f32, {2, 3, 4}, 1);
   Owned c4 = randomTensor(DType::f32, {4}, 1);
   Tensor y;
-  expectFail(batchNorm(ctx, x, c4, c4, c4, c4, 1e-5f, 2, y), "batch_norm");
+  expectFail(batchNorm(ctx, x, c4, c4, c4, c4, 1e-5f, Activation::none, 2, y),
+             "batch_norm");
 }
 
 //===----------------------------------------------------------------------===//

@@ -785,7 +785,8 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
             op, "batchNorm(ctx, " + name(b.getInput()) + ", " +
                     name(b.getScale()) + ", " + name(b.getBias()) + ", " +
                     name(b.getMean()) + ", " + name(b.getVariance()) + ", " +
-                    floatLiteral(b.getEpsilon().convertToFloat(), true));
+                    floatLiteral(b.getEpsilon().convertToFloat(), true) +
+                    ", " + activationArg(b.getActivation()));
       })
       .Case([&](PoolOp p) {
         bool global = p.getKernel().empty();

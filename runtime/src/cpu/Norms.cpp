@@ -771,7 +771,7 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
 
 bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
                const Tensor &bias, const Tensor &mean, const Tensor &var,
-               float epsilon, int outSlot, Tensor &out) {
+               float epsilon, Activation act, int outSlot, Tensor &out) {
   const char *op = "batch_norm";
   if (!checkTensor(ctx, op, "input", x) ||
       !checkTensor(ctx, op, "scale", scale) ||
@@ -811,8 +811,32 @@ bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
         const C av = a[size_t(p % Cn)], cv = c[size_t(p % Cn)];
         const T *xp = in + p * S;
         T *yp = o + p * S;
-        for (int64_t i = 0; i < S; ++i)
-          yp[i] = A::store(A::load(xp[i]) * av + cv);
+        switch (act) {
+        case Activation::none:
+          for (int64_t i = 0; i < S; ++i)
+            yp[i] = A::store(A::load(xp[i]) * av + cv);
+          break;
+        case Activation::relu:
+          for (int64_t i = 0; i < S; ++i)
+            yp[i] = A::store(reluOf(A::load(xp[i]) * av + cv));
+          break;
+        case Activation::gelu:
+          for (int64_t i = 0; i < S; ++i)
+            yp[i] = A::store(geluOf(A::load(xp[i]) * av + cv));
+          break;
+        case Activation::gelu_tanh:
+          for (int64_t i = 0; i < S; ++i)
+            yp[i] = A::store(geluTanhOf(A::load(xp[i]) * av + cv));
+          break;
+        case Activation::silu:
+          for (int64_t i = 0; i < S; ++i)
+            yp[i] = A::store(siluOf(A::load(xp[i]) * av + cv));
+          break;
+        case Activation::sigmoid:
+          for (int64_t i = 0; i < S; ++i)
+            yp[i] = A::store(sigmoidOf(A::load(xp[i]) * av + cv));
+          break;
+        }
       }
     });
   });

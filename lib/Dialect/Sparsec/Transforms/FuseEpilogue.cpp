@@ -18,8 +18,8 @@ using namespace mlir;
 using namespace sparsec;
 
 namespace {
-/// An activation whose input is a linear's or a convolution's (`Producer`)
-/// only use: the producer applies it in its epilogue.
+/// An activation whose input is a linear's, a convolution's or a batch
+/// norm's (`Producer`) only use: the producer applies it in its epilogue.
 template <typename ActOp, Activation Kind, typename Producer = LinearOp>
 struct ActivationIntoLinear : OpRewritePattern<ActOp> {
   using OpRewritePattern<ActOp>::OpRewritePattern;
@@ -91,6 +91,11 @@ struct FuseEpiloguePass
                  ActivationIntoLinear<SiluOp, Activation::silu, ConvOp>,
                  ActivationIntoLinear<SigmoidOp, Activation::sigmoid, ConvOp>,
                  GeluIntoLinear<ConvOp>,
+                 ActivationIntoLinear<ReluOp, Activation::relu, BatchNormOp>,
+                 ActivationIntoLinear<SiluOp, Activation::silu, BatchNormOp>,
+                 ActivationIntoLinear<SigmoidOp, Activation::sigmoid,
+                                      BatchNormOp>,
+                 GeluIntoLinear<BatchNormOp>,
                  ActivationIntoSparseOutput<ReluOp, Activation::relu>,
                  ActivationIntoSparseOutput<SiluOp, Activation::silu>>(
         &getContext());
@@ -102,6 +107,8 @@ struct FuseEpiloguePass
       if (auto s = dyn_cast<SparseLinearOp>(op); s && s.getActivation())
         ++numFused;
       if (auto c = dyn_cast<ConvOp>(op); c && c.getActivation())
+        ++numFused;
+      if (auto b = dyn_cast<BatchNormOp>(op); b && b.getActivation())
         ++numFused;
     });
   }

@@ -111,9 +111,10 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
 bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations,
           int64_t group, Activation act, int outSlot, Tensor &out);
+/// Inference batch normalisation over axis 1, `act` applied to each value.
 bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
                const Tensor &bias, const Tensor &mean, const Tensor &var,
-               float epsilon, int outSlot, Tensor &out);
+               float epsilon, Activation act, int outSlot, Tensor &out);
 
 enum class Pool { max, avg };
 /// 1-3 spatial dims; kernel == nullptr means global pooling (output

@@ -81,3 +81,17 @@ func.func @conv_gelu_tanh(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> t
   %r = sparsec.gelu %c {tanh_approx} : tensor<1x4x8x8xf32>
   return %r : tensor<1x4x8x8xf32>
 }
+
+// A batch norm after a convolution takes the ReLU (Conv + BatchNormalization
+// + Relu: two passes instead of three).
+// CHECK-LABEL: func.func @conv_bn_relu
+// CHECK: %[[C:.*]] = sparsec.conv %arg0, %arg1 {dilations
+// CHECK: %[[B:.*]] = sparsec.batch_norm %[[C]], %arg2, %arg2, %arg2, %arg2 {activation = #sparsec<activation relu>}
+// CHECK-NOT: sparsec.relu
+// CHECK: return %[[B]]
+func.func @conv_bn_relu(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %p: tensor<4xf32>) -> tensor<1x4x8x8xf32> {
+  %c = sparsec.conv %x, %w {dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x8x8xf32>
+  %b = sparsec.batch_norm %c, %p, %p, %p, %p : (tensor<1x4x8x8xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  %r = sparsec.relu %b : tensor<1x4x8x8xf32>
+  return %r : tensor<1x4x8x8xf32>
+}

@@ -383,10 +383,15 @@ def Sparsec_ConvOp : Sparsec_Op<"conv", [Pure]> {
 def Sparsec_BatchNormOp : Sparsec_Op<"batch_norm",
     [Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "inference batch normalisation over the channel axis (1)";
+  let description = [{
+    `activation` (set by `sparsec-fuse-epilogue`) is applied to each
+    normalised value in the same pass.
+  }];
   let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$scale,
                        Sparsec_FloatTensor:$bias, Sparsec_FloatTensor:$mean,
                        Sparsec_FloatTensor:$variance,
-                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
+                       OptionalAttr<Sparsec_ActivationAttr>:$activation);
   let results = (outs Sparsec_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $scale `,` $bias `,` $mean `,` $variance attr-dict `:`

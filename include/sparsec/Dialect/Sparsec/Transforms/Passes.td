@@ -623,7 +623,9 @@ def FuseEpiloguePass : Pass<"sparsec-fuse-epilogue", "mlir::ModuleOp"> {
     Annotated activations (`sparsity`) fuse too: the sparsify phase has
     run, and a down projection skips the same zeros of the fused result.
     A `sparsec.conv` takes relu, silu, sigmoid and gelu the same way (its
-    epilogue adds the bias and applies them in one pass).
+    epilogue adds the bias and applies them in one pass), and so does a
+    `sparsec.batch_norm` (a Conv + BatchNormalization + Relu block then
+    makes two passes over the feature map instead of three).
   }];
   let statistics = [
     Statistic<"numFused", "num-fused", "Number of activations fused">,
