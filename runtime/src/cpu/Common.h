@@ -618,32 +618,33 @@ template <typename T> inline T geluTanhOf(T x) {
 template <typename T> inline T siluOf(T x) { return x * sigmoidOf(x); }
 template <typename T> inline T reluOf(T x) { return x < T(0) ? T(0) : x; }
 
-/// Applies `act` to n floats in place.
-inline void applyActivation(Activation act, float *x, int64_t n) {
+/// Calls `f` with the scalar function of `act` (the identity for none), so
+/// that a loop over values is compiled once per activation.
+template <typename F> inline void withActivation(Activation act, F &&f) {
   switch (act) {
   case Activation::none:
-    return;
+    return f([](auto v) { return v; });
   case Activation::relu:
-    for (int64_t i = 0; i < n; ++i)
-      x[i] = reluOf(x[i]);
-    return;
+    return f([](auto v) { return reluOf(v); });
   case Activation::gelu:
-    for (int64_t i = 0; i < n; ++i)
-      x[i] = geluOf(x[i]);
-    return;
+    return f([](auto v) { return geluOf(v); });
   case Activation::gelu_tanh:
-    for (int64_t i = 0; i < n; ++i)
-      x[i] = geluTanhOf(x[i]);
-    return;
+    return f([](auto v) { return geluTanhOf(v); });
   case Activation::silu:
-    for (int64_t i = 0; i < n; ++i)
-      x[i] = siluOf(x[i]);
-    return;
+    return f([](auto v) { return siluOf(v); });
   case Activation::sigmoid:
-    for (int64_t i = 0; i < n; ++i)
-      x[i] = sigmoidOf(x[i]);
-    return;
+    return f([](auto v) { return sigmoidOf(v); });
   }
+}
+
+/// Applies `act` to n floats in place.
+inline void applyActivation(Activation act, float *x, int64_t n) {
+  if (act == Activation::none)
+    return;
+  withActivation(act, [&](auto fn) {
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = fn(x[i]);
+  });
 }
 
 //===----------------------------------------------------------------------===//

@@ -811,32 +811,10 @@ bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
         const C av = a[size_t(p % Cn)], cv = c[size_t(p % Cn)];
         const T *xp = in + p * S;
         T *yp = o + p * S;
-        switch (act) {
-        case Activation::none:
+        withActivation(act, [&](auto fn) {
           for (int64_t i = 0; i < S; ++i)
-            yp[i] = A::store(A::load(xp[i]) * av + cv);
-          break;
-        case Activation::relu:
-          for (int64_t i = 0; i < S; ++i)
-            yp[i] = A::store(reluOf(A::load(xp[i]) * av + cv));
-          break;
-        case Activation::gelu:
-          for (int64_t i = 0; i < S; ++i)
-            yp[i] = A::store(geluOf(A::load(xp[i]) * av + cv));
-          break;
-        case Activation::gelu_tanh:
-          for (int64_t i = 0; i < S; ++i)
-            yp[i] = A::store(geluTanhOf(A::load(xp[i]) * av + cv));
-          break;
-        case Activation::silu:
-          for (int64_t i = 0; i < S; ++i)
-            yp[i] = A::store(siluOf(A::load(xp[i]) * av + cv));
-          break;
-        case Activation::sigmoid:
-          for (int64_t i = 0; i < S; ++i)
-            yp[i] = A::store(sigmoidOf(A::load(xp[i]) * av + cv));
-          break;
-        }
+            yp[i] = A::store(fn(A::load(xp[i]) * av + cv));
+        });
       }
     });
   });
