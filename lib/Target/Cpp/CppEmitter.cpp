@@ -1329,7 +1329,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         // Batched calls (above a decode batch): PIT micro-tiles of
         // pit_tile tokens with pit_columns output columns a block (0: the
         // runtime's default), or the dense kernel (tile 0).
-        std::string pitTile =
+        std::string pitPlan =
             "cuda::PitPlan{" + std::to_string(s.getPitTile().value_or(0)) +
             ", " + std::to_string(s.getPitColumns().value_or(0)) + "}";
         // A following residual add is folded in; the call writes the add's
@@ -1360,7 +1360,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                             std::to_string(slot(up)) + ", " + name(up.getResult()) +
                             ", " + std::to_string(slot(product)) + ", " +
                             name(product.getResult()) + ", " + dv(s.getWeight()) +
-                            ", " + dptr(s.getBias()) + ", " + pitTile + ", ",
+                            ", " + dptr(s.getBias()) + ", " + pitPlan + ", ",
                         "");
         }
         auto fused = fusedUps.find(op);
@@ -1379,13 +1379,13 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                               pred->second + ", " + wu + ", " +
                               bu + ", " + activationArg(up.getActivation()) +
                               ", " + std::to_string(slot(up)) + ", " + wd +
-                              ", " + bd + ", " + pitTile + ", ",
+                              ", " + bd + ", " + pitPlan + ", ",
                           ", " + name(up.getResult()));
           return finish("sparseFfn(ctx, " + x + ", " + wu + ", " + bu + ", " +
                         active + ", " + ix + ", " +
                         activationArg(up.getActivation()) + ", " +
                         std::to_string(slot(up)) + ", " + wd + ", " + bd +
-                        ", " + pitTile + ", ",
+                        ", " + pitPlan + ", ",
                         ", " + name(up.getResult()));
         }
         std::string x = dv(s.getInput());
@@ -1399,7 +1399,7 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                << indexSites++ << ", " << ix << ")) " << onFail << "\n";
         }
         return finish("sparseLinearInput(ctx, " + x + ", " + dv(s.getWeight()) +
-                      ", " + dptr(s.getBias()) + ", " + ix + ", " + pitTile +
+                      ", " + dptr(s.getBias()) + ", " + ix + ", " + pitPlan +
                       ", ",
                       "");
       })

@@ -294,18 +294,14 @@ struct PitTilePass : public sparsec::impl::PitTilePassBase<PitTilePass> {
       for (int64_t tile : {32, 16, 8}) {
         // Measured on consecutive tokens when the profile has tile counts;
         // otherwise estimated as if tokens were independent.
-        double density = -1;
-        bool measured = false;
+        double density = site->measuredTileDensity(tile, neurons);
+        const bool measured = density >= 0;
+        if (!measured)
+          density = site->estimatedTileDensity(tile, neurons);
         for (int64_t columns : {128, 256}) {
           if (!lat.series.count({tile, columns}) ||
               (forceColumns && columns != forceColumns))
             continue;
-          if (density < 0) {
-            density = site->measuredTileDensity(tile, neurons);
-            measured = density >= 0;
-            if (!measured)
-              density = site->estimatedTileDensity(tile, neurons);
-          }
           double us = lat.pit(tile, columns, density, double(tokens), double(K),
                               double(N));
           os << llvm::format("%s%lld x 1%s: density %.3f %s, %.1f us",

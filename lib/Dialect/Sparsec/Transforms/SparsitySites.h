@@ -7,11 +7,13 @@
 #ifndef SPARSEC_LIB_DIALECT_SPARSEC_TRANSFORMS_SPARSITYSITES_H
 #define SPARSEC_LIB_DIALECT_SPARSEC_TRANSFORMS_SPARSITYSITES_H
 
+#include "MatchUtils.h"
 #include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
 #include "sparsec/rt/Profile.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/TypeUtilities.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <optional>
@@ -82,11 +84,9 @@ inline mlir::Operation *matchZeroKeeping(mlir::Operation *act) {
       return nullptr;
   // A constant float splat, or nothing.
   auto splat = [](mlir::Value v) -> std::optional<double> {
-    mlir::DenseElementsAttr c;
-    if (!mlir::matchPattern(v, mlir::m_Constant(&c)) || !c.isSplat() ||
-        !mlir::isa<mlir::FloatType>(c.getElementType()))
+    if (!mlir::isa<mlir::FloatType>(mlir::getElementTypeOrSelf(v.getType())))
       return std::nullopt;
-    return c.getSplatValue<llvm::APFloat>().convertToDouble();
+    return scalarValue(v);
   };
   bool keeps = false;
   if (auto mul = mlir::dyn_cast<MulOp>(user)) {
