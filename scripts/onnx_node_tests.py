@@ -183,7 +183,7 @@ def main():
         frozen_path, frozen_names = None, set()
         if r.returncode != 0 and "must be a constant" in r.stderr or "must be constant" in r.stderr:
             before = {v.name for v in model.graph.input}
-            frozen = freeze_integer_inputs(model, os.path.dirname(path))
+            frozen = freeze_integer_inputs(model, os.path.join(args.dir, name))
             if frozen is not None:
                 frozen_path = os.path.join(tmp, name + ".onnx")
                 frozen_names = before - {v.name for v in frozen.graph.input}
