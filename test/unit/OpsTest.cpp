@@ -2322,6 +2322,11 @@ TEST_P(OpsTest, Conv) {
        1,
        true},
       {{1, 64, 20, 20}, {48, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true},
+      // im2col written packed: the last dim strided (its rows split into
+      // phases) across GEMM panels and chunks, and strided with dilation
+      // and uneven pads in groups.
+      {{1, 40, 23, 29}, {20, 40, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 1, true},
+      {{2, 8, 17, 31}, {12, 4, 3, 3}, {1, 3}, {2, 1, 0, 2}, {2, 2}, 2, true},
       // Depthwise (rows as axpys, split into stride phases): rows wider
       // than a vector with a tail, stride 3 with dilation 2, pads wider
       // than the kernel (taps that cover no output column), 1-D and 3-D.
@@ -2337,35 +2342,40 @@ TEST_P(OpsTest, Conv) {
        2,
        true},
   };
-  uint32_t seed = 2100;
-  for (size_t ci = 0; ci < cases.size(); ++ci) {
-    const Case &c = cases[ci];
-    // The epilogue's activation: none, ReLU or SiLU, in turn.
-    const Activation act = ci % 3 == 1   ? Activation::relu
-                           : ci % 3 == 2 ? Activation::silu
-                                         : Activation::none;
-    Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
-    Owned w = randomTensor(DType::f32, c.w, seed++, -1, 1);
-    Owned b = randomTensor(DType::f32, {c.w[0]}, seed++, -1, 1);
-    Tensor y;
-    ASSERT_TRUE(conv(ctx, x, w, c.bias ? &b.t : nullptr, c.strides.data(),
-                     c.pads.data(), c.dil.data(), c.group, act, 1, y))
-        << ctx.error;
-    Shape ys;
-    std::vector<double> ref = convRef(
-        x, w, c.bias ? &b : nullptr, c.strides, c.pads, c.dil, c.group, ys);
-    for (double &r : ref)
-      r = act == Activation::relu   ? std::max(r, 0.0)
-          : act == Activation::silu ? r / (1 + std::exp(-r))
-                                    : r;
-    expectShape(y, ys);
-    double kmag = 1;
-    for (size_t d = 1; d < c.w.size(); ++d)
-      kmag *= double(c.w[d]);
-    for (size_t i = 0; i < ref.size(); ++i)
-      ASSERT_NEAR(y.as<float>()[i], ref[i], 1e-5 * kmag)
-          << "case " << ci << " at " << i;
+  // Every kernel ISA (each packs im2col's columns in its own layout).
+  for (int isa : availableIsas()) {
+    ops::detail::setKernelIsa(isa);
+    uint32_t seed = 2100;
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case &c = cases[ci];
+      // The epilogue's activation: none, ReLU or SiLU, in turn.
+      const Activation act = ci % 3 == 1   ? Activation::relu
+                             : ci % 3 == 2 ? Activation::silu
+                                           : Activation::none;
+      Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
+      Owned w = randomTensor(DType::f32, c.w, seed++, -1, 1);
+      Owned b = randomTensor(DType::f32, {c.w[0]}, seed++, -1, 1);
+      Tensor y;
+      ASSERT_TRUE(conv(ctx, x, w, c.bias ? &b.t : nullptr, c.strides.data(),
+                       c.pads.data(), c.dil.data(), c.group, act, 1, y))
+          << ctx.error;
+      Shape ys;
+      std::vector<double> ref = convRef(x, w, c.bias ? &b : nullptr, c.strides,
+                                        c.pads, c.dil, c.group, ys);
+      for (double &r : ref)
+        r = act == Activation::relu   ? std::max(r, 0.0)
+            : act == Activation::silu ? r / (1 + std::exp(-r))
+                                      : r;
+      expectShape(y, ys);
+      double kmag = 1;
+      for (size_t d = 1; d < c.w.size(); ++d)
+        kmag *= double(c.w[d]);
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_NEAR(y.as<float>()[i], ref[i], 1e-5 * kmag)
+            << "case " << ci << " at " << i << " with kernel ISA " << isa;
+    }
   }
+  ops::detail::setKernelIsa(0);
   // Defaults (null strides/pads/dilations).
   Owned x = randomTensor(DType::f32, {1, 2, 5, 5}, 1);
   Owned w = randomTensor(DType::f32, {3, 2, 2, 2}, 2);

@@ -664,6 +664,12 @@ struct GemmArgs {
   float *C = nullptr;
   int64_t ldc = 0;
   const float *bias = nullptr;
+  /// Instead of B: B already packed as gemmPackLayout() describes, 64-byte
+  /// aligned (the product then always runs blocked).
+  const float *Bpacked = nullptr;
+  /// A bias per row of C (M values, e.g. a convolution's per channel),
+  /// added before the activation; null for none. Either bias may be set.
+  const float *rowBias = nullptr;
   Activation act = Activation::none;
   /// Where the blocked GEMM (more than kStreamMaxRows rows) keeps B packed
   /// across calls, or null to pack on every call: only for an immutable B
@@ -671,6 +677,44 @@ struct GemmArgs {
   struct PackCache *packCache = nullptr;
 };
 void gemm(ThreadPool *pool, const GemmArgs &args);
+
+/// How the blocked GEMM packs B on this machine's kernels, for a B given
+/// packed (GemmArgs::Bpacked; any M): panels of KC rows of B (the last may
+/// be shorter), panel pc (its first row) at pc * Npad floats, Npad = N
+/// rounded up to NR; within a panel of kc rows, strip s (columns s*NR to
+/// s*NR+NR-1) at s * kc * NR, element (k, j) of the strip at k * NR + j;
+/// padding columns are zero.
+struct GemmPackLayout {
+  int64_t KC = 0, NR = 0;
+  int64_t paddedColumns(int64_t n) const { return (n + NR - 1) / NR * NR; }
+  /// Floats of a packed [K, N] B.
+  int64_t floats(int64_t K, int64_t N) const { return K * paddedColumns(N); }
+};
+GemmPackLayout gemmPackLayout();
+
+/// A per-thread, 64-byte aligned scratch buffer that only grows.
+class Scratch {
+public:
+  Scratch() = default;
+  Scratch(const Scratch &) = delete;
+  Scratch &operator=(const Scratch &) = delete;
+  ~Scratch() { std::free(data_); }
+  /// At least `floats` floats (contents undefined), or null when out of
+  /// memory.
+  float *get(size_t floats) {
+    if (floats > size_) {
+      std::free(data_);
+      size_t bytes = (floats * sizeof(float) + 4095) / 4096 * 4096;
+      data_ = static_cast<float *>(std::aligned_alloc(64, bytes));
+      size_ = data_ ? bytes / sizeof(float) : 0;
+    }
+    return data_;
+  }
+
+private:
+  float *data_ = nullptr;
+  size_t size_ = 0;
+};
 
 /// Packed weight panels kept across calls, up to `limitBytes` in all (the
 /// weights beyond it are packed on every call, as without a cache).

@@ -8,10 +8,16 @@
 //  * a group with one input channel (depthwise): direct convolution,
 //    parallel over output planes, each output row a sum of vectorised
 //    axpys of input rows (one per tap; rows split into stride phases);
-//  * otherwise, per image and group, im2col into a [C/g * kernel, P] panel
-//    (P output positions, in chunks) and the f32 GEMM of Linear.cpp with
-//    the weights [M/g, C/g * kernel] as the left operand; a pointwise
-//    convolution without padding or stride reads the input directly.
+//  * a pointwise convolution without padding or stride: the f32 GEMM of
+//    Linear.cpp, weights [M/g, C/g] times the input read in place;
+//  * otherwise, per image and group, chunks of output positions, one a
+//    task: im2col writes the chunk's columns of the [C/g * kernel, P]
+//    matrix straight into the GEMM's packed layout (no second packing;
+//    with a stride along the last dim the input rows are first split into
+//    their stride phases, so every tap copies contiguous columns) and the
+//    GEMM multiplies the weights [M/g, C/g * kernel] by it on the task's
+//    thread. Both GEMMs start from the bias and apply the activation while
+//    the tile is in cache.
 //
 // Max and average pooling over 1 to 3 spatial dims, global when no kernel
 // is given.
@@ -21,6 +27,7 @@
 #include "Common.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace sparsec::rt::ops {
 
@@ -73,51 +80,6 @@ bool makeGeometry(Context &ctx, const char *op, const Tensor &x,
   return true;
 }
 
-/// col[r, p - p0] for rows r of (c, kd, kh, kw) and output positions
-/// [p0, p1) of image channels `x` (Cg planes of g.inSize()).
-void im2col(Context &ctx, const float *x, int64_t Cg, const Geometry &g,
-            int64_t p0, int64_t p1, float *col) {
-  const int64_t kSize = g.kSize(), width = p1 - p0;
-  parallelFor(ctx, Cg * kSize, std::max<int64_t>(1, 8192 / width),
-              [&](int64_t b, int64_t e) {
-                for (int64_t r = b; r < e; ++r) {
-                  const int64_t c = r / kSize, kr = r % kSize;
-                  const int64_t kd = kr / (g.k[1] * g.k[2]);
-                  const int64_t kh = kr / g.k[2] % g.k[1], kw = kr % g.k[2];
-                  const float *plane = x + c * g.inSize();
-                  float *dst = col + r * width;
-                  int64_t p = p0;
-                  while (p < p1) {
-                    const int64_t ow0 = p % g.out[2];
-                    const int64_t oh = p / g.out[2] % g.out[1];
-                    const int64_t od = p / (g.out[1] * g.out[2]);
-                    const int64_t n = std::min(p1 - p, g.out[2] - ow0);
-                    const int64_t id =
-                        od * g.stride[0] - g.padB[0] + kd * g.dil[0];
-                    const int64_t ih =
-                        oh * g.stride[1] - g.padB[1] + kh * g.dil[1];
-                    float *o = dst + (p - p0);
-                    if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
-                      std::fill(o, o + n, 0.0f);
-                    } else {
-                      const float *row = plane + (id * g.in[1] + ih) * g.in[2];
-                      const int64_t s = g.stride[2];
-                      int64_t iw = ow0 * s - g.padB[2] + kw * g.dil[2];
-                      if (s == 1 && iw >= 0 && iw + n <= g.in[2]) {
-                        std::memcpy(o, row + iw, size_t(n) * sizeof(float));
-                      } else {
-                        for (int64_t j = 0; j < n; ++j, iw += s)
-                          o[j] = (iw >= 0 && iw < g.in[2]) ? row[iw] : 0.0f;
-                      }
-                    }
-                    p += n;
-                  }
-                }
-              });
-}
-
-thread_local std::vector<float> colBuffer;
-
 /// Output positions ow whose input column ow * s + off lies in [0, in):
 /// [lo, hi), empty when lo >= hi.
 void tapRange(int64_t off, int64_t s, int64_t in, int64_t out, int64_t &lo,
@@ -125,6 +87,149 @@ void tapRange(int64_t off, int64_t s, int64_t in, int64_t out, int64_t &lo,
   lo = off >= 0 ? 0 : (-off + s - 1) / s;
   hi = in - 1 - off < 0 ? 0 : std::min(out, (in - 1 - off) / s + 1);
 }
+
+/// A run of output positions along the last spatial dim: positions
+/// [p, p + ow1 - ow0) are (od, oh, ow0 .. ow1 - 1).
+struct Segment {
+  int64_t p, od, oh, ow0, ow1;
+};
+
+/// The runs that output positions [p0, p1) form.
+void segmentsOf(const Geometry &g, int64_t p0, int64_t p1,
+                std::vector<Segment> &segs) {
+  segs.clear();
+  const int64_t outW = g.out[2];
+  for (int64_t p = p0; p < p1;) {
+    Segment sg;
+    sg.p = p;
+    sg.ow0 = p % outW;
+    sg.oh = p / outW % g.out[1];
+    sg.od = p / (g.out[1] * outW);
+    sg.ow1 = std::min(outW, sg.ow0 + (p1 - p));
+    segs.push_back(sg);
+    p += sg.ow1 - sg.ow0;
+  }
+}
+
+/// The input with each row split into its g.stride[2] phases: row `row`'s
+/// phase f (columns f, f + s, ...) at `phaseLen` floats apart from
+/// row * s * phaseLen, so that a tap reads contiguous columns.
+void splitPhases(Context &ctx, const float *x, int64_t rows, int64_t inW,
+                 int64_t s, std::vector<float> &out) {
+  const int64_t phaseLen = (inW + s - 1) / s;
+  out.resize(size_t(rows * s * phaseLen));
+  parallelFor(ctx, rows, std::max<int64_t>(1, 16384 / inW),
+              [&](int64_t b, int64_t e) {
+                for (int64_t r = b; r < e; ++r) {
+                  const float *src = x + r * inW;
+                  float *dst = out.data() + r * s * phaseLen;
+                  for (int64_t f = 0; f < s; ++f)
+                    for (int64_t j = 0; j * s + f < inW; ++j)
+                      dst[f * phaseLen + j] = src[j * s + f];
+                }
+              });
+}
+
+/// A kernel tap (kd, kh, kw) as im2col reads it: the output columns whose
+/// input column lies inside the row, [lo, hi), and where column lo's input
+/// is within a (phase-split) row, `start`.
+struct Tap {
+  int64_t kd, kh, lo, hi, start;
+};
+
+/// The taps of g's kernel in (kd, kh, kw) order; rows of phaseLen-column
+/// phases when the stride along the last dim is above 1.
+void tapsOf(const Geometry &g, int64_t phaseLen, std::vector<Tap> &taps) {
+  taps.clear();
+  const int64_t s = g.stride[2];
+  for (int64_t kd = 0; kd < g.k[0]; ++kd)
+    for (int64_t kh = 0; kh < g.k[1]; ++kh)
+      for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+        Tap t{kd, kh, 0, 0, 0};
+        const int64_t off = kw * g.dil[2] - g.padB[2];
+        tapRange(off, s, g.in[2], g.out[2], t.lo, t.hi);
+        const int64_t iwLo = t.lo * s + off; // >= 0 when lo < hi
+        if (t.lo < t.hi)
+          t.start = s == 1 ? iwLo : (iwLo % s) * phaseLen + iwLo / s;
+        taps.push_back(t);
+      }
+}
+
+/// The im2col row of tap `t` over input plane `plane` (g.in[0] * g.in[1]
+/// rows of rowLen floats) for the output positions of `segs` (the first at
+/// p0): dst[p - p0] is the input under the tap at position p, or 0 in the
+/// padding.
+void im2colRow(const float *plane, const Tap &t, const Geometry &g,
+               const std::vector<Segment> &segs, int64_t p0, int64_t rowLen,
+               float *dst) {
+  for (const Segment &sg : segs) {
+    float *o = dst + (sg.p - p0) - sg.ow0; // o[ow] for ow in [ow0, ow1)
+    const int64_t id = sg.od * g.stride[0] - g.padB[0] + t.kd * g.dil[0];
+    const int64_t ih = sg.oh * g.stride[1] - g.padB[1] + t.kh * g.dil[1];
+    const int64_t a = std::max(sg.ow0, t.lo), b = std::min(sg.ow1, t.hi);
+    if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || a >= b) {
+      std::fill(o + sg.ow0, o + sg.ow1, 0.0f);
+      continue;
+    }
+    const float *row = plane + (id * g.in[1] + ih) * rowLen + t.start - t.lo;
+    std::fill(o + sg.ow0, o + a, 0.0f);
+    std::memcpy(o + a, row + a, size_t(b - a) * sizeof(float));
+    std::fill(o + b, o + sg.ow1, 0.0f);
+  }
+}
+
+/// Copies the NR-float strips of `row` (nPad floats) to dst, dst + step, ...
+template <int NR>
+void scatterStrips(const float *row, int64_t nPad, float *dst, int64_t step) {
+  for (int64_t j = 0; j < nPad; j += NR, dst += step)
+    std::memcpy(dst, row + j, NR * sizeof(float)); // fixed size: inlined
+}
+
+/// The im2col matrix's columns [p0, p1) (rows (c, kd, kh, kw), Cg * kSize
+/// in all) written straight into the GEMM's packed layout `lay` (packed:
+/// lay.floats(rows, p1 - p0) floats). `x`: Cg planes of g.in[0] * g.in[1]
+/// rows of g.in[2] columns, each split into phaseLen-column stride phases
+/// when the stride along the last dim is above 1. `row`, `segs` and `taps`
+/// are scratch.
+void im2colPacked(const float *x, int64_t Cg, const Geometry &g, int64_t p0,
+                  int64_t p1, int64_t phaseLen, const GemmPackLayout &lay,
+                  float *packed, std::vector<float> &row,
+                  std::vector<Segment> &segs, std::vector<Tap> &taps) {
+  const int64_t kSize = g.kSize(), rows = Cg * kSize, width = p1 - p0;
+  const int64_t nPad = lay.paddedColumns(width), NR = lay.NR;
+  const int64_t rowLen = g.stride[2] * phaseLen;
+  row.assign(size_t(nPad), 0.0f); // the padding columns stay zero
+  segmentsOf(g, p0, p1, segs);
+  tapsOf(g, phaseLen, taps);
+  for (int64_t c = 0, r = 0; c < Cg; ++c) {
+    const float *plane = x + c * g.in[0] * g.in[1] * rowLen;
+    for (int64_t t = 0; t < kSize; ++t, ++r) {
+      im2colRow(plane, taps[size_t(t)], g, segs, p0, rowLen, row.data());
+      const int64_t pc = r / lay.KC * lay.KC;
+      const int64_t kc = std::min(lay.KC, rows - pc);
+      float *dst = packed + pc * nPad + (r - pc) * NR;
+      switch (NR) {
+      case 32:
+        scatterStrips<32>(row.data(), nPad, dst, kc * NR);
+        break;
+      case 16:
+        scatterStrips<16>(row.data(), nPad, dst, kc * NR);
+        break;
+      case 8:
+        scatterStrips<8>(row.data(), nPad, dst, kc * NR);
+        break;
+      default:
+        for (int64_t j = 0; j < nPad; j += NR, dst += kc * NR)
+          std::memcpy(dst, row.data() + j, size_t(NR) * sizeof(float));
+      }
+    }
+  }
+}
+
+thread_local std::vector<float> colBuffer;
+thread_local Scratch packedColumns;
+thread_local std::vector<Segment> segmentBuffer;
+thread_local std::vector<Tap> tapBuffer;
 
 /// Depthwise convolution of one plane (one input channel, output plane
 /// `m`): per output row, the row starts from the bias and each tap whose
@@ -236,57 +341,90 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
     return true;
   }
 
-  // im2col + GEMM. Pointwise convolutions read the input directly.
+  // Pointwise convolutions without padding or stride: the GEMM reads the
+  // input directly (and packs it), the bias and activation in its epilogue.
   bool pointwise = kSize == 1;
   for (int d = 0; d < 3; ++d)
     pointwise =
         pointwise && g.stride[d] == 1 && g.padB[d] == 0 && g.padE[d] == 0;
-  const int64_t chunk =
-      pointwise ? P
-                : std::min(P, std::max<int64_t>(
-                                  64, ((int64_t(1) << 21) / Kdim) / 16 * 16));
-  std::vector<float> &col = colBuffer;
-  if (!pointwise)
-    col.resize(size_t(Kdim * chunk));
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t gi = 0; gi < group; ++gi) {
-      const float *xg = xp + (n * C + gi * Cg) * S;
-      float *yg = yp + (n * M + gi * Mg) * P;
-      for (int64_t p0 = 0; p0 < P; p0 += chunk) {
-        const int64_t p1 = std::min(P, p0 + chunk);
+  if (pointwise) {
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t gi = 0; gi < group; ++gi) {
         GemmArgs a;
         a.M = Mg;
-        a.N = p1 - p0;
+        a.N = P;
         a.K = Kdim;
         a.A = wp + gi * Mg * Kdim;
         a.lda = Kdim;
-        if (pointwise) {
-          a.B = xg + p0;
-          a.ldb = S;
-        } else {
-          im2col(ctx, xg, Cg, g, p0, p1, col.data());
-          a.B = col.data();
-          a.ldb = p1 - p0;
-        }
-        a.C = yg + p0;
+        a.B = xp + (n * C + gi * Cg) * S;
+        a.ldb = S;
+        a.C = yp + (n * M + gi * Mg) * P;
         a.ldc = P;
+        a.rowBias = bp ? bp + gi * Mg : nullptr;
+        a.act = act;
         gemm(&ctx.pool, a);
       }
-      // The epilogue: bias and activation in one pass.
-      if (bp || act != Activation::none)
-        parallelFor(ctx, Mg, std::max<int64_t>(1, 16384 / P),
-                    [&](int64_t b, int64_t e) {
-                      for (int64_t m = b; m < e; ++m) {
-                        float *row = yg + m * P;
-                        if (bp) {
-                          const float bv = bp[gi * Mg + m];
-                          for (int64_t p = 0; p < P; ++p)
-                            row[p] += bv;
-                        }
-                        applyActivation(act, row, P);
-                      }
-                    });
+    out = res;
+    return true;
+  }
+
+  // Otherwise, per image and group, chunks of output positions: each task
+  // writes its chunk's im2col columns straight into the GEMM's packed
+  // layout (a per-thread buffer of about 512 KB, so that the product reads
+  // it from L2) and runs the product on its thread, bias and activation in
+  // the GEMM's epilogue.
+  const GemmPackLayout lay = gemmPackLayout();
+  constexpr int64_t kPackedBytes = int64_t(1) << 19;
+  int64_t chunk = std::max<int64_t>(
+      lay.NR, kPackedBytes / int64_t(sizeof(float)) / Kdim / lay.NR * lay.NR);
+  // Enough chunks for every thread.
+  const int64_t threads = ctx.pool.size();
+  if (threads > 1 && (P + chunk - 1) / chunk * N * group < threads)
+    chunk =
+        std::max<int64_t>(lay.NR, (P + threads - 1) / threads + lay.NR - 1) /
+        lay.NR * lay.NR;
+  chunk = std::min(chunk, P);
+  const int64_t chunks = (P + chunk - 1) / chunk;
+  // With a stride along the last dim, the input's rows split into their
+  // phases once, so that every tap copies contiguous columns.
+  const int64_t s = g.stride[2], phaseLen = (g.in[2] + s - 1) / s;
+  std::vector<float> phased;
+  const float *src = xp;
+  if (s > 1) {
+    splitPhases(ctx, xp, N * C * g.in[0] * g.in[1], g.in[2], s, phased);
+    src = phased.data();
+  }
+  const int64_t imageFloats = C * g.in[0] * g.in[1] * s * phaseLen;
+  std::atomic<bool> outOfMemory{false};
+  parallelFor(ctx, N * group * chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n = t / (group * chunks), gi = t / chunks % group;
+      const int64_t p0 = t % chunks * chunk, p1 = std::min(P, p0 + chunk);
+      float *packed = packedColumns.get(size_t(lay.floats(Kdim, p1 - p0)));
+      if (!packed) {
+        outOfMemory = true;
+        return;
+      }
+      im2colPacked(src + n * imageFloats + gi * (imageFloats / C) * Cg, Cg, g,
+                   p0, p1, phaseLen, lay, packed, colBuffer, segmentBuffer,
+                   tapBuffer);
+      GemmArgs a;
+      a.M = Mg;
+      a.N = p1 - p0;
+      a.K = Kdim;
+      a.A = wp + gi * Mg * Kdim;
+      a.lda = Kdim;
+      a.Bpacked = packed;
+      a.C = yp + (n * M + gi * Mg) * P + p0;
+      a.ldc = P;
+      a.rowBias = bp ? bp + gi * Mg : nullptr;
+      a.act = act;
+      gemm(nullptr, a);
     }
+  });
+  if (outOfMemory)
+    return ctx.fail("conv: out of memory for the packed im2col columns of " +
+                    x.describe());
   out = res;
   return true;
 }

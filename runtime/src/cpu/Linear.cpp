@@ -120,25 +120,6 @@ void setForceScalarKernels(bool force) {
 
 namespace {
 
-/// A per-thread, 64-byte aligned scratch buffer that only grows.
-class Scratch {
-public:
-  ~Scratch() { std::free(data_); }
-  float *get(size_t floats) {
-    if (floats > size_) {
-      std::free(data_);
-      size_t bytes = (floats * sizeof(float) + 4095) / 4096 * 4096;
-      data_ = static_cast<float *>(std::aligned_alloc(64, bytes));
-      size_ = data_ ? bytes / sizeof(float) : 0;
-    }
-    return data_;
-  }
-
-private:
-  float *data_ = nullptr;
-  size_t size_ = 0;
-};
-
 thread_local Scratch packAScratch, packBScratch;
 
 // Weights are float32 or float16 (W = Half; converted to float32 as they
@@ -218,13 +199,13 @@ struct ScalarKernel {
   /// c[ROWS, NR] (row stride ldc) = (accumulate ? c : bias) + a . bp, A's
   /// ROWS rows read in place (row stride lda); see tileDirect.
   template <int ROWS>
-  static void tileRows(int64_t kc, const float *a, int64_t lda,
-                       const float *bp, float *c, int64_t ldc, bool accumulate,
-                       const float *bias) {
+  static void tileRows(int64_t kc, const float *a, int64_t lda, const float *bp,
+                       float *c, int64_t ldc, bool accumulate,
+                       const float *bias, const float *rowBias) {
     float acc[ROWS][NR];
     for (int i = 0; i < ROWS; ++i)
       for (int j = 0; j < NR; ++j)
-        acc[i][j] = bias ? bias[j] : 0.0f;
+        acc[i][j] = (bias ? bias[j] : 0.0f) + (rowBias ? rowBias[i] : 0.0f);
     for (int64_t k = 0; k < kc; ++k) {
       for (int i = 0; i < ROWS; ++i) {
         float ak = a[i * lda + k];
@@ -276,14 +257,17 @@ struct Avx2Kernel {
   template <int ROWS>
   SPARSEC_RT_AVX2 static void tileRows(int64_t kc, const float *a, int64_t lda,
                                        const float *bp, float *c, int64_t ldc,
-                                       bool accumulate, const float *bias) {
+                                       bool accumulate, const float *bias,
+                                       const float *rowBias) {
     const __m256 i0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
     const __m256 i1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
     __m256 acc[ROWS][2];
 #pragma GCC unroll 6
     for (int i = 0; i < ROWS; ++i) {
-      acc[i][0] = i0;
-      acc[i][1] = i1;
+      const __m256 r =
+          rowBias ? _mm256_set1_ps(rowBias[i]) : _mm256_setzero_ps();
+      acc[i][0] = _mm256_add_ps(i0, r);
+      acc[i][1] = _mm256_add_ps(i1, r);
     }
 #pragma GCC unroll 4
     for (int64_t k = 0; k < kc; ++k) {
@@ -494,17 +478,19 @@ struct Avx512Kernel {
 
   /// tile over ROWS <= MR rows of A read where they are (row stride lda).
   template <int ROWS>
-  SPARSEC_RT_AVX512 static void tileRows(int64_t kc, const float *a,
-                                         int64_t lda, const float *bp,
-                                         float *c, int64_t ldc,
-                                         bool accumulate, const float *bias) {
+  SPARSEC_RT_AVX512 static void
+  tileRows(int64_t kc, const float *a, int64_t lda, const float *bp, float *c,
+           int64_t ldc, bool accumulate, const float *bias,
+           const float *rowBias) {
     const __m512 i0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
     const __m512 i1 = bias ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();
     __m512 acc[ROWS][2];
 #pragma GCC unroll 12
     for (int i = 0; i < ROWS; ++i) {
-      acc[i][0] = i0;
-      acc[i][1] = i1;
+      const __m512 r =
+          rowBias ? _mm512_set1_ps(rowBias[i]) : _mm512_setzero_ps();
+      acc[i][0] = _mm512_add_ps(i0, r);
+      acc[i][1] = _mm512_add_ps(i1, r);
     }
 #pragma GCC unroll 12
     for (int i = 0; i < ROWS; ++i) {
@@ -617,34 +603,45 @@ void streamBlockAvx512Rows(int64_t rows, int64_t k0, int64_t kb,
 }
 #endif // SPARSEC_RT_X86
 
-/// c[rows, NR] = (accumulate ? c : bias) + A[rows, kc] . bp through
-/// Kern::tileRows<rows>: A read in place (row stride lda: no packing, no
-/// padding rows), 1 <= rows <= R = Kern::MR; `bias` (NR values, added to
-/// every row) may be null.
+/// c[rows, NR] = (accumulate ? c : bias + rowBias) + A[rows, kc] . bp
+/// through Kern::tileRows<rows>: A read in place (row stride lda: no
+/// packing, no padding rows), 1 <= rows <= R = Kern::MR; `bias` (NR values,
+/// added to every row) and `rowBias` (one value a row) may be null.
 template <typename Kern, int R = Kern::MR>
 void tileDirect(int rows, int64_t kc, const float *a, int64_t lda,
                 const float *bp, float *c, int64_t ldc, bool accumulate,
-                const float *bias) {
+                const float *bias, const float *rowBias) {
   if constexpr (R > 1)
     if (rows < R)
       return tileDirect<Kern, R - 1>(rows, kc, a, lda, bp, c, ldc, accumulate,
-                                     bias);
-  Kern::template tileRows<R>(kc, a, lda, bp, c, ldc, accumulate, bias);
+                                     bias, rowBias);
+  Kern::template tileRows<R>(kc, a, lda, bp, c, ldc, accumulate, bias, rowBias);
 }
 
 //===----------------------------------------------------------------------===//
 // Blocked GEMM driver
 //===----------------------------------------------------------------------===//
 
-/// Bias + activation over a tile of C.
-void epilogue(const GemmArgs &g, float *c, int64_t rows, int64_t n,
-              int64_t cols) {
+/// Biases + activation over a tile of C: rows [m, m + rows) and columns
+/// [n, n + cols), the tile's first element at `c`. `biasesDone`: both
+/// biases are in already.
+void epilogue(const GemmArgs &g, float *c, int64_t m, int64_t rows, int64_t n,
+              int64_t cols, bool biasesDone = false) {
   for (int64_t i = 0; i < rows; ++i) {
     float *row = c + i * g.ldc;
+    if (biasesDone) {
+      applyActivation(g.act, row, cols);
+      continue;
+    }
     if (g.bias) {
       const float *b = g.bias + n;
       for (int64_t j = 0; j < cols; ++j)
         row[j] += b[j];
+    }
+    if (g.rowBias) {
+      const float b = g.rowBias[m + i];
+      for (int64_t j = 0; j < cols; ++j)
+        row[j] += b;
     }
     applyActivation(g.act, row, cols);
   }
@@ -751,9 +748,11 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
   constexpr int MR = Kern::MR, NR = Kern::NR;
   const int64_t KC = Kern::KC, MC = Kern::MC, NC = Kern::NC;
   const int64_t kcMax = std::min(KC, g.K);
-  float *bp = packBScratch.get(
-      size_t(kcMax * ((std::min(NC, n1 - n0) + NR - 1) / NR * NR)));
-  if (!bp) { // out of memory for the packed panels: unblocked
+  float *bp = packed
+                  ? nullptr
+                  : packBScratch.get(size_t(
+                        kcMax * ((std::min(NC, n1 - n0) + NR - 1) / NR * NR)));
+  if (!packed && !bp) { // out of memory for the packed panels: unblocked
     for (int64_t i = m0; i < m1; ++i) {
       float *c = g.C + i * g.ldc;
       for (int64_t j = n0; j < n1; ++j)
@@ -764,7 +763,7 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
         for (int64_t j = n0; j < n1; ++j)
           c[j] += a * toFloat(b[j]);
       }
-      epilogue(g, c + n0, 1, n0, n1 - n0);
+      epilogue(g, c + n0, i, 1, n0, n1 - n0);
     }
     return;
   }
@@ -790,26 +789,25 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
             float *c = g.C + (ic + ir) * g.ldc + jc + jr;
             // A's rows where they are (tileDirect): a partial strip of rows
             // computes only those; a partial strip of columns goes through
-            // `edge`. A full strip starts from the bias (first panel)
-            // instead of adding it afterwards.
+            // `edge`. A full strip starts from the biases (first panel)
+            // instead of adding them afterwards.
             const float *as = g.A + (ic + ir) * g.lda + pc;
-            const bool biasIn = cols == NR && g.bias;
+            const bool biasIn = cols == NR;
             if (cols == NR) {
               tileDirect<Kern>(int(rows), kc, as, g.lda, bs, c, g.ldc, !first,
-                               biasIn && first ? g.bias + jc + jr : nullptr);
+                               first && g.bias ? g.bias + jc + jr : nullptr,
+                               first && g.rowBias ? g.rowBias + ic + ir
+                                                  : nullptr);
             } else {
               tileDirect<Kern>(int(rows), kc, as, g.lda, bs, edge, NR, false,
-                               nullptr);
+                               nullptr, nullptr);
               for (int64_t i = 0; i < rows; ++i)
                 for (int64_t j = 0; j < cols; ++j)
                   c[i * g.ldc + j] = first ? edge[i * NR + j]
                                            : c[i * g.ldc + j] + edge[i * NR + j];
             }
-            if (last && biasIn)
-              for (int64_t i = 0; i < rows; ++i)
-                applyActivation(g.act, c + i * g.ldc, cols);
-            else if (last)
-              epilogue(g, c, rows, jc + jr, cols);
+            if (last)
+              epilogue(g, c, ic + ir, rows, jc + jr, cols, biasIn);
           }
         }
       }
@@ -828,7 +826,7 @@ void gemmBlocked(ThreadPool *pool, const GemmArgs &g) {
   int64_t tm = std::max<int64_t>(
       1, std::min<int64_t>((threads + tn - 1) / tn, mStrips / 2));
   const int64_t tasks = tm * tn;
-  const float *packed = cachedPack<Kern, W>(pool, g);
+  const float *packed = g.Bpacked ? g.Bpacked : cachedPack<Kern, W>(pool, g);
   auto run = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       int64_t im = t / tn, in = t % tn;
@@ -908,7 +906,7 @@ void streamRange(const GemmArgs &g, int64_t n0, int64_t n1, int isa) {
     for (int64_t r = 0; r < g.M; ++r)
       std::memcpy(g.C + r * g.ldc + n0, yp + r * ldy,
                   size_t(width) * sizeof(float));
-  epilogue(g, g.C + n0, g.M, n0, width);
+  epilogue(g, g.C + n0, 0, g.M, n0, width);
 }
 
 template <typename W>
@@ -937,6 +935,18 @@ void gemmStream(ThreadPool *pool, const GemmArgs &g, int isa) {
 } // namespace
 
 constexpr int64_t kStreamMaxRows = 32;
+
+GemmPackLayout gemmPackLayout() {
+  const int isa = kernelIsa();
+#if SPARSEC_RT_X86
+  if (isa >= kIsaAvx512)
+    return {Avx512Kernel::KC, Avx512Kernel::NR};
+  if (isa >= kIsaAvx2)
+    return {Avx2Kernel::KC, Avx2Kernel::NR};
+#endif
+  (void)isa;
+  return {ScalarKernel::KC, ScalarKernel::NR};
+}
 
 PackCache *packCacheOf(Context &ctx) {
   if (!ctx.packCache)
@@ -967,10 +977,19 @@ void gemm(ThreadPool *pool, const GemmArgs &g) {
   if (g.K <= 0) {
     for (int64_t i = 0; i < g.M; ++i)
       std::fill(g.C + i * g.ldc, g.C + i * g.ldc + g.N, 0.0f);
-    epilogue(g, g.C, g.M, 0, g.N);
+    epilogue(g, g.C, 0, g.M, 0, g.N);
     return;
   }
   const int isa = kernelIsa();
+  if (g.Bpacked) {
+#if SPARSEC_RT_X86
+    if (isa >= kIsaAvx512)
+      return gemmBlocked<Avx512Kernel, float>(pool, g);
+    if (isa >= kIsaAvx2)
+      return gemmBlocked<Avx2Kernel, float>(pool, g);
+#endif
+    return gemmBlocked<ScalarKernel, float>(pool, g);
+  }
   if (g.Bh)
     return gemmTyped<Half>(pool, g, isa);
   gemmTyped<float>(pool, g, isa);
