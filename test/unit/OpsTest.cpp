@@ -821,6 +821,8 @@ double actRef(Activation a, double x) {
     return unaryRef(Unary::silu, x);
   case Activation::sigmoid:
     return unaryRef(Unary::sigmoid, x);
+  case Activation::relu6:
+    return x < 0 ? 0 : x > 6 ? 6 : x;
   }
   return x;
 }
@@ -1001,7 +1003,8 @@ TEST_P(OpsTest, LinearShapesAndPaths) {
     Owned b = randomTensor(DType::f32, {c.N}, seed++, -1, 1);
     for (Activation act :
          {Activation::none, Activation::relu, Activation::gelu,
-          Activation::gelu_tanh, Activation::silu, Activation::sigmoid}) {
+          Activation::gelu_tanh, Activation::silu, Activation::sigmoid,
+          Activation::relu6}) {
       const bool withBias = act != Activation::relu;
       Tensor y;
       ASSERT_TRUE(linear(ctx, x, w, withBias ? &b.t : nullptr, act, 8, y))
@@ -1617,9 +1620,10 @@ TEST_P(OpsTest, BatchNorm) {
       Owned m = randomTensor(t, {C}, seed++);
       Owned v = randomTensor(t, {C}, seed++, 0.1, 2);
       Tensor y;
-      // With no activation and with a ReLU or a sigmoid in the same pass.
-      for (Activation act :
-           {Activation::none, Activation::relu, Activation::sigmoid}) {
+      // With no activation and with a ReLU, a sigmoid or a ReLU6 in the
+      // same pass.
+      for (Activation act : {Activation::none, Activation::relu,
+                             Activation::sigmoid, Activation::relu6}) {
         ASSERT_TRUE(batchNorm(ctx, x, g, b, m, v, 1e-5f, act, 2, y))
             << ctx.error;
         int64_t S = x.numel() / (xs[0] * C);
@@ -1628,10 +1632,7 @@ TEST_P(OpsTest, BatchNorm) {
           double ref =
               (at(x, i) - at(m, c)) / std::sqrt(at(v, c) + 1e-5) * at(g, c) +
               at(b, c);
-          if (act == Activation::relu)
-            ref = std::max(ref, 0.0);
-          if (act == Activation::sigmoid)
-            ref = 1 / (1 + std::exp(-ref));
+          ref = actRef(act, ref);
           ASSERT_NEAR(at(y, i), ref, 4 * tolFor(t, ref));
         }
       }
@@ -2348,9 +2349,10 @@ TEST_P(OpsTest, Conv) {
     uint32_t seed = 2100;
     for (size_t ci = 0; ci < cases.size(); ++ci) {
       const Case &c = cases[ci];
-      // The epilogue's activation: none, ReLU or SiLU, in turn.
-      const Activation act = ci % 3 == 1   ? Activation::relu
-                             : ci % 3 == 2 ? Activation::silu
+      // The epilogue's activation: none, ReLU, SiLU or ReLU6, in turn.
+      const Activation act = ci % 4 == 1   ? Activation::relu
+                             : ci % 4 == 2 ? Activation::silu
+                             : ci % 4 == 3 ? Activation::relu6
                                            : Activation::none;
       Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
       Owned w = randomTensor(DType::f32, c.w, seed++, -1, 1);
@@ -2363,9 +2365,7 @@ TEST_P(OpsTest, Conv) {
       std::vector<double> ref = convRef(x, w, c.bias ? &b : nullptr, c.strides,
                                         c.pads, c.dil, c.group, ys);
       for (double &r : ref)
-        r = act == Activation::relu   ? std::max(r, 0.0)
-            : act == Activation::silu ? r / (1 + std::exp(-r))
-                                      : r;
+        r = actRef(act, r);
       expectShape(y, ys);
       double kmag = 1;
       for (size_t d = 1; d < c.w.size(); ++d)

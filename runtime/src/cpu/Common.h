@@ -617,6 +617,9 @@ template <typename T> inline T geluTanhOf(T x) {
 }
 template <typename T> inline T siluOf(T x) { return x * sigmoidOf(x); }
 template <typename T> inline T reluOf(T x) { return x < T(0) ? T(0) : x; }
+template <typename T> inline T relu6Of(T x) {
+  return x < T(0) ? T(0) : x > T(6) ? T(6) : x; // NaN stays NaN
+}
 
 /// Calls `f` with the scalar function of `act` (the identity for none), so
 /// that a loop over values is compiled once per activation.
@@ -634,6 +637,8 @@ template <typename F> inline void withActivation(Activation act, F &&f) {
     return f([](auto v) { return siluOf(v); });
   case Activation::sigmoid:
     return f([](auto v) { return sigmoidOf(v); });
+  case Activation::relu6:
+    return f([](auto v) { return relu6Of(v); });
   }
 }
 

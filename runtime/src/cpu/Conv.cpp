@@ -26,6 +26,14 @@
 
 #include "Common.h"
 
+#if defined(__x86_64__)
+#define SPARSEC_RT_CONV_X86 1
+#define SPARSEC_RT_CONV_AVX512                                                 \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
+#else
+#define SPARSEC_RT_CONV_X86 0
+#endif
+
 #include <algorithm>
 #include <atomic>
 
@@ -231,54 +239,143 @@ thread_local Scratch packedColumns;
 thread_local std::vector<Segment> segmentBuffer;
 thread_local std::vector<Tap> tapBuffer;
 
-/// Depthwise convolution of one plane (one input channel, output plane
-/// `m`): per output row, the row starts from the bias and each tap whose
-/// input row exists adds w * (that row, from the tap's first column with
-/// the stride) over the output columns it covers, an axpy (vectorised).
-/// With a stride above 1 each input row is first split into its stride
-/// phases, so that every tap reads contiguous columns. `phases` is scratch.
+/// One tap's contribution to an output row: w * src[j] for the output
+/// columns j in [lo, hi).
+struct RowTap {
+  const float *src;
+  float w;
+  int64_t lo, hi;
+};
+
+/// y[0:n] = act(bias + the taps' contributions), portable: an axpy a tap.
+void depthwiseRow(const RowTap *taps, int64_t nt, float bias, Activation act,
+                  float *y, int64_t n) {
+  std::fill(y, y + n, bias);
+  for (int64_t t = 0; t < nt; ++t)
+    axpy(taps[t].w, taps[t].src + taps[t].lo, y + taps[t].lo,
+         taps[t].hi - taps[t].lo);
+  applyActivation(act, y, n);
+}
+
+#if SPARSEC_RT_CONV_X86
+/// Lanes [lo, hi) of a 16-lane vector, clipped to it.
+SPARSEC_RT_CONV_AVX512 inline __mmask16 laneRange(int64_t lo, int64_t hi) {
+  lo = std::max<int64_t>(lo, 0);
+  hi = std::min<int64_t>(hi, 16);
+  if (lo >= hi)
+    return 0;
+  return __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+/// depthwiseRow with zmm registers: 64 output columns at a time in four
+/// accumulators, every tap a (masked) load and FMA per vector, the row
+/// stored once (ReLU and ReLU6 applied in registers).
+SPARSEC_RT_CONV_AVX512 void depthwiseRowAvx512(const RowTap *taps, int64_t nt,
+                                               float bias, Activation act,
+                                               float *y, int64_t n) {
+  const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+  for (int64_t j0 = 0; j0 < n; j0 += 64) {
+    const int64_t j1 = std::min(n, j0 + 64);
+    __m512 acc[4];
+    for (int v = 0; v < 4; ++v)
+      acc[v] = _mm512_set1_ps(bias);
+    for (int64_t t = 0; t < nt; ++t) {
+      const RowTap &tp = taps[t];
+      const int64_t a = std::max(tp.lo, j0), b = std::min(tp.hi, j1);
+      if (a >= b)
+        continue;
+      const __m512 w = _mm512_set1_ps(tp.w);
+      for (int v = 0; v < 4; ++v) {
+        const int64_t base = j0 + 16 * v;
+        if (base >= b)
+          break;
+        if (base + 16 <= a)
+          continue;
+        const float *src = tp.src + base;
+        const __m512 x =
+            base >= a && base + 16 <= b
+                ? _mm512_loadu_ps(src)
+                : _mm512_maskz_loadu_ps(laneRange(a - base, b - base), src);
+        acc[v] = _mm512_fmadd_ps(w, x, acc[v]);
+      }
+    }
+    for (int v = 0; v < 4; ++v) {
+      const int64_t base = j0 + 16 * v;
+      if (base >= j1)
+        break;
+      // (maskz with all lanes: the unmasked max trips GCC 12's
+      // uninitialised-variable warning)
+      __m512 r = acc[v];
+      if (act == Activation::relu || act == Activation::relu6)
+        r = _mm512_maskz_max_ps(0xffff, zero, r); // NaN (second) stays
+      if (act == Activation::relu6)
+        r = _mm512_maskz_min_ps(0xffff, six, r);
+      if (base + 16 <= j1)
+        _mm512_storeu_ps(y + base, r);
+      else
+        _mm512_mask_storeu_ps(y + base, laneRange(0, j1 - base), r);
+    }
+  }
+  if (act != Activation::relu && act != Activation::relu6)
+    applyActivation(act, y, n);
+}
+#endif
+
+/// Depthwise convolution of one plane (one input channel `xin`, output
+/// plane `m` with weights `wk`): each output row is the bias plus, for
+/// every tap whose input row exists, w * (that row from the tap's first
+/// column, with the stride) over the output columns it covers. With a
+/// stride along the last dim above 1, the plane's rows are first split
+/// into their stride phases (once, into `phases`), so that every tap reads
+/// contiguous columns. `taps` and `rowTaps` are scratch.
 void depthwisePlane(const float *xin, const float *wk, float bias,
                     Activation act, const Geometry &g, float *yo,
-                    std::vector<float> &phases) {
+                    std::vector<float> &phases, std::vector<Tap> &taps,
+                    std::vector<RowTap> &rowTaps, bool avx512) {
   const int64_t s = g.stride[2], inW = g.in[2], outW = g.out[2];
-  const int64_t phaseLen = (inW + s - 1) / s;
-  if (s > 1)
-    phases.resize(size_t(s * phaseLen));
+  const int64_t phaseLen = (inW + s - 1) / s, rowLen = s * phaseLen;
+  const int64_t inRows = g.in[0] * g.in[1];
+  const float *plane = xin;
+  if (s > 1) {
+    phases.resize(size_t(inRows * rowLen));
+    for (int64_t r = 0; r < inRows; ++r) {
+      const float *src = xin + r * inW;
+      float *dst = phases.data() + r * rowLen;
+      for (int64_t f = 0; f < s; ++f)
+        for (int64_t j = 0; j * s + f < inW; ++j)
+          dst[f * phaseLen + j] = src[j * s + f];
+    }
+    plane = phases.data();
+  }
+  tapsOf(g, phaseLen, taps);
+  rowTaps.resize(taps.size());
   for (int64_t od = 0; od < g.out[0]; ++od)
     for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-      float *yrow = yo + (od * g.out[1] + oh) * outW;
-      std::fill(yrow, yrow + outW, bias);
-      for (int64_t kd = 0; kd < g.k[0]; ++kd) {
-        const int64_t id = od * g.stride[0] - g.padB[0] + kd * g.dil[0];
-        if (id < 0 || id >= g.in[0])
+      int64_t nt = 0;
+      for (size_t t = 0; t < taps.size(); ++t) {
+        const Tap &tp = taps[t];
+        const int64_t id = od * g.stride[0] - g.padB[0] + tp.kd * g.dil[0];
+        const int64_t ih = oh * g.stride[1] - g.padB[1] + tp.kh * g.dil[1];
+        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] ||
+            tp.lo >= tp.hi)
           continue;
-        for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-          const int64_t ih = oh * g.stride[1] - g.padB[1] + kh * g.dil[1];
-          if (ih < 0 || ih >= g.in[1])
-            continue;
-          const float *row = xin + (id * g.in[1] + ih) * inW;
-          if (s > 1)
-            for (int64_t r = 0; r < s; ++r)
-              for (int64_t j = 0; j * s + r < inW; ++j)
-                phases[size_t(r * phaseLen + j)] = row[j * s + r];
-          const float *wr = wk + (kd * g.k[1] + kh) * g.k[2];
-          for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-            const int64_t off = kw * g.dil[2] - g.padB[2];
-            int64_t lo, hi;
-            tapRange(off, s, inW, outW, lo, hi);
-            if (lo >= hi)
-              continue;
-            const int64_t iw = lo * s + off; // >= 0
-            const float *src =
-                s == 1 ? row + iw
-                       : phases.data() + (iw % s) * phaseLen + iw / s;
-            axpy(wr[kw], src, yrow + lo, hi - lo);
-          }
-        }
+        rowTaps[size_t(nt++)] = {
+            plane + (id * g.in[1] + ih) * rowLen + tp.start - tp.lo, wk[t],
+            tp.lo, tp.hi};
       }
-      applyActivation(act, yrow, outW);
+      float *yrow = yo + (od * g.out[1] + oh) * outW;
+#if SPARSEC_RT_CONV_X86
+      if (avx512) {
+        depthwiseRowAvx512(rowTaps.data(), nt, bias, act, yrow, outW);
+        continue;
+      }
+#endif
+      (void)avx512;
+      depthwiseRow(rowTaps.data(), nt, bias, act, yrow, outW);
     }
 }
+
+thread_local std::vector<RowTap> rowTapBuffer;
 
 } // namespace
 
@@ -327,14 +424,14 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
 
   if (Cg == 1) {
     // Depthwise: one input channel per group, a plane at a time.
+    const bool avx512 = kernelIsa() >= kIsaAvx512;
     parallelFor(ctx, N * M, std::max<int64_t>(1, 4096 / (P * kSize)),
                 [&](int64_t b, int64_t e) {
-                  std::vector<float> &phases = colBuffer;
                   for (int64_t plane = b; plane < e; ++plane) {
                     const int64_t n = plane / M, m = plane % M, c = m / Mg;
                     depthwisePlane(xp + (n * C + c) * S, wp + m * kSize,
                                    bp ? bp[m] : 0.0f, act, g, yp + plane * P,
-                                   phases);
+                                   colBuffer, tapBuffer, rowTapBuffer, avx512);
                   }
                 });
     out = res;

@@ -202,6 +202,8 @@ float activate(Activation act, float v) {
            (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
   case Activation::silu:
     return v / (1.0f + std::exp(-v));
+  case Activation::relu6:
+    return v < 0.0f ? 0.0f : v > 6.0f ? 6.0f : v;
   default:
     return v;
   }

@@ -50,6 +50,7 @@ __device__ __forceinline__ float activate(Activation act, float v) {
            (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
   case Activation::silu: return v / (1.0f + expf(-v));
   case Activation::sigmoid: return 1.0f / (1.0f + expf(-v));
+  case Activation::relu6: return v < 0.0f ? 0.0f : v > 6.0f ? 6.0f : v;
   }
   return v;
 }

@@ -229,6 +229,7 @@ def case_activations():
     ]
     inits = [init("lo", np.float32(-0.5)), init("hi", np.float32(0.8)),
              init("zero", np.float32(0)), init("six", np.float32(6)),
+             init("wd", 2 * f32(6, 1, 3, 3)), init("bd", f32(6)),
              init("w", 3 * f32(8, 8)), init("slope", f32(8))]
     outs = ["clip", "clip_hi", "clip_none", "relu6", "leaky", "prelu", "elu", "selu",
             "celu", "thr", "hsig", "hswish", "softplus", "softsign"]
@@ -237,13 +238,17 @@ def case_activations():
 
 
 def case_mobile_cnn():
-    # MobileNet-style blocks: Conv, ReLU6 as Clip(0, 6), PRelu with a slope a
-    # channel, HardSwish, then pooling and a classifier.
+    # MobileNet-style blocks: Conv, ReLU6 as Clip(0, 6), a strided depthwise
+    # Conv with ReLU6, PRelu with a slope a channel, HardSwish, then pooling
+    # and a classifier.
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3],
                          pads=[1, 1, 1, 1], name="conv1"),
         helper.make_node("Clip", ["c1", "zero", "six"], ["r1"], name="relu6"),
-        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[1, 1], name="conv2"),
+        helper.make_node("Conv", ["r1", "wd", "bd"], ["d1"], kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1], strides=[2, 2], group=6, name="dw"),
+        helper.make_node("Clip", ["d1", "zero", "six"], ["rd"], name="dw_relu6"),
+        helper.make_node("Conv", ["rd", "w2", "b2"], ["c2"], kernel_shape=[1, 1], name="conv2"),
         helper.make_node("PRelu", ["c2", "slope"], ["p2"], name="prelu"),
         helper.make_node("HardSwish", ["p2"], ["s2"], name="hswish"),
         helper.make_node("GlobalAveragePool", ["s2"], ["g"], name="gap"),
@@ -252,6 +257,7 @@ def case_mobile_cnn():
     ]
     inits = [init("w1", f32(6, 3, 3, 3)), init("b1", f32(6)),
              init("zero", np.float32(0)), init("six", np.float32(6)),
+             init("wd", 2 * f32(6, 1, 3, 3)), init("bd", f32(6)),
              init("w2", f32(5, 6, 1, 1)), init("b2", f32(5)),
              init("slope", 0.25 * f32(5, 1, 1)),
              init("fw", f32(4, 5)), init("fb", f32(4))]

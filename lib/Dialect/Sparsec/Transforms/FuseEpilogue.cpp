@@ -57,6 +57,33 @@ struct GeluIntoLinear : OpRewritePattern<GeluOp> {
   }
 };
 
+/// min(x, 6) of a convolution's or batch norm's (`Producer`) only use, the
+/// producer's epilogue a ReLU already: the epilogue becomes relu6 (ONNX
+/// Clip(x, 0, 6) imports as a ReLU and a min). Linears keep the min as its
+/// own op: the sparsity passes and the CUDA emitter read a capped ReLU's
+/// zeros through it.
+template <typename Producer>
+struct CapIntoRelu : OpRewritePattern<MinOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MinOp op,
+                                PatternRewriter &rewriter) const override {
+    auto pair = matchEither(op.getLhs(), op.getRhs(), [](Value v) {
+      auto p = defOp<Producer>(v);
+      return p && p.getActivation() == Activation::relu && p->hasOneUse();
+    });
+    if (!pair || !isScalar(pair->second, 6.0, 0.0) ||
+        pair->first.getType() != op.getType())
+      return rewriter.notifyMatchFailure(op, "not min(relu epilogue, 6)");
+    auto producer = defOp<Producer>(pair->first);
+    rewriter.modifyOpInPlace(producer, [&] {
+      producer.setActivationAttr(
+          ActivationAttr::get(rewriter.getContext(), Activation::relu6));
+    });
+    rewriter.replaceOp(op, producer.getResult());
+    return success();
+  }
+};
+
 /// The ReLU after a predicted (output-side) up projection: fused even when
 /// annotated, since the sparsify phase is done with it; the neurons the
 /// kernel skips are 0 either way.
@@ -95,7 +122,8 @@ struct FuseEpiloguePass
                  ActivationIntoLinear<SiluOp, Activation::silu, BatchNormOp>,
                  ActivationIntoLinear<SigmoidOp, Activation::sigmoid,
                                       BatchNormOp>,
-                 GeluIntoLinear<BatchNormOp>,
+                 GeluIntoLinear<BatchNormOp>, CapIntoRelu<ConvOp>,
+                 CapIntoRelu<BatchNormOp>,
                  ActivationIntoSparseOutput<ReluOp, Activation::relu>,
                  ActivationIntoSparseOutput<SiluOp, Activation::silu>>(
         &getContext());

@@ -58,7 +58,8 @@ bool cast(Context &ctx, const Tensor &x, DType to, int outSlot, Tensor &out);
 // Layers
 //===----------------------------------------------------------------------===//
 
-enum class Activation { none, relu, gelu, gelu_tanh, silu, sigmoid };
+/// relu6: min(max(x, 0), 6), NaN kept.
+enum class Activation { none, relu, gelu, gelu_tanh, silu, sigmoid, relu6 };
 
 /// y[..., N] = act(x[..., K] . w[K, N] + bias[N]); w is row-major [K, N]
 /// (the compiler packs every linear weight in this layout). f32 only.

@@ -95,3 +95,66 @@ func.func @conv_bn_relu(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %p: te
   %r = sparsec.relu %b : tensor<1x4x8x8xf32>
   return %r : tensor<1x4x8x8xf32>
 }
+
+// ReLU6 (Clip(x, 0, 6) imports as a ReLU and a min): the cap joins the
+// convolution's and the batch norm's ReLU epilogue, whichever side of the
+// min the constant is on.
+// CHECK-LABEL: func.func @conv_relu6
+// CHECK: %[[C:.*]] = sparsec.conv %arg0, %arg1 {activation = #sparsec<activation relu6>
+// CHECK-NOT: sparsec.min
+// CHECK: return %[[C]]
+func.func @conv_relu6(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32> {
+  %six = sparsec.constant dense<6.0> : tensor<f32>
+  %c = sparsec.conv %x, %w {dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x8x8xf32>
+  %r = sparsec.relu %c : tensor<1x4x8x8xf32>
+  %m = sparsec.min %six, %r : tensor<f32>, tensor<1x4x8x8xf32> -> tensor<1x4x8x8xf32>
+  return %m : tensor<1x4x8x8xf32>
+}
+
+// CHECK-LABEL: func.func @bn_relu6
+// CHECK: %[[B:.*]] = sparsec.batch_norm %arg0, %arg1, %arg1, %arg1, %arg1 {activation = #sparsec<activation relu6>}
+// CHECK-NOT: sparsec.min
+// CHECK: return %[[B]]
+func.func @bn_relu6(%x: tensor<1x4x8x8xf32>, %p: tensor<4xf32>) -> tensor<1x4x8x8xf32> {
+  %six = sparsec.constant dense<6.0> : tensor<1xf32>
+  %b = sparsec.batch_norm %x, %p, %p, %p, %p : (tensor<1x4x8x8xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  %r = sparsec.relu %b : tensor<1x4x8x8xf32>
+  %m = sparsec.min %r, %six : tensor<1x4x8x8xf32>, tensor<1xf32> -> tensor<1x4x8x8xf32>
+  return %m : tensor<1x4x8x8xf32>
+}
+
+// Not fused: a cap other than 6 (the epilogue keeps its ReLU, the min stays),
+// a ReLU with another use, and a linear's capped ReLU (the sparsity passes
+// and the CUDA emitter read its zeros through the min).
+// CHECK-LABEL: func.func @cap_not_six
+// CHECK: sparsec.conv %arg0, %arg1 {activation = #sparsec<activation relu>
+// CHECK: sparsec.min
+func.func @cap_not_six(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32> {
+  %five = sparsec.constant dense<5.0> : tensor<f32>
+  %c = sparsec.conv %x, %w {dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x8x8xf32>
+  %r = sparsec.relu %c : tensor<1x4x8x8xf32>
+  %m = sparsec.min %r, %five : tensor<1x4x8x8xf32>, tensor<f32> -> tensor<1x4x8x8xf32>
+  return %m : tensor<1x4x8x8xf32>
+}
+
+// CHECK-LABEL: func.func @relu_two_uses
+// CHECK: sparsec.conv %arg0, %arg1 {activation = #sparsec<activation relu>
+// CHECK: sparsec.min
+func.func @relu_two_uses(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>) {
+  %six = sparsec.constant dense<6.0> : tensor<f32>
+  %c = sparsec.conv %x, %w {dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x8x8xf32>
+  %r = sparsec.relu %c : tensor<1x4x8x8xf32>
+  %m = sparsec.min %r, %six : tensor<1x4x8x8xf32>, tensor<f32> -> tensor<1x4x8x8xf32>
+  return %m, %r : tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>
+}
+
+// CHECK-LABEL: func.func @linear_relu6
+// CHECK: sparsec.linear %arg0, %arg1 {activation = #sparsec<activation relu>}
+// CHECK: sparsec.min
+func.func @linear_relu6(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> tensor<2x8xf32> {
+  %six = sparsec.constant dense<6.0> : tensor<f32>
+  %y = sparsec.linear %x, %w : tensor<2x16xf32>, tensor<16x8xf32> -> tensor<2x8xf32>
+  %r = sparsec.relu %y : tensor<2x8xf32>
+  %m = sparsec.min %r, %six : tensor<2x8xf32>, tensor<f32> -> tensor<2x8xf32>
+  return %m : tensor<2x8xf32>
+}

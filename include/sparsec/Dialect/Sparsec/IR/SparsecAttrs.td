@@ -91,7 +91,9 @@ def Sparsec_Activation : I32EnumAttr<"Activation",
     "activation fused into a producer's epilogue", [
       I32EnumAttrCase<"relu", 0>, I32EnumAttrCase<"gelu", 1>,
       I32EnumAttrCase<"gelu_tanh", 2>, I32EnumAttrCase<"silu", 3>,
-      I32EnumAttrCase<"sigmoid", 4>]> {
+      I32EnumAttrCase<"sigmoid", 4>,
+      // min(max(x, 0), 6): a ReLU capped at 6 (ONNX Clip(x, 0, 6)).
+      I32EnumAttrCase<"relu6", 5>]> {
   let cppNamespace = "::sparsec";
   let genSpecializedAttr = 0;
 }

@@ -625,7 +625,11 @@ def FuseEpiloguePass : Pass<"sparsec-fuse-epilogue", "mlir::ModuleOp"> {
     A `sparsec.conv` takes relu, silu, sigmoid and gelu the same way (its
     epilogue adds the bias and applies them in one pass), and so does a
     `sparsec.batch_norm` (a Conv + BatchNormalization + Relu block then
-    makes two passes over the feature map instead of three).
+    makes two passes over the feature map instead of three). For those
+    two, `min(x, 6)` of a ReLU epilogue (ONNX `Clip(x, 0, 6)`, ReLU6)
+    becomes the `relu6` epilogue; a linear keeps the min as its own op,
+    since the sparsity passes and the CUDA emitter read a capped ReLU's
+    zeros through it.
   }];
   let statistics = [
     Statistic<"numFused", "num-fused", "Number of activations fused">,
