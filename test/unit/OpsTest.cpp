@@ -2328,6 +2328,9 @@ TEST_P(OpsTest, Conv) {
       // and uneven pads in groups.
       {{1, 40, 23, 29}, {20, 40, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 1, true},
       {{2, 8, 17, 31}, {12, 4, 3, 3}, {1, 3}, {2, 1, 0, 2}, {2, 2}, 2, true},
+      // Stride 2 over rows wide enough for the vector phase split (and an
+      // odd tail).
+      {{1, 8, 9, 70}, {16, 8, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 1, true},
       // Depthwise (rows as axpys, split into stride phases): rows wider
       // than a vector with a tail, stride 3 with dilation 2, pads wider
       // than the kernel (taps that cover no output column), 1-D and 3-D.
@@ -2335,6 +2338,10 @@ TEST_P(OpsTest, Conv) {
       {{1, 2, 11, 29}, {4, 1, 3, 3}, {3, 3}, {2, 1, 0, 2}, {2, 2}, 2, true},
       {{1, 2, 4, 9}, {2, 1, 2, 3}, {1, 2}, {3, 4, 2, 5}, {1, 2}, 2, false},
       {{2, 5, 19}, {5, 1, 4}, {2}, {1, 2}, {1}, 5, true},
+      // Rows of more than 64 outputs (the vector kernel's blocks), and
+      // stride 2 over rows wide enough for the vector phase split.
+      {{1, 2, 5, 150}, {2, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2, true},
+      {{1, 4, 7, 67}, {4, 1, 3, 3}, {2, 2}, {0, 1, 1, 1}, {1, 1}, 4, true},
       {{1, 2, 5, 6, 7},
        {2, 1, 3, 2, 3},
        {2, 1, 2},

@@ -96,6 +96,18 @@ void tapRange(int64_t off, int64_t s, int64_t in, int64_t out, int64_t &lo,
   hi = in - 1 - off < 0 ? 0 : std::min(out, (in - 1 - off) / s + 1);
 }
 
+#if SPARSEC_RT_CONV_X86
+/// Lanes [lo, hi) of a 16-lane vector, clipped to it.
+SPARSEC_RT_CONV_AVX512 inline __mmask16 laneRange(int64_t lo, int64_t hi) {
+  lo = std::max<int64_t>(lo, 0);
+  hi = std::min<int64_t>(hi, 16);
+  if (lo >= hi)
+    return 0;
+  return __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+#endif
+
 /// A run of output positions along the last spatial dim: positions
 /// [p, p + ow1 - ow0) are (od, oh, ow0 .. ow1 - 1).
 struct Segment {
@@ -119,23 +131,58 @@ void segmentsOf(const Geometry &g, int64_t p0, int64_t p1,
   }
 }
 
+#if SPARSEC_RT_CONV_X86
+/// splitRow for stride 2 with zmm registers: 32 columns a step into their
+/// 16 even and 16 odd ones.
+SPARSEC_RT_CONV_AVX512 void splitRow2Avx512(const float *src, int64_t inW,
+                                            float *even, float *odd) {
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20,
+                                          22, 24, 26, 28, 30);
+  const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21,
+                                         23, 25, 27, 29, 31);
+  int64_t j = 0;
+  for (; 2 * j + 32 <= inW; j += 16) {
+    const __m512 a = _mm512_loadu_ps(src + 2 * j);
+    const __m512 b = _mm512_loadu_ps(src + 2 * j + 16);
+    _mm512_storeu_ps(even + j, _mm512_permutex2var_ps(a, evens, b));
+    _mm512_storeu_ps(odd + j, _mm512_permutex2var_ps(a, odds, b));
+  }
+  for (; 2 * j < inW; ++j) {
+    even[j] = src[2 * j];
+    if (2 * j + 1 < inW)
+      odd[j] = src[2 * j + 1];
+  }
+}
+#endif
+
+/// One input row of inW columns split into its s stride phases: phase f
+/// (columns f, f + s, ...) at dst + f * ceil(inW / s).
+void splitRow(const float *src, int64_t inW, int64_t s, float *dst,
+              bool avx512) {
+  const int64_t phaseLen = (inW + s - 1) / s;
+#if SPARSEC_RT_CONV_X86
+  if (avx512 && s == 2)
+    return splitRow2Avx512(src, inW, dst, dst + phaseLen);
+#endif
+  (void)avx512;
+  for (int64_t f = 0; f < s; ++f)
+    for (int64_t j = 0; j * s + f < inW; ++j)
+      dst[f * phaseLen + j] = src[j * s + f];
+}
+
 /// The input with each row split into its g.stride[2] phases: row `row`'s
 /// phase f (columns f, f + s, ...) at `phaseLen` floats apart from
 /// row * s * phaseLen, so that a tap reads contiguous columns.
 void splitPhases(Context &ctx, const float *x, int64_t rows, int64_t inW,
                  int64_t s, std::vector<float> &out) {
+  const bool avx512 = kernelIsa() >= kIsaAvx512;
   const int64_t phaseLen = (inW + s - 1) / s;
   out.resize(size_t(rows * s * phaseLen));
-  parallelFor(ctx, rows, std::max<int64_t>(1, 16384 / inW),
-              [&](int64_t b, int64_t e) {
-                for (int64_t r = b; r < e; ++r) {
-                  const float *src = x + r * inW;
-                  float *dst = out.data() + r * s * phaseLen;
-                  for (int64_t f = 0; f < s; ++f)
-                    for (int64_t j = 0; j * s + f < inW; ++j)
-                      dst[f * phaseLen + j] = src[j * s + f];
-                }
-              });
+  parallelFor(
+      ctx, rows, std::max<int64_t>(1, 16384 / inW), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r)
+          splitRow(x + r * inW, inW, s, out.data() + r * s * phaseLen, avx512);
+      });
 }
 
 /// A kernel tap (kd, kh, kw) as im2col reads it: the output columns whose
@@ -186,6 +233,32 @@ void im2colRow(const float *plane, const Tap &t, const Geometry &g,
   }
 }
 
+#if SPARSEC_RT_CONV_X86
+/// im2colRow with zmm registers: each run is written 16 columns at a time,
+/// a masked load (zero outside the tap's columns) and a masked store.
+SPARSEC_RT_CONV_AVX512 void im2colRowAvx512(const float *plane, const Tap &t,
+                                            const Geometry &g,
+                                            const std::vector<Segment> &segs,
+                                            int64_t p0, int64_t rowLen,
+                                            float *dst) {
+  for (const Segment &sg : segs) {
+    float *o = dst + (sg.p - p0) - sg.ow0; // o[ow] for ow in [ow0, ow1)
+    const int64_t id = sg.od * g.stride[0] - g.padB[0] + t.kd * g.dil[0];
+    const int64_t ih = sg.oh * g.stride[1] - g.padB[1] + t.kh * g.dil[1];
+    int64_t a = std::max(sg.ow0, t.lo), b = std::min(sg.ow1, t.hi);
+    const float *row = plane;
+    if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || a >= b)
+      a = b = sg.ow0; // all padding: zeros
+    else
+      row = plane + (id * g.in[1] + ih) * rowLen + t.start - t.lo;
+    for (int64_t q = sg.ow0; q < sg.ow1; q += 16) {
+      const __m512 v = _mm512_maskz_loadu_ps(laneRange(a - q, b - q), row + q);
+      _mm512_mask_storeu_ps(o + q, laneRange(0, sg.ow1 - q), v);
+    }
+  }
+}
+#endif
+
 /// Copies the NR-float strips of `row` (nPad floats) to dst, dst + step, ...
 template <int NR>
 void scatterStrips(const float *row, int64_t nPad, float *dst, int64_t step) {
@@ -198,11 +271,12 @@ void scatterStrips(const float *row, int64_t nPad, float *dst, int64_t step) {
 /// lay.floats(rows, p1 - p0) floats). `x`: Cg planes of g.in[0] * g.in[1]
 /// rows of g.in[2] columns, each split into phaseLen-column stride phases
 /// when the stride along the last dim is above 1. `row`, `segs` and `taps`
-/// are scratch.
+/// are scratch; `avx512`: copy with zmm registers.
 void im2colPacked(const float *x, int64_t Cg, const Geometry &g, int64_t p0,
                   int64_t p1, int64_t phaseLen, const GemmPackLayout &lay,
                   float *packed, std::vector<float> &row,
-                  std::vector<Segment> &segs, std::vector<Tap> &taps) {
+                  std::vector<Segment> &segs, std::vector<Tap> &taps,
+                  bool avx512) {
   const int64_t kSize = g.kSize(), rows = Cg * kSize, width = p1 - p0;
   const int64_t nPad = lay.paddedColumns(width), NR = lay.NR;
   const int64_t rowLen = g.stride[2] * phaseLen;
@@ -212,7 +286,13 @@ void im2colPacked(const float *x, int64_t Cg, const Geometry &g, int64_t p0,
   for (int64_t c = 0, r = 0; c < Cg; ++c) {
     const float *plane = x + c * g.in[0] * g.in[1] * rowLen;
     for (int64_t t = 0; t < kSize; ++t, ++r) {
-      im2colRow(plane, taps[size_t(t)], g, segs, p0, rowLen, row.data());
+#if SPARSEC_RT_CONV_X86
+      if (avx512)
+        im2colRowAvx512(plane, taps[size_t(t)], g, segs, p0, rowLen,
+                        row.data());
+      else
+#endif
+        im2colRow(plane, taps[size_t(t)], g, segs, p0, rowLen, row.data());
       const int64_t pc = r / lay.KC * lay.KC;
       const int64_t kc = std::min(lay.KC, rows - pc);
       float *dst = packed + pc * nPad + (r - pc) * NR;
@@ -258,15 +338,6 @@ void depthwiseRow(const RowTap *taps, int64_t nt, float bias, Activation act,
 }
 
 #if SPARSEC_RT_CONV_X86
-/// Lanes [lo, hi) of a 16-lane vector, clipped to it.
-SPARSEC_RT_CONV_AVX512 inline __mmask16 laneRange(int64_t lo, int64_t hi) {
-  lo = std::max<int64_t>(lo, 0);
-  hi = std::min<int64_t>(hi, 16);
-  if (lo >= hi)
-    return 0;
-  return __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1));
-}
-
 /// depthwiseRow with zmm registers: 64 output columns at a time in four
 /// accumulators, every tap a (masked) load and FMA per vector, the row
 /// stored once (ReLU and ReLU6 applied in registers).
@@ -338,13 +409,8 @@ void depthwisePlane(const float *xin, const float *wk, float bias,
   const float *plane = xin;
   if (s > 1) {
     phases.resize(size_t(inRows * rowLen));
-    for (int64_t r = 0; r < inRows; ++r) {
-      const float *src = xin + r * inW;
-      float *dst = phases.data() + r * rowLen;
-      for (int64_t f = 0; f < s; ++f)
-        for (int64_t j = 0; j * s + f < inW; ++j)
-          dst[f * phaseLen + j] = src[j * s + f];
-    }
+    for (int64_t r = 0; r < inRows; ++r)
+      splitRow(xin + r * inW, inW, s, phases.data() + r * rowLen, avx512);
     plane = phases.data();
   }
   tapsOf(g, phaseLen, taps);
@@ -471,6 +537,7 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   // it from L2) and runs the product on its thread, bias and activation in
   // the GEMM's epilogue.
   const GemmPackLayout lay = gemmPackLayout();
+  const bool avx512 = kernelIsa() >= kIsaAvx512;
   constexpr int64_t kPackedBytes = int64_t(1) << 19;
   int64_t chunk = std::max<int64_t>(
       lay.NR, kPackedBytes / int64_t(sizeof(float)) / Kdim / lay.NR * lay.NR);
@@ -504,7 +571,7 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
       }
       im2colPacked(src + n * imageFloats + gi * (imageFloats / C) * Cg, Cg, g,
                    p0, p1, phaseLen, lay, packed, colBuffer, segmentBuffer,
-                   tapBuffer);
+                   tapBuffer, avx512);
       GemmArgs a;
       a.M = Mg;
       a.N = p1 - p0;

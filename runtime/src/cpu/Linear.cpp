@@ -196,12 +196,14 @@ struct ScalarKernel {
   static constexpr int MR = 4, NR = 8;
   static constexpr int64_t KC = 256, MC = 64, NC = 2048;
 
-  /// c[ROWS, NR] (row stride ldc) = (accumulate ? c : bias) + a . bp, A's
-  /// ROWS rows read in place (row stride lda); see tileDirect.
+  /// c[ROWS, NR] (row stride ldc) = act((accumulate ? c : bias + rowBias)
+  /// + a . bp), A's ROWS rows read in place (row stride lda); see
+  /// tileDirect.
   template <int ROWS>
   static void tileRows(int64_t kc, const float *a, int64_t lda, const float *bp,
                        float *c, int64_t ldc, bool accumulate,
-                       const float *bias, const float *rowBias) {
+                       const float *bias, const float *rowBias,
+                       Activation act) {
     float acc[ROWS][NR];
     for (int i = 0; i < ROWS; ++i)
       for (int j = 0; j < NR; ++j)
@@ -215,8 +217,14 @@ struct ScalarKernel {
       bp += NR;
     }
     for (int i = 0; i < ROWS; ++i)
-      for (int j = 0; j < NR; ++j)
-        c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+      for (int j = 0; j < NR; ++j) {
+        float v = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+        if (act == Activation::relu)
+          v = reluOf(v);
+        else if (act == Activation::relu6)
+          v = relu6Of(v);
+        c[i * ldc + j] = v;
+      }
   }
 };
 
@@ -258,7 +266,7 @@ struct Avx2Kernel {
   SPARSEC_RT_AVX2 static void tileRows(int64_t kc, const float *a, int64_t lda,
                                        const float *bp, float *c, int64_t ldc,
                                        bool accumulate, const float *bias,
-                                       const float *rowBias) {
+                                       const float *rowBias, Activation act) {
     const __m256 i0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
     const __m256 i1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
     __m256 acc[ROWS][2];
@@ -287,6 +295,15 @@ struct Avx2Kernel {
       if (accumulate) {
         v0 = _mm256_add_ps(v0, _mm256_loadu_ps(row));
         v1 = _mm256_add_ps(v1, _mm256_loadu_ps(row + 8));
+      }
+      if (act == Activation::relu || act == Activation::relu6) {
+        // max(0, v): a NaN (the second operand) stays NaN.
+        v0 = _mm256_max_ps(_mm256_setzero_ps(), v0);
+        v1 = _mm256_max_ps(_mm256_setzero_ps(), v1);
+      }
+      if (act == Activation::relu6) {
+        v0 = _mm256_min_ps(_mm256_set1_ps(6.0f), v0);
+        v1 = _mm256_min_ps(_mm256_set1_ps(6.0f), v1);
       }
       _mm256_storeu_ps(row, v0);
       _mm256_storeu_ps(row + 8, v1);
@@ -481,7 +498,7 @@ struct Avx512Kernel {
   SPARSEC_RT_AVX512 static void
   tileRows(int64_t kc, const float *a, int64_t lda, const float *bp, float *c,
            int64_t ldc, bool accumulate, const float *bias,
-           const float *rowBias) {
+           const float *rowBias, Activation act) {
     const __m512 i0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
     const __m512 i1 = bias ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();
     __m512 acc[ROWS][2];
@@ -516,6 +533,16 @@ struct Avx512Kernel {
       if (accumulate) {
         v0 = _mm512_add_ps(v0, _mm512_loadu_ps(row));
         v1 = _mm512_add_ps(v1, _mm512_loadu_ps(row + 16));
+      }
+      if (act == Activation::relu || act == Activation::relu6) {
+        // max(0, v): a NaN (the second operand) stays NaN. (maskz with all
+        // lanes: the unmasked form trips GCC 12's uninitialised warning.)
+        v0 = _mm512_maskz_max_ps(0xffff, _mm512_setzero_ps(), v0);
+        v1 = _mm512_maskz_max_ps(0xffff, _mm512_setzero_ps(), v1);
+      }
+      if (act == Activation::relu6) {
+        v0 = _mm512_maskz_min_ps(0xffff, _mm512_set1_ps(6.0f), v0);
+        v1 = _mm512_maskz_min_ps(0xffff, _mm512_set1_ps(6.0f), v1);
       }
       _mm512_storeu_ps(row, v0);
       _mm512_storeu_ps(row + 16, v1);
@@ -603,19 +630,22 @@ void streamBlockAvx512Rows(int64_t rows, int64_t k0, int64_t kb,
 }
 #endif // SPARSEC_RT_X86
 
-/// c[rows, NR] = (accumulate ? c : bias + rowBias) + A[rows, kc] . bp
+/// c[rows, NR] = act((accumulate ? c : bias + rowBias) + A[rows, kc] . bp)
 /// through Kern::tileRows<rows>: A read in place (row stride lda: no
 /// packing, no padding rows), 1 <= rows <= R = Kern::MR; `bias` (NR values,
-/// added to every row) and `rowBias` (one value a row) may be null.
+/// added to every row) and `rowBias` (one value a row) may be null; `act`
+/// is none, relu or relu6 (the ones applied in registers).
 template <typename Kern, int R = Kern::MR>
 void tileDirect(int rows, int64_t kc, const float *a, int64_t lda,
                 const float *bp, float *c, int64_t ldc, bool accumulate,
-                const float *bias, const float *rowBias) {
+                const float *bias, const float *rowBias,
+                Activation act = Activation::none) {
   if constexpr (R > 1)
     if (rows < R)
       return tileDirect<Kern, R - 1>(rows, kc, a, lda, bp, c, ldc, accumulate,
-                                     bias, rowBias);
-  Kern::template tileRows<R>(kc, a, lda, bp, c, ldc, accumulate, bias, rowBias);
+                                     bias, rowBias, act);
+  Kern::template tileRows<R>(kc, a, lda, bp, c, ldc, accumulate, bias, rowBias,
+                             act);
 }
 
 //===----------------------------------------------------------------------===//
@@ -792,12 +822,18 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
             // `edge`. A full strip starts from the biases (first panel)
             // instead of adding them afterwards.
             const float *as = g.A + (ic + ir) * g.lda + pc;
+            // The last panel of a full strip applies a ReLU or ReLU6 in
+            // registers too.
             const bool biasIn = cols == NR;
+            const bool actIn =
+                biasIn && last &&
+                (g.act == Activation::relu || g.act == Activation::relu6);
             if (cols == NR) {
               tileDirect<Kern>(int(rows), kc, as, g.lda, bs, c, g.ldc, !first,
                                first && g.bias ? g.bias + jc + jr : nullptr,
                                first && g.rowBias ? g.rowBias + ic + ir
-                                                  : nullptr);
+                                                  : nullptr,
+                               actIn ? g.act : Activation::none);
             } else {
               tileDirect<Kern>(int(rows), kc, as, g.lda, bs, edge, NR, false,
                                nullptr, nullptr);
@@ -806,7 +842,7 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
                   c[i * g.ldc + j] = first ? edge[i * NR + j]
                                            : c[i * g.ldc + j] + edge[i * NR + j];
             }
-            if (last)
+            if (last && !actIn)
               epilogue(g, c, ic + ir, rows, jc + jr, cols, biasIn);
           }
         }
