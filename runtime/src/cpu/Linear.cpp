@@ -994,8 +994,9 @@ namespace {
 template <typename W>
 void gemmTyped(ThreadPool *pool, const GemmArgs &g, int isa) {
   // Streaming W beats packing it up to a few dozen rows (decode, small
-  // batches); measured crossover on Zen 4 is around M = 32-48.
-  if (g.M <= kStreamMaxRows)
+  // batches); measured crossover on Zen 4 is around M = 32-48. A B given
+  // packed is multiplied blocked at any M.
+  if (g.M <= kStreamMaxRows && !g.Bpacked)
     return gemmStream<W>(pool, g, isa);
 #if SPARSEC_RT_X86
   if (isa >= kIsaAvx512)
@@ -1017,16 +1018,7 @@ void gemm(ThreadPool *pool, const GemmArgs &g) {
     return;
   }
   const int isa = kernelIsa();
-  if (g.Bpacked) {
-#if SPARSEC_RT_X86
-    if (isa >= kIsaAvx512)
-      return gemmBlocked<Avx512Kernel, float>(pool, g);
-    if (isa >= kIsaAvx2)
-      return gemmBlocked<Avx2Kernel, float>(pool, g);
-#endif
-    return gemmBlocked<ScalarKernel, float>(pool, g);
-  }
-  if (g.Bh)
+  if (g.Bh && !g.Bpacked)
     return gemmTyped<Half>(pool, g, isa);
   gemmTyped<float>(pool, g, isa);
 }
