@@ -191,23 +191,14 @@ void inputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
   });
 }
 
+/// act(v) with the scalar functions every x86 epilogue uses (Common.h), so
+/// that a sparse output matches the dense linear's.
 float activate(Activation act, float v) {
-  switch (act) {
-  case Activation::relu:
-    return v > 0.0f ? v : 0.0f;
-  case Activation::gelu:
-    return 0.5f * v * (1.0f + std::erf(v * 0.70710678f));
-  case Activation::gelu_tanh:
-    return 0.5f * v *
-           (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
-  case Activation::silu:
-    return v / (1.0f + std::exp(-v));
-  case Activation::relu6:
-    return v < 0.0f ? 0.0f : v > 6.0f ? 6.0f : v;
-  default:
-    return v;
-  }
+  float r = v;
+  detail::withActivation(act, [&](auto fn) { r = fn(v); });
+  return r;
 }
+
 
 template <typename W>
 void outputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
