@@ -27,8 +27,16 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__x86_64__)
+// The x86 kernels are compiled with target attributes (the library itself
+// for baseline x86-64) and chosen at run time (kernelIsa).
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#define SPARSEC_RT_X86 1
+#define SPARSEC_RT_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define SPARSEC_RT_AVX512                                                      \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
+#else
+#define SPARSEC_RT_X86 0
 #endif
 
 namespace sparsec::rt::ops::detail {
@@ -49,12 +57,12 @@ using rt::halfToFloat;
 inline float toFloat(float f) { return f; }
 inline float toFloat(Half h) { return halfToFloat(h.bits); }
 
-#if defined(__x86_64__)
+#if SPARSEC_RT_X86
 /// Eight weight elements as float32 (F16C for float16).
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float *p) {
+SPARSEC_RT_AVX2 inline __m256 load8(const float *p) {
   return _mm256_loadu_ps(p);
 }
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const Half *p) {
+SPARSEC_RT_AVX2 inline __m256 load8(const Half *p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
 }
 #endif
@@ -641,6 +649,27 @@ template <typename F> inline void withActivation(Activation act, F &&f) {
     return f([](auto v) { return relu6Of(v); });
   }
 }
+
+/// Whether a kernel applies `act` in its vector registers (ReLU, ReLU6);
+/// the others go through applyActivation.
+inline bool activatesInRegisters(Activation act) {
+  return act == Activation::relu || act == Activation::relu6;
+}
+
+#if SPARSEC_RT_X86
+/// ReLU or ReLU6 (activatesInRegisters) of 16 floats, a NaN kept; v as it
+/// is for any other activation.
+SPARSEC_RT_AVX512 inline __m512 activateInRegisters(Activation act, __m512 v) {
+  // max(0, v) and min(6, v): a NaN, the second operand, stays NaN. (maskz
+  // with all lanes: the unmasked forms trip GCC 12's uninitialised-variable
+  // warning.)
+  if (activatesInRegisters(act))
+    v = _mm512_maskz_max_ps(0xffff, _mm512_setzero_ps(), v);
+  if (act == Activation::relu6)
+    v = _mm512_maskz_min_ps(0xffff, _mm512_set1_ps(6.0f), v);
+  return v;
+}
+#endif
 
 /// Applies `act` to n floats in place.
 inline void applyActivation(Activation act, float *x, int64_t n) {

@@ -26,14 +26,6 @@
 
 #include "Common.h"
 
-#if defined(__x86_64__)
-#define SPARSEC_RT_CONV_X86 1
-#define SPARSEC_RT_CONV_AVX512                                                 \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
-#else
-#define SPARSEC_RT_CONV_X86 0
-#endif
-
 #include <algorithm>
 #include <atomic>
 
@@ -96,16 +88,15 @@ void tapRange(int64_t off, int64_t s, int64_t in, int64_t out, int64_t &lo,
   hi = in - 1 - off < 0 ? 0 : std::min(out, (in - 1 - off) / s + 1);
 }
 
-#if SPARSEC_RT_CONV_X86
+#if SPARSEC_RT_X86
 /// Lanes [lo, hi) of a 16-lane vector, clipped to it.
-SPARSEC_RT_CONV_AVX512 inline __mmask16 laneRange(int64_t lo, int64_t hi) {
+SPARSEC_RT_AVX512 inline __mmask16 laneRange(int64_t lo, int64_t hi) {
   lo = std::max<int64_t>(lo, 0);
   hi = std::min<int64_t>(hi, 16);
   if (lo >= hi)
     return 0;
   return __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1));
 }
-
 #endif
 
 /// A run of output positions along the last spatial dim: positions
@@ -131,11 +122,11 @@ void segmentsOf(const Geometry &g, int64_t p0, int64_t p1,
   }
 }
 
-#if SPARSEC_RT_CONV_X86
+#if SPARSEC_RT_X86
 /// splitRow for stride 2 with zmm registers: 32 columns a step into their
 /// 16 even and 16 odd ones.
-SPARSEC_RT_CONV_AVX512 void splitRow2Avx512(const float *src, int64_t inW,
-                                            float *even, float *odd) {
+SPARSEC_RT_AVX512 void splitRow2Avx512(const float *src, int64_t inW,
+                                       float *even, float *odd) {
   const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20,
                                           22, 24, 26, 28, 30);
   const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21,
@@ -160,7 +151,7 @@ SPARSEC_RT_CONV_AVX512 void splitRow2Avx512(const float *src, int64_t inW,
 void splitRow(const float *src, int64_t inW, int64_t s, float *dst,
               bool avx512) {
   const int64_t phaseLen = (inW + s - 1) / s;
-#if SPARSEC_RT_CONV_X86
+#if SPARSEC_RT_X86
   if (avx512 && s == 2)
     return splitRow2Avx512(src, inW, dst, dst + phaseLen);
 #endif
@@ -172,10 +163,10 @@ void splitRow(const float *src, int64_t inW, int64_t s, float *dst,
 
 /// The input with each row split into its g.stride[2] phases: row `row`'s
 /// phase f (columns f, f + s, ...) at `phaseLen` floats apart from
-/// row * s * phaseLen, so that a tap reads contiguous columns.
+/// row * s * phaseLen, so that a tap reads contiguous columns; `avx512`:
+/// split with zmm registers.
 void splitPhases(Context &ctx, const float *x, int64_t rows, int64_t inW,
-                 int64_t s, std::vector<float> &out) {
-  const bool avx512 = kernelIsa() >= kIsaAvx512;
+                 int64_t s, bool avx512, std::vector<float> &out) {
   const int64_t phaseLen = (inW + s - 1) / s;
   out.resize(size_t(rows * s * phaseLen));
   parallelFor(
@@ -210,6 +201,19 @@ void tapsOf(const Geometry &g, int64_t phaseLen, std::vector<Tap> &taps) {
       }
 }
 
+/// The input row under tap `t` for output row (od, oh) of input plane
+/// `plane` (g.in[0] * g.in[1] rows of rowLen floats), as a pointer r with
+/// r[ow] the input of output column ow for ow in [t.lo, t.hi); null when
+/// that row lies in the padding or the tap covers no output column.
+const float *tapRow(const float *plane, const Tap &t, const Geometry &g,
+                    int64_t od, int64_t oh, int64_t rowLen) {
+  const int64_t id = od * g.stride[0] - g.padB[0] + t.kd * g.dil[0];
+  const int64_t ih = oh * g.stride[1] - g.padB[1] + t.kh * g.dil[1];
+  if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || t.lo >= t.hi)
+    return nullptr;
+  return plane + (id * g.in[1] + ih) * rowLen + t.start - t.lo;
+}
+
 /// The im2col row of tap `t` over input plane `plane` (g.in[0] * g.in[1]
 /// rows of rowLen floats) for the output positions of `segs` (the first at
 /// p0): dst[p - p0] is the input under the tap at position p, or 0 in the
@@ -219,38 +223,31 @@ void im2colRow(const float *plane, const Tap &t, const Geometry &g,
                float *dst) {
   for (const Segment &sg : segs) {
     float *o = dst + (sg.p - p0) - sg.ow0; // o[ow] for ow in [ow0, ow1)
-    const int64_t id = sg.od * g.stride[0] - g.padB[0] + t.kd * g.dil[0];
-    const int64_t ih = sg.oh * g.stride[1] - g.padB[1] + t.kh * g.dil[1];
+    const float *row = tapRow(plane, t, g, sg.od, sg.oh, rowLen);
     const int64_t a = std::max(sg.ow0, t.lo), b = std::min(sg.ow1, t.hi);
-    if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || a >= b) {
+    if (!row || a >= b) {
       std::fill(o + sg.ow0, o + sg.ow1, 0.0f);
       continue;
     }
-    const float *row = plane + (id * g.in[1] + ih) * rowLen + t.start - t.lo;
     std::fill(o + sg.ow0, o + a, 0.0f);
     std::memcpy(o + a, row + a, size_t(b - a) * sizeof(float));
     std::fill(o + b, o + sg.ow1, 0.0f);
   }
 }
 
-#if SPARSEC_RT_CONV_X86
+#if SPARSEC_RT_X86
 /// im2colRow with zmm registers: each run is written 16 columns at a time,
 /// a masked load (zero outside the tap's columns) and a masked store.
-SPARSEC_RT_CONV_AVX512 void im2colRowAvx512(const float *plane, const Tap &t,
-                                            const Geometry &g,
-                                            const std::vector<Segment> &segs,
-                                            int64_t p0, int64_t rowLen,
-                                            float *dst) {
+SPARSEC_RT_AVX512 void im2colRowAvx512(const float *plane, const Tap &t,
+                                       const Geometry &g,
+                                       const std::vector<Segment> &segs,
+                                       int64_t p0, int64_t rowLen, float *dst) {
   for (const Segment &sg : segs) {
     float *o = dst + (sg.p - p0) - sg.ow0; // o[ow] for ow in [ow0, ow1)
-    const int64_t id = sg.od * g.stride[0] - g.padB[0] + t.kd * g.dil[0];
-    const int64_t ih = sg.oh * g.stride[1] - g.padB[1] + t.kh * g.dil[1];
+    const float *row = tapRow(plane, t, g, sg.od, sg.oh, rowLen);
     int64_t a = std::max(sg.ow0, t.lo), b = std::min(sg.ow1, t.hi);
-    const float *row = plane;
-    if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || a >= b)
-      a = b = sg.ow0; // all padding: zeros
-    else
-      row = plane + (id * g.in[1] + ih) * rowLen + t.start - t.lo;
+    if (!row)
+      a = b = sg.ow0; // all padding: zeros (no lane is loaded)
     for (int64_t q = sg.ow0; q < sg.ow1; q += 16) {
       const __m512 v = _mm512_maskz_loadu_ps(laneRange(a - q, b - q), row + q);
       _mm512_mask_storeu_ps(o + q, laneRange(0, sg.ow1 - q), v);
@@ -270,23 +267,22 @@ void scatterStrips(const float *row, int64_t nPad, float *dst, int64_t step) {
 /// in all) written straight into the GEMM's packed layout `lay` (packed:
 /// lay.floats(rows, p1 - p0) floats). `x`: Cg planes of g.in[0] * g.in[1]
 /// rows of g.in[2] columns, each split into phaseLen-column stride phases
-/// when the stride along the last dim is above 1. `row`, `segs` and `taps`
-/// are scratch; `avx512`: copy with zmm registers.
+/// when the stride along the last dim is above 1; `taps` as tapsOf gives
+/// them. `row` and `segs` are scratch; `avx512`: copy with zmm registers.
 void im2colPacked(const float *x, int64_t Cg, const Geometry &g, int64_t p0,
-                  int64_t p1, int64_t phaseLen, const GemmPackLayout &lay,
-                  float *packed, std::vector<float> &row,
-                  std::vector<Segment> &segs, std::vector<Tap> &taps,
+                  int64_t p1, int64_t phaseLen, const std::vector<Tap> &taps,
+                  const GemmPackLayout &lay, float *packed,
+                  std::vector<float> &row, std::vector<Segment> &segs,
                   bool avx512) {
   const int64_t kSize = g.kSize(), rows = Cg * kSize, width = p1 - p0;
   const int64_t nPad = lay.paddedColumns(width), NR = lay.NR;
   const int64_t rowLen = g.stride[2] * phaseLen;
   row.assign(size_t(nPad), 0.0f); // the padding columns stay zero
   segmentsOf(g, p0, p1, segs);
-  tapsOf(g, phaseLen, taps);
   for (int64_t c = 0, r = 0; c < Cg; ++c) {
     const float *plane = x + c * g.in[0] * g.in[1] * rowLen;
     for (int64_t t = 0; t < kSize; ++t, ++r) {
-#if SPARSEC_RT_CONV_X86
+#if SPARSEC_RT_X86
       if (avx512)
         im2colRowAvx512(plane, taps[size_t(t)], g, segs, p0, rowLen,
                         row.data());
@@ -317,7 +313,6 @@ void im2colPacked(const float *x, int64_t Cg, const Geometry &g, int64_t p0,
 thread_local std::vector<float> colBuffer;
 thread_local Scratch packedColumns;
 thread_local std::vector<Segment> segmentBuffer;
-thread_local std::vector<Tap> tapBuffer;
 
 /// One tap's contribution to an output row: w * src[j] for the output
 /// columns j in [lo, hi).
@@ -337,14 +332,13 @@ void depthwiseRow(const RowTap *taps, int64_t nt, float bias, Activation act,
   applyActivation(act, y, n);
 }
 
-#if SPARSEC_RT_CONV_X86
+#if SPARSEC_RT_X86
 /// depthwiseRow with zmm registers: 64 output columns at a time in four
 /// accumulators, every tap a (masked) load and FMA per vector, the row
 /// stored once (ReLU and ReLU6 applied in registers).
-SPARSEC_RT_CONV_AVX512 void depthwiseRowAvx512(const RowTap *taps, int64_t nt,
-                                               float bias, Activation act,
-                                               float *y, int64_t n) {
-  const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+SPARSEC_RT_AVX512 void depthwiseRowAvx512(const RowTap *taps, int64_t nt,
+                                          float bias, Activation act, float *y,
+                                          int64_t n) {
   for (int64_t j0 = 0; j0 < n; j0 += 64) {
     const int64_t j1 = std::min(n, j0 + 64);
     __m512 acc[4];
@@ -376,18 +370,14 @@ SPARSEC_RT_CONV_AVX512 void depthwiseRowAvx512(const RowTap *taps, int64_t nt,
         break;
       // (maskz with all lanes: the unmasked max trips GCC 12's
       // uninitialised-variable warning)
-      __m512 r = acc[v];
-      if (act == Activation::relu || act == Activation::relu6)
-        r = _mm512_maskz_max_ps(0xffff, zero, r); // NaN (second) stays
-      if (act == Activation::relu6)
-        r = _mm512_maskz_min_ps(0xffff, six, r);
+      const __m512 r = activateInRegisters(act, acc[v]);
       if (base + 16 <= j1)
         _mm512_storeu_ps(y + base, r);
       else
         _mm512_mask_storeu_ps(y + base, laneRange(0, j1 - base), r);
     }
   }
-  if (act != Activation::relu && act != Activation::relu6)
+  if (!activatesInRegisters(act))
     applyActivation(act, y, n);
 }
 #endif
@@ -398,10 +388,11 @@ SPARSEC_RT_CONV_AVX512 void depthwiseRowAvx512(const RowTap *taps, int64_t nt,
 /// column, with the stride) over the output columns it covers. With a
 /// stride along the last dim above 1, the plane's rows are first split
 /// into their stride phases (once, into `phases`), so that every tap reads
-/// contiguous columns. `taps` and `rowTaps` are scratch.
+/// contiguous columns. `taps` as tapsOf gives them; `phases` and `rowTaps`
+/// are scratch.
 void depthwisePlane(const float *xin, const float *wk, float bias,
                     Activation act, const Geometry &g, float *yo,
-                    std::vector<float> &phases, std::vector<Tap> &taps,
+                    const std::vector<Tap> &taps, std::vector<float> &phases,
                     std::vector<RowTap> &rowTaps, bool avx512) {
   const int64_t s = g.stride[2], inW = g.in[2], outW = g.out[2];
   const int64_t phaseLen = (inW + s - 1) / s, rowLen = s * phaseLen;
@@ -413,24 +404,15 @@ void depthwisePlane(const float *xin, const float *wk, float bias,
       splitRow(xin + r * inW, inW, s, phases.data() + r * rowLen, avx512);
     plane = phases.data();
   }
-  tapsOf(g, phaseLen, taps);
   rowTaps.resize(taps.size());
   for (int64_t od = 0; od < g.out[0]; ++od)
     for (int64_t oh = 0; oh < g.out[1]; ++oh) {
       int64_t nt = 0;
-      for (size_t t = 0; t < taps.size(); ++t) {
-        const Tap &tp = taps[t];
-        const int64_t id = od * g.stride[0] - g.padB[0] + tp.kd * g.dil[0];
-        const int64_t ih = oh * g.stride[1] - g.padB[1] + tp.kh * g.dil[1];
-        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] ||
-            tp.lo >= tp.hi)
-          continue;
-        rowTaps[size_t(nt++)] = {
-            plane + (id * g.in[1] + ih) * rowLen + tp.start - tp.lo, wk[t],
-            tp.lo, tp.hi};
-      }
+      for (size_t t = 0; t < taps.size(); ++t)
+        if (const float *row = tapRow(plane, taps[t], g, od, oh, rowLen))
+          rowTaps[size_t(nt++)] = {row, wk[t], taps[t].lo, taps[t].hi};
       float *yrow = yo + (od * g.out[1] + oh) * outW;
-#if SPARSEC_RT_CONV_X86
+#if SPARSEC_RT_X86
       if (avx512) {
         depthwiseRowAvx512(rowTaps.data(), nt, bias, act, yrow, outW);
         continue;
@@ -488,16 +470,22 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   const float *bp = bias ? bias->as<float>() : nullptr;
   float *yp = res.as<float>();
 
+  // The kernel's taps, shared by every plane and chunk; rows split into
+  // stride phases of phaseLen columns when the last dim is strided.
+  const bool avx512 = kernelIsa() >= kIsaAvx512;
+  const int64_t s = g.stride[2], phaseLen = (g.in[2] + s - 1) / s;
+  std::vector<Tap> taps;
+  tapsOf(g, phaseLen, taps);
+
   if (Cg == 1) {
     // Depthwise: one input channel per group, a plane at a time.
-    const bool avx512 = kernelIsa() >= kIsaAvx512;
     parallelFor(ctx, N * M, std::max<int64_t>(1, 4096 / (P * kSize)),
                 [&](int64_t b, int64_t e) {
                   for (int64_t plane = b; plane < e; ++plane) {
                     const int64_t n = plane / M, m = plane % M, c = m / Mg;
                     depthwisePlane(xp + (n * C + c) * S, wp + m * kSize,
                                    bp ? bp[m] : 0.0f, act, g, yp + plane * P,
-                                   colBuffer, tapBuffer, rowTapBuffer, avx512);
+                                   taps, colBuffer, rowTapBuffer, avx512);
                   }
                 });
     out = res;
@@ -537,7 +525,6 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   // it from L2) and runs the product on its thread, bias and activation in
   // the GEMM's epilogue.
   const GemmPackLayout lay = gemmPackLayout();
-  const bool avx512 = kernelIsa() >= kIsaAvx512;
   constexpr int64_t kPackedBytes = int64_t(1) << 19;
   int64_t chunk = std::max<int64_t>(
       lay.NR, kPackedBytes / int64_t(sizeof(float)) / Kdim / lay.NR * lay.NR);
@@ -551,11 +538,10 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   const int64_t chunks = (P + chunk - 1) / chunk;
   // With a stride along the last dim, the input's rows split into their
   // phases once, so that every tap copies contiguous columns.
-  const int64_t s = g.stride[2], phaseLen = (g.in[2] + s - 1) / s;
   std::vector<float> phased;
   const float *src = xp;
   if (s > 1) {
-    splitPhases(ctx, xp, N * C * g.in[0] * g.in[1], g.in[2], s, phased);
+    splitPhases(ctx, xp, N * C * g.in[0] * g.in[1], g.in[2], s, avx512, phased);
     src = phased.data();
   }
   const int64_t imageFloats = C * g.in[0] * g.in[1] * s * phaseLen;
@@ -570,8 +556,8 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
         return;
       }
       im2colPacked(src + n * imageFloats + gi * (imageFloats / C) * Cg, Cg, g,
-                   p0, p1, phaseLen, lay, packed, colBuffer, segmentBuffer,
-                   tapBuffer, avx512);
+                   p0, p1, phaseLen, taps, lay, packed, colBuffer,
+                   segmentBuffer, avx512);
       GemmArgs a;
       a.M = Mg;
       a.N = p1 - p0;

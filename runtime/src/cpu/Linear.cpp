@@ -35,16 +35,6 @@
 #include <cstring>
 #include <type_traits>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define SPARSEC_RT_X86 1
-#define SPARSEC_RT_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define SPARSEC_RT_AVX512                                                      \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
-#else
-#define SPARSEC_RT_X86 0
-#endif
-
 namespace sparsec::rt::ops {
 namespace detail {
 
@@ -296,7 +286,7 @@ struct Avx2Kernel {
         v0 = _mm256_add_ps(v0, _mm256_loadu_ps(row));
         v1 = _mm256_add_ps(v1, _mm256_loadu_ps(row + 8));
       }
-      if (act == Activation::relu || act == Activation::relu6) {
+      if (activatesInRegisters(act)) {
         // max(0, v): a NaN (the second operand) stays NaN.
         v0 = _mm256_max_ps(_mm256_setzero_ps(), v0);
         v1 = _mm256_max_ps(_mm256_setzero_ps(), v1);
@@ -534,16 +524,8 @@ struct Avx512Kernel {
         v0 = _mm512_add_ps(v0, _mm512_loadu_ps(row));
         v1 = _mm512_add_ps(v1, _mm512_loadu_ps(row + 16));
       }
-      if (act == Activation::relu || act == Activation::relu6) {
-        // max(0, v): a NaN (the second operand) stays NaN. (maskz with all
-        // lanes: the unmasked form trips GCC 12's uninitialised warning.)
-        v0 = _mm512_maskz_max_ps(0xffff, _mm512_setzero_ps(), v0);
-        v1 = _mm512_maskz_max_ps(0xffff, _mm512_setzero_ps(), v1);
-      }
-      if (act == Activation::relu6) {
-        v0 = _mm512_maskz_min_ps(0xffff, _mm512_set1_ps(6.0f), v0);
-        v1 = _mm512_maskz_min_ps(0xffff, _mm512_set1_ps(6.0f), v1);
-      }
+      v0 = activateInRegisters(act, v0);
+      v1 = activateInRegisters(act, v1);
       _mm512_storeu_ps(row, v0);
       _mm512_storeu_ps(row + 16, v1);
     }
@@ -825,9 +807,7 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
             // The last panel of a full strip applies a ReLU or ReLU6 in
             // registers too.
             const bool biasIn = cols == NR;
-            const bool actIn =
-                biasIn && last &&
-                (g.act == Activation::relu || g.act == Activation::relu6);
+            const bool actIn = biasIn && last && activatesInRegisters(g.act);
             if (cols == NR) {
               tileDirect<Kern>(int(rows), kc, as, g.lda, bs, c, g.ldc, !first,
                                first && g.bias ? g.bias + jc + jr : nullptr,

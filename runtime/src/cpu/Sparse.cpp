@@ -23,10 +23,6 @@
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace sparsec::rt::ops {
 
 namespace {
@@ -55,13 +51,12 @@ float dotScalar(const float *x, const W *w, int64_t n, const W *) {
 }
 
 #if defined(__x86_64__)
-#define SPARSEC_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 /// Prefetches (into the L2) the cache lines of the next row a kernel will
 /// read, [next + i, next + i + 32) elements, while this one streams: a
 /// gathered row starts with its lines requested rather than with the
 /// hardware prefetcher still learning its address.
-template <typename W> SPARSEC_AVX2 inline void prefetchNext(const W *next, int64_t i) {
+template <typename W>
+SPARSEC_RT_AVX2 inline void prefetchNext(const W *next, int64_t i) {
   if (!next)
     return;
   _mm_prefetch(reinterpret_cast<const char *>(next + i), _MM_HINT_T1);
@@ -70,8 +65,8 @@ template <typename W> SPARSEC_AVX2 inline void prefetchNext(const W *next, int64
 }
 
 template <typename W>
-SPARSEC_AVX2 void axpyAvx2(float *y, const W *w, float a, int64_t n,
-                           const W *next) {
+SPARSEC_RT_AVX2 void axpyAvx2(float *y, const W *w, float a, int64_t n,
+                              const W *next) {
   __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -91,8 +86,8 @@ SPARSEC_AVX2 void axpyAvx2(float *y, const W *w, float a, int64_t n,
 }
 
 template <typename W>
-SPARSEC_AVX2 float dotAvx2(const float *x, const W *w, int64_t n,
-                           const W *next) {
+SPARSEC_RT_AVX2 float dotAvx2(const float *x, const W *w, int64_t n,
+                              const W *next) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
