@@ -18,6 +18,8 @@ Two stages, so that the compiler and the GPU may live on different machines:
 Checks (tolerances: fp32 as on x86; fp16 weights looser, with the top-1
 agreement also reported):
   * MLPs against their ONNX Runtime outputs;
+  * convolutional networks (gen cases cnn, mobile_cnn, conv_mix at batch 3;
+    bench/bench_cnn.py's plain and mobile) against ONNX Runtime, fp32;
   * opt-byte-s (both no-cache exports, the KV-cache export) against
     ref_logits.npy / ref_kv_step.npz, and against ONNX Runtime at other shapes;
   * exact sparsity: sparse == dense on the GPU, and greedy 64 bytes equal to
@@ -134,6 +136,17 @@ GENERATED = {
                                                         "--sparsity=predicted"]),
     "relu2_kv_hy_exact": ("relu2_lm", HYBRID_GATED + ["--gpu-budget=67680000",
                                                       "--sparsity=exact"]),
+}
+# Convolutional networks (fp32, checked against ONNX Runtime on random
+# inputs): name -> (source, symbolic dims). A gen_onnx_models.py case, or
+# bench/bench_cnn.py's "plain" (224 x 224, im2col over 12544 positions) and
+# "mobile" (depthwise and pointwise convs to 256 channels).
+CNNS = {
+    "cnn": ("gen:cnn", {}),
+    "mobile_cnn": ("gen:mobile_cnn", {}),
+    "conv_mix": ("gen:conv_mix", {"n": 3}),
+    "cnn_plain": ("bench:plain", {}),
+    "cnn_mobile": ("bench:mobile", {}),
 }
 # What each generated build's extra runs change.
 ENV_LABELS = {("SPARSEC_CUDA_AHEAD",): " (each step waited for)",
@@ -271,6 +284,32 @@ def prepare(args):
                     str(ROPE_TOKENS)], check=True, capture_output=True, text=True)
             with open(os.path.join(refs, f"{name}_{prompt}.txt"), "w") as f:
                 f.write(r.stdout)
+    for name, (source, dims) in CNNS.items():
+        if not wanted(args, name):
+            continue
+        kind, what = source.split(":")
+        onnx_path = os.path.join(tmp, name + ".onnx")
+        if kind == "gen":
+            sh([sys.executable, os.path.join(ROOT, "test", "Frontend", "ONNX",
+                                             "gen_onnx_models.py"), what, onnx_path],
+               check=True)
+        else:
+            sys.path.insert(0, os.path.join(ROOT, "bench"))
+            import bench_cnn
+            onnx.save(getattr(bench_cnn, what)(), onnx_path)
+        d = os.path.join(args.out, name)
+        sh([args.sparsec, "compile", onnx_path, "--target=cuda", "--compile-to=emit",
+            "-o", d, "-q"], check=True)
+        w = os.path.join(d, "model.weights")
+        digest = hashlib.sha256(open(w, "rb").read()).hexdigest()[:16]
+        shutil.move(w, os.path.join(packs, digest))
+        with open(os.path.join(d, "weights.ref"), "w") as f:
+            f.write(digest)
+        inputs = gen_inputs(onnx_path, dims, 0, 256)
+        sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+        outs = sess.run(None, inputs)
+        save_case(args.out, name, inputs,
+                  {m.name: o for m, o in zip(sess.get_outputs(), outs)})
     shutil.rmtree(tmp)
     if args.compact:
         compact(args)
@@ -349,7 +388,7 @@ def compact(args):
         if not os.path.exists(ref):
             continue
         digest = open(ref).read().strip()
-        if name in GENERATED:  # small packs of generated models stay
+        if name in GENERATED or name in CNNS:  # small packs of generated models stay
             keep.add(digest)
             continue
         pack = os.path.join(args.out, "packs", digest)
@@ -474,7 +513,7 @@ def build(args):
 
 def present(args):
     """The builds `prepare` wrote to args.dir."""
-    return [n for n in list(CONFIGS) + list(HYBRID) + list(GENERATED)
+    return [n for n in list(CONFIGS) + list(HYBRID) + list(GENERATED) + list(CNNS)
             if os.path.exists(os.path.join(args.dir, n, "model.cu"))]
 
 
@@ -795,6 +834,9 @@ def run(args):
                            f"{ENV_LABELS[tuple(env)] if env else ''}: "
                            f"{'equal to' if got == want else 'differ from'} ONNX Runtime's; "
                            + (stats[-1] if stats else ""))
+    # Convolutional networks against ONNX Runtime, fp32.
+    for name in CNNS:
+        check_case(args, res, name, name, 1e-4, 1e-4, " (CNN)")
     print(f"{res.passed} passed, {res.failed} failed")
     return 0 if res.failed == 0 else 1
 

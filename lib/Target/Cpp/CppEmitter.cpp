@@ -1096,9 +1096,15 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           body << "  // (the gate mask below)\n";
           return success();
         }
-        return c.emitError("the CUDA backend does not support 'sparsec.compare' "
-                           "on device values yet, except a gated MLP's mask "
-                           "(gate > 0, or not (gate == 0))");
+        // Any other float compare: a device bool tensor (for `where`).
+        if (!cast<ShapedType>(c.getLhs().getType()).getElementType().isF32() ||
+            !cast<ShapedType>(c.getRhs().getType()).getElementType().isF32())
+          return c.emitError("the CUDA backend compares float32 values on the "
+                             "device only");
+        std::string lhs = dv(c.getLhs()), rhs = dv(c.getRhs());
+        return call("compare(ctx, ops::Compare::" +
+                    stringifyComparePredicate(c.getPredicate()).str() + ", " +
+                    lhs + ", " + rhs);
       })
       .Case([&](NotOp n) -> LogicalResult {
         auto c = n.getInput().getDefiningOp<CompareOp>();
@@ -1199,6 +1205,72 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                     std::to_string(static_cast<int64_t>(s.getAxis())));
       })
       .Case([&](AttentionOp a) { return emitAttention(a, /*device=*/true); })
+      .Case([&](ConvOp c) {
+        // Operands and attribute arrays first, in order (each may emit a
+        // statement of its own).
+        std::string x = dv(c.getInput()), w = dv(c.getWeight()),
+                    b = dptr(c.getBias()), st = intArray(c.getStrides()),
+                    pd = intArray(c.getPads()), dl = intArray(c.getDilations());
+        return call("conv(ctx, " + x + ", " + w + ", " + b + ", " + st + ", " +
+                    pd + ", " + dl + ", " +
+                    std::to_string(static_cast<int64_t>(c.getGroup())) + ", " +
+                    activationArg(c.getActivation()));
+      })
+      .Case([&](BatchNormOp b) {
+        std::string x = dv(b.getInput()), scale = dv(b.getScale()),
+                    bias = dv(b.getBias()), mean = dv(b.getMean()),
+                    var = dv(b.getVariance());
+        return call("batchNorm(ctx, " + x + ", " + scale + ", " + bias + ", " +
+                    mean + ", " + var + ", " +
+                    floatLiteral(b.getEpsilon().convertToFloat(), true) + ", " +
+                    activationArg(b.getActivation()));
+      })
+      .Case([&](PoolOp p) {
+        bool global = p.getKernel().empty();
+        std::string x = dv(p.getInput());
+        std::string k = global ? "nullptr" : intArray(p.getKernel());
+        std::string st = global ? "nullptr" : intArray(p.getStrides());
+        std::string pd = global ? "nullptr" : intArray(p.getPads());
+        return call(
+            "pool(ctx, ops::Pool::" + stringifyPoolKind(p.getKind()).str() +
+            ", " + x + ", " + k + ", " + st + ", " + pd + ", " +
+            (p.getCountIncludePad() ? "true" : "false"));
+      })
+      .Case([&](ReduceOp r) -> LogicalResult {
+        if (!isa<FloatType>(
+                cast<ShapedType>(r.getInput().getType()).getElementType()))
+          return r.emitError("the CUDA backend reduces float tensors only");
+        // The device kernels reduce one block of adjacent axes (size-1 dims
+        // aside); what the shapes show here is refused at compile time.
+        auto type = cast<RankedTensorType>(r.getInput().getType());
+        SmallVector<bool> reduced(type.getRank(), r.getAxes().empty());
+        for (int64_t a : r.getAxes())
+          reduced[a < 0 ? a + type.getRank() : a] = true;
+        int phase = 0;
+        for (auto [i, dim] : llvm::enumerate(type.getShape())) {
+          if (dim == 1)
+            continue;
+          if (ShapedType::isDynamic(dim)) {
+            phase = -1;
+            break;
+          }
+          if (reduced[i] && phase == 2)
+            return r.emitError("the CUDA backend reduces over one block of "
+                               "adjacent axes, not the axes [")
+                   << llvm::join(llvm::map_range(r.getAxes(),
+                                                 [](int64_t a) {
+                                                   return std::to_string(a);
+                                                 }),
+                                 ", ")
+                   << "] of " << type;
+          phase = reduced[i] ? 1 : phase == 0 ? 0 : 2;
+        }
+        std::string x = dv(r.getInput()), axes = intArray(r.getAxes());
+        return call("reduce(ctx, ops::Reduce::" +
+                    stringifyReduceKind(r.getKind()).str() + ", " + x + ", " +
+                    std::to_string(r.getAxes().size()) + ", " + axes + ", " +
+                    (r.getKeepdims() ? "true" : "false"));
+      })
       .Case([&](EmbeddingOp e) -> LogicalResult {
         // A lookup's arguments: table, host ids, their upload site.
         auto lookup = [&](Value table, Value ids) -> FailureOr<std::string> {
@@ -1418,8 +1490,11 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                     "(sparsec-widen-half all=1, which sparsec compile runs "
                     "for this target)";
         }
-        return other->emitError("the CUDA backend does not support '")
-               << other->getName() << "' on device values yet";
+        auto loc = dyn_cast<NameLoc>(other->getLoc());
+        return other->emitError()
+               << (loc ? "node '" + loc.getName().str() + "': " : "")
+               << "the CUDA backend does not support '" << other->getName()
+               << "' on device values yet";
       });
 }
 

@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common.h"
+#include "ConvGeometry.h"
 
 #include <algorithm>
 #include <atomic>
@@ -34,51 +35,6 @@ namespace sparsec::rt::ops {
 using namespace detail;
 
 namespace {
-
-/// Spatial geometry normalised to 3 dims.
-struct Geometry {
-  int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t stride[3] = {1, 1, 1}, padB[3] = {0, 0, 0}, padE[3] = {0, 0, 0};
-  int64_t dil[3] = {1, 1, 1};
-  int64_t inSize() const { return in[0] * in[1] * in[2]; }
-  int64_t outSize() const { return out[0] * out[1] * out[2]; }
-  int64_t kSize() const { return k[0] * k[1] * k[2]; }
-};
-
-/// Fills `g` from the op arguments; fails with a message naming `op`.
-bool makeGeometry(Context &ctx, const char *op, const Tensor &x,
-                  const int64_t *kernel, const int64_t *strides,
-                  const int64_t *pads, const int64_t *dilations, Geometry &g) {
-  const int ns = x.rank - 2;
-  for (int i = 0; i < ns; ++i) {
-    const int d = 3 - ns + i;
-    g.in[d] = x.shape[2 + i];
-    g.k[d] = kernel[i];
-    g.stride[d] = strides ? strides[i] : 1;
-    g.padB[d] = pads ? pads[i] : 0;
-    g.padE[d] = pads ? pads[ns + i] : 0;
-    g.dil[d] = dilations ? dilations[i] : 1;
-    if (g.k[d] < 1 || g.stride[d] < 1 || g.dil[d] < 1 || g.padB[d] < 0 ||
-        g.padE[d] < 0 || g.k[d] > (int64_t(1) << 32) ||
-        g.dil[d] > (int64_t(1) << 32) || g.padB[d] > (int64_t(1) << 40) ||
-        g.padE[d] > (int64_t(1) << 40))
-      return ctx.fail(
-          std::string(op) + ": invalid kernel " + std::to_string(g.k[d]) +
-          ", stride " + std::to_string(g.stride[d]) + ", dilation " +
-          std::to_string(g.dil[d]) + " or pads " + std::to_string(g.padB[d]) +
-          "/" + std::to_string(g.padE[d]) + " on spatial dim " +
-          std::to_string(i));
-    const int64_t span = g.dil[d] * (g.k[d] - 1) + 1;
-    const int64_t padded = g.in[d] + g.padB[d] + g.padE[d];
-    if (padded < span)
-      return ctx.fail(std::string(op) + ": kernel extent " +
-                      std::to_string(span) + " exceeds the padded input " +
-                      std::to_string(padded) + " on spatial dim " +
-                      std::to_string(i) + " of " + x.describe());
-    g.out[d] = (padded - span) / g.stride[d] + 1;
-  }
-  return true;
-}
 
 /// Output positions ow whose input column ow * s + off lies in [0, in):
 /// [lo, hi), empty when lo >= hi.
@@ -430,32 +386,11 @@ thread_local std::vector<RowTap> rowTapBuffer;
 bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations,
           int64_t group, Activation act, int outSlot, Tensor &out) {
-  if (!checkTensor(ctx, "conv", "input", x) ||
-      !checkTensor(ctx, "conv", "weight", w) ||
-      (bias && !checkTensor(ctx, "conv", "bias", *bias)))
-    return false;
-  if (x.dtype != DType::f32 || w.dtype != DType::f32 ||
-      (bias && bias->dtype != DType::f32))
-    return ctx.fail("conv: only float32 is supported, got input " +
-                    x.describe() + " and weight " + w.describe());
-  if (x.rank < 3 || x.rank > 5 || w.rank != x.rank)
-    return ctx.fail("conv: input " + x.describe() + " and weight " +
-                    w.describe() + " must both be [N, C, 1-3 spatial dims]");
-  const int64_t N = x.shape[0], C = x.shape[1], M = w.shape[0];
-  if (group < 1 || C % group != 0 || M % group != 0 || w.shape[1] != C / group)
-    return ctx.fail("conv: weight " + w.describe() + " does not match input " +
-                    x.describe() + " with " + std::to_string(group) +
-                    " groups");
-  if (bias && bias->numel() != M)
-    return ctx.fail("conv: bias " + bias->describe() + " must have " +
-                    std::to_string(M) + " elements");
   Geometry g;
-  if (!makeGeometry(ctx, "conv", x, w.shape + 2, strides, pads, dilations, g))
+  int64_t shape[5];
+  if (!convOperands(ctx, x, w, bias, strides, pads, dilations, group, g, shape))
     return false;
-  const int ns = x.rank - 2;
-  int64_t shape[5] = {N, M};
-  for (int i = 0; i < ns; ++i)
-    shape[2 + i] = g.out[3 - ns + i];
+  const int64_t N = x.shape[0], C = x.shape[1], M = w.shape[0];
   Tensor res;
   if (!allocateOut(ctx, "conv", outSlot, res, DType::f32, x.rank, shape))
     return false;
@@ -583,28 +518,10 @@ bool pool(Context &ctx, Pool kind, const Tensor &x, const int64_t *kernel,
           const int64_t *strides, const int64_t *pads, bool countIncludePad,
           int outSlot, Tensor &out) {
   const char *op = kind == Pool::max ? "max_pool" : "average_pool";
-  if (!checkTensor(ctx, op, "input", x))
-    return false;
-  if (!isFloat(x.dtype))
-    return ctx.fail(std::string(op) + ": input must be a float tensor, got " +
-                    x.describe());
-  if (x.rank < 3 || x.rank > 5)
-    return ctx.fail(std::string(op) +
-                    ": input must be [N, C, 1-3 spatial "
-                    "dims], got " +
-                    x.describe());
-  const int ns = x.rank - 2;
   Geometry g;
-  if (kernel) {
-    if (!makeGeometry(ctx, op, x, kernel, strides, pads, nullptr, g))
-      return false;
-  } else {
-    if (!makeGeometry(ctx, op, x, x.shape + 2, nullptr, nullptr, nullptr, g))
-      return false;
-  }
-  int64_t shape[5] = {x.shape[0], x.shape[1]};
-  for (int i = 0; i < ns; ++i)
-    shape[2 + i] = g.out[3 - ns + i];
+  int64_t shape[5];
+  if (!poolGeometry(ctx, op, x, kernel, strides, pads, g, shape))
+    return false;
   Tensor res;
   if (!allocateOut(ctx, op, outSlot, res, x.dtype, x.rank, shape))
     return false;

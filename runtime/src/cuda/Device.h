@@ -216,6 +216,9 @@ struct Device : Context::Backend {
   bool forked = false;
   cudaEvent_t join = nullptr;
   DeviceBuffer gemvPartials, halfInput, attentionScratch;
+  /// Convolutions' im2col columns (Conv.cu), shared by the step's
+  /// convolutions, which run one after another.
+  DeviceBuffer convColumns;
   /// The argmax of Context::argmaxOutput's rows on the device and their
   /// host copy (per parity; the kernel writes it), with the kernel's
   /// scratch (zeroed when it grows): they grow after the step's graphs
@@ -393,6 +396,22 @@ bool checkBlas(Context &ctx, cublasStatus_t s, const char *what);
 /// Points `t` at device slot `slot` sized for dtype/shape.
 bool allocate(Context &ctx, Device &d, int slot, Tensor &t, DType dtype,
               int rank, const int64_t *shape);
+
+/// The device state of a context whose backend is set (every op after
+/// device() succeeded).
+inline Device &dev(Context &ctx) {
+  return *static_cast<Device *>(ctx.backend.get());
+}
+
+/// check() of the last kernel launch.
+inline bool launched(Context &ctx, const char *what) {
+  return check(ctx, cudaGetLastError(), what);
+}
+
+/// Fails unless `t` is a valid float32 tensor (the CUDA backend keeps
+/// activations in float32).
+bool requireF32(Context &ctx, const char *op, const char *what,
+                const Tensor &t);
 
 } // namespace sparsec::rt::cuda
 

@@ -43,23 +43,6 @@ using ops::detail::shapeString;
 using ops::detail::transposeIsView;
 using ops::detail::validShape;
 
-Device &dev(Context &ctx) { return *static_cast<Device *>(ctx.backend.get()); }
-
-bool launched(Context &ctx, const char *what) {
-  return check(ctx, cudaGetLastError(), what);
-}
-
-bool requireF32(Context &ctx, const char *op, const char *what,
-                const Tensor &t) {
-  if (!checkTensor(ctx, op, what, t))
-    return false;
-  if (t.dtype != DType::f32)
-    return ctx.fail(std::string(op) + ": " + what +
-                    " must be float32 on the CUDA backend, got " +
-                    t.describe());
-  return true;
-}
-
 bool weightType(Context &ctx, const char *op, const Tensor &w) {
   if (w.dtype != DType::f32 && w.dtype != DType::f16)
     return ctx.fail(std::string(op) + ": weight must be float32 or float16, got " +
@@ -154,6 +137,27 @@ __global__ void binarySameKernel(ops::Binary op, const float *x, const float *y,
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = binaryOp(op, x[i], y[i]);
+}
+
+__global__ void compareKernel(ops::Compare op, Broadcast b, const float *x,
+                              const float *y, uint8_t *out, int64_t n) {
+  pdlTrigger();
+  pdlWait(); // launched early (small kernels): inputs and output after it
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t off[2];
+    offsets(b, i, 2, off);
+    const float u = x[off[0]], v = y[off[1]];
+    bool r = false;
+    switch (op) {
+    case ops::Compare::eq: r = u == v; break;
+    case ops::Compare::lt: r = u < v; break;
+    case ops::Compare::le: r = u <= v; break;
+    case ops::Compare::gt: r = u > v; break;
+    case ops::Compare::ge: r = u >= v; break;
+    }
+    out[i] = r;
+  }
 }
 
 __global__ void whereKernel(Broadcast b, const uint8_t *c, const float *x,
@@ -746,6 +750,34 @@ bool binary(Context &ctx, ops::Binary op, const Tensor &a, const Tensor &b,
                             d.earlySmall, op, bc, a.as<float>(),
                             b.as<float>(), r.as<float>(), n),
                "binary");
+}
+
+bool compare(Context &ctx, ops::Compare op, const Tensor &a, const Tensor &b,
+             int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  if (!requireF32(ctx, "compare", "lhs", a) ||
+      !requireF32(ctx, "compare", "rhs", b))
+    return false;
+  int rank = 0;
+  int64_t shape[kMaxRank];
+  if (!broadcastShapes(a.rank, a.shape, b.rank, b.shape, rank, shape))
+    return ctx.fail("compare: shapes " + a.describe() + " and " +
+                    b.describe() + " do not broadcast");
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::b1, rank, shape))
+    return false;
+  out = r;
+  int64_t n = r.numel();
+  if (n == 0 || !d.launching())
+    return true;
+  Broadcast bc;
+  const Tensor *ts[] = {&a, &b};
+  broadcastStrides(bc, rank, shape, ts, 2);
+  return check(ctx,
+               launchKernel(compareKernel, blocksFor(n), kBlock, 0, d.stream,
+                            d.earlySmall, op, bc, a.as<float>(),
+                            b.as<float>(), r.as<uint8_t>(), n),
+               "compare");
 }
 
 bool where(Context &ctx, const Tensor &cond, const Tensor &x, const Tensor &y,
@@ -2145,6 +2177,17 @@ bool predictFfnNorm(Context &ctx, const Tensor &normIn, const Tensor &scale,
                      mask, index, &pred) &&
          sparseFfnImpl(ctx, x, wUp, bUp, mask, index, act, hSlot, wDown, bDown,
                        pit, residual, outSlot, out, h, &pred, &norm);
+}
+
+bool requireF32(Context &ctx, const char *op, const char *what,
+                const Tensor &t) {
+  if (!ops::detail::checkTensor(ctx, op, what, t))
+    return false;
+  if (t.dtype != DType::f32)
+    return ctx.fail(std::string(op) + ": " + what +
+                    " must be float32 on the CUDA backend, got " +
+                    t.describe());
+  return true;
 }
 
 } // namespace sparsec::rt::cuda

@@ -207,6 +207,46 @@ def case_cnn():
     return model(nodes, [vi("x", F, [1, 3, 8, 8])], [vi("y", F, [1, 10])], inits, opset=13)
 
 
+def case_conv_mix():
+    # Every convolution and pooling path of both runtimes, batch "n": a
+    # grouped conv (2 channels a group) with dilation, uneven pads and a
+    # stride, batch norm + ReLU, max pooling with pads, average pooling
+    # counting its padding, a pointwise conv, a strided 1x1 conv, ReduceMean
+    # over the spatial dims and ReduceMax over the channels; a depthwise conv
+    # with two outputs a channel; a 1-D conv with ReLU and global max pooling.
+    nodes = [
+        helper.make_node("Conv", ["x", "wg", "bg"], ["g1"], kernel_shape=[3, 3], group=2,
+                         dilations=[2, 1], pads=[2, 1, 1, 0], strides=[1, 2], name="grouped"),
+        helper.make_node("BatchNormalization", ["g1", "bs", "bb", "bm", "bv"], ["bn"],
+                         epsilon=1e-3, name="bn"),
+        helper.make_node("Relu", ["bn"], ["r1"], name="relu"),
+        helper.make_node("MaxPool", ["r1"], ["mp"], kernel_shape=[3, 2], strides=[2, 1],
+                         pads=[1, 0, 1, 1], name="maxpool"),
+        helper.make_node("AveragePool", ["mp"], ["ap"], kernel_shape=[2, 2], strides=[2, 2],
+                         pads=[1, 1, 1, 1], count_include_pad=1, name="avgpool"),
+        helper.make_node("Conv", ["ap", "wp", "bp"], ["pw"], kernel_shape=[1, 1],
+                         name="pointwise"),
+        helper.make_node("Conv", ["pw", "ws"], ["st"], kernel_shape=[1, 1], strides=[2, 2],
+                         name="strided1x1"),
+        helper.make_node("ReduceMean", ["st"], ["y1"], axes=[2, 3], keepdims=0, name="mean"),
+        helper.make_node("ReduceMax", ["pw"], ["y2"], axes=[1], keepdims=1, name="chanmax"),
+        helper.make_node("Conv", ["x", "wd", "bd"], ["dw"], kernel_shape=[3, 3], group=4,
+                         pads=[1, 1, 1, 1], name="depthwise"),
+        helper.make_node("GlobalAveragePool", ["dw"], ["y3"], name="gap"),
+        helper.make_node("Conv", ["s", "w1"], ["c1"], kernel_shape=[4], pads=[2, 1],
+                         strides=[3], name="conv1d"),
+        helper.make_node("Relu", ["c1"], ["r1d"], name="relu1d"),
+        helper.make_node("GlobalMaxPool", ["r1d"], ["y4"], name="gmp"),
+    ]
+    inits = [init("wg", f32(6, 2, 3, 3)), init("bg", f32(6)), init("bs", f32(6)),
+             init("bb", f32(6)), init("bm", f32(6)), init("bv", np.abs(f32(6)) + 0.5),
+             init("wp", f32(8, 6, 1, 1)), init("bp", f32(8)), init("ws", f32(4, 8, 1, 1)),
+             init("wd", f32(8, 1, 3, 3)), init("bd", f32(8)), init("w1", f32(5, 3, 4))]
+    return model(nodes, [vi("x", F, ["n", 4, 11, 10]), vi("s", F, ["n", 3, 16])],
+                 [vi("y1", F, ["n", 4]), vi("y2", F, ["n", 1, 3, 3]),
+                  vi("y3", F, ["n", 8, 1, 1]), vi("y4", F, ["n", 5, 1])], inits, opset=17)
+
+
 def case_activations():
     # Each activation of x (and the ReLU6-style Clip of a product) as its own
     # output; x is drawn wide enough to cross every bound.

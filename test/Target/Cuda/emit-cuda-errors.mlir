@@ -37,15 +37,30 @@ func.func @main() -> tensor<2x4xf32> {
 
 // -----
 
-// A device compare is taken only as a gated MLP's mask (against 0).
-// CHECK: error: the CUDA backend does not support 'sparsec.compare' on device values yet, except a gated MLP's mask (gate > 0, or not (gate == 0))
+// Device compares give device booleans, which `where` reads; logical ops
+// on them would need the host.
+// CHECK: error: the CUDA backend does not support 'sparsec.and' on device values yet
 sparsec.global @w : tensor<4x4xf32> {source = "w"}
 func.func @main(%x: tensor<1x4xf32>) -> tensor<1x4xi1> {
   %w = sparsec.weight @w : tensor<4x4xf32>
   %h = sparsec.linear %x, %w {sparsec.slots = array<i64: 0>} : tensor<1x4xf32>, tensor<4x4xf32> -> tensor<1x4xf32>
   %one = sparsec.constant dense<1.0> : tensor<f32>
   %c = sparsec.compare gt, %h, %one {sparsec.slots = array<i64: 1>} : tensor<1x4xf32>, tensor<f32> -> tensor<1x4xi1>
-  return %c : tensor<1x4xi1>
+  %d = sparsec.compare lt, %h, %one {sparsec.slots = array<i64: 2>} : tensor<1x4xf32>, tensor<f32> -> tensor<1x4xi1>
+  %a = sparsec.and %c, %d {sparsec.slots = array<i64: 3>} : tensor<1x4xi1>, tensor<1x4xi1> -> tensor<1x4xi1>
+  return %a : tensor<1x4xi1>
+}
+
+// -----
+
+// The device reduction takes one block of adjacent axes.
+// CHECK: error: the CUDA backend reduces over one block of adjacent axes, not the axes [0, 2] of 'tensor<2x3x4xf32>'
+sparsec.global @w : tensor<4x4xf32> {source = "w"}
+func.func @main(%x: tensor<2x3x4xf32>) -> tensor<3xf32> {
+  %w = sparsec.weight @w : tensor<4x4xf32>
+  %h = sparsec.linear %x, %w {sparsec.slots = array<i64: 0>} : tensor<2x3x4xf32>, tensor<4x4xf32> -> tensor<2x3x4xf32>
+  %r = sparsec.reduce sum, %h {axes = array<i64: 0, 2>, keepdims = false, sparsec.slots = array<i64: 1>} : tensor<2x3x4xf32> -> tensor<3xf32>
+  return %r : tensor<3xf32>
 }
 
 // -----

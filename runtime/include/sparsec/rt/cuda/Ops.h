@@ -92,6 +92,10 @@ bool unary(Context &ctx, ops::Unary op, const Tensor &x, int outSlot,
            Tensor &out);
 bool binary(Context &ctx, ops::Binary op, const Tensor &a, const Tensor &b,
             int outSlot, Tensor &out);
+/// Float32 operands, broadcast; the result is a device bool tensor (b1),
+/// which `where` reads.
+bool compare(Context &ctx, ops::Compare op, const Tensor &a, const Tensor &b,
+             int outSlot, Tensor &out);
 bool where(Context &ctx, const Tensor &cond, const Tensor &x, const Tensor &y,
            int outSlot, Tensor &out);
 /// w [K, N] float32 or float16; decode-sized inputs (at most 8 rows) use a
@@ -131,6 +135,30 @@ bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
              int outSlot, Tensor &out);
 bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
              Tensor &out);
+/// N-d convolution, NCHW, float32 (1 to 3 spatial dims, groups, pads,
+/// strides, dilations, as ops::conv): a depthwise one (one input channel
+/// per group) directly, a pointwise one without stride or padding as a
+/// cuBLAS GEMM over the input in place, any other as im2col into a device
+/// buffer and a (batched over groups or images) cuBLAS GEMM; the bias and
+/// `act` in one epilogue pass.
+bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
+          const int64_t *strides, const int64_t *pads, const int64_t *dilations,
+          int64_t group, ops::Activation act, int outSlot, Tensor &out);
+/// Inference batch normalisation over axis 1, `act` applied to each value.
+bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
+               const Tensor &bias, const Tensor &mean, const Tensor &var,
+               float epsilon, ops::Activation act, int outSlot, Tensor &out);
+/// Max / average pooling, 1-3 spatial dims (kernel == nullptr: global), with
+/// ops::pool's semantics (NaN propagates through max; average excludes
+/// padding unless countIncludePad).
+bool pool(Context &ctx, ops::Pool kind, const Tensor &x, const int64_t *kernel,
+          const int64_t *strides, const int64_t *pads, bool countIncludePad,
+          int outSlot, Tensor &out);
+/// Sum / mean / max / min over axes that are adjacent once size-1 dims are
+/// dropped (a trailing block such as a CNN's spatial dims, or a middle
+/// one); float32. naxes == 0 reduces over all dims.
+bool reduce(Context &ctx, ops::Reduce kind, const Tensor &x, int naxes,
+            const int64_t *axes, bool keepdims, int outSlot, Tensor &out);
 /// One fused kernel: scores, mask, causal limit, softmax and P.V per query
 /// row; present = concat(past, new) written first.
 bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,

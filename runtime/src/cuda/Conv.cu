@@ -1,0 +1,541 @@
+//===- Conv.cu - convolution, batch norm, pooling, reductions ---*- CUDA -*-===//
+//
+// Part of the sparsec project.
+//
+// The CUDA runtime's ops for convolutional networks, float32 NCHW with 1 to
+// 3 spatial dims (handled as 3-D with leading size-1 dims, the geometry and
+// its checks shared with the x86 kernels through ConvGeometry.h):
+//
+//  * conv: a depthwise convolution (one input channel per group) directly,
+//    one thread an output; a pointwise one without stride or padding as a
+//    cuBLAS GEMM over the input in place; any other as im2col into a device
+//    buffer ([C * kernel, P] per image) and a cuBLAS GEMM batched over the
+//    images (one group) or the groups of an image. Weights [M/g, C/g *
+//    kernel] are row-major, which cuBLAS reads as their transpose, so the
+//    product needs no copy. The bias and activation run as one epilogue pass.
+//  * batch_norm: one elementwise pass, the activation fused.
+//  * pool: one thread an output window; global pooling one warp a plane.
+//  * reduce: over one block of adjacent axes (size-1 dims dropped): one
+//    warp a row when the block is trailing, one thread an output otherwise.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Device.h"
+#include "DeviceMath.cuh"
+#include "sparsec/rt/cuda/Ops.h"
+
+#include "../cpu/Common.h"
+#include "../cpu/ConvGeometry.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace sparsec::rt::cuda {
+namespace {
+
+using ops::detail::Geometry;
+using ops::detail::product;
+
+/// Geometry in the index type the kernels compute with (32-bit where the
+/// tensor sizes allow it: 64-bit divisions are several times slower).
+template <typename I> struct Dims {
+  I in[3], k[3], out[3], stride[3], padB[3], padE[3], dil[3];
+  I P, S, kSize;
+};
+
+template <typename I> Dims<I> dimsOf(const Geometry &g) {
+  Dims<I> d;
+  for (int i = 0; i < 3; ++i) {
+    d.in[i] = I(g.in[i]);
+    d.k[i] = I(g.k[i]);
+    d.out[i] = I(g.out[i]);
+    d.stride[i] = I(g.stride[i]);
+    d.padB[i] = I(g.padB[i]);
+    d.padE[i] = I(g.padE[i]);
+    d.dil[i] = I(g.dil[i]);
+  }
+  d.P = I(g.outSize());
+  d.S = I(g.inSize());
+  d.kSize = I(g.kSize());
+  return d;
+}
+
+/// Whether every index a kernel over `elements` outputs computes fits 32
+/// bits, the last grid-stride step included (blocksFor gives at most
+/// 8 x 65535 blocks of kBlock threads: under 2^27 a step).
+bool fits32(int64_t elements, int64_t inputElements) {
+  static_assert(int64_t(8) * 65535 * kBlock < (int64_t(1) << 28));
+  constexpr int64_t kLimit = (int64_t(1) << 31) - (int64_t(1) << 28);
+  return elements < kLimit && inputElements < kLimit;
+}
+
+/// Output position p of a [out0, out1, out2] grid.
+template <typename I>
+__device__ __forceinline__ void position(const Dims<I> &g, I p, I (&o)[3]) {
+  o[2] = p % g.out[2];
+  I t = p / g.out[2];
+  o[1] = t % g.out[1];
+  o[0] = t / g.out[1];
+}
+
+template <typename I>
+__device__ __forceinline__ void tapOf(const Dims<I> &g, I tap, I (&k)[3]) {
+  k[2] = tap % g.k[2];
+  I t = tap / g.k[2];
+  k[1] = t % g.k[1];
+  k[0] = t / g.k[1];
+}
+
+/// col[(plane * kSize + tap) * P + p] = the input under tap `tap` of output
+/// position p in plane `plane` (image * C + channel), 0 in the padding.
+template <typename I>
+__global__ void im2colKernel(const float *__restrict__ x, Dims<I> g, I rows,
+                             float *__restrict__ col) {
+  const I total = rows * g.P;
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total;
+       i += I(gridDim.x) * I(blockDim.x)) {
+    const I p = i % g.P, row = i / g.P;
+    const I tap = row % g.kSize, plane = row / g.kSize;
+    I o[3], k[3];
+    position(g, p, o);
+    tapOf(g, tap, k);
+    bool inside = true;
+    I at[3];
+#pragma unroll
+    for (int d = 0; d < 3; ++d) {
+      at[d] = o[d] * g.stride[d] - g.padB[d] + k[d] * g.dil[d];
+      inside = inside && at[d] >= 0 && at[d] < g.in[d];
+    }
+    col[i] = inside ? x[plane * g.S + (at[0] * g.in[1] + at[1]) * g.in[2] + at[2]]
+                    : 0.0f;
+  }
+}
+
+/// Depthwise: y[n, m, p] = act(bias[m] + sum over taps of w[m, tap] *
+/// x[n, m / Mg, under the tap]).
+template <typename I>
+__global__ void depthwiseKernel(const float *__restrict__ x,
+                                const float *__restrict__ w,
+                                const float *__restrict__ bias, Dims<I> g,
+                                I C, I M, I Mg, I total, Activation act,
+                                float *__restrict__ y) {
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total;
+       i += I(gridDim.x) * I(blockDim.x)) {
+    const I p = i % g.P, plane = i / g.P;
+    const I m = plane % M, n = plane / M;
+    const float *xp = x + (n * C + m / Mg) * g.S;
+    const float *wp = w + m * g.kSize;
+    I o[3];
+    position(g, p, o);
+    float acc = bias ? bias[m] : 0.0f;
+    I tap = 0;
+    for (I kd = 0; kd < g.k[0]; ++kd) {
+      const I id = o[0] * g.stride[0] - g.padB[0] + kd * g.dil[0];
+      const bool dIn = id >= 0 && id < g.in[0];
+      for (I kh = 0; kh < g.k[1]; ++kh) {
+        const I ih = o[1] * g.stride[1] - g.padB[1] + kh * g.dil[1];
+        const bool hIn = dIn && ih >= 0 && ih < g.in[1];
+        for (I kw = 0; kw < g.k[2]; ++kw, ++tap) {
+          const I iw = o[2] * g.stride[2] - g.padB[2] + kw * g.dil[2];
+          if (hIn && iw >= 0 && iw < g.in[2])
+            acc += wp[tap] * xp[(id * g.in[1] + ih) * g.in[2] + iw];
+        }
+      }
+    }
+    y[i] = activate(act, acc);
+  }
+}
+
+/// y[i] = act(y[i] + bias[channel of i]) over [N, M, P].
+__global__ void channelEpilogueKernel(float *y, int64_t n, int64_t P,
+                                      int64_t M, const float *__restrict__ bias,
+                                      Activation act) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float v = y[i];
+    if (bias)
+      v += bias[(i / P) % M];
+    y[i] = activate(act, v);
+  }
+}
+
+__global__ void batchNormKernel(const float *x, int64_t n, int64_t S,
+                                int64_t C, const float *__restrict__ scale,
+                                const float *__restrict__ bias,
+                                const float *__restrict__ mean,
+                                const float *__restrict__ var, float epsilon,
+                                Activation act, float *y) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = (i / S) % C;
+    const float a = scale[c] / sqrtf(var[c] + epsilon);
+    y[i] = activate(act, (x[i] - mean[c]) * a + bias[c]);
+  }
+}
+
+/// max that keeps a NaN once seen (as ops::pool and ops::reduce do).
+__device__ __forceinline__ float maxKeepingNan(float m, float v) {
+  return (m != m || v != v) ? (m != m ? m : v) : fmaxf(m, v);
+}
+__device__ __forceinline__ float minKeepingNan(float m, float v) {
+  return (m != m || v != v) ? (m != m ? m : v) : fminf(m, v);
+}
+
+template <typename I>
+__global__ void poolKernel(const float *__restrict__ x, Dims<I> g, I total,
+                           bool isMax, bool countIncludePad,
+                           float *__restrict__ y) {
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total;
+       i += I(gridDim.x) * I(blockDim.x)) {
+    const I p = i % g.P, plane = i / g.P;
+    const float *xp = x + plane * g.S;
+    I o[3], lo[3], hi[3];
+    position(g, p, o);
+    I padded = 1;
+#pragma unroll
+    for (int d = 0; d < 3; ++d) {
+      const I s = o[d] * g.stride[d] - g.padB[d], e = s + g.k[d];
+      // The window clipped to the padded input, then to the input.
+      padded *= min(e, g.in[d] + g.padE[d]) - max(s, -g.padB[d]);
+      lo[d] = max(s, I(0));
+      hi[d] = min(e, g.in[d]);
+    }
+    float m = -INFINITY, sum = 0.0f;
+    I count = 0;
+    for (I id = lo[0]; id < hi[0]; ++id)
+      for (I ih = lo[1]; ih < hi[1]; ++ih) {
+        const float *row = xp + (id * g.in[1] + ih) * g.in[2];
+        for (I iw = lo[2]; iw < hi[2]; ++iw) {
+          const float v = row[iw];
+          if (isMax)
+            m = maxKeepingNan(m, v);
+          else
+            sum += v;
+          ++count;
+        }
+      }
+    const I div = countIncludePad ? padded : count;
+    y[i] = isMax ? m : div > 0 ? sum / float(div) : 0.0f;
+  }
+}
+
+enum class Combine { sum, max, min };
+
+__device__ __forceinline__ float combine(Combine c, float a, float b) {
+  return c == Combine::sum   ? a + b
+         : c == Combine::max ? maxKeepingNan(a, b)
+                             : minKeepingNan(a, b);
+}
+
+__device__ __forceinline__ float identityOf(Combine c) {
+  return c == Combine::sum ? 0.0f : c == Combine::max ? -INFINITY : INFINITY;
+}
+
+/// One warp a row of `width` values: y[row] = the row combined, times
+/// `scale` (1 / width for a mean).
+__global__ void rowReduceKernel(const float *__restrict__ x, int64_t rows,
+                                int64_t width, Combine c, float scale,
+                                float *__restrict__ y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+       row < rows; row += warps) {
+    const float *xr = x + row * width;
+    float v = identityOf(c);
+    for (int64_t j = lane; j < width; j += 32)
+      v = combine(c, v, xr[j]);
+    for (int o = 16; o > 0; o >>= 1)
+      v = combine(c, v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0)
+      y[row] = c == Combine::sum ? v * scale : v;
+  }
+}
+
+/// y[o, i] = the combination over r of x[o, r, i] ([outer, R, inner]), times
+/// `scale` for a sum; one thread an output.
+__global__ void middleReduceKernel(const float *__restrict__ x, int64_t outer,
+                                   int64_t R, int64_t inner, Combine c,
+                                   float scale, float *__restrict__ y) {
+  const int64_t n = outer * inner;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = i / inner, in = i % inner;
+    const float *xp = x + o * R * inner + in;
+    float v = identityOf(c);
+    for (int64_t r = 0; r < R; ++r)
+      v = combine(c, v, xp[r * inner]);
+    y[i] = c == Combine::sum ? v * scale : v;
+  }
+}
+
+/// Blocks for one warp a row.
+int warpBlocksFor(int64_t rows) { return blocksFor(rows * 32); }
+
+/// Images whose im2col columns one GEMM batch takes: as many as fit 256 MB,
+/// at least one.
+int64_t imagesPerBatch(int64_t N, int64_t floatsPerImage) {
+  constexpr int64_t kColumnFloats = int64_t(64) << 20;
+  return std::max<int64_t>(1, std::min(N, kColumnFloats / floatsPerImage));
+}
+
+bool fitsInt(Context &ctx, const char *op, int64_t v, const char *what,
+             const Tensor &x) {
+  if (v <= std::numeric_limits<int>::max())
+    return true;
+  return ctx.fail(std::string(op) + ": " + what + " " + std::to_string(v) +
+                  " of " + x.describe() +
+                  " exceeds what a cuBLAS call takes on the CUDA backend");
+}
+
+} // namespace
+
+bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
+          const int64_t *strides, const int64_t *pads,
+          const int64_t *dilations, int64_t group, Activation act,
+          int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  Geometry g;
+  int64_t shape[5];
+  if (!ops::detail::convOperands(ctx, x, w, bias, strides, pads, dilations,
+                                 group, g, shape))
+    return false;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
+    return false;
+  out = r;
+  const int64_t N = x.shape[0], C = x.shape[1], M = w.shape[0];
+  const int64_t Cg = C / group, Mg = M / group;
+  const int64_t P = g.outSize(), S = g.inSize(), kSize = g.kSize();
+  const int64_t Kdim = Cg * kSize;
+  const float *bp = bias ? bias->as<float>() : nullptr;
+  if (r.numel() == 0)
+    return true;
+
+  if (Cg == 1 && (group > 1 || kSize > 1)) {
+    // Depthwise (or a single-channel input): direct, with its epilogue.
+    if (!d.launching())
+      return true;
+    const int64_t total = r.numel();
+    if (fits32(total, x.numel()))
+      depthwiseKernel<int32_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
+          x.as<float>(), w.as<float>(), bp, dimsOf<int32_t>(g), int32_t(C),
+          int32_t(M), int32_t(Mg), int32_t(total), act, r.as<float>());
+    else
+      depthwiseKernel<int64_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
+          x.as<float>(), w.as<float>(), bp, dimsOf<int64_t>(g), C, M, Mg,
+          total, act, r.as<float>());
+    return launched(ctx, "conv (depthwise)");
+  }
+
+  if (!fitsInt(ctx, "conv", P, "output positions", x) ||
+      !fitsInt(ctx, "conv", Kdim, "channels times kernel size", x) ||
+      !fitsInt(ctx, "conv", Mg, "output channels", x))
+    return false;
+  bool pointwise = kSize == 1;
+  for (int i = 0; i < 3; ++i)
+    pointwise = pointwise && g.stride[i] == 1 && g.padB[i] == 0 &&
+                g.padE[i] == 0;
+  const int64_t perImage = C * kSize * P; // im2col floats of one image
+  const int64_t images = pointwise ? N : imagesPerBatch(N, perImage);
+  if (!pointwise &&
+      !d.ensure(ctx, d.convColumns, sizeof(float) * size_t(images * perImage),
+                "convolution columns"))
+    return false;
+  if (!d.launching())
+    return true;
+  float *columns = static_cast<float *>(d.convColumns.ptr);
+  const float one = 1.0f, zero = 0.0f;
+  const float *wp = w.as<float>();
+  float *yp = r.as<float>();
+  for (int64_t n0 = 0; n0 < N; n0 += images) {
+    const int64_t batch = std::min(images, N - n0);
+    // The [C * kSize, P] columns of images n0 .. n0 + batch.
+    const float *cols = x.as<float>() + n0 * C * S;
+    if (!pointwise) {
+      const int64_t total = batch * perImage;
+      if (fits32(total, x.numel()))
+        im2colKernel<int32_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
+            cols, dimsOf<int32_t>(g), int32_t(batch * C * kSize), columns);
+      else
+        im2colKernel<int64_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
+            cols, dimsOf<int64_t>(g), batch * C * kSize, columns);
+      if (!launched(ctx, "conv (im2col)"))
+        return false;
+      cols = columns;
+    }
+    // Column-major, per image and group: y^T [P, Mg] = cols^T [P, Kdim] .
+    // w^T [Kdim, Mg].
+    ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
+    if (group == 1) {
+      if (!checkBlas(ctx,
+                     cublasSgemmStridedBatched(
+                         d.blas, CUBLAS_OP_N, CUBLAS_OP_N, int(P), int(M),
+                         int(Kdim), &one, cols, int(P), Kdim * P, wp,
+                         int(Kdim), 0, &zero, yp + n0 * M * P, int(P), M * P,
+                         int(batch)),
+                     "cublasSgemmStridedBatched (conv)"))
+        return false;
+      continue;
+    }
+    for (int64_t n = 0; n < batch; ++n)
+      if (!checkBlas(ctx,
+                     cublasSgemmStridedBatched(
+                         d.blas, CUBLAS_OP_N, CUBLAS_OP_N, int(P), int(Mg),
+                         int(Kdim), &one, cols + n * C * kSize * P, int(P),
+                         Kdim * P, wp, int(Kdim), Mg * Kdim, &zero,
+                         yp + (n0 + n) * M * P, int(P), Mg * P, int(group)),
+                     "cublasSgemmStridedBatched (grouped conv)"))
+        return false;
+  }
+  if (!bp && act == Activation::none)
+    return true;
+  channelEpilogueKernel<<<blocksFor(r.numel()), kBlock, 0, d.stream>>>(
+      yp, r.numel(), P, M, bp, act);
+  return launched(ctx, "conv (epilogue)");
+}
+
+bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
+               const Tensor &bias, const Tensor &mean, const Tensor &var,
+               float epsilon, Activation act, int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  const char *op = "batch_norm";
+  if (!requireF32(ctx, op, "input", x) || !requireF32(ctx, op, "scale", scale) ||
+      !requireF32(ctx, op, "bias", bias) || !requireF32(ctx, op, "mean", mean) ||
+      !requireF32(ctx, op, "var", var))
+    return false;
+  if (x.rank < 2)
+    return ctx.fail("batch_norm: input must be [N, C, ...], got " +
+                    x.describe());
+  const int64_t C = x.shape[1], S = product(x.shape, 2, x.rank);
+  for (const Tensor *t : {&scale, &bias, &mean, &var})
+    if (t->numel() != C)
+      return ctx.fail("batch_norm: " + t->describe() + " must have " +
+                      std::to_string(C) + " elements (input " + x.describe() +
+                      ")");
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
+    return false;
+  out = r;
+  if (r.numel() == 0 || !d.launching())
+    return true;
+  batchNormKernel<<<blocksFor(r.numel()), kBlock, 0, d.stream>>>(
+      x.as<float>(), r.numel(), S, C, scale.as<float>(), bias.as<float>(),
+      mean.as<float>(), var.as<float>(), epsilon, act, r.as<float>());
+  return launched(ctx, op);
+}
+
+bool pool(Context &ctx, ops::Pool kind, const Tensor &x, const int64_t *kernel,
+          const int64_t *strides, const int64_t *pads, bool countIncludePad,
+          int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  const bool isMax = kind == ops::Pool::max;
+  const char *op = isMax ? "max_pool" : "average_pool";
+  Geometry g;
+  int64_t shape[5];
+  if (!ops::detail::poolGeometry(ctx, op, x, kernel, strides, pads, g,
+                                 shape) ||
+      !requireF32(ctx, op, "input", x))
+    return false;
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
+    return false;
+  out = r;
+  const int64_t total = r.numel();
+  if (total == 0 || !d.launching())
+    return true;
+  if (!kernel) {
+    // Global: one warp a plane.
+    const int64_t S = g.inSize();
+    rowReduceKernel<<<warpBlocksFor(total), kBlock, 0, d.stream>>>(
+        x.as<float>(), total, S, isMax ? Combine::max : Combine::sum,
+        S > 0 ? 1.0f / float(S) : 0.0f, r.as<float>());
+    return launched(ctx, op);
+  }
+  if (fits32(total, x.numel()))
+    poolKernel<int32_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
+        x.as<float>(), dimsOf<int32_t>(g), int32_t(total), isMax,
+        countIncludePad, r.as<float>());
+  else
+    poolKernel<int64_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
+        x.as<float>(), dimsOf<int64_t>(g), total, isMax, countIncludePad,
+        r.as<float>());
+  return launched(ctx, op);
+}
+
+bool reduce(Context &ctx, ops::Reduce kind, const Tensor &x, int naxes,
+            const int64_t *axes, bool keepdims, int outSlot, Tensor &out) {
+  Device &d = dev(ctx);
+  const char *op = kind == ops::Reduce::sum    ? "reduce_sum"
+                   : kind == ops::Reduce::mean ? "reduce_mean"
+                   : kind == ops::Reduce::max  ? "reduce_max"
+                                               : "reduce_min";
+  if (!requireF32(ctx, op, "input", x))
+    return false;
+  const int rank = x.rank;
+  bool red[kMaxRank] = {};
+  if (naxes < 0 || (naxes > 0 && !axes))
+    return ctx.fail(std::string(op) + ": invalid axes");
+  for (int i = 0; i < naxes; ++i) {
+    int64_t a;
+    if (!ops::detail::normalizeAxis(ctx, op, axes[i], rank, a))
+      return false;
+    if (red[a])
+      return ctx.fail(std::string(op) + ": axis " + std::to_string(axes[i]) +
+                      " is repeated");
+    red[a] = true;
+  }
+  if (naxes == 0)
+    for (int i = 0; i < rank; ++i)
+      red[i] = true;
+  // [outer, R, inner]: the reduced dims (size-1 dims dropped) must be
+  // adjacent.
+  int64_t outer = 1, R = 1, inner = 1;
+  int orank = 0;
+  int64_t oshape[kMaxRank];
+  int phase = 0; // 0: before the reduced block, 1: in it, 2: after it
+  for (int i = 0; i < rank; ++i) {
+    if (!red[i] || keepdims)
+      oshape[orank++] = red[i] ? 1 : x.shape[i];
+    if (x.shape[i] == 1)
+      continue;
+    if (red[i]) {
+      if (phase == 2)
+        return ctx.fail(std::string(op) + " over axes that are not adjacent " +
+                        "of " + x.describe() +
+                        " is not supported on the CUDA backend");
+      phase = 1;
+      R *= x.shape[i];
+    } else if (phase == 0) {
+      outer *= x.shape[i];
+    } else {
+      phase = 2;
+      inner *= x.shape[i];
+    }
+  }
+  if (R == 0 && (kind == ops::Reduce::max || kind == ops::Reduce::min) &&
+      outer * inner != 0)
+    return ctx.fail(std::string(op) + ": reduction over an empty dimension of " +
+                    x.describe());
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, DType::f32, orank, oshape))
+    return false;
+  out = r;
+  if (r.numel() == 0 || !d.launching())
+    return true;
+  const Combine c = kind == ops::Reduce::max   ? Combine::max
+                    : kind == ops::Reduce::min ? Combine::min
+                                               : Combine::sum;
+  const float scale =
+      kind == ops::Reduce::mean ? (R > 0 ? 1.0f / float(R) : NAN) : 1.0f;
+  if (inner == 1)
+    rowReduceKernel<<<warpBlocksFor(outer), kBlock, 0, d.stream>>>(
+        x.as<float>(), outer, R, c, scale, r.as<float>());
+  else
+    middleReduceKernel<<<blocksFor(outer * inner), kBlock, 0, d.stream>>>(
+        x.as<float>(), outer, R, inner, c, scale, r.as<float>());
+  return launched(ctx, op);
+}
+
+} // namespace sparsec::rt::cuda
