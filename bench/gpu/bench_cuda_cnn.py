@@ -9,12 +9,13 @@ cnn_plain (224 x 224 x 3, five 3 x 3 convolutions with ReLU) and cnn_mobile
 (32 x 112 x 112, five depthwise + pointwise blocks with ReLU6). Batch 1,
 float32 everywhere and no TF32 (sparsec's GEMMs are exact fp32, so the peers
 are asked for the same: ONNX Runtime's CUDA provider with use_tf32=0, PyTorch
-with TF32 off); the peers with TF32 allowed are printed too. Every column
-times one call from a host input to a host output, median over --runs after
-20 warm-up calls. sparsec: `model bench` (CUDA graphs on, the default, and
-off). PyTorch: the ONNX graph's ops (Conv, Relu, Clip, GlobalAveragePool,
-Flatten, Gemm) as torch.nn.functional calls on the same weights, cuDNN with
-benchmark mode on.
+with TF32 off); PyTorch with TF32 allowed is printed too. Every column times
+one call from a host input to a host output, median over --runs after 20
+warm-up calls. sparsec: `model bench` (CUDA graphs on, the default, and off).
+PyTorch: the ONNX graph's ops (Conv, Relu, Clip, GlobalAveragePool, Flatten,
+Gemm) as torch.nn.functional calls on the same weights, cuDNN with benchmark
+mode on, eagerly and captured as one CUDA graph. ONNX Runtime is n/a where
+its CUDA execution provider is not installed.
 """
 import argparse
 import json
@@ -54,7 +55,7 @@ def median_ms(fn, runs):
     return float(np.median(times))
 
 
-def ort_ms(model, x, runs, tf32):
+def ort_ms(model, x, runs, tf32=False):
     try:
         import onnxruntime as ort
     except ImportError:
@@ -109,17 +110,35 @@ def torch_fn(model, tf32):
     return forward
 
 
-def torch_ms(model, x, runs, tf32):
+def torch_ms(model, x, runs, tf32, graph):
     try:
         import torch
     except ImportError:
         return None, "PyTorch not installed"
     fn = torch_fn(model, tf32)
+    if not graph:
+        def call():
+            with torch.no_grad():
+                return fn(torch.from_numpy(x).cuda()).cpu()
+        return median_ms(call, runs), ""
+    # The forward captured once as a CUDA graph (after warm-up on a side
+    # stream, as PyTorch asks), replayed on a static input buffer.
+    static_in = torch.from_numpy(x).cuda()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            fn(static_in)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g), torch.no_grad():
+        static_out = fn(static_in)
 
-    def call():
-        with torch.no_grad():
-            return fn(torch.from_numpy(x).cuda()).cpu()
-    return median_ms(call, runs), ""
+    def replay():
+        static_in.copy_(torch.from_numpy(x))
+        g.replay()
+        return static_out.cpu()
+    return median_ms(replay, runs), ""
 
 
 def main():
@@ -129,7 +148,7 @@ def main():
     ap.add_argument("--runs", type=int, default=200)
     args = ap.parse_args()
     print("| model | sparsec (graphs) | sparsec (no graphs) | ONNX Runtime CUDA | "
-          "PyTorch | ONNX Runtime CUDA, TF32 | PyTorch, TF32 |")
+          "PyTorch eager | PyTorch CUDA graph | PyTorch CUDA graph, TF32 |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for build, case in BUILDS.items():
         model = getattr(bench_cnn, case)()
@@ -140,9 +159,9 @@ def main():
         for ms, err in (sparsec_ms(binary, args.runs, True),
                         sparsec_ms(binary, args.runs, False),
                         ort_ms(model, x, args.runs, False),
-                        torch_ms(model, x, args.runs, False),
-                        ort_ms(model, x, args.runs, True),
-                        torch_ms(model, x, args.runs, True)):
+                        torch_ms(model, x, args.runs, False, False),
+                        torch_ms(model, x, args.runs, False, True),
+                        torch_ms(model, x, args.runs, True, True)):
             cells.append(f"{ms:.3f}" if ms is not None else "n/a")
             if err:
                 print(f"<!-- {build}: {err} -->", file=sys.stderr)

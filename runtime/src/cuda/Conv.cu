@@ -71,21 +71,14 @@ bool fits32(int64_t elements, int64_t inputElements) {
   return elements < kLimit && inputElements < kLimit;
 }
 
-/// Output position p of a [out0, out1, out2] grid.
+/// The coordinates of flat index i in a row-major [n0, n1, n2] grid (an
+/// output position in `out`, a tap in `k`).
 template <typename I>
-__device__ __forceinline__ void position(const Dims<I> &g, I p, I (&o)[3]) {
-  o[2] = p % g.out[2];
-  I t = p / g.out[2];
-  o[1] = t % g.out[1];
-  o[0] = t / g.out[1];
-}
-
-template <typename I>
-__device__ __forceinline__ void tapOf(const Dims<I> &g, I tap, I (&k)[3]) {
-  k[2] = tap % g.k[2];
-  I t = tap / g.k[2];
-  k[1] = t % g.k[1];
-  k[0] = t / g.k[1];
+__device__ __forceinline__ void unravel(I i, const I (&n)[3], I (&o)[3]) {
+  o[2] = i % n[2];
+  I t = i / n[2];
+  o[1] = t % n[1];
+  o[0] = t / n[1];
 }
 
 /// col[(plane * kSize + tap) * P + p] = the input under tap `tap` of output
@@ -99,8 +92,8 @@ __global__ void im2colKernel(const float *__restrict__ x, Dims<I> g, I rows,
     const I p = i % g.P, row = i / g.P;
     const I tap = row % g.kSize, plane = row / g.kSize;
     I o[3], k[3];
-    position(g, p, o);
-    tapOf(g, tap, k);
+    unravel(p, g.out, o);
+    unravel(tap, g.k, k);
     bool inside = true;
     I at[3];
 #pragma unroll
@@ -128,7 +121,7 @@ __global__ void depthwiseKernel(const float *__restrict__ x,
     const float *xp = x + (n * C + m / Mg) * g.S;
     const float *wp = w + m * g.kSize;
     I o[3];
-    position(g, p, o);
+    unravel(p, g.out, o);
     float acc = bias ? bias[m] : 0.0f;
     I tap = 0;
     for (I kd = 0; kd < g.k[0]; ++kd) {
@@ -192,7 +185,7 @@ __global__ void poolKernel(const float *__restrict__ x, Dims<I> g, I total,
     const I p = i % g.P, plane = i / g.P;
     const float *xp = x + plane * g.S;
     I o[3], lo[3], hi[3];
-    position(g, p, o);
+    unravel(p, g.out, o);
     I padded = 1;
 #pragma unroll
     for (int d = 0; d < 3; ++d) {
