@@ -232,6 +232,9 @@ private:
 
   LogicalResult emitOp(Operation *op);
   LogicalResult emitDeviceOp(Operation *op);
+  /// cuda::conv for `c`, with batch norm `bn` (or null) in its epilogue,
+  /// writing the norm's result then.
+  LogicalResult emitDeviceConv(ConvOp c, BatchNormOp bn);
   LogicalResult emitHostOp(Operation *op);
   LogicalResult emitAttention(AttentionOp a, bool device);
   /// Hybrid: starts the copy of each device result a CPU op reads.
@@ -314,6 +317,26 @@ private:
   DenseSet<Value> onDevice;
   /// Residual adds folded into the producing device linear (emitted there).
   DenseSet<Operation *> fusedAdds;
+  /// Device convolutions computed with the batch norm that is their only
+  /// user, in its epilogue, emitted at the norm (whose parameters may be
+  /// defined after the convolution), by norm.
+  DenseMap<Operation *, ConvOp> normedConvs;
+  /// The batch norm `c` runs in its epilogue, or null: the convolution's
+  /// only user, no activation between them, and the norm's slot not one
+  /// the convolution reads (its output is written while its input is read).
+  BatchNormOp foldedNorm(ConvOp c) {
+    if (!cuda() || c.getActivation() || !c.getResult().hasOneUse())
+      return nullptr;
+    auto bn = dyn_cast<BatchNormOp>(*c.getResult().getUsers().begin());
+    if (!bn || bn.getInput() != c.getResult() ||
+        bn->getBlock() != c->getBlock() || placedOnCpu(bn) ||
+        !onDevice.contains(bn.getResult()))
+      return nullptr;
+    int64_t out = slot(bn);
+    if (out < 0 || mayUseSlot(c.getInput(), out))
+      return nullptr;
+    return bn;
+  }
   /// Whether `v`'s memory may be slot `s`: its own slot, or, through
   /// reshapes and transposes (views at run time), a source's.
   bool mayUseSlot(Value v, int64_t s) {
@@ -1008,6 +1031,31 @@ LogicalResult Emitter::emitAttention(AttentionOp a, bool device) {
 }
 
 /// Device ops of the CUDA target (see the file comment).
+LogicalResult Emitter::emitDeviceConv(ConvOp c, BatchNormOp bn) {
+  // Operands and attribute arrays first, in order (each may emit a
+  // statement of its own).
+  std::string x = dv(c.getInput()), w = dv(c.getWeight()),
+              b = dptr(c.getBias()), st = intArray(c.getStrides()),
+              pd = intArray(c.getPads()), dl = intArray(c.getDilations());
+  std::string args = x + ", " + w + ", " + b + ", " + st + ", " + pd + ", " +
+                     dl + ", " +
+                     std::to_string(static_cast<int64_t>(c.getGroup())) + ", ";
+  if (!bn)
+    return emitCall(
+        c, "conv(ctx, " + args + "nullptr, " + activationArg(c.getActivation()),
+        /*declare=*/true, "cuda::");
+  std::string scale = dv(bn.getScale()), bias = dv(bn.getBias()),
+              mean = dv(bn.getMean()), var = dv(bn.getVariance());
+  std::string norm = "cn" + std::to_string(counter++);
+  body << "  const cuda::ConvNorm " << norm << "{&" << scale << ", &" << bias
+       << ", &" << mean << ", &" << var << ", "
+       << floatLiteral(bn.getEpsilon().convertToFloat(), true) << "};\n";
+  return emitCall(bn,
+                  "conv(ctx, " + args + "&" + norm + ", " +
+                      activationArg(bn.getActivation()),
+                  /*declare=*/true, "cuda::");
+}
+
 LogicalResult Emitter::emitDeviceOp(Operation *op) {
   auto call = [&](const std::string &c) {
     return emitCall(op, c, /*declare=*/true, "cuda::");
@@ -1205,18 +1253,18 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                     std::to_string(static_cast<int64_t>(s.getAxis())));
       })
       .Case([&](AttentionOp a) { return emitAttention(a, /*device=*/true); })
-      .Case([&](ConvOp c) {
-        // Operands and attribute arrays first, in order (each may emit a
-        // statement of its own).
-        std::string x = dv(c.getInput()), w = dv(c.getWeight()),
-                    b = dptr(c.getBias()), st = intArray(c.getStrides()),
-                    pd = intArray(c.getPads()), dl = intArray(c.getDilations());
-        return call("conv(ctx, " + x + ", " + w + ", " + b + ", " + st + ", " +
-                    pd + ", " + dl + ", " +
-                    std::to_string(static_cast<int64_t>(c.getGroup())) + ", " +
-                    activationArg(c.getActivation()));
+      .Case([&](ConvOp c) -> LogicalResult {
+        if (BatchNormOp bn = foldedNorm(c)) {
+          normedConvs[bn] = c;
+          body << "  // (computed with the batch norm below)\n";
+          return success();
+        }
+        return emitDeviceConv(c, nullptr);
       })
       .Case([&](BatchNormOp b) {
+        auto it = normedConvs.find(b);
+        if (it != normedConvs.end())
+          return emitDeviceConv(it->second, b);
         std::string x = dv(b.getInput()), scale = dv(b.getScale()),
                     bias = dv(b.getBias()), mean = dv(b.getMean()),
                     var = dv(b.getVariance());

@@ -106,14 +106,35 @@ __global__ void im2colKernel(const float *__restrict__ x, Dims<I> g, I rows,
   }
 }
 
-/// Depthwise: y[n, m, p] = act(bias[m] + sum over taps of w[m, tap] *
-/// x[n, m / Mg, under the tap]).
+/// A batch norm's parameters as device pointers (scale null: none).
+struct Norm {
+  const float *scale = nullptr, *bias = nullptr, *mean = nullptr,
+              *var = nullptr;
+  float epsilon = 0.0f;
+};
+
+/// What a convolution's epilogue (and a batch norm) makes of value v of
+/// channel c: the bias, then the norm, then the activation.
+__device__ __forceinline__ float channelEpilogue(float v, int64_t c,
+                                                 const float *bias,
+                                                 const Norm &norm,
+                                                 Activation act) {
+  if (bias)
+    v += bias[c];
+  if (norm.scale)
+    v = (v - norm.mean[c]) * (norm.scale[c] / sqrtf(norm.var[c] + norm.epsilon)) +
+        norm.bias[c];
+  return activate(act, v);
+}
+
+/// Depthwise: y[n, m, p] = the epilogue of channel m over the sum over
+/// taps of w[m, tap] * x[n, m / Mg, under the tap].
 template <typename I>
 __global__ void depthwiseKernel(const float *__restrict__ x,
                                 const float *__restrict__ w,
                                 const float *__restrict__ bias, Dims<I> g,
-                                I C, I M, I Mg, I total, Activation act,
-                                float *__restrict__ y) {
+                                I C, I M, I Mg, I total, Norm norm,
+                                Activation act, float *__restrict__ y) {
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total;
        i += I(gridDim.x) * I(blockDim.x)) {
     const I p = i % g.P, plane = i / g.P;
@@ -122,7 +143,7 @@ __global__ void depthwiseKernel(const float *__restrict__ x,
     const float *wp = w + m * g.kSize;
     I o[3];
     unravel(p, g.out, o);
-    float acc = bias ? bias[m] : 0.0f;
+    float acc = 0.0f;
     I tap = 0;
     for (I kd = 0; kd < g.k[0]; ++kd) {
       const I id = o[0] * g.stride[0] - g.padB[0] + kd * g.dil[0];
@@ -137,35 +158,37 @@ __global__ void depthwiseKernel(const float *__restrict__ x,
         }
       }
     }
-    y[i] = activate(act, acc);
+    y[i] = channelEpilogue(acc, m, bias, norm, act);
   }
 }
 
-/// y[i] = act(y[i] + bias[channel of i]) over [N, M, P].
-__global__ void channelEpilogueKernel(float *y, int64_t n, int64_t P,
-                                      int64_t M, const float *__restrict__ bias,
-                                      Activation act) {
+/// y[i] = the epilogue of channel (i / P) % C over x[i], for [N, C, P]: a
+/// convolution's (in place) or a batch norm's.
+__global__ void channelEpilogueKernel(const float *x, int64_t n, int64_t P,
+                                      int64_t C, const float *__restrict__ bias,
+                                      Norm norm, Activation act, float *y) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float v = y[i];
-    if (bias)
-      v += bias[(i / P) % M];
-    y[i] = activate(act, v);
-  }
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = channelEpilogue(x[i], (i / P) % C, bias, norm, act);
 }
 
-__global__ void batchNormKernel(const float *x, int64_t n, int64_t S,
-                                int64_t C, const float *__restrict__ scale,
-                                const float *__restrict__ bias,
-                                const float *__restrict__ mean,
-                                const float *__restrict__ var, float epsilon,
-                                Activation act, float *y) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = (i / S) % C;
-    const float a = scale[c] / sqrtf(var[c] + epsilon);
-    y[i] = activate(act, (x[i] - mean[c]) * a + bias[c]);
-  }
+/// Checks a batch norm's four parameters for C channels (float32, C
+/// elements each) and points `norm` at them.
+bool normOperands(Context &ctx, const char *op, const Tensor &x, int64_t C,
+                  const Tensor &scale, const Tensor &bias, const Tensor &mean,
+                  const Tensor &var, float epsilon, Norm &norm) {
+  if (!requireF32(ctx, op, "scale", scale) ||
+      !requireF32(ctx, op, "bias", bias) || !requireF32(ctx, op, "mean", mean) ||
+      !requireF32(ctx, op, "var", var))
+    return false;
+  for (const Tensor *t : {&scale, &bias, &mean, &var})
+    if (t->numel() != C)
+      return ctx.fail(std::string(op) + ": " + t->describe() + " must have " +
+                      std::to_string(C) + " elements (input " + x.describe() +
+                      ")");
+  norm = {scale.as<float>(), bias.as<float>(), mean.as<float>(),
+          var.as<float>(), epsilon};
+  return true;
 }
 
 /// max that keeps a NaN once seen (as ops::pool and ops::reduce do).
@@ -286,13 +309,18 @@ bool fitsInt(Context &ctx, const char *op, int64_t v, const char *what,
 
 bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
           const int64_t *strides, const int64_t *pads,
-          const int64_t *dilations, int64_t group, Activation act,
-          int outSlot, Tensor &out) {
+          const int64_t *dilations, int64_t group, const ConvNorm *convNorm,
+          Activation act, int outSlot, Tensor &out) {
   Device &d = dev(ctx);
   Geometry g;
   int64_t shape[5];
+  Norm norm;
   if (!ops::detail::convOperands(ctx, x, w, bias, strides, pads, dilations,
-                                 group, g, shape))
+                                 group, g, shape) ||
+      (convNorm &&
+       !normOperands(ctx, "conv (batch norm)", x, w.shape[0], *convNorm->scale,
+                     *convNorm->bias, *convNorm->mean, *convNorm->var,
+                     convNorm->epsilon, norm)))
     return false;
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
@@ -314,11 +342,11 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
     if (fits32(total, x.numel()))
       depthwiseKernel<int32_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
           x.as<float>(), w.as<float>(), bp, dimsOf<int32_t>(g), int32_t(C),
-          int32_t(M), int32_t(Mg), int32_t(total), act, r.as<float>());
+          int32_t(M), int32_t(Mg), int32_t(total), norm, act, r.as<float>());
     else
       depthwiseKernel<int64_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
           x.as<float>(), w.as<float>(), bp, dimsOf<int64_t>(g), C, M, Mg,
-          total, act, r.as<float>());
+          total, norm, act, r.as<float>());
     return launched(ctx, "conv (depthwise)");
   }
 
@@ -382,10 +410,10 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
                      "cublasSgemmStridedBatched (grouped conv)"))
         return false;
   }
-  if (!bp && act == Activation::none)
+  if (!bp && !norm.scale && act == Activation::none)
     return true;
   channelEpilogueKernel<<<blocksFor(r.numel()), kBlock, 0, d.stream>>>(
-      yp, r.numel(), P, M, bp, act);
+      yp, r.numel(), P, M, bp, norm, act, yp);
   return launched(ctx, "conv (epilogue)");
 }
 
@@ -394,28 +422,23 @@ bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
                float epsilon, Activation act, int outSlot, Tensor &out) {
   Device &d = dev(ctx);
   const char *op = "batch_norm";
-  if (!requireF32(ctx, op, "input", x) || !requireF32(ctx, op, "scale", scale) ||
-      !requireF32(ctx, op, "bias", bias) || !requireF32(ctx, op, "mean", mean) ||
-      !requireF32(ctx, op, "var", var))
+  if (!requireF32(ctx, op, "input", x))
     return false;
   if (x.rank < 2)
     return ctx.fail("batch_norm: input must be [N, C, ...], got " +
                     x.describe());
   const int64_t C = x.shape[1], S = product(x.shape, 2, x.rank);
-  for (const Tensor *t : {&scale, &bias, &mean, &var})
-    if (t->numel() != C)
-      return ctx.fail("batch_norm: " + t->describe() + " must have " +
-                      std::to_string(C) + " elements (input " + x.describe() +
-                      ")");
+  Norm norm;
+  if (!normOperands(ctx, op, x, C, scale, bias, mean, var, epsilon, norm))
+    return false;
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
     return false;
   out = r;
   if (r.numel() == 0 || !d.launching())
     return true;
-  batchNormKernel<<<blocksFor(r.numel()), kBlock, 0, d.stream>>>(
-      x.as<float>(), r.numel(), S, C, scale.as<float>(), bias.as<float>(),
-      mean.as<float>(), var.as<float>(), epsilon, act, r.as<float>());
+  channelEpilogueKernel<<<blocksFor(r.numel()), kBlock, 0, d.stream>>>(
+      x.as<float>(), r.numel(), S, C, nullptr, norm, act, r.as<float>());
   return launched(ctx, op);
 }
 

@@ -135,15 +135,23 @@ bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
              int outSlot, Tensor &out);
 bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
              Tensor &out);
+/// An inference batch norm over a convolution's output channels, applied
+/// in its epilogue: scale * (y - mean) / sqrt(var + epsilon) + bias.
+struct ConvNorm {
+  const Tensor *scale, *bias, *mean, *var;
+  float epsilon;
+};
 /// N-d convolution, NCHW, float32 (1 to 3 spatial dims, groups, pads,
 /// strides, dilations, as ops::conv): a depthwise one (one input channel
 /// per group) directly, a pointwise one without stride or padding as a
 /// cuBLAS GEMM over the input in place, any other as im2col into a device
-/// buffer and a (batched over groups or images) cuBLAS GEMM; the bias and
-/// `act` in one epilogue pass.
+/// buffer and a (batched over groups or images) cuBLAS GEMM; the bias,
+/// `norm` (or null) and `act` in one epilogue pass (the depthwise kernel's
+/// own).
 bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations,
-          int64_t group, ops::Activation act, int outSlot, Tensor &out);
+          int64_t group, const ConvNorm *norm, ops::Activation act, int outSlot,
+          Tensor &out);
 /// Inference batch normalisation over axis 1, `act` applied to each value.
 bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
                const Tensor &bias, const Tensor &mean, const Tensor &var,
