@@ -10,6 +10,9 @@ Cases:
   plain      224x224x3 input, five 3x3 convolutions (32-128 channels, three of
              stride 2) each with bias and ReLU, global pooling, a classifier
              (about 714 MFLOP);
+  plain_bn   plain with a BatchNormalization between each convolution and its
+             ReLU (as an export that kept its norms; sparsec folds each into
+             its convolution's weights, ONNX Runtime into the convolution too);
   mobile     a 32x112x112 input through five MobileNet-style blocks: a 3x3
              depthwise convolution (strides 1, 2, 1, 2, 1), ReLU6 as Clip(0, 6),
              a 1x1 convolution to 64-256 channels, ReLU6; pooling, classifier.
@@ -45,17 +48,29 @@ def _model(nodes, inits, shape, classes, c):
     return m
 
 
-def plain():
+def plain(batch_norm=False):
     rng = np.random.default_rng(0)
     nodes, inits, prev, c = [], [], "x", 3
     for i, (co, s) in enumerate([(32, 2), (64, 2), (64, 1), (128, 2), (128, 1)]):
         inits += [_init(f"w{i}", rng.standard_normal((co, c, 3, 3)) * np.sqrt(2 / (c * 9))),
                   _init(f"b{i}", rng.standard_normal(co) * 0.1)]
-        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[3, 3],
-                                   pads=[1, 1, 1, 1], strides=[s, s]),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"],
+                                      kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[s, s]))
+        if batch_norm:
+            inits += [_init(f"s{i}", 1 + 0.1 * rng.standard_normal(co)),
+                      _init(f"o{i}", 0.1 * rng.standard_normal(co)),
+                      _init(f"m{i}", 0.1 * rng.standard_normal(co)),
+                      _init(f"v{i}", 1 + 0.1 * np.abs(rng.standard_normal(co)))]
+            nodes.append(helper.make_node("BatchNormalization",
+                                          [f"c{i}", f"s{i}", f"o{i}", f"m{i}", f"v{i}"],
+                                          [f"n{i}"]))
+        nodes.append(helper.make_node("Relu", [f"n{i}" if batch_norm else f"c{i}"], [f"r{i}"]))
         prev, c = f"r{i}", co
     return _model(nodes, inits, [1, 3, 224, 224], 10, c)
+
+
+def plain_bn():
+    return plain(batch_norm=True)
 
 
 def mobile():
@@ -88,7 +103,7 @@ def main():
     print(f"median of {args.runs} runs")
     print(f"| case | threads | sparsec ms | ORT ms | ORT / sparsec |")
     print(f"|---|---:|---:|---:|---:|")
-    for name, make in (("plain", plain), ("mobile", mobile)):
+    for name, make in (("plain", plain), ("plain_bn", plain_bn), ("mobile", mobile)):
         path = os.path.join(args.out, name + ".onnx")
         m = make()
         onnx.save(m, path)

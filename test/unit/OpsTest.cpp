@@ -2364,22 +2364,44 @@ TEST_P(OpsTest, Conv) {
       Owned x = randomTensor(DType::f32, c.x, seed++, -1, 1);
       Owned w = randomTensor(DType::f32, c.w, seed++, -1, 1);
       Owned b = randomTensor(DType::f32, {c.w[0]}, seed++, -1, 1);
-      Tensor y;
-      ASSERT_TRUE(conv(ctx, x, w, c.bias ? &b.t : nullptr, c.strides.data(),
-                       c.pads.data(), c.dil.data(), c.group, act, 1, y))
-          << ctx.error;
+      // Every third case with a batch norm folded in (scale, bias, mean,
+      // variance > 0.5), called twice: the folded weights are made by the
+      // first call and taken from the context's cache by the second.
+      const bool withNorm = ci % 3 == 2;
+      Owned ns = randomTensor(DType::f32, {c.w[0]}, seed++, -2, 2);
+      Owned nb = randomTensor(DType::f32, {c.w[0]}, seed++, -1, 1);
+      Owned nm = randomTensor(DType::f32, {c.w[0]}, seed++, -1, 1);
+      Owned nv = randomTensor(DType::f32, {c.w[0]}, seed++, 0.5, 2);
+      const ConvNorm norm{&ns.t, &nb.t, &nm.t, &nv.t, 1e-3f};
       Shape ys;
       std::vector<double> ref = convRef(x, w, c.bias ? &b : nullptr, c.strides,
                                         c.pads, c.dil, c.group, ys);
-      for (double &r : ref)
-        r = actRef(act, r);
-      expectShape(y, ys);
+      const int64_t planeSize = int64_t(ref.size()) / (ys[0] * ys[1]);
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const size_t m = size_t(int64_t(i) / planeSize % ys[1]);
+        if (withNorm)
+          ref[i] = (ref[i] - nm.t.as<float>()[m]) * ns.t.as<float>()[m] /
+                       std::sqrt(double(nv.t.as<float>()[m]) + 1e-3) +
+                   nb.t.as<float>()[m];
+        ref[i] = actRef(act, ref[i]);
+      }
       double kmag = 1;
       for (size_t d = 1; d < c.w.size(); ++d)
         kmag *= double(c.w[d]);
-      for (size_t i = 0; i < ref.size(); ++i)
-        ASSERT_NEAR(y.as<float>()[i], ref[i], 1e-5 * kmag)
-            << "case " << ci << " at " << i << " with kernel ISA " << isa;
+      for (int call = 0; call < (withNorm ? 2 : 1); ++call) {
+        Tensor y;
+        ASSERT_TRUE(conv(ctx, x, w, c.bias ? &b.t : nullptr, c.strides.data(),
+                         c.pads.data(), c.dil.data(), c.group,
+                         withNorm ? &norm : nullptr, act, 1, y))
+            << ctx.error;
+        expectShape(y, ys);
+        for (size_t i = 0; i < ref.size(); ++i)
+          ASSERT_NEAR(y.as<float>()[i], ref[i],
+                      1e-5 * kmag * (withNorm ? 4 : 1))
+              << "case " << ci << " at " << i << " with kernel ISA " << isa
+              << (withNorm ? ", batch norm folded, call " + std::to_string(call)
+                           : std::string());
+      }
     }
   }
   ops::detail::setKernelIsa(0);
@@ -2387,7 +2409,8 @@ TEST_P(OpsTest, Conv) {
   Owned x = randomTensor(DType::f32, {1, 2, 5, 5}, 1);
   Owned w = randomTensor(DType::f32, {3, 2, 2, 2}, 2);
   Tensor y;
-  ASSERT_TRUE(conv(ctx, x, w, nullptr, nullptr, nullptr, nullptr, 1, Activation::none, 1, y));
+  ASSERT_TRUE(conv(ctx, x, w, nullptr, nullptr, nullptr, nullptr, 1, nullptr,
+                   Activation::none, 1, y));
   Shape ys;
   const std::vector<double> ref =
       convRef(x, w, nullptr, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, ys);
@@ -2396,16 +2419,27 @@ TEST_P(OpsTest, Conv) {
     ASSERT_NEAR(y.as<float>()[i], ref[i], 1e-5);
   // Errors.
   Owned w3 = randomTensor(DType::f32, {3, 3, 2, 2}, 2);
-  expectFail(conv(ctx, x, w3, nullptr, nullptr, nullptr, nullptr, 1, Activation::none, 1, y),
+  expectFail(conv(ctx, x, w3, nullptr, nullptr, nullptr, nullptr, 1, nullptr,
+                  Activation::none, 1, y),
              "conv");
   Owned wBig = randomTensor(DType::f32, {3, 2, 7, 2}, 2);
-  expectFail(conv(ctx, x, wBig, nullptr, nullptr, nullptr, nullptr, 1, Activation::none, 1, y),
+  expectFail(conv(ctx, x, wBig, nullptr, nullptr, nullptr, nullptr, 1, nullptr,
+                  Activation::none, 1, y),
              "conv");
-  expectFail(conv(ctx, x, w, nullptr, nullptr, nullptr, nullptr, 3, Activation::none, 1, y),
+  expectFail(conv(ctx, x, w, nullptr, nullptr, nullptr, nullptr, 3, nullptr,
+                  Activation::none, 1, y),
              "conv");
   const int64_t zeroStride[2] = {0, 1};
-  expectFail(conv(ctx, x, w, nullptr, zeroStride, nullptr, nullptr, 1, Activation::none, 1, y),
+  expectFail(conv(ctx, x, w, nullptr, zeroStride, nullptr, nullptr, 1, nullptr,
+                  Activation::none, 1, y),
              "conv");
+  // A norm whose parameters do not have one element per output channel.
+  Owned four = randomTensor(DType::f32, {4}, 3);
+  Owned three = randomTensor(DType::f32, {3}, 4);
+  const ConvNorm badNorm{&three.t, &three.t, &four.t, &three.t, 1e-5f};
+  expectFail(conv(ctx, x, w, nullptr, nullptr, nullptr, nullptr, 1, &badNorm,
+                  Activation::none, 1, y),
+             "conv (batch norm)");
 }
 
 TEST_P(OpsTest, Pool) {

@@ -232,9 +232,9 @@ private:
 
   LogicalResult emitOp(Operation *op);
   LogicalResult emitDeviceOp(Operation *op);
-  /// cuda::conv for `c`, with batch norm `bn` (or null) in its epilogue,
-  /// writing the norm's result then.
-  LogicalResult emitDeviceConv(ConvOp c, BatchNormOp bn);
+  /// cuda::conv (`device`) or ops::conv for `c`, with batch norm `bn` (or
+  /// null) applied with it, writing the norm's result then.
+  LogicalResult emitConv(ConvOp c, BatchNormOp bn, bool device);
   LogicalResult emitHostOp(Operation *op);
   LogicalResult emitAttention(AttentionOp a, bool device);
   /// Hybrid: starts the copy of each device result a CPU op reads.
@@ -317,20 +317,22 @@ private:
   DenseSet<Value> onDevice;
   /// Residual adds folded into the producing device linear (emitted there).
   DenseSet<Operation *> fusedAdds;
-  /// Device convolutions computed with the batch norm that is their only
-  /// user, in its epilogue, emitted at the norm (whose parameters may be
-  /// defined after the convolution), by norm.
+  /// Convolutions computed with the batch norm that is their only user (in
+  /// the epilogue on the device, folded into the weights on x86), emitted at
+  /// the norm (whose parameters may be defined after the convolution), by
+  /// norm.
   DenseMap<Operation *, ConvOp> normedConvs;
-  /// The batch norm `c` runs in its epilogue, or null: the convolution's
-  /// only user, no activation between them, and the norm's slot not one
-  /// the convolution reads (its output is written while its input is read).
+  /// The batch norm computed with `c`, or null: the convolution's only user,
+  /// no activation between them (BatchNormOp::getFoldableConv, for which
+  /// sparsec-plan-memory keeps the convolution's input live until the
+  /// norm), and the norm's slot not one the convolution reads (a plan made
+  /// otherwise, as in hand-written IR).
   BatchNormOp foldedNorm(ConvOp c) {
-    if (!cuda() || c.getActivation() || !c.getResult().hasOneUse())
+    if (!c.getResult().hasOneUse())
       return nullptr;
     auto bn = dyn_cast<BatchNormOp>(*c.getResult().getUsers().begin());
-    if (!bn || bn.getInput() != c.getResult() ||
-        bn->getBlock() != c->getBlock() || placedOnCpu(bn) ||
-        !onDevice.contains(bn.getResult()))
+    if (!bn || bn.getFoldableConv() != c ||
+        (cuda() && (placedOnCpu(bn) || !onDevice.contains(bn.getResult()))))
       return nullptr;
     int64_t out = slot(bn);
     if (out < 0 || mayUseSlot(c.getInput(), out))
@@ -794,16 +796,18 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
         return emitCall(op, "embedding(ctx, " + name(e.getTable()) + ", " +
                                 name(e.getIds()) + second);
       })
-      .Case([&](ConvOp c) {
-        std::string s = intArray(c.getStrides()), p = intArray(c.getPads()),
-                    d = intArray(c.getDilations());
-        return emitCall(
-            op, "conv(ctx, " + name(c.getInput()) + ", " + name(c.getWeight()) +
-                    ", " + ptr(c.getBias()) + ", " + s + ", " + p + ", " + d +
-                    ", " + std::to_string(static_cast<int64_t>(c.getGroup())) +
-                    ", " + activationArg(c.getActivation()));
+      .Case([&](ConvOp c) -> LogicalResult {
+        if (BatchNormOp bn = foldedNorm(c)) {
+          normedConvs[bn] = c;
+          body << "  // (computed with the batch norm below)\n";
+          return success();
+        }
+        return emitConv(c, nullptr, /*device=*/false);
       })
       .Case([&](BatchNormOp b) {
+        auto it = normedConvs.find(b);
+        if (it != normedConvs.end())
+          return emitConv(it->second, b, /*device=*/false);
         return emitCall(
             op, "batchNorm(ctx, " + name(b.getInput()) + ", " +
                     name(b.getScale()) + ", " + name(b.getBias()) + ", " +
@@ -1031,29 +1035,32 @@ LogicalResult Emitter::emitAttention(AttentionOp a, bool device) {
 }
 
 /// Device ops of the CUDA target (see the file comment).
-LogicalResult Emitter::emitDeviceConv(ConvOp c, BatchNormOp bn) {
+LogicalResult Emitter::emitConv(ConvOp c, BatchNormOp bn, bool device) {
+  auto tensor = [&](Value v) { return device ? dv(v) : name(v); };
   // Operands and attribute arrays first, in order (each may emit a
   // statement of its own).
-  std::string x = dv(c.getInput()), w = dv(c.getWeight()),
-              b = dptr(c.getBias()), st = intArray(c.getStrides()),
-              pd = intArray(c.getPads()), dl = intArray(c.getDilations());
+  std::string x = tensor(c.getInput()), w = tensor(c.getWeight()),
+              b = c.getBias() ? "&" + tensor(c.getBias()) : "nullptr",
+              st = intArray(c.getStrides()), pd = intArray(c.getPads()),
+              dl = intArray(c.getDilations());
   std::string args = x + ", " + w + ", " + b + ", " + st + ", " + pd + ", " +
                      dl + ", " +
                      std::to_string(static_cast<int64_t>(c.getGroup())) + ", ";
+  StringRef ns = device ? "cuda::" : "ops::";
   if (!bn)
     return emitCall(
         c, "conv(ctx, " + args + "nullptr, " + activationArg(c.getActivation()),
-        /*declare=*/true, "cuda::");
-  std::string scale = dv(bn.getScale()), bias = dv(bn.getBias()),
-              mean = dv(bn.getMean()), var = dv(bn.getVariance());
+        /*declare=*/true, ns);
+  std::string scale = tensor(bn.getScale()), bias = tensor(bn.getBias()),
+              mean = tensor(bn.getMean()), var = tensor(bn.getVariance());
   std::string norm = "cn" + std::to_string(counter++);
-  body << "  const cuda::ConvNorm " << norm << "{&" << scale << ", &" << bias
+  body << "  const ops::ConvNorm " << norm << "{&" << scale << ", &" << bias
        << ", &" << mean << ", &" << var << ", "
        << floatLiteral(bn.getEpsilon().convertToFloat(), true) << "};\n";
   return emitCall(bn,
                   "conv(ctx, " + args + "&" + norm + ", " +
                       activationArg(bn.getActivation()),
-                  /*declare=*/true, "cuda::");
+                  /*declare=*/true, ns);
 }
 
 LogicalResult Emitter::emitDeviceOp(Operation *op) {
@@ -1259,12 +1266,12 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
           body << "  // (computed with the batch norm below)\n";
           return success();
         }
-        return emitDeviceConv(c, nullptr);
+        return emitConv(c, nullptr, /*device=*/true);
       })
       .Case([&](BatchNormOp b) {
         auto it = normedConvs.find(b);
         if (it != normedConvs.end())
-          return emitDeviceConv(it->second, b);
+          return emitConv(it->second, b, /*device=*/true);
         std::string x = dv(b.getInput()), scale = dv(b.getScale()),
                     bias = dv(b.getBias()), mean = dv(b.getMean()),
                     var = dv(b.getVariance());

@@ -14,6 +14,7 @@
 #include "sparsec/rt/Half.h"
 #include "sparsec/rt/Ops.h"
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -762,6 +763,11 @@ struct PackCache {
   using Panels = std::unique_ptr<float[], Free>; // 64-byte aligned
   std::map<std::tuple<const void *, int64_t, int64_t, int64_t, int, int>, Panels>
       entries;
+  /// Convolution weights and biases with a batch norm folded in
+  /// (ops::conv with a ConvNorm), by the weight, bias and norm parameters'
+  /// data and the epsilon's bits: [M * C/g * kernel] weights, then [M]
+  /// biases.
+  std::map<std::array<const void *, 7>, std::vector<float>> folded;
 };
 /// The cache of `ctx` (made on first use; 1 GiB at most).
 PackCache *packCacheOf(Context &ctx);

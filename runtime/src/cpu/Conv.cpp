@@ -19,6 +19,10 @@
 //    thread. Both GEMMs start from the bias and apply the activation while
 //    the tile is in cache.
 //
+// A batch norm after a convolution (ConvNorm, which the compiler passes for
+// a norm that is the convolution's only user) is folded into its weights
+// and bias once, kept in the context's weight cache.
+//
 // Max and average pooling over 1 to 3 spatial dims, global when no kernel
 // is given.
 //
@@ -28,7 +32,10 @@
 #include "ConvGeometry.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstring>
+#include <vector>
 
 namespace sparsec::rt::ops {
 
@@ -383,12 +390,80 @@ thread_local std::vector<RowTap> rowTapBuffer;
 
 } // namespace
 
+namespace {
+/// The weights and bias of a convolution with batch norm `n` folded in
+/// ([M * rowLen] weights, then [M] biases), from the context's cache (made
+/// there by the first call) or, beyond the cache's limit, into `local`;
+/// null after an error in ctx.
+const float *foldNorm(Context &ctx, const Tensor &x, const Tensor &w,
+                      const Tensor *bias, const ConvNorm &n,
+                      std::vector<float> &local) {
+  const char *op = "conv (batch norm)";
+  const int64_t M = w.shape[0], rowLen = w.numel() / std::max<int64_t>(M, 1);
+  for (const Tensor *t : {n.scale, n.bias, n.mean, n.var}) {
+    if (!checkTensor(ctx, op, "parameter", *t))
+      return nullptr;
+    if (t->dtype != DType::f32 || t->numel() != M) {
+      ctx.fail(std::string(op) + ": " + t->describe() + " must have " +
+               std::to_string(M) + " float32 elements (input " + x.describe() +
+               ")");
+      return nullptr;
+    }
+  }
+  uint32_t epsBits;
+  std::memcpy(&epsBits, &n.epsilon, sizeof epsBits);
+  const std::array<const void *, 7> key = {
+      w.data,
+      bias ? bias->data : nullptr,
+      n.scale->data,
+      n.bias->data,
+      n.mean->data,
+      n.var->data,
+      reinterpret_cast<const void *>(uintptr_t(epsBits))};
+  auto fold = [&](std::vector<float> &v) {
+    v.resize(size_t(M * rowLen + M));
+    const float *wp = w.as<float>(), *bp = bias ? bias->as<float>() : nullptr;
+    for (int64_t m = 0; m < M; ++m) {
+      const double a =
+          double(n.scale->as<float>()[m]) /
+          std::sqrt(double(n.var->as<float>()[m]) + double(n.epsilon));
+      for (int64_t i = 0; i < rowLen; ++i)
+        v[size_t(m * rowLen + i)] = float(double(wp[m * rowLen + i]) * a);
+      v[size_t(M * rowLen + m)] = float(
+          (double(bp ? bp[m] : 0.0f) - double(n.mean->as<float>()[m])) * a +
+          double(n.bias->as<float>()[m]));
+    }
+  };
+  PackCache *cache = packCacheOf(ctx);
+  std::lock_guard<std::mutex> lock(cache->mutex);
+  auto it = cache->folded.find(key);
+  if (it != cache->folded.end())
+    return it->second.data();
+  const size_t bytes = sizeof(float) * size_t(M * rowLen + M);
+  if (cache->bytes + bytes > cache->limit) {
+    fold(local);
+    return local.data();
+  }
+  std::vector<float> &v = cache->folded[key];
+  fold(v);
+  cache->bytes += bytes;
+  return v.data();
+}
+} // namespace
+
 bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations,
-          int64_t group, Activation act, int outSlot, Tensor &out) {
+          int64_t group, const ConvNorm *norm, Activation act, int outSlot,
+          Tensor &out) {
   Geometry g;
   int64_t shape[5];
   if (!convOperands(ctx, x, w, bias, strides, pads, dilations, group, g, shape))
+    return false;
+  // A batch norm after the convolution: its weights and bias folded.
+  std::vector<float> localFold;
+  const float *folded =
+      norm ? foldNorm(ctx, x, w, bias, *norm, localFold) : nullptr;
+  if (norm && !folded)
     return false;
   const int64_t N = x.shape[0], C = x.shape[1], M = w.shape[0];
   Tensor res;
@@ -401,8 +476,11 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   const int64_t Cg = C / group, Mg = M / group;
   const int64_t P = g.outSize(), S = g.inSize(), kSize = g.kSize();
   const int64_t Kdim = Cg * kSize;
-  const float *xp = x.as<float>(), *wp = w.as<float>();
-  const float *bp = bias ? bias->as<float>() : nullptr;
+  const float *xp = x.as<float>();
+  const float *wp = folded ? folded : w.as<float>();
+  const float *bp = folded ? folded + M * Kdim
+                    : bias ? bias->as<float>()
+                           : nullptr;
   float *yp = res.as<float>();
 
   // The kernel's taps, shared by every plane and chunk; rows split into

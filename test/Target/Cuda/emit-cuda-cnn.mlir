@@ -46,7 +46,7 @@ func.func @main(%x: tensor<2x3x8x8xf32>) -> (tensor<2x8xf32>, tensor<2x1x4x4xf32
 // CHECK: static const int64_t [[S2:a[0-9]+]][] = {2, 2};
 // CHECK: static const int64_t [[P2:a[0-9]+]][] = {2, 2, 2, 2};
 // CHECK: static const int64_t [[D2:a[0-9]+]][] = {2, 2};
-// CHECK: const cuda::ConvNorm [[CN:cn[0-9]+]]{&[[SC:v[0-9]+]], &[[SC]], &[[MEAN:v[0-9]+]], &[[VAR:v[0-9]+]], 0.00100000005f};
+// CHECK: const ops::ConvNorm [[CN:cn[0-9]+]]{&[[SC:v[0-9]+]], &[[SC]], &[[MEAN:v[0-9]+]], &[[VAR:v[0-9]+]], 0.00100000005f};
 // CHECK: cuda::conv(ctx, [[C]], {{v[0-9]+}}, nullptr, [[S2]], [[P2]], [[D2]], 4, &[[CN]], ops::Activation::relu, 4, [[N:v[0-9]+]])
 // CHECK: cuda::binary(ctx, ops::Binary::mul, [[N]], {{v[0-9]+}}, 1, [[MUL:v[0-9]+]])
 // CHECK: cuda::upload(ctx, {{v[0-9]+}}, 1, [[ZERO:u[0-9]+]])

@@ -564,6 +564,15 @@ LogicalResult EmbeddingOp::inferReturnTypeComponents(
   return success();
 }
 
+ConvOp BatchNormOp::getFoldableConv() {
+  auto conv = getInput().getDefiningOp<ConvOp>();
+  if (!conv || conv.getActivation() || !conv->hasOneUse() ||
+      conv->getBlock() != getOperation()->getBlock() ||
+      conv.getResult().getType() != getResult().getType())
+    return nullptr;
+  return conv;
+}
+
 LogicalResult ConvOp::verify() {
   auto in = getInput().getType();
   auto w = getWeight().getType();

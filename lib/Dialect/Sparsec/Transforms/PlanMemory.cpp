@@ -73,6 +73,15 @@ struct PlanMemoryPass
     Operation *ret = body.getTerminator();
     for (Value v : ret->getOperands())
       lastUse[v] = pos;
+    // A batch norm computed with the convolution it follows (see
+    // BatchNormOp::getFoldableConv) writes its result while the
+    // convolution reads its input: the input stays live until the norm.
+    for (Operation &op : body)
+      if (auto bn = dyn_cast<BatchNormOp>(op))
+        if (ConvOp conv = bn.getFoldableConv()) {
+          int64_t &end = lastUse[conv.getInput()];
+          end = std::max(end, position[&op]);
+        }
     // A reshape's result is a view of its input, and so is a transpose's
     // when only unit dims move (decided at run time, e.g. the head
     // transposes of a decode step): the input stays live while the result

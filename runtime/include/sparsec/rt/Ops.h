@@ -107,11 +107,20 @@ bool embedding(Context &ctx, const Tensor &table, const Tensor &ids,
                const Tensor &table2, const Tensor &ids2, int outSlot,
                Tensor &out);
 
+/// An inference batch norm over a convolution's output channels, applied
+/// with its bias: scale * (y - mean) / sqrt(var + epsilon) + bias.
+struct ConvNorm {
+  const Tensor *scale, *bias, *mean, *var;
+  float epsilon;
+};
 /// N-d convolution, NCHW; nSpatial = rank - 2 (1 to 3); pads are
-/// [begin..., end...] as in ONNX; `act` applied with the bias.
+/// [begin..., end...] as in ONNX; `norm` (or null) and `act` applied with
+/// the bias. With a norm, the weights and bias folded with it are made by
+/// the first call and kept in the context's weight cache.
 bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
           const int64_t *strides, const int64_t *pads, const int64_t *dilations,
-          int64_t group, Activation act, int outSlot, Tensor &out);
+          int64_t group, const ConvNorm *norm, Activation act, int outSlot,
+          Tensor &out);
 /// Inference batch normalisation over axis 1, `act` applied to each value.
 bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
                const Tensor &bias, const Tensor &mean, const Tensor &var,

@@ -106,3 +106,25 @@ func.func @predicted_gated(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
   %y = sparsec.sparse_linear %p, %wd {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
   return %y : tensor<?x8xf32>
 }
+
+// -----
+
+// A batch norm computed with the convolution before it (its only user, no
+// activation between): the convolution's input stays live until the norm,
+// so the norm, which the backends write while the convolution reads that
+// input, takes other memory (slot 2, not 0). After a convolution with an
+// activation the norm is an op of its own and may take any free slot.
+// CHECK-LABEL: func.func @conv_norm
+func.func @conv_norm(%x: tensor<1x4x8x8xf32>, %w: tensor<4x4x3x3xf32>, %s: tensor<4xf32>) -> tensor<1x4x8x8xf32> {
+  // CHECK: sparsec.relu %arg0 {sparsec.slots = array<i64: 0>}
+  %a = sparsec.relu %x : tensor<1x4x8x8xf32>
+  // CHECK: sparsec.conv {{.*}}sparsec.slots = array<i64: 1>
+  %c = sparsec.conv %a, %w {dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : tensor<1x4x8x8xf32>, tensor<4x4x3x3xf32> -> tensor<1x4x8x8xf32>
+  // CHECK: sparsec.batch_norm {{.*}}sparsec.slots = array<i64: 2>
+  %n = sparsec.batch_norm %c, %s, %s, %s, %s : (tensor<1x4x8x8xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  // CHECK: sparsec.conv {{.*}}sparsec.slots = array<i64: 0>
+  %r = sparsec.conv %n, %w {activation = #sparsec<activation relu>, dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : tensor<1x4x8x8xf32>, tensor<4x4x3x3xf32> -> tensor<1x4x8x8xf32>
+  // CHECK: sparsec.batch_norm {{.*}}sparsec.slots = array<i64: 1>
+  %n2 = sparsec.batch_norm %r, %s, %s, %s, %s : (tensor<1x4x8x8xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  return %n2 : tensor<1x4x8x8xf32>
+}

@@ -385,7 +385,16 @@ def Sparsec_BatchNormOp : Sparsec_Op<"batch_norm",
   let summary = "inference batch normalisation over the channel axis (1)";
   let description = [{
     `activation` (set by `sparsec-fuse-epilogue`) is applied to each
-    normalised value in the same pass.
+    normalised value in the same pass. A norm whose input is a convolution
+    with no activation and no other user (`getFoldableConv`) is computed
+    with that convolution by both backends (folded into its weights on x86,
+    in its epilogue on CUDA): `sparsec-plan-memory` keeps the
+    convolution's input live until the norm, whose result is then written
+    while that input is read.
+  }];
+  let extraClassDeclaration = [{
+    /// The convolution this norm is computed with, or null.
+    ConvOp getFoldableConv();
   }];
   let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$scale,
                        Sparsec_FloatTensor:$bias, Sparsec_FloatTensor:$mean,

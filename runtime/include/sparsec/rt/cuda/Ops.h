@@ -135,12 +135,8 @@ bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
              int outSlot, Tensor &out);
 bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
              Tensor &out);
-/// An inference batch norm over a convolution's output channels, applied
-/// in its epilogue: scale * (y - mean) / sqrt(var + epsilon) + bias.
-struct ConvNorm {
-  const Tensor *scale, *bias, *mean, *var;
-  float epsilon;
-};
+/// A batch norm applied in a convolution's epilogue (ops::ConvNorm).
+using ops::ConvNorm;
 /// N-d convolution, NCHW, float32 (1 to 3 spatial dims, groups, pads,
 /// strides, dilations, as ops::conv): a depthwise one (one input channel
 /// per group) directly, a pointwise one without stride or padding as a
