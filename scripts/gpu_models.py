@@ -19,7 +19,8 @@ Checks (tolerances: fp32 as on x86; fp16 weights looser, with the top-1
 agreement also reported):
   * MLPs against their ONNX Runtime outputs;
   * convolutional networks (gen cases cnn, mobile_cnn, conv_mix at batch 3;
-    bench/bench_cnn.py's plain and mobile) against ONNX Runtime, fp32;
+    bench/bench_cnn.py's plain, plain_bn and mobile) against ONNX Runtime,
+    fp32;
   * opt-byte-s (both no-cache exports, the KV-cache export) against
     ref_logits.npy / ref_kv_step.npz, and against ONNX Runtime at other shapes;
   * exact sparsity: sparse == dense on the GPU, and greedy 64 bytes equal to
@@ -139,13 +140,15 @@ GENERATED = {
 }
 # Convolutional networks (fp32, checked against ONNX Runtime on random
 # inputs): name -> (source, symbolic dims). A gen_onnx_models.py case, or
-# bench/bench_cnn.py's "plain" (224 x 224, im2col over 12544 positions) and
-# "mobile" (depthwise and pointwise convs to 256 channels).
+# bench/bench_cnn.py's "plain" (224 x 224, im2col over 12544 positions),
+# "plain_bn" (with batch norms, computed with the convolutions) and "mobile"
+# (depthwise and pointwise convs to 256 channels).
 CNNS = {
     "cnn": ("gen:cnn", {}),
     "mobile_cnn": ("gen:mobile_cnn", {}),
     "conv_mix": ("gen:conv_mix", {"n": 3}),
     "cnn_plain": ("bench:plain", {}),
+    "cnn_plain_bn": ("bench:plain_bn", {}),
     "cnn_mobile": ("bench:mobile", {}),
 }
 # What each generated build's extra runs change.

@@ -5,15 +5,16 @@ against ONNX Runtime and PyTorch on the same GPU, measured in one run.
   bench_cuda_cnn.py --dir DIR [--runs N]
 
 DIR holds scripts/gpu_models.py's builds (`prepare`, then `run` builds them):
-cnn_plain (224 x 224 x 3, five 3 x 3 convolutions with ReLU) and cnn_mobile
-(32 x 112 x 112, five depthwise + pointwise blocks with ReLU6). Batch 1,
+cnn_plain (224 x 224 x 3, five 3 x 3 convolutions with ReLU), cnn_plain_bn
+(the same with a batch norm before each ReLU) and cnn_mobile (32 x 112 x 112,
+five depthwise + pointwise blocks with ReLU6). Batch 1,
 float32 everywhere and no TF32 (sparsec's GEMMs are exact fp32, so the peers
 are asked for the same: ONNX Runtime's CUDA provider with use_tf32=0, PyTorch
 with TF32 off); PyTorch with TF32 allowed is printed too. Every column times
 one call from a host input to a host output, median over --runs after 20
 warm-up calls. sparsec: `model bench` (CUDA graphs on, the default, and off).
-PyTorch: the ONNX graph's ops (Conv, Relu, Clip, GlobalAveragePool, Flatten,
-Gemm) as torch.nn.functional calls on the same weights, cuDNN with benchmark
+PyTorch: the ONNX graph's ops (Conv, BatchNormalization, Relu, Clip,
+GlobalAveragePool, Flatten, Gemm) as torch.nn.functional calls on the same weights, cuDNN with benchmark
 mode on, eagerly and captured as one CUDA graph. ONNX Runtime is n/a where
 its CUDA execution provider is not installed.
 """
@@ -30,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE)))
 import bench_cnn  # noqa: E402
 
-BUILDS = {"cnn_plain": "plain", "cnn_mobile": "mobile"}
+BUILDS = {"cnn_plain": "plain", "cnn_plain_bn": "plain_bn", "cnn_mobile": "mobile"}
 
 
 def sparsec_ms(binary, runs, graphs):
@@ -92,6 +93,9 @@ def torch_fn(model, tf32):
                 y = F.conv2d(a[0], a[1], a[2] if len(a) > 2 else None,
                              stride=attr(n, "strides", [1, 1]), padding=p[:2],
                              groups=attr(n, "group", 1))
+            elif n.op_type == "BatchNormalization":
+                y = F.batch_norm(a[0], a[3], a[4], a[1], a[2], training=False,
+                                 eps=attr(n, "epsilon", 1e-5))
             elif n.op_type == "Relu":
                 y = F.relu(a[0])
             elif n.op_type == "Clip":
