@@ -128,6 +128,17 @@ struct WeightLayoutPass
       if (denseWeights == "f16" && isa<LinearOp>(op))
         toF16(op->getOpOperand(1));
     });
+    // Convolutions compute with float32 weights on both targets: say so
+    // where fp16 storage was asked for, rather than leave it unsaid.
+    if (denseWeights == "f16") {
+      int64_t convs = 0;
+      module.walk([&](ConvOp) { ++convs; });
+      if (convs)
+        module.emitRemark()
+            << "fp16 weight storage (--weights f16) applies to linears: the "
+            << convs << " convolution" << (convs == 1 ? "" : "s")
+            << " keep float32 weights";
+    }
     // Weights and globals nothing uses any more.
     eraseUnusedWeights(module);
   }
