@@ -232,9 +232,15 @@ private:
 
   LogicalResult emitOp(Operation *op);
   LogicalResult emitDeviceOp(Operation *op);
+  /// Convolutions, batch norms, pooling and reductions: the same calls on
+  /// both targets (cuda:: on the device, `device`, ops:: on the host).
+  LogicalResult emitConvLike(Operation *op, bool device);
   /// cuda::conv (`device`) or ops::conv for `c`, with batch norm `bn` (or
   /// null) applied with it, writing the norm's result then.
   LogicalResult emitConv(ConvOp c, BatchNormOp bn, bool device);
+  /// Refuses a reduction the device kernels do not take: a non-float one,
+  /// or one over axes that are not adjacent (as far as the shapes show).
+  LogicalResult checkDeviceReduce(ReduceOp r);
   LogicalResult emitHostOp(Operation *op);
   LogicalResult emitAttention(AttentionOp a, bool device);
   /// Hybrid: starts the copy of each device result a CPU op reads.
@@ -796,45 +802,8 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
         return emitCall(op, "embedding(ctx, " + name(e.getTable()) + ", " +
                                 name(e.getIds()) + second);
       })
-      .Case([&](ConvOp c) -> LogicalResult {
-        if (BatchNormOp bn = foldedNorm(c)) {
-          normedConvs[bn] = c;
-          body << "  // (computed with the batch norm below)\n";
-          return success();
-        }
-        return emitConv(c, nullptr, /*device=*/false);
-      })
-      .Case([&](BatchNormOp b) {
-        auto it = normedConvs.find(b);
-        if (it != normedConvs.end())
-          return emitConv(it->second, b, /*device=*/false);
-        return emitCall(
-            op, "batchNorm(ctx, " + name(b.getInput()) + ", " +
-                    name(b.getScale()) + ", " + name(b.getBias()) + ", " +
-                    name(b.getMean()) + ", " + name(b.getVariance()) + ", " +
-                    floatLiteral(b.getEpsilon().convertToFloat(), true) +
-                    ", " + activationArg(b.getActivation()));
-      })
-      .Case([&](PoolOp p) {
-        bool global = p.getKernel().empty();
-        std::string k = global ? "nullptr" : intArray(p.getKernel());
-        std::string s = global ? "nullptr" : intArray(p.getStrides());
-        std::string pd = global ? "nullptr" : intArray(p.getPads());
-        return emitCall(op, "pool(ctx, ops::Pool::" +
-                                stringifyPoolKind(p.getKind()).str() + ", " +
-                                name(p.getInput()) + ", " + k + ", " + s +
-                                ", " + pd + ", " +
-                                (p.getCountIncludePad() ? "true" : "false"));
-      })
-      .Case([&](ReduceOp r) {
-        std::string axes = intArray(r.getAxes());
-        return emitCall(op, "reduce(ctx, ops::Reduce::" +
-                                stringifyReduceKind(r.getKind()).str() + ", " +
-                                name(r.getInput()) + ", " +
-                                std::to_string(r.getAxes().size()) + ", " +
-                                axes + ", " +
-                                (r.getKeepdims() ? "true" : "false"));
-      })
+      .Case<ConvOp, BatchNormOp, PoolOp, ReduceOp>(
+          [&](Operation *o) { return emitConvLike(o, /*device=*/false); })
       .Case([&](CumSumOp c) {
         return emitCall(op, "cumsum(ctx, " + name(c.getInput()) + ", " +
                                 std::to_string(static_cast<int64_t>(c.getAxis())) + ", " +
@@ -1034,7 +1003,83 @@ LogicalResult Emitter::emitAttention(AttentionOp a, bool device) {
   return success();
 }
 
-/// Device ops of the CUDA target (see the file comment).
+LogicalResult Emitter::emitConvLike(Operation *op, bool device) {
+  auto tensor = [&](Value v) { return device ? dv(v) : name(v); };
+  auto call = [&](const std::string &c) {
+    return emitCall(op, c, /*declare=*/true, device ? "cuda::" : "ops::");
+  };
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ConvOp c) -> LogicalResult {
+        if (BatchNormOp bn = foldedNorm(c)) {
+          normedConvs[bn] = c;
+          body << "  // (computed with the batch norm below)\n";
+          return success();
+        }
+        return emitConv(c, nullptr, device);
+      })
+      .Case([&](BatchNormOp b) {
+        auto it = normedConvs.find(b);
+        if (it != normedConvs.end())
+          return emitConv(it->second, b, device);
+        std::string x = tensor(b.getInput()), scale = tensor(b.getScale()),
+                    bias = tensor(b.getBias()), mean = tensor(b.getMean()),
+                    var = tensor(b.getVariance());
+        return call("batchNorm(ctx, " + x + ", " + scale + ", " + bias + ", " +
+                    mean + ", " + var + ", " +
+                    floatLiteral(b.getEpsilon().convertToFloat(), true) + ", " +
+                    activationArg(b.getActivation()));
+      })
+      .Case([&](PoolOp p) {
+        bool global = p.getKernel().empty();
+        std::string x = tensor(p.getInput());
+        std::string k = global ? "nullptr" : intArray(p.getKernel());
+        std::string st = global ? "nullptr" : intArray(p.getStrides());
+        std::string pd = global ? "nullptr" : intArray(p.getPads());
+        return call(
+            "pool(ctx, ops::Pool::" + stringifyPoolKind(p.getKind()).str() +
+            ", " + x + ", " + k + ", " + st + ", " + pd + ", " +
+            (p.getCountIncludePad() ? "true" : "false"));
+      })
+      .Case([&](ReduceOp r) -> LogicalResult {
+        if (device && failed(checkDeviceReduce(r)))
+          return failure();
+        std::string x = tensor(r.getInput()), axes = intArray(r.getAxes());
+        return call("reduce(ctx, ops::Reduce::" +
+                    stringifyReduceKind(r.getKind()).str() + ", " + x + ", " +
+                    std::to_string(r.getAxes().size()) + ", " + axes + ", " +
+                    (r.getKeepdims() ? "true" : "false"));
+      });
+}
+
+LogicalResult Emitter::checkDeviceReduce(ReduceOp r) {
+  if (!isa<FloatType>(
+          cast<ShapedType>(r.getInput().getType()).getElementType()))
+    return r.emitError("the CUDA backend reduces float tensors only");
+  // The device kernels reduce one block of adjacent axes (size-1 dims
+  // aside); what the shapes show here is refused at compile time.
+  auto type = cast<RankedTensorType>(r.getInput().getType());
+  SmallVector<bool> reduced(type.getRank(), r.getAxes().empty());
+  for (int64_t a : r.getAxes())
+    reduced[a < 0 ? a + type.getRank() : a] = true;
+  int phase = 0;
+  for (auto [i, dim] : llvm::enumerate(type.getShape())) {
+    if (dim == 1)
+      continue;
+    if (ShapedType::isDynamic(dim))
+      break;
+    if (reduced[i] && phase == 2)
+      return r.emitError("the CUDA backend reduces over one block of "
+                         "adjacent axes, not the axes [")
+             << llvm::join(llvm::map_range(
+                               r.getAxes(),
+                               [](int64_t a) { return std::to_string(a); }),
+                           ", ")
+             << "] of " << type;
+    phase = reduced[i] ? 1 : phase == 0 ? 0 : 2;
+  }
+  return success();
+}
+
 LogicalResult Emitter::emitConv(ConvOp c, BatchNormOp bn, bool device) {
   auto tensor = [&](Value v) { return device ? dv(v) : name(v); };
   // Operands and attribute arrays first, in order (each may emit a
@@ -1063,6 +1108,7 @@ LogicalResult Emitter::emitConv(ConvOp c, BatchNormOp bn, bool device) {
                   /*declare=*/true, ns);
 }
 
+/// Device ops of the CUDA target (see the file comment).
 LogicalResult Emitter::emitDeviceOp(Operation *op) {
   auto call = [&](const std::string &c) {
     return emitCall(op, c, /*declare=*/true, "cuda::");
@@ -1260,72 +1306,8 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                     std::to_string(static_cast<int64_t>(s.getAxis())));
       })
       .Case([&](AttentionOp a) { return emitAttention(a, /*device=*/true); })
-      .Case([&](ConvOp c) -> LogicalResult {
-        if (BatchNormOp bn = foldedNorm(c)) {
-          normedConvs[bn] = c;
-          body << "  // (computed with the batch norm below)\n";
-          return success();
-        }
-        return emitConv(c, nullptr, /*device=*/true);
-      })
-      .Case([&](BatchNormOp b) {
-        auto it = normedConvs.find(b);
-        if (it != normedConvs.end())
-          return emitConv(it->second, b, /*device=*/true);
-        std::string x = dv(b.getInput()), scale = dv(b.getScale()),
-                    bias = dv(b.getBias()), mean = dv(b.getMean()),
-                    var = dv(b.getVariance());
-        return call("batchNorm(ctx, " + x + ", " + scale + ", " + bias + ", " +
-                    mean + ", " + var + ", " +
-                    floatLiteral(b.getEpsilon().convertToFloat(), true) + ", " +
-                    activationArg(b.getActivation()));
-      })
-      .Case([&](PoolOp p) {
-        bool global = p.getKernel().empty();
-        std::string x = dv(p.getInput());
-        std::string k = global ? "nullptr" : intArray(p.getKernel());
-        std::string st = global ? "nullptr" : intArray(p.getStrides());
-        std::string pd = global ? "nullptr" : intArray(p.getPads());
-        return call(
-            "pool(ctx, ops::Pool::" + stringifyPoolKind(p.getKind()).str() +
-            ", " + x + ", " + k + ", " + st + ", " + pd + ", " +
-            (p.getCountIncludePad() ? "true" : "false"));
-      })
-      .Case([&](ReduceOp r) -> LogicalResult {
-        if (!isa<FloatType>(
-                cast<ShapedType>(r.getInput().getType()).getElementType()))
-          return r.emitError("the CUDA backend reduces float tensors only");
-        // The device kernels reduce one block of adjacent axes (size-1 dims
-        // aside); what the shapes show here is refused at compile time.
-        auto type = cast<RankedTensorType>(r.getInput().getType());
-        SmallVector<bool> reduced(type.getRank(), r.getAxes().empty());
-        for (int64_t a : r.getAxes())
-          reduced[a < 0 ? a + type.getRank() : a] = true;
-        int phase = 0;
-        for (auto [i, dim] : llvm::enumerate(type.getShape())) {
-          if (dim == 1)
-            continue;
-          if (ShapedType::isDynamic(dim)) {
-            phase = -1;
-            break;
-          }
-          if (reduced[i] && phase == 2)
-            return r.emitError("the CUDA backend reduces over one block of "
-                               "adjacent axes, not the axes [")
-                   << llvm::join(llvm::map_range(r.getAxes(),
-                                                 [](int64_t a) {
-                                                   return std::to_string(a);
-                                                 }),
-                                 ", ")
-                   << "] of " << type;
-          phase = reduced[i] ? 1 : phase == 0 ? 0 : 2;
-        }
-        std::string x = dv(r.getInput()), axes = intArray(r.getAxes());
-        return call("reduce(ctx, ops::Reduce::" +
-                    stringifyReduceKind(r.getKind()).str() + ", " + x + ", " +
-                    std::to_string(r.getAxes().size()) + ", " + axes + ", " +
-                    (r.getKeepdims() ? "true" : "false"));
-      })
+      .Case<ConvOp, BatchNormOp, PoolOp, ReduceOp>(
+          [&](Operation *o) { return emitConvLike(o, /*device=*/true); })
       .Case([&](EmbeddingOp e) -> LogicalResult {
         // A lookup's arguments: table, host ids, their upload site.
         auto lookup = [&](Value table, Value ids) -> FailureOr<std::string> {
