@@ -398,18 +398,9 @@ namespace {
 const float *foldNorm(Context &ctx, const Tensor &x, const Tensor &w,
                       const Tensor *bias, const ConvNorm &n,
                       std::vector<float> &local) {
-  const char *op = "conv (batch norm)";
   const int64_t M = w.shape[0], rowLen = w.numel() / std::max<int64_t>(M, 1);
-  for (const Tensor *t : {n.scale, n.bias, n.mean, n.var}) {
-    if (!checkTensor(ctx, op, "parameter", *t))
-      return nullptr;
-    if (t->dtype != DType::f32 || t->numel() != M) {
-      ctx.fail(std::string(op) + ": " + t->describe() + " must have " +
-               std::to_string(M) + " float32 elements (input " + x.describe() +
-               ")");
-      return nullptr;
-    }
-  }
+  if (!normOperands(ctx, "conv (batch norm)", x, M, n))
+    return nullptr;
   uint32_t epsBits;
   std::memcpy(&epsBits, &n.epsilon, sizeof epsBits);
   const std::array<const void *, 7> key = {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace sparsec::rt::ops::detail {
 
@@ -127,6 +128,23 @@ inline bool poolGeometry(Context &ctx, const char *op, const Tensor &x,
                               nullptr, g)))
     return false;
   spatialShape(x, x.shape[1], g, shape);
+  return true;
+}
+
+/// Checks a batch norm's parameters for `channels` channels of input `x`
+/// (each float32 with one element a channel), naming `op` in the message.
+inline bool normOperands(Context &ctx, const char *op, const Tensor &x,
+                         int64_t channels, const ConvNorm &n) {
+  const std::pair<const char *, const Tensor *> params[] = {
+      {"scale", n.scale}, {"bias", n.bias}, {"mean", n.mean}, {"var", n.var}};
+  for (auto [what, t] : params) {
+    if (!checkTensor(ctx, op, what, *t))
+      return false;
+    if (t->dtype != DType::f32 || t->numel() != channels)
+      return ctx.fail(std::string(op) + ": " + what + " " + t->describe() +
+                      " must have " + std::to_string(channels) +
+                      " float32 elements (input " + x.describe() + ")");
+  }
   return true;
 }
 

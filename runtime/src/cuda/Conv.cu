@@ -172,22 +172,14 @@ __global__ void channelEpilogueKernel(const float *x, int64_t n, int64_t P,
     y[i] = channelEpilogue(x[i], (i / P) % C, bias, norm, act);
 }
 
-/// Checks a batch norm's four parameters for C channels (float32, C
-/// elements each) and points `norm` at them.
+/// Checks a batch norm's parameters for C channels (float32, C elements
+/// each: ops::detail::normOperands) and points `norm` at them.
 bool normOperands(Context &ctx, const char *op, const Tensor &x, int64_t C,
-                  const Tensor &scale, const Tensor &bias, const Tensor &mean,
-                  const Tensor &var, float epsilon, Norm &norm) {
-  if (!requireF32(ctx, op, "scale", scale) ||
-      !requireF32(ctx, op, "bias", bias) || !requireF32(ctx, op, "mean", mean) ||
-      !requireF32(ctx, op, "var", var))
+                  const ConvNorm &n, Norm &norm) {
+  if (!ops::detail::normOperands(ctx, op, x, C, n))
     return false;
-  for (const Tensor *t : {&scale, &bias, &mean, &var})
-    if (t->numel() != C)
-      return ctx.fail(std::string(op) + ": " + t->describe() + " must have " +
-                      std::to_string(C) + " elements (input " + x.describe() +
-                      ")");
-  norm = {scale.as<float>(), bias.as<float>(), mean.as<float>(),
-          var.as<float>(), epsilon};
+  norm = {n.scale->as<float>(), n.bias->as<float>(), n.mean->as<float>(),
+          n.var->as<float>(), n.epsilon};
   return true;
 }
 
@@ -318,9 +310,8 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   if (!ops::detail::convOperands(ctx, x, w, bias, strides, pads, dilations,
                                  group, g, shape) ||
       (convNorm &&
-       !normOperands(ctx, "conv (batch norm)", x, w.shape[0], *convNorm->scale,
-                     *convNorm->bias, *convNorm->mean, *convNorm->var,
-                     convNorm->epsilon, norm)))
+       !normOperands(ctx, "conv (batch norm)", x, w.shape[0], *convNorm,
+                     norm)))
     return false;
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
@@ -429,7 +420,8 @@ bool batchNorm(Context &ctx, const Tensor &x, const Tensor &scale,
                     x.describe());
   const int64_t C = x.shape[1], S = product(x.shape, 2, x.rank);
   Norm norm;
-  if (!normOperands(ctx, op, x, C, scale, bias, mean, var, epsilon, norm))
+  if (!normOperands(ctx, op, x, C, {&scale, &bias, &mean, &var, epsilon},
+                    norm))
     return false;
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, x.shape))
