@@ -118,46 +118,51 @@ __device__ __forceinline__ float binaryOp(ops::Binary op, float a, float b) {
   }
 }
 
-__global__ void binaryKernel(ops::Binary op, Broadcast b, const float *x,
-                             const float *y, float *out, int64_t n) {
+/// The elementwise functions of two operands: binary arithmetic (float
+/// results) and comparisons (bool results, one byte each).
+struct BinaryFn {
+  ops::Binary op;
+  __device__ float operator()(float a, float b) const {
+    return binaryOp(op, a, b);
+  }
+};
+struct CompareFn {
+  ops::Compare op;
+  __device__ uint8_t operator()(float a, float b) const {
+    switch (op) {
+    case ops::Compare::eq: return a == b;
+    case ops::Compare::lt: return a < b;
+    case ops::Compare::le: return a <= b;
+    case ops::Compare::gt: return a > b;
+    case ops::Compare::ge: return a >= b;
+    }
+    return 0;
+  }
+};
+
+/// out[i] = fn(x, y) at element i's broadcast offsets.
+template <typename Fn, typename Out>
+__global__ void broadcastKernel(Fn fn, Broadcast b, const float *x,
+                                const float *y, Out *out, int64_t n) {
   pdlTrigger();
   pdlWait(); // launched early (small kernels): inputs and output after it
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[2];
     offsets(b, i, 2, off);
-    out[i] = binaryOp(op, x[off[0]], y[off[1]]);
+    out[i] = fn(x[off[0]], y[off[1]]);
   }
 }
 
-__global__ void binarySameKernel(ops::Binary op, const float *x, const float *y,
-                                 float *out, int64_t n) {
+/// out[i] = fn(x[i], y[i]): operands of the result's shape.
+template <typename Fn, typename Out>
+__global__ void sameShapeKernel(Fn fn, const float *x, const float *y,
+                                Out *out, int64_t n) {
   pdlTrigger();
   pdlWait(); // launched early (small kernels): inputs and output after it
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = binaryOp(op, x[i], y[i]);
-}
-
-__global__ void compareKernel(ops::Compare op, Broadcast b, const float *x,
-                              const float *y, uint8_t *out, int64_t n) {
-  pdlTrigger();
-  pdlWait(); // launched early (small kernels): inputs and output after it
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t off[2];
-    offsets(b, i, 2, off);
-    const float u = x[off[0]], v = y[off[1]];
-    bool r = false;
-    switch (op) {
-    case ops::Compare::eq: r = u == v; break;
-    case ops::Compare::lt: r = u < v; break;
-    case ops::Compare::le: r = u <= v; break;
-    case ops::Compare::gt: r = u > v; break;
-    case ops::Compare::ge: r = u >= v; break;
-    }
-    out[i] = r;
-  }
+    out[i] = fn(x[i], y[i]);
 }
 
 __global__ void whereKernel(Broadcast b, const uint8_t *c, const float *x,
@@ -716,21 +721,20 @@ bool unary(Context &ctx, ops::Unary op, const Tensor &x, int outSlot,
                "unary");
 }
 
-bool binary(Context &ctx, ops::Binary op, const Tensor &a, const Tensor &b,
-            int outSlot, Tensor &out) {
+namespace {
+/// fn over float32 operands a and b (checked by the caller), broadcast, into
+/// a new `dtype` tensor of element type Out; `what` names the op.
+template <typename Out, typename Fn>
+bool elementwise2(Context &ctx, const char *what, Fn fn, DType dtype,
+                  const Tensor &a, const Tensor &b, int outSlot, Tensor &out) {
   Device &d = dev(ctx);
-  if (!requireF32(ctx, "binary", "lhs", a) ||
-      !requireF32(ctx, "binary", "rhs", b))
-    return false;
-  if (op == ops::Binary::logical_and || op == ops::Binary::logical_or)
-    return ctx.fail("binary: logical ops run on the host");
   int rank = 0;
   int64_t shape[kMaxRank];
   if (!broadcastShapes(a.rank, a.shape, b.rank, b.shape, rank, shape))
-    return ctx.fail("binary: shapes " + a.describe() + " and " + b.describe() +
-                    " do not broadcast");
+    return ctx.fail(std::string(what) + ": shapes " + a.describe() + " and " +
+                    b.describe() + " do not broadcast");
   Tensor r;
-  if (!allocate(ctx, d, outSlot, r, DType::f32, rank, shape))
+  if (!allocate(ctx, d, outSlot, r, dtype, rank, shape))
     return false;
   out = r;
   int64_t n = r.numel();
@@ -738,46 +742,39 @@ bool binary(Context &ctx, ops::Binary op, const Tensor &a, const Tensor &b,
     return true;
   if (a.numel() == n && b.numel() == n)
     return check(ctx,
-                 launchKernel(binarySameKernel, blocksFor(n), kBlock, 0,
-                              d.stream, d.earlySmall, op, a.as<float>(),
-                              b.as<float>(), r.as<float>(), n),
-                 "binary");
+                 launchKernel(sameShapeKernel<Fn, Out>, blocksFor(n), kBlock, 0,
+                              d.stream, d.earlySmall, fn, a.as<float>(),
+                              b.as<float>(), r.as<Out>(), n),
+                 what);
   Broadcast bc;
   const Tensor *ts[] = {&a, &b};
   broadcastStrides(bc, rank, shape, ts, 2);
   return check(ctx,
-               launchKernel(binaryKernel, blocksFor(n), kBlock, 0, d.stream,
-                            d.earlySmall, op, bc, a.as<float>(),
-                            b.as<float>(), r.as<float>(), n),
-               "binary");
+               launchKernel(broadcastKernel<Fn, Out>, blocksFor(n), kBlock, 0,
+                            d.stream, d.earlySmall, fn, bc, a.as<float>(),
+                            b.as<float>(), r.as<Out>(), n),
+               what);
+}
+} // namespace
+
+bool binary(Context &ctx, ops::Binary op, const Tensor &a, const Tensor &b,
+            int outSlot, Tensor &out) {
+  if (!requireF32(ctx, "binary", "lhs", a) ||
+      !requireF32(ctx, "binary", "rhs", b))
+    return false;
+  if (op == ops::Binary::logical_and || op == ops::Binary::logical_or)
+    return ctx.fail("binary: logical ops run on the host");
+  return elementwise2<float>(ctx, "binary", BinaryFn{op}, DType::f32, a, b,
+                             outSlot, out);
 }
 
 bool compare(Context &ctx, ops::Compare op, const Tensor &a, const Tensor &b,
              int outSlot, Tensor &out) {
-  Device &d = dev(ctx);
   if (!requireF32(ctx, "compare", "lhs", a) ||
       !requireF32(ctx, "compare", "rhs", b))
     return false;
-  int rank = 0;
-  int64_t shape[kMaxRank];
-  if (!broadcastShapes(a.rank, a.shape, b.rank, b.shape, rank, shape))
-    return ctx.fail("compare: shapes " + a.describe() + " and " +
-                    b.describe() + " do not broadcast");
-  Tensor r;
-  if (!allocate(ctx, d, outSlot, r, DType::b1, rank, shape))
-    return false;
-  out = r;
-  int64_t n = r.numel();
-  if (n == 0 || !d.launching())
-    return true;
-  Broadcast bc;
-  const Tensor *ts[] = {&a, &b};
-  broadcastStrides(bc, rank, shape, ts, 2);
-  return check(ctx,
-               launchKernel(compareKernel, blocksFor(n), kBlock, 0, d.stream,
-                            d.earlySmall, op, bc, a.as<float>(),
-                            b.as<float>(), r.as<uint8_t>(), n),
-               "compare");
+  return elementwise2<uint8_t>(ctx, "compare", CompareFn{op}, DType::b1, a, b,
+                               outSlot, out);
 }
 
 bool where(Context &ctx, const Tensor &cond, const Tensor &x, const Tensor &y,
@@ -1953,8 +1950,9 @@ bool gatedFfn(Context &ctx, const Tensor &x, const Tensor &gate,
                      tokenMask(mask, M, N)),
                "sparse_linear (up projection)") &&
          check(ctx,
-               launchKernel(binarySameKernel, blocksFor(n), kBlock, 0, d.stream,
-                            d.earlySmall, ops::Binary::mul, gate.as<float>(),
+               launchKernel(sameShapeKernel<BinaryFn, float>, blocksFor(n),
+                            kBlock, 0, d.stream, d.earlySmall,
+                            BinaryFn{ops::Binary::mul}, gate.as<float>(),
                             u.as<float>(), p.as<float>(), n),
                "binary") &&
          check(ctx,
