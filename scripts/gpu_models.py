@@ -20,7 +20,7 @@ agreement also reported):
   * MLPs against their ONNX Runtime outputs;
   * convolutional networks (gen cases cnn, mobile_cnn, conv_mix at batch 3;
     bench/bench_cnn.py's plain, plain_bn and mobile) against ONNX Runtime,
-    fp32;
+    fp32, and conv_mix, plain, plain_bn and mobile with fp16 weights;
   * opt-byte-s (both no-cache exports, the KV-cache export) against
     ref_logits.npy / ref_kv_step.npz, and against ONNX Runtime at other shapes;
   * exact sparsity: sparse == dense on the GPU, and greedy 64 bytes equal to
@@ -138,19 +138,26 @@ GENERATED = {
     "relu2_kv_hy_exact": ("relu2_lm", HYBRID_GATED + ["--gpu-budget=67680000",
                                                       "--sparsity=exact"]),
 }
-# Convolutional networks (fp32, checked against ONNX Runtime on random
-# inputs): name -> (source, symbolic dims). A gen_onnx_models.py case, or
-# bench/bench_cnn.py's "plain" (224 x 224, im2col over 12544 positions),
-# "plain_bn" (with batch norms, computed with the convolutions) and "mobile"
-# (depthwise and pointwise convs to 256 channels).
+# Convolutional networks (checked against ONNX Runtime on random inputs):
+# name -> (source, symbolic dims, extra compile flags). A gen_onnx_models.py
+# case, or bench/bench_cnn.py's "plain" (224 x 224, im2col over 12544
+# positions), "plain_bn" (with batch norms, computed with the convolutions)
+# and "mobile" (depthwise and pointwise convs to 256 channels); the *_f16
+# builds store fp16 weights (tensor-core GEMMs, fp32 accumulation).
 CNNS = {
-    "cnn": ("gen:cnn", {}),
-    "mobile_cnn": ("gen:mobile_cnn", {}),
-    "conv_mix": ("gen:conv_mix", {"n": 3}),
-    "cnn_plain": ("bench:plain", {}),
-    "cnn_plain_bn": ("bench:plain_bn", {}),
-    "cnn_mobile": ("bench:mobile", {}),
+    "cnn": ("gen:cnn", {}, []),
+    "mobile_cnn": ("gen:mobile_cnn", {}, []),
+    "conv_mix": ("gen:conv_mix", {"n": 3}, []),
+    "cnn_plain": ("bench:plain", {}, []),
+    "cnn_plain_bn": ("bench:plain_bn", {}, []),
+    "cnn_mobile": ("bench:mobile", {}, []),
+    "conv_mix_f16": ("gen:conv_mix", {"n": 3}, ["--weights=f16"]),
+    "cnn_plain_f16": ("bench:plain", {}, ["--weights=f16"]),
+    "cnn_plain_bn_f16": ("bench:plain_bn", {}, ["--weights=f16"]),
+    "cnn_mobile_f16": ("bench:mobile", {}, ["--weights=f16"]),
 }
+# Tolerances of the fp16 builds (as for the language models' fp16 builds).
+CNN_F16_TOL = (2e-2, 5e-2)
 # What each generated build's extra runs change.
 ENV_LABELS = {("SPARSEC_CUDA_AHEAD",): " (each step waited for)",
               ("SPARSEC_CUDA_GATED_FUSE",): " (the gated MLP's three ops apart)"}
@@ -287,7 +294,7 @@ def prepare(args):
                     str(ROPE_TOKENS)], check=True, capture_output=True, text=True)
             with open(os.path.join(refs, f"{name}_{prompt}.txt"), "w") as f:
                 f.write(r.stdout)
-    for name, (source, dims) in CNNS.items():
+    for name, (source, dims, flags) in CNNS.items():
         if not wanted(args, name):
             continue
         kind, what = source.split(":")
@@ -302,7 +309,7 @@ def prepare(args):
             onnx.save(getattr(bench_cnn, what)(), onnx_path)
         d = os.path.join(args.out, name)
         sh([args.sparsec, "compile", onnx_path, "--target=cuda", "--compile-to=emit",
-            "-o", d, "-q"], check=True)
+            "-o", d, "-q"] + flags, check=True)
         w = os.path.join(d, "model.weights")
         digest = hashlib.sha256(open(w, "rb").read()).hexdigest()[:16]
         shutil.move(w, os.path.join(packs, digest))
@@ -837,9 +844,12 @@ def run(args):
                            f"{ENV_LABELS[tuple(env)] if env else ''}: "
                            f"{'equal to' if got == want else 'differ from'} ONNX Runtime's; "
                            + (stats[-1] if stats else ""))
-    # Convolutional networks against ONNX Runtime, fp32.
-    for name in CNNS:
-        check_case(args, res, name, name, 1e-4, 1e-4, " (CNN)")
+    # Convolutional networks against ONNX Runtime: fp32 and fp16 weights.
+    for name, (_, _, flags) in CNNS.items():
+        if "--weights=f16" in flags:
+            check_case(args, res, name, name, *CNN_F16_TOL, " (CNN, fp16 weights)")
+        else:
+            check_case(args, res, name, name, 1e-4, 1e-4, " (CNN)")
     print(f"{res.passed} passed, {res.failed} failed")
     return 0 if res.failed == 0 else 1
 

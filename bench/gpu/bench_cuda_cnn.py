@@ -10,7 +10,10 @@ cnn_plain (224 x 224 x 3, five 3 x 3 convolutions with ReLU), cnn_plain_bn
 five depthwise + pointwise blocks with ReLU6). Batch 1,
 float32 everywhere and no TF32 (sparsec's GEMMs are exact fp32, so the peers
 are asked for the same: ONNX Runtime's CUDA provider with use_tf32=0, PyTorch
-with TF32 off); PyTorch with TF32 allowed is printed too. Every column times
+with TF32 off); PyTorch with TF32 allowed is printed too. The fp16 columns:
+sparsec's *_f16 builds (--weights f16: fp16 weights and GEMM operands, fp32
+accumulation, fp32 activations between ops) against PyTorch with every
+weight and activation in fp16 (its CUDA graph). Every column times
 one call from a host input to a host output, median over --runs after 20
 warm-up calls. sparsec: `model bench` (CUDA graphs on, the default, and off).
 PyTorch: the ONNX graph's ops (Conv, BatchNormalization, Relu, Clip,
@@ -32,9 +35,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE)))
 import bench_cnn  # noqa: E402
 
 BUILDS = {"cnn_plain": "plain", "cnn_plain_bn": "plain_bn", "cnn_mobile": "mobile"}
+F16_SUFFIX = "_f16"  # scripts/gpu_models.py's fp16-weight builds
 
 
 def sparsec_ms(binary, runs, graphs):
+    if not os.path.exists(binary):
+        return None, f"{binary} not built"
     env = dict(os.environ)
     if not graphs:
         env["SPARSEC_CUDA_GRAPHS"] = "0"
@@ -68,7 +74,7 @@ def ort_ms(model, x, runs, tf32=False):
     return median_ms(lambda: sess.run(None, {"x": x}), runs), ""
 
 
-def torch_fn(model, tf32):
+def torch_fn(model, tf32, half=False):
     import torch
     import torch.nn.functional as F
     from onnx import numpy_helper
@@ -77,6 +83,8 @@ def torch_fn(model, tf32):
     torch.backends.cuda.matmul.allow_tf32 = tf32
     arrays = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     w = {k: torch.from_numpy(a.copy()).cuda() for k, a in arrays.items()}
+    if half:
+        w = {k: t.half() for k, t in w.items()}
 
     def attr(node, name, default):
         for a in node.attribute:
@@ -114,12 +122,14 @@ def torch_fn(model, tf32):
     return forward
 
 
-def torch_ms(model, x, runs, tf32, graph):
+def torch_ms(model, x, runs, tf32, graph, half=False):
     try:
         import torch
     except ImportError:
         return None, "PyTorch not installed"
-    fn = torch_fn(model, tf32)
+    body = torch_fn(model, tf32, half)
+    # fp16: the input converted on the device, the output back to fp32.
+    fn = (lambda t: body(t.half()).float()) if half else body
     if not graph:
         def call():
             with torch.no_grad():
@@ -152,8 +162,9 @@ def main():
     ap.add_argument("--runs", type=int, default=200)
     args = ap.parse_args()
     print("| model | sparsec (graphs) | sparsec (no graphs) | ONNX Runtime CUDA | "
-          "PyTorch eager | PyTorch CUDA graph | PyTorch CUDA graph, TF32 |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "PyTorch eager | PyTorch CUDA graph | PyTorch CUDA graph, TF32 | "
+          "sparsec, fp16 weights | PyTorch CUDA graph, fp16 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for build, case in BUILDS.items():
         model = getattr(bench_cnn, case)()
         shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
@@ -165,7 +176,10 @@ def main():
                         ort_ms(model, x, args.runs, False),
                         torch_ms(model, x, args.runs, False, False),
                         torch_ms(model, x, args.runs, False, True),
-                        torch_ms(model, x, args.runs, True, True)):
+                        torch_ms(model, x, args.runs, True, True),
+                        sparsec_ms(os.path.join(args.dir, build + F16_SUFFIX, "model"),
+                                   args.runs, True),
+                        torch_ms(model, x, args.runs, False, True, half=True)):
             cells.append(f"{ms:.3f}" if ms is not None else "n/a")
             if err:
                 print(f"<!-- {build}: {err} -->", file=sys.stderr)

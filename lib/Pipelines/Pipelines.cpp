@@ -67,6 +67,7 @@ void sparsec::buildSchedulePipeline(OpPassManager &pm,
   WeightLayoutPassOptions layout;
   layout.sparseWeights = options.sparseWeights;
   layout.denseWeights = options.denseWeights;
+  layout.convWeights = options.convWeights;
   layout.denseLayout = options.denseLayout;
   pm.addPass(createWeightLayoutPass(layout));
   pm.addPass(createFuseEpiloguePass());

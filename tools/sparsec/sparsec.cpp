@@ -228,8 +228,9 @@ cl::opt<double> gpuBandwidth(
     cl::init(3000.0), cl::sub(compileCmd), cl::cat(category));
 cl::opt<std::string> weightsType(
     "weights",
-    cl::desc("Storage of every linear, sparse and predictor weight, f32 or "
-             "f16 (fp32 accumulation; on x86 converted as loaded, F16C). For "
+    cl::desc("Storage of every linear, sparse and predictor weight (and, "
+             "with --target cuda, convolution weight), f32 or f16 (fp32 "
+             "accumulation; on x86 converted as loaded, F16C). For "
              "profile: the linear weights of the profiling build (f16 halves "
              "its weight pack, which large models then read from memory "
              "instead of disk)"),
@@ -808,6 +809,10 @@ int runCompile(MLIRContext &context) {
     scheduleOptions.sparseWeights =
         weightsType == "f16" ? std::string("f16") : sparseWeights.getValue();
     scheduleOptions.denseWeights = weightsType.getValue();
+    // The device convolutions take fp16 weights; the x86 ones (the hybrid
+    // target's included) compute in float32.
+    scheduleOptions.convWeights =
+        target == "cuda" ? weightsType.getValue() : std::string("f32");
     scheduleOptions.hybrid = target == "hybrid" || splitOnCpu;
     scheduleOptions.denseLayout =
         target == "cuda" || target == "hybrid" ? "nk" : "kn";

@@ -56,6 +56,11 @@ struct SchedulePipelineOptions
       *this, "dense-weights",
       llvm::cl::desc("Storage of linear weights: f32 or f16 (CUDA target)"),
       llvm::cl::init("f32")};
+  Option<std::string> convWeights{
+      *this, "conv-weights",
+      llvm::cl::desc("Storage of convolution weights: f32 or f16 (CUDA "
+                     "target)"),
+      llvm::cl::init("f32")};
   Option<std::string> denseLayout{
       *this, "dense-layout",
       llvm::cl::desc("Layout of device linear weights: kn or nk (CUDA target)"),

@@ -78,20 +78,24 @@ inline void spatialShape(const Tensor &x, int64_t channels, const Geometry &g,
 }
 
 /// Checks a convolution's operands (float32, [N, C, 1-3 spatial dims],
-/// weight [M, C / group, kernel...], bias [M]) and fills its geometry and
-/// output shape.
+/// weight [M, C / group, kernel...] (float16 too where `halfWeights`),
+/// bias [M]) and fills its geometry and output shape.
 inline bool convOperands(Context &ctx, const Tensor &x, const Tensor &w,
                          const Tensor *bias, const int64_t *strides,
                          const int64_t *pads, const int64_t *dilations,
-                         int64_t group, Geometry &g, int64_t shape[5]) {
+                         int64_t group, Geometry &g, int64_t shape[5],
+                         bool halfWeights = false) {
   if (!checkTensor(ctx, "conv", "input", x) ||
       !checkTensor(ctx, "conv", "weight", w) ||
       (bias && !checkTensor(ctx, "conv", "bias", *bias)))
     return false;
-  if (x.dtype != DType::f32 || w.dtype != DType::f32 ||
+  if (x.dtype != DType::f32 ||
+      (w.dtype != DType::f32 && !(halfWeights && w.dtype == DType::f16)) ||
       (bias && bias->dtype != DType::f32))
-    return ctx.fail("conv: only float32 is supported, got input " +
-                    x.describe() + " and weight " + w.describe());
+    return ctx.fail(std::string("conv: only float32") +
+                    (halfWeights ? " (and float16 weights)" : "") +
+                    " is supported, got input " + x.describe() +
+                    " and weight " + w.describe());
   if (x.rank < 3 || x.rank > 5 || w.rank != x.rank)
     return ctx.fail("conv: input " + x.describe() + " and weight " +
                     w.describe() + " must both be [N, C, 1-3 spatial dims]");

@@ -13,6 +13,10 @@
 //    images (one group) or the groups of an image. Weights [M/g, C/g *
 //    kernel] are row-major, which cuBLAS reads as their transpose, so the
 //    product needs no copy. The bias and activation run as one epilogue pass.
+//    With float16 weights (--weights f16) the columns are float16 too (a
+//    pointwise convolution's are its input, converted) and the GEMMs run on
+//    tensor cores with fp32 accumulation; the depthwise kernel reads the
+//    weights as float16.
 //  * batch_norm: one elementwise pass, the activation fused.
 //  * pool: one thread an output window; global pooling one warp a plane.
 //  * reduce: over one block of adjacent axes (size-1 dims dropped): one
@@ -81,11 +85,17 @@ __device__ __forceinline__ void unravel(I i, const I (&n)[3], I (&o)[3]) {
   o[0] = t / n[1];
 }
 
+__device__ __forceinline__ void storeAs(float &to, float v) { to = v; }
+__device__ __forceinline__ void storeAs(__half &to, float v) {
+  to = __float2half(v);
+}
+
 /// col[(plane * kSize + tap) * P + p] = the input under tap `tap` of output
-/// position p in plane `plane` (image * C + channel), 0 in the padding.
-template <typename I>
+/// position p in plane `plane` (image * C + channel), 0 in the padding, as
+/// a float or a float16.
+template <typename I, typename T>
 __global__ void im2colKernel(const float *__restrict__ x, Dims<I> g, I rows,
-                             float *__restrict__ col) {
+                             T *__restrict__ col) {
   const I total = rows * g.P;
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total;
        i += I(gridDim.x) * I(blockDim.x)) {
@@ -101,8 +111,10 @@ __global__ void im2colKernel(const float *__restrict__ x, Dims<I> g, I rows,
       at[d] = o[d] * g.stride[d] - g.padB[d] + k[d] * g.dil[d];
       inside = inside && at[d] >= 0 && at[d] < g.in[d];
     }
-    col[i] = inside ? x[plane * g.S + (at[0] * g.in[1] + at[1]) * g.in[2] + at[2]]
-                    : 0.0f;
+    storeAs(col[i],
+            inside
+                ? x[plane * g.S + (at[0] * g.in[1] + at[1]) * g.in[2] + at[2]]
+                : 0.0f);
   }
 }
 
@@ -128,19 +140,18 @@ __device__ __forceinline__ float channelEpilogue(float v, int64_t c,
 }
 
 /// Depthwise: y[n, m, p] = the epilogue of channel m over the sum over
-/// taps of w[m, tap] * x[n, m / Mg, under the tap].
-template <typename I>
-__global__ void depthwiseKernel(const float *__restrict__ x,
-                                const float *__restrict__ w,
-                                const float *__restrict__ bias, Dims<I> g,
-                                I C, I M, I Mg, I total, Norm norm,
-                                Activation act, float *__restrict__ y) {
+/// taps of w[m, tap] * x[n, m / Mg, under the tap] (w float or float16).
+template <typename I, typename W>
+__global__ void
+depthwiseKernel(const float *__restrict__ x, const W *__restrict__ w,
+                const float *__restrict__ bias, Dims<I> g, I C, I M, I Mg,
+                I total, Norm norm, Activation act, float *__restrict__ y) {
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total;
        i += I(gridDim.x) * I(blockDim.x)) {
     const I p = i % g.P, plane = i / g.P;
     const I m = plane % M, n = plane / M;
     const float *xp = x + (n * C + m / Mg) * g.S;
-    const float *wp = w + m * g.kSize;
+    const W *wp = w + m * g.kSize;
     I o[3];
     unravel(p, g.out, o);
     float acc = 0.0f;
@@ -154,7 +165,7 @@ __global__ void depthwiseKernel(const float *__restrict__ x,
         for (I kw = 0; kw < g.k[2]; ++kw, ++tap) {
           const I iw = o[2] * g.stride[2] - g.padB[2] + kw * g.dil[2];
           if (hIn && iw >= 0 && iw < g.in[2])
-            acc += wp[tap] * xp[(id * g.in[1] + ih) * g.in[2] + iw];
+            acc += toFloat(wp[tap]) * xp[(id * g.in[1] + ih) * g.in[2] + iw];
         }
       }
     }
@@ -281,11 +292,51 @@ __global__ void middleReduceKernel(const float *__restrict__ x, int64_t outer,
 /// Blocks for one warp a row.
 int warpBlocksFor(int64_t rows) { return blocksFor(rows * 32); }
 
-/// Images whose im2col columns one GEMM batch takes: as many as fit 256 MB,
-/// at least one.
-int64_t imagesPerBatch(int64_t N, int64_t floatsPerImage) {
-  constexpr int64_t kColumnFloats = int64_t(64) << 20;
-  return std::max<int64_t>(1, std::min(N, kColumnFloats / floatsPerImage));
+/// Images whose im2col columns one GEMM batch takes: as many as fit 64 Mi
+/// elements (256 MB of floats, 128 MB of float16), at least one.
+int64_t imagesPerBatch(int64_t N, int64_t elementsPerImage) {
+  constexpr int64_t kColumnElements = int64_t(64) << 20;
+  return std::max<int64_t>(1, std::min(N, kColumnElements / elementsPerImage));
+}
+
+/// Launches im2col for `rows` rows of columns (32-bit indices where they
+/// fit).
+template <typename T>
+bool im2col(Context &ctx, Device &d, const float *x, const Geometry &g,
+            int64_t rows, int64_t inputElements, T *columns) {
+  const int64_t total = rows * g.outSize();
+  if (fits32(total, inputElements))
+    im2colKernel<int32_t, T><<<blocksFor(total), kBlock, 0, d.stream>>>(
+        x, dimsOf<int32_t>(g), int32_t(rows), columns);
+  else
+    im2colKernel<int64_t, T><<<blocksFor(total), kBlock, 0, d.stream>>>(
+        x, dimsOf<int64_t>(g), rows, columns);
+  return launched(ctx, "conv (im2col)");
+}
+
+/// y = op(A) . op(B), batched, on float32 (cublasSgemmStridedBatched) or
+/// float16 operands with fp32 accumulation and a float32 result.
+bool gemmBatched(Context &ctx, Device &d, bool half, int m, int n, int k,
+                 const void *a, int lda, int64_t strideA, const void *b,
+                 int ldb, int64_t strideB, float *c, int ldc, int64_t strideC,
+                 int batch, const char *what) {
+  const float one = 1.0f, zero = 0.0f;
+  ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
+  if (!half)
+    return checkBlas(
+        ctx,
+        cublasSgemmStridedBatched(d.blas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k,
+                                  &one, static_cast<const float *>(a), lda,
+                                  strideA, static_cast<const float *>(b), ldb,
+                                  strideB, &zero, c, ldc, strideC, batch),
+        what);
+  return checkBlas(ctx,
+                   cublasGemmStridedBatchedEx(
+                       d.blas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a,
+                       CUDA_R_16F, lda, strideA, b, CUDA_R_16F, ldb, strideB,
+                       &zero, c, CUDA_R_32F, ldc, strideC, batch,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   what);
 }
 
 bool fitsInt(Context &ctx, const char *op, int64_t v, const char *what,
@@ -308,15 +359,15 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   int64_t shape[5];
   Norm norm;
   if (!ops::detail::convOperands(ctx, x, w, bias, strides, pads, dilations,
-                                 group, g, shape) ||
+                                 group, g, shape, /*halfWeights=*/true) ||
       (convNorm &&
-       !normOperands(ctx, "conv (batch norm)", x, w.shape[0], *convNorm,
-                     norm)))
+       !normOperands(ctx, "conv (batch norm)", x, w.shape[0], *convNorm, norm)))
     return false;
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
     return false;
   out = r;
+  const bool half = w.dtype == DType::f16;
   const int64_t N = x.shape[0], C = x.shape[1], M = w.shape[0];
   const int64_t Cg = C / group, Mg = M / group;
   const int64_t P = g.outSize(), S = g.inSize(), kSize = g.kSize();
@@ -330,14 +381,22 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
     if (!d.launching())
       return true;
     const int64_t total = r.numel();
-    if (fits32(total, x.numel()))
-      depthwiseKernel<int32_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
-          x.as<float>(), w.as<float>(), bp, dimsOf<int32_t>(g), int32_t(C),
-          int32_t(M), int32_t(Mg), int32_t(total), norm, act, r.as<float>());
+    auto launch = [&](auto index, auto weight) {
+      using I = decltype(index);
+      using W = decltype(weight);
+      depthwiseKernel<I, W><<<blocksFor(total), kBlock, 0, d.stream>>>(
+          x.as<float>(), w.as<W>(), bp, dimsOf<I>(g), I(C), I(M), I(Mg),
+          I(total), norm, act, r.as<float>());
+    };
+    const bool narrow = fits32(total, x.numel());
+    if (narrow && half)
+      launch(int32_t(), __half());
+    else if (narrow)
+      launch(int32_t(), float());
+    else if (half)
+      launch(int64_t(), __half());
     else
-      depthwiseKernel<int64_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
-          x.as<float>(), w.as<float>(), bp, dimsOf<int64_t>(g), C, M, Mg,
-          total, norm, act, r.as<float>());
+      launch(int64_t(), float());
     return launched(ctx, "conv (depthwise)");
   }
 
@@ -349,56 +408,53 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   for (int i = 0; i < 3; ++i)
     pointwise = pointwise && g.stride[i] == 1 && g.padB[i] == 0 &&
                 g.padE[i] == 0;
-  const int64_t perImage = C * kSize * P; // im2col floats of one image
-  const int64_t images = pointwise ? N : imagesPerBatch(N, perImage);
-  if (!pointwise &&
-      !d.ensure(ctx, d.convColumns, sizeof(float) * size_t(images * perImage),
+  // A pointwise convolution's columns are its input: read in place with
+  // float32 weights, converted to float16 (one vectorised pass) with
+  // float16 ones.
+  const bool inPlace = pointwise && !half;
+  const size_t element = half ? sizeof(__half) : sizeof(float);
+  const int64_t perImage = C * kSize * P; // im2col elements of one image
+  const int64_t images = inPlace ? N : imagesPerBatch(N, perImage);
+  if (!inPlace &&
+      !d.ensure(ctx, d.convColumns, element * size_t(images * perImage),
                 "convolution columns"))
     return false;
   if (!d.launching())
     return true;
-  float *columns = static_cast<float *>(d.convColumns.ptr);
-  const float one = 1.0f, zero = 0.0f;
-  const float *wp = w.as<float>();
   float *yp = r.as<float>();
   for (int64_t n0 = 0; n0 < N; n0 += images) {
     const int64_t batch = std::min(images, N - n0);
     // The [C * kSize, P] columns of images n0 .. n0 + batch.
-    const float *cols = x.as<float>() + n0 * C * S;
-    if (!pointwise) {
-      const int64_t total = batch * perImage;
-      if (fits32(total, x.numel()))
-        im2colKernel<int32_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
-            cols, dimsOf<int32_t>(g), int32_t(batch * C * kSize), columns);
-      else
-        im2colKernel<int64_t><<<blocksFor(total), kBlock, 0, d.stream>>>(
-            cols, dimsOf<int64_t>(g), batch * C * kSize, columns);
-      if (!launched(ctx, "conv (im2col)"))
+    const float *in = x.as<float>() + n0 * C * S;
+    const void *cols = in;
+    if (!inPlace) {
+      auto *halfCols = static_cast<__half *>(d.convColumns.ptr);
+      const int64_t rows = batch * C * kSize;
+      const bool ok = !half ? im2col(ctx, d, in, g, rows, x.numel(),
+                                     static_cast<float *>(d.convColumns.ptr))
+                      : pointwise
+                          ? toHalf(ctx, d, in, halfCols, batch * C * S)
+                          : im2col(ctx, d, in, g, rows, x.numel(), halfCols);
+      if (!ok)
         return false;
-      cols = columns;
+      cols = d.convColumns.ptr;
     }
     // Column-major, per image and group: y^T [P, Mg] = cols^T [P, Kdim] .
     // w^T [Kdim, Mg].
-    ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
     if (group == 1) {
-      if (!checkBlas(ctx,
-                     cublasSgemmStridedBatched(
-                         d.blas, CUBLAS_OP_N, CUBLAS_OP_N, int(P), int(M),
-                         int(Kdim), &one, cols, int(P), Kdim * P, wp,
-                         int(Kdim), 0, &zero, yp + n0 * M * P, int(P), M * P,
-                         int(batch)),
-                     "cublasSgemmStridedBatched (conv)"))
+      if (!gemmBatched(ctx, d, half, int(P), int(M), int(Kdim), cols, int(P),
+                       Kdim * P, w.data, int(Kdim), 0, yp + n0 * M * P, int(P),
+                       M * P, int(batch), "cuBLAS GEMM (conv)"))
         return false;
       continue;
     }
     for (int64_t n = 0; n < batch; ++n)
-      if (!checkBlas(ctx,
-                     cublasSgemmStridedBatched(
-                         d.blas, CUBLAS_OP_N, CUBLAS_OP_N, int(P), int(Mg),
-                         int(Kdim), &one, cols + n * C * kSize * P, int(P),
-                         Kdim * P, wp, int(Kdim), Mg * Kdim, &zero,
-                         yp + (n0 + n) * M * P, int(P), Mg * P, int(group)),
-                     "cublasSgemmStridedBatched (grouped conv)"))
+      if (!gemmBatched(ctx, d, half, int(P), int(Mg), int(Kdim),
+                       static_cast<const char *>(cols) +
+                           element * size_t(n * C * kSize * P),
+                       int(P), Kdim * P, w.data, int(Kdim), Mg * Kdim,
+                       yp + (n0 + n) * M * P, int(P), Mg * P, int(group),
+                       "cuBLAS GEMM (grouped conv)"))
         return false;
   }
   if (!bp && !norm.scale && act == Activation::none)

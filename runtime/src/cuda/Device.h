@@ -15,6 +15,7 @@
 #include "sparsec/rt/Runtime.h"
 
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <array>
@@ -407,6 +408,9 @@ inline Device &dev(Context &ctx) {
 inline bool launched(Context &ctx, const char *what) {
   return check(ctx, cudaGetLastError(), what);
 }
+
+/// Launches y[0:n] = half(x[0:n]) (round to nearest even) on d's stream.
+bool toHalf(Context &ctx, Device &d, const float *x, __half *y, int64_t n);
 
 /// Fails unless `t` is a valid float32 tensor (the CUDA backend keeps
 /// activations in float32).

@@ -70,6 +70,11 @@ struct WeightLayoutPass
           << denseWeights << "'";
       return signalPassFailure();
     }
+    if (convWeights != "f32" && convWeights != "f16") {
+      module.emitError("conv-weights must be f32 or f16, got '")
+          << convWeights << "'";
+      return signalPassFailure();
+    }
     SymbolTable symbols(module);
     // linear and sparse_linear share the operand order (input, weight, ...)
     // and the transpose_weight flag.
@@ -127,17 +132,22 @@ struct WeightLayoutPass
       // weights as they load them).
       if (denseWeights == "f16" && isa<LinearOp>(op))
         toF16(op->getOpOperand(1));
+      // Convolutions on the GPU (tensor-core GEMMs, fp32 accumulation).
+      if (convWeights == "f16" && isa<ConvOp>(op))
+        toF16(op->getOpOperand(1));
     });
-    // Convolutions compute with float32 weights on both targets: say so
-    // where fp16 storage was asked for, rather than leave it unsaid.
-    if (denseWeights == "f16") {
+    // The x86 convolutions compute with float32 weights: say so where fp16
+    // storage was asked for, rather than leave it unsaid.
+    if (denseWeights == "f16" && convWeights == "f32") {
       int64_t convs = 0;
       module.walk([&](ConvOp) { ++convs; });
       if (convs)
         module.emitRemark()
-            << "fp16 weight storage (--weights f16) applies to linears: the "
+            << "fp16 weight storage (--weights f16) applies to linears on "
+               "this target: the "
             << convs << " convolution" << (convs == 1 ? "" : "s")
-            << " keep float32 weights";
+            << " keep float32 weights (the CUDA target stores them as "
+               "fp16)";
     }
     // Weights and globals nothing uses any more.
     eraseUnusedWeights(module);

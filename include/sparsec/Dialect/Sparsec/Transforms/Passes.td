@@ -661,7 +661,13 @@ def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
     `"f16"`; the kernels convert with F16C), halving their memory traffic.
     With `dense-weights=f16`, the weights of `linear` ops are float16 too
     (the CUDA target's GEMV and cuBLAS kernels read them with fp32
-    accumulation; the x86 linear kernel reads float32 only).
+    accumulation; the x86 linear kernel converts them with F16C as it loads
+    them).
+    With `conv-weights=f16` (the CUDA target), the weights of `conv` ops are
+    float16 as well: the device convolutions feed them to tensor-core GEMMs
+    (fp16 operands, fp32 accumulation) or read them in the depthwise
+    kernel. Where `dense-weights=f16` leaves convolutions at float32 (the
+    x86 and hybrid targets), a remark says so.
     With `dense-layout=nk` (the CUDA and hybrid targets), every `linear`
     that runs on the GPU (all but a hybrid FFN's CPU part, marked
     `sparsec.device = "cpu"`) gets a neuron-major `[N, K]` weight and
@@ -674,6 +680,8 @@ def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
            "Storage of sparse-kernel weights: f32 or f16">,
     Option<"denseWeights", "dense-weights", "std::string", "\"f32\"",
            "Storage of linear weights: f32 or f16 (CUDA target)">,
+    Option<"convWeights", "conv-weights", "std::string", "\"f32\"",
+           "Storage of convolution weights: f32 or f16 (CUDA target)">,
     Option<"denseLayout", "dense-layout", "std::string", "\"kn\"",
            "Layout of linear weights: kn ([K, N], the x86 kernels) or nk "
            "(neuron-major [N, K] for device linears, the CUDA target)">,
