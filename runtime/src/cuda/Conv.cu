@@ -6,8 +6,10 @@
 // 3 spatial dims (handled as 3-D with leading size-1 dims, the geometry and
 // its checks shared with the x86 kernels through ConvGeometry.h):
 //
-//  * conv: a depthwise convolution (one input channel per group) directly,
-//    one thread an output; a pointwise one without stride or padding as a
+//  * conv: a depthwise convolution (one input channel per group) directly:
+//    a 2-D 3 x 3 one with stride 1 or 2 four adjacent outputs a thread, its
+//    weights and input rows in registers, any other one thread an output; a
+//    pointwise one without stride or padding as a
 //    cuBLAS GEMM over the input in place; any other as im2col into a device
 //    buffer ([C * kernel, P] per image) and a cuBLAS GEMM batched over the
 //    images (one group) or the groups of an image. Weights [M/g, C/g *
@@ -35,6 +37,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 namespace sparsec::rt::cuda {
 namespace {
@@ -170,6 +173,61 @@ depthwiseKernel(const float *__restrict__ x, const W *__restrict__ w,
       }
     }
     y[i] = channelEpilogue(acc, m, bias, norm, act);
+  }
+}
+
+/// Outputs along a row that one thread of depthwise3x3Kernel computes.
+constexpr int kDepthwiseRun = 4;
+
+/// Depthwise 3 x 3 over 2-D planes, stride S in both dims, no dilation:
+/// each thread computes kDepthwiseRun adjacent outputs of one row, keeping
+/// the plane's nine weights and the input rows under them in registers
+/// (3 x (S * (run - 1) + 3) loads for `run` outputs, against 9 a output).
+/// Items are (plane, output row, run of columns), the columns fastest.
+template <int S, typename W>
+__global__ void depthwise3x3Kernel(const float *__restrict__ x,
+                                   const W *__restrict__ w,
+                                   const float *__restrict__ bias, int H,
+                                   int Wd, int OH, int OW, int padT, int padL,
+                                   int C, int M, int Mg, int items, Norm norm,
+                                   Activation act, float *__restrict__ y) {
+  constexpr int R = kDepthwiseRun, span = S * (R - 1) + 3;
+  const int runs = (OW + R - 1) / R;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < items;
+       i += gridDim.x * blockDim.x) {
+    const int run = i % runs, t = i / runs;
+    const int oh = t % OH, plane = t / OH;
+    const int m = plane % M, n = plane / M;
+    const float *xp = x + int64_t(n * C + m / Mg) * H * Wd;
+    float k[9];
+#pragma unroll
+    for (int j = 0; j < 9; ++j)
+      k[j] = toFloat(w[m * 9 + j]);
+    const int ow0 = run * R, iw0 = ow0 * S - padL;
+    float acc[R] = {};
+#pragma unroll
+    for (int kh = 0; kh < 3; ++kh) {
+      const int ih = oh * S - padT + kh;
+      if (ih < 0 || ih >= H)
+        continue;
+      const float *row = xp + int64_t(ih) * Wd;
+      float v[span];
+#pragma unroll
+      for (int j = 0; j < span; ++j) {
+        const int iw = iw0 + j;
+        v[j] = iw >= 0 && iw < Wd ? row[iw] : 0.0f;
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int kw = 0; kw < 3; ++kw)
+          acc[r] += k[kh * 3 + kw] * v[r * S + kw];
+    }
+    float *yp = y + (int64_t(plane) * OH + oh) * OW;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (ow0 + r < OW)
+        yp[ow0 + r] = channelEpilogue(acc[r], m, bias, norm, act);
   }
 }
 
@@ -381,6 +439,31 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
     if (!d.launching())
       return true;
     const int64_t total = r.numel();
+    // The common 2-D 3 x 3 case (stride 1 or 2 in both dims, no
+    // dilation), whose indices fit 32 bits: runs of outputs a thread.
+    const bool planar = g.in[0] == 1 && g.k[0] == 1 && g.k[1] == 3 &&
+                        g.k[2] == 3 && g.dil[1] == 1 && g.dil[2] == 1 &&
+                        g.stride[1] == g.stride[2] &&
+                        (g.stride[1] == 1 || g.stride[1] == 2);
+    const int64_t items =
+        total / g.out[2] * ((g.out[2] + kDepthwiseRun - 1) / kDepthwiseRun);
+    if (planar && fits32(total, x.numel()) && fits32(items, x.numel())) {
+      auto launch3x3 = [&](auto stride, auto weight) {
+        using W = decltype(weight);
+        depthwise3x3Kernel<decltype(stride)::value, W>
+            <<<blocksFor(items), kBlock, 0, d.stream>>>(
+                x.as<float>(), w.as<W>(), bp, int(g.in[1]), int(g.in[2]),
+                int(g.out[1]), int(g.out[2]), int(g.padB[1]), int(g.padB[2]),
+                int(C), int(M), int(Mg), int(items), norm, act, r.as<float>());
+      };
+      using One = std::integral_constant<int, 1>;
+      using Two = std::integral_constant<int, 2>;
+      if (g.stride[1] == 1)
+        half ? launch3x3(One(), __half()) : launch3x3(One(), float());
+      else
+        half ? launch3x3(Two(), __half()) : launch3x3(Two(), float());
+      return launched(ctx, "conv (depthwise 3x3)");
+    }
     auto launch = [&](auto index, auto weight) {
       using I = decltype(index);
       using W = decltype(weight);
