@@ -122,6 +122,23 @@ def torch_fn(model, tf32, half=False):
     return forward
 
 
+def capture(fn, static_in):
+    """fn(static_in) captured once as a CUDA graph (after warm-up on a side
+    stream, as PyTorch asks): the graph, to replay on the static input, and
+    its static output."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            fn(static_in)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g), torch.no_grad():
+        static_out = fn(static_in)
+    return g, static_out
+
+
 def torch_ms(model, x, runs, tf32, graph, half=False):
     try:
         import torch
@@ -135,18 +152,8 @@ def torch_ms(model, x, runs, tf32, graph, half=False):
             with torch.no_grad():
                 return fn(torch.from_numpy(x).cuda()).cpu()
         return median_ms(call, runs), ""
-    # The forward captured once as a CUDA graph (after warm-up on a side
-    # stream, as PyTorch asks), replayed on a static input buffer.
     static_in = torch.from_numpy(x).cuda()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        for _ in range(3):
-            fn(static_in)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g), torch.no_grad():
-        static_out = fn(static_in)
+    g, static_out = capture(fn, static_in)
 
     def replay():
         static_in.copy_(torch.from_numpy(x))

@@ -30,6 +30,8 @@ import time
 
 import numpy as np
 
+import bench_cuda_cnn  # noqa: E402 (this directory; its capture())
+
 # (kind, channels, spatial size): pointwise as in MobileNet-style blocks and
 # ResNet bottlenecks, 3 x 3 as in VGG/ResNet stages, depthwise 3 x 3.
 SHAPES = [("pw", 32, 112), ("pw", 64, 112), ("pw", 128, 56), ("pw", 256, 28),
@@ -144,15 +146,7 @@ def torch_us(kind, c, h, length, half, runs):
         for _ in range(length):
             t = F.relu(F.conv2d(t, w, b, padding=k // 2, groups=groups))
         return t
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        for _ in range(3):
-            forward(x)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g), torch.no_grad():
-        forward(x)
+    g, _ = bench_cuda_cnn.capture(forward, x)
     for _ in range(20):
         g.replay()
     torch.cuda.synchronize()
