@@ -136,8 +136,8 @@ def torch_us(kind, c, h, length, half, runs):
     from onnx import numpy_helper
     arrays = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     dtype = torch.float16 if half else torch.float32
-    w = torch.from_numpy(arrays["w"]).cuda().to(dtype)
-    b = torch.from_numpy(arrays["b"]).cuda().to(dtype)
+    w = torch.from_numpy(arrays["w"].copy()).cuda().to(dtype)
+    b = torch.from_numpy(arrays["b"].copy()).cuda().to(dtype)
     k = w.shape[-1]
     groups = c if kind == "dw" else 1
     x = torch.randn(1, c, h, h, device="cuda", dtype=dtype)
