@@ -74,6 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       schedule.foldNorms = cuda && (pick & 8);
       schedule.denseWeights = cuda && (pick & 16) ? "f16" : "f32";
       schedule.sparseWeights = schedule.denseWeights.getValue();
+      schedule.convWeights = schedule.denseWeights.getValue();
       sparsec::buildSchedulePipeline(later, schedule);
       if (succeeded(later.run(*module))) {
         sparsec::CppEmitterOptions emit;

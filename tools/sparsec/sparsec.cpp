@@ -230,7 +230,9 @@ cl::opt<std::string> weightsType(
     "weights",
     cl::desc("Storage of every linear, sparse and predictor weight (and, "
              "with --target cuda, convolution weight), f32 or f16 (fp32 "
-             "accumulation; on x86 converted as loaded, F16C). For "
+             "accumulation; on x86 converted as loaded, F16C; on CUDA the "
+             "batched GEMMs and convolutions round their activation operand "
+             "to fp16 too). For "
              "profile: the linear weights of the profiling build (f16 halves "
              "its weight pack, which large models then read from memory "
              "instead of disk)"),

@@ -441,9 +441,10 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
     const int64_t total = r.numel();
     // The common 2-D 3 x 3 case (stride 1 or 2 in both dims, no
     // dilation), whose indices fit 32 bits: runs of outputs a thread.
-    const bool planar = g.in[0] == 1 && g.k[0] == 1 && g.k[1] == 3 &&
-                        g.k[2] == 3 && g.dil[1] == 1 && g.dil[2] == 1 &&
-                        g.stride[1] == g.stride[2] &&
+    // (out[0] > 1 where a 3-D conv pads a depth-1 input: not planar.)
+    const bool planar = g.in[0] == 1 && g.k[0] == 1 && g.out[0] == 1 &&
+                        g.k[1] == 3 && g.k[2] == 3 && g.dil[1] == 1 &&
+                        g.dil[2] == 1 && g.stride[1] == g.stride[2] &&
                         (g.stride[1] == 1 || g.stride[1] == 2);
     const int64_t items =
         total / g.out[2] * ((g.out[2] + kDepthwiseRun - 1) / kDepthwiseRun);

@@ -214,8 +214,9 @@ def case_conv_mix():
     # counting its padding, a pointwise conv, a strided 1x1 conv, ReduceMean
     # over the spatial dims and ReduceMax over the channels; a depthwise conv
     # with two outputs a channel and a batch norm; a strided depthwise conv
-    # with dilation and uneven pads; a 1-D conv with ReLU and global max
-    # pooling.
+    # with dilation and uneven pads; a 3-D depthwise conv padding a depth-1
+    # input (output depth 3, two planes of bias only); a 1-D conv with ReLU
+    # and global max pooling.
     nodes = [
         helper.make_node("Conv", ["x", "wg", "bg"], ["g1"], kernel_shape=[3, 3], group=2,
                          dilations=[2, 1], pads=[2, 1, 1, 0], strides=[1, 2], name="grouped"),
@@ -240,6 +241,8 @@ def case_conv_mix():
         helper.make_node("Conv", ["x", "wdd"], ["y5"], kernel_shape=[3, 3], group=4,
                          dilations=[2, 1], strides=[2, 2], pads=[2, 1, 1, 1],
                          name="depthwise_dilated"),
+        helper.make_node("Conv", ["v", "wd3", "bd3"], ["y6"], kernel_shape=[1, 3, 3],
+                         group=4, pads=[1, 1, 1, 1, 1, 1], name="depthwise_3d"),
         helper.make_node("Conv", ["s", "w1"], ["c1"], kernel_shape=[4], pads=[2, 1],
                          strides=[3], name="conv1d"),
         helper.make_node("Relu", ["c1"], ["r1d"], name="relu1d"),
@@ -250,11 +253,14 @@ def case_conv_mix():
              init("wp", f32(8, 6, 1, 1)), init("bp", f32(8)), init("ws", f32(4, 8, 1, 1)),
              init("wd", f32(8, 1, 3, 3)), init("bd", f32(8)), init("w1", f32(5, 3, 4)),
              init("ds", f32(8)), init("db", f32(8)), init("dm", f32(8)),
-             init("dv", np.abs(f32(8)) + 0.5), init("wdd", f32(4, 1, 3, 3))]
-    return model(nodes, [vi("x", F, ["n", 4, 11, 10]), vi("s", F, ["n", 3, 16])],
+             init("dv", np.abs(f32(8)) + 0.5), init("wdd", f32(4, 1, 3, 3)),
+             init("wd3", f32(4, 1, 1, 3, 3)), init("bd3", f32(4))]
+    return model(nodes, [vi("x", F, ["n", 4, 11, 10]), vi("s", F, ["n", 3, 16]),
+                         vi("v", F, ["n", 4, 1, 6, 5])],
                  [vi("y1", F, ["n", 4]), vi("y2", F, ["n", 1, 3, 3]),
                   vi("y3", F, ["n", 8, 1, 1]), vi("y4", F, ["n", 5, 1]),
-                  vi("y5", F, ["n", 4, 5, 5])], inits, opset=17)
+                  vi("y5", F, ["n", 4, 5, 5]), vi("y6", F, ["n", 4, 3, 6, 5])], inits,
+                 opset=17)
 
 
 def case_activations():
