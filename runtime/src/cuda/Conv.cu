@@ -37,7 +37,6 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include <type_traits>
 
 namespace sparsec::rt::cuda {
 namespace {
@@ -448,40 +447,34 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
                         (g.stride[1] == 1 || g.stride[1] == 2);
     const int64_t items =
         total / g.out[2] * ((g.out[2] + kDepthwiseRun - 1) / kDepthwiseRun);
-    if (planar && fits32(total, x.numel()) && fits32(items, x.numel())) {
-      auto launch3x3 = [&](auto stride, auto weight) {
-        using W = decltype(weight);
-        depthwise3x3Kernel<decltype(stride)::value, W>
-            <<<blocksFor(items), kBlock, 0, d.stream>>>(
-                x.as<float>(), w.as<W>(), bp, int(g.in[1]), int(g.in[2]),
-                int(g.out[1]), int(g.out[2]), int(g.padB[1]), int(g.padB[2]),
-                int(C), int(M), int(Mg), int(items), norm, act, r.as<float>());
-      };
-      using One = std::integral_constant<int, 1>;
-      using Two = std::integral_constant<int, 2>;
-      if (g.stride[1] == 1)
-        half ? launch3x3(One(), __half()) : launch3x3(One(), float());
-      else
-        half ? launch3x3(Two(), __half()) : launch3x3(Two(), float());
-      return launched(ctx, "conv (depthwise 3x3)");
-    }
-    auto launch = [&](auto index, auto weight) {
-      using I = decltype(index);
-      using W = decltype(weight);
-      depthwiseKernel<I, W><<<blocksFor(total), kBlock, 0, d.stream>>>(
-          x.as<float>(), w.as<W>(), bp, dimsOf<I>(g), I(C), I(M), I(Mg),
-          I(total), norm, act, r.as<float>());
-    };
     const bool narrow = fits32(total, x.numel());
-    if (narrow && half)
-      launch(int32_t(), __half());
-    else if (narrow)
-      launch(int32_t(), float());
-    else if (half)
-      launch(int64_t(), __half());
+    const bool inRuns = planar && narrow && fits32(items, x.numel());
+    // One launch for the weights' element type W (float or __half).
+    auto launch = [&](auto weight) {
+      using W = decltype(weight);
+      const W *wp = w.as<W>();
+      if (inRuns) {
+        auto *kernel = g.stride[1] == 1 ? depthwise3x3Kernel<1, W>
+                                        : depthwise3x3Kernel<2, W>;
+        kernel<<<blocksFor(items), kBlock, 0, d.stream>>>(
+            x.as<float>(), wp, bp, int(g.in[1]), int(g.in[2]), int(g.out[1]),
+            int(g.out[2]), int(g.padB[1]), int(g.padB[2]), int(C), int(M),
+            int(Mg), int(items), norm, act, r.as<float>());
+      } else if (narrow) {
+        depthwiseKernel<int32_t, W><<<blocksFor(total), kBlock, 0, d.stream>>>(
+            x.as<float>(), wp, bp, dimsOf<int32_t>(g), int32_t(C), int32_t(M),
+            int32_t(Mg), int32_t(total), norm, act, r.as<float>());
+      } else {
+        depthwiseKernel<int64_t, W><<<blocksFor(total), kBlock, 0, d.stream>>>(
+            x.as<float>(), wp, bp, dimsOf<int64_t>(g), C, M, Mg, total, norm,
+            act, r.as<float>());
+      }
+    };
+    if (half)
+      launch(__half());
     else
-      launch(int64_t(), float());
-    return launched(ctx, "conv (depthwise)");
+      launch(float());
+    return launched(ctx, inRuns ? "conv (depthwise 3x3)" : "conv (depthwise)");
   }
 
   if (!fitsInt(ctx, "conv", P, "output positions", x) ||
