@@ -85,6 +85,14 @@ CONFIGS = {
     "kv_fold": ("opt-byte-s/model_kvcache_opset17.onnx", ["--fold-norms"], False),
     "kv_f16_fold": ("opt-byte-s/model_kvcache_opset17.onnx",
                     ["--fold-norms", "--weights=f16"], False),
+    # bfloat16 weights: dense, exact-sparse (the split and general kernels)
+    # and predicted builds.
+    "nc17_bf16": ("opt-byte-s/model_nocache_opset17.onnx", ["--weights=bf16"], False),
+    "kv_bf16": ("opt-byte-s/model_kvcache_opset17.onnx", ["--weights=bf16"], False),
+    "kv_exact_bf16": ("opt-byte-s/model_kvcache_opset17.onnx",
+                      ["--sparsity=exact", "--weights=bf16"], True),
+    "kv_pred_bf16": ("opt-byte-s/model_kvcache_opset17.onnx",
+                     ["--sparsity=predicted", "--weights=bf16"], True),
 }
 # Hybrid builds: name -> (model, extra args, share of the FFN weights the GPU
 # budget leaves room for, beyond what must live on the GPU). --sync-us 0 lets
@@ -155,9 +163,14 @@ CNNS = {
     "cnn_plain_f16": ("bench:plain", {}, ["--weights=f16"]),
     "cnn_plain_bn_f16": ("bench:plain_bn", {}, ["--weights=f16"]),
     "cnn_mobile_f16": ("bench:mobile", {}, ["--weights=f16"]),
+    "conv_mix_bf16": ("gen:conv_mix", {"n": 3}, ["--weights=bf16"]),
+    "cnn_mobile_bf16": ("bench:mobile", {}, ["--weights=bf16"]),
 }
 # Tolerances of the fp16 builds (as for the language models' fp16 builds).
 CNN_F16_TOL = (2e-2, 5e-2)
+# bfloat16 keeps 8 bits of mantissa to fp16's 11: eight times the rounding.
+CNN_BF16_TOL = (1e-1, 2e-1)
+BF16_TOL = (1e-1, 2e-1)
 # What each generated build's extra runs change.
 ENV_LABELS = {("SPARSEC_CUDA_AHEAD",): " (each step waited for)",
               ("SPARSEC_CUDA_GATED_FUSE",): " (the gated MLP's three ops apart)"}
@@ -591,6 +604,9 @@ def run(args):
     check_case(args, res, "kv_f16", "ref_kv_step", 2e-2, 5e-2, " (fp16 weights)")
     check_case(args, res, "kv_f16_fold", "ref_kv_step", 2e-2, 5e-2,
                " (fp16 weights, norms folded)")
+    check_case(args, res, "nc17_bf16", "ref_prompt", *BF16_TOL, " (bf16 weights)")
+    for name in ("kv_bf16", "kv_exact_bf16"):
+        check_case(args, res, name, "ref_kv_step", *BF16_TOL, " (bf16 weights)")
     check_case(args, res, "nc17_kv", "ref_kv_step", 1e-4, 1e-4, " (derived KV cache)")
     check_case(args, res, "nc17_kv", "ort_kv", 1e-4, 1e-4, " (derived KV cache)")
 
@@ -608,7 +624,9 @@ def run(args):
                                       "71-token prompt, PIT 32 x 1 vs dense fp16", 5e-2),
                                      ("nc17_f16", "nc17_pit256",
                                       "71-token prompt, PIT 32 x 1 at 256 columns "
-                                      "vs dense fp16", 5e-2)):
+                                      "vs dense fp16", 5e-2),
+                                     ("kv_bf16", "kv_exact_bf16",
+                                      "decode step, bf16 weights", 1e-3)):
         if dense not in have or sparse not in have:
             continue
         a = np.load(os.path.join(args.dir, dense, "results", "logits.npy"))
@@ -638,7 +656,9 @@ def run(args):
     for name, must_match in (("kv", True), ("kv_exact", True), ("kv_f16", False),
                              ("kv_pred", False), ("kv_pred_f16", False),
                              ("nc17_kv", True), ("kv_pit", False),
-                             ("kv_fold", True), ("kv_f16_fold", False)):
+                             ("kv_fold", True), ("kv_f16_fold", False),
+                             ("kv_bf16", False), ("kv_exact_bf16", False),
+                             ("kv_pred_bf16", False)):
         if name not in have:
             continue
         r = greedy64(name)
@@ -848,6 +868,8 @@ def run(args):
     for name, (_, _, flags) in CNNS.items():
         if "--weights=f16" in flags:
             check_case(args, res, name, name, *CNN_F16_TOL, " (CNN, fp16 weights)")
+        elif "--weights=bf16" in flags:
+            check_case(args, res, name, name, *CNN_BF16_TOL, " (CNN, bf16 weights)")
         else:
             check_case(args, res, name, name, 1e-4, 1e-4, " (CNN)")
     print(f"{res.passed} passed, {res.failed} failed")

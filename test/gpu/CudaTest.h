@@ -11,6 +11,7 @@
 #ifndef SPARSEC_TEST_GPU_CUDATEST_H
 #define SPARSEC_TEST_GPU_CUDATEST_H
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 #define CHECK_CUDA(x)                                                          \
@@ -50,7 +52,17 @@ template <typename T> std::vector<T> download(const T *p, size_t n) {
 template <typename W> W fromFloat(float f);
 template <> inline __half fromFloat<__half>(float f) { return __float2half(f); }
 template <> inline float fromFloat<float>(float f) { return f; }
+template <> inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float f) {
+  return __float2bfloat16(f);
+}
 inline float toFloat(__half h) { return __half2float(h); }
+inline float toFloat(__nv_bfloat16 h) { return __bfloat162float(h); }
+/// The weights' type as the tests print it.
+template <typename W> const char *typeName() {
+  return std::is_same_v<W, __half>          ? "fp16"
+         : std::is_same_v<W, __nv_bfloat16> ? "bf16"
+                                            : "fp32";
+}
 inline float toFloat(float f) { return f; }
 
 /// The larger of an error so far and a new one, where a non-finite new

@@ -92,8 +92,8 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
   char line[200];
   std::snprintf(line, sizeof line,
                 "gemvRows %s M=%d K=%d N=%d relu=%d residual=%d offset=%d%s",
-                sizeof(W) == 2 ? "fp16" : "fp32", M, K, N, relu, withResidual,
-                offset, early ? " early launch" : "");
+                typeName<W>(), M, K, N, relu, withResidual, offset,
+                early ? " early launch" : "");
   report(err <= 1e-5 * scale * std::sqrt(double(K)) / 8 + 1e-5, line, err);
   cudaFree(dx);
   cudaFree(dw);
@@ -183,7 +183,7 @@ void normOutCase(int K, int N, bool rms, bool normBias, std::mt19937 &rng) {
   std::snprintf(line, sizeof line,
                 "gemvRowsNormOut %s K=%d N=%d %s%s, %d calls in place "
                 "(y err %.2e), counter left %u",
-                sizeof(W) == 2 ? "fp16" : "fp32", K, N, rms ? "rms" : "layer",
+                typeName<W>(), K, N, rms ? "rms" : "layer",
                 normBias ? " with bias" : "", calls, errY, left);
   report(ok && left == 0, line, errN);
   cudaFree(dx);
@@ -422,8 +422,8 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
   char line[200];
   std::snprintf(line, sizeof line,
                 "gemvRowsGroup %s M=%d K=%d N=%s bias=%d relu=%d offset=%d%s%s",
-                sizeof(W) == 2 ? "fp16" : "fp32", M, K, ns.c_str(), bias, relu,
-                offset, kindName[int(normKind)], early ? " early launch" : "");
+                typeName<W>(), M, K, ns.c_str(), bias, relu, offset,
+                kindName[int(normKind)], early ? " early launch" : "");
   if (xMean != 3.0f)
     std::snprintf(line + std::strlen(line), sizeof line - std::strlen(line),
                   " x mean %g", double(xMean));
@@ -927,6 +927,18 @@ int main() {
   attentionNaNCase(5, 5, rng);
   attentionNaNCase(5, 2, rng);
   attentionNaNCase(500, 300, rng);
+  // bfloat16 weights: decode GEMVs of 1-8 tokens (CUDA cores: the tensor-core
+  // form is fp16's), element loads, the early launch, the folded norm's
+  // terms and output, grouped GEMVs with the norm.
+  gemvCase<__nv_bfloat16>(1, 4096, 4096, false, true, 0, rng);
+  gemvCase<__nv_bfloat16>(4, 2048, 1030, true, false, 0, rng);
+  gemvCase<__nv_bfloat16>(8, 4096, 1000, true, true, 0, rng);
+  gemvCase<__nv_bfloat16>(3, 256, 64, false, false, 1, rng);
+  gemvCase<__nv_bfloat16>(2, 8192, 2048, true, false, 0, rng, true);
+  normOutCase<__nv_bfloat16>(4096, 4096, false, true, rng);
+  groupCase<__nv_bfloat16>(1, 4096, {4096, 4096, 4096}, true, false, 0, rng,
+                           NormKind::layer);
+  groupCase<__nv_bfloat16>(3, 512, {70, 4, 129, 33}, true, true, 0, rng);
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

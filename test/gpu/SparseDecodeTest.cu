@@ -55,7 +55,8 @@ template <typename W> bool splitUp(int d, int tokens) {
   return sizeof(W) == 2 && tokens <= 2 && d % 2048 == 0 && d <= 8192;
 }
 template <typename W> bool reorderedUp(int d, int tokens) {
-  return (sizeof(W) == 2 && tokens >= 3 && d % 32 == 0) || splitUp<W>(d, tokens);
+  return (std::is_same_v<W, __half> && tokens >= 3 && d % 32 == 0) ||
+         splitUp<W>(d, tokens);
 }
 bool sameH(const std::vector<float> &a, const std::vector<float> &b, bool exact,
            int d) {
@@ -113,7 +114,7 @@ std::vector<int32_t> listOf(IndexView ix, bool &ok) {
 
 template <typename W>
 void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
-  const char *wtype = sizeof(W) == 2 ? "fp16" : "fp32";
+  const char *wtype = typeName<W>();
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
   std::vector<W> w(size_t(f) * d), wt(size_t(f) * d);
@@ -426,7 +427,7 @@ void runGateIndex(int f, int tokens, bool positive, double zeros, uint32_t seed)
 /// the second time launched early behind a slow kernel that writes x.
 template <typename W>
 void runPredictUp(int f, int d, int r, int tokens, uint32_t seed) {
-  const char *wtype = sizeof(W) == 2 ? "fp16" : "fp32";
+  const char *wtype = typeName<W>();
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> val(-1, 1);
   std::vector<W> w1(size_t(d) * r), w2(size_t(r) * f), wt(size_t(f) * d);
@@ -518,7 +519,7 @@ void runPredictUp(int f, int d, int r, int tokens, uint32_t seed) {
 template <typename W>
 void runNormPredictUp(int f, int d, int r, int tokens, bool rms, double sparsity,
                       uint32_t seed) {
-  const char *wtype = sizeof(W) == 2 ? "fp16" : "fp32";
+  const char *wtype = typeName<W>();
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> val(-1, 1);
   std::vector<W> w1(size_t(d) * r), w2(size_t(r) * f), wt(size_t(f) * d);
@@ -639,7 +640,7 @@ void runNormPredictUpRefusals() {
 /// the threshold) and the index set, sorted and appended.
 template <typename W>
 void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
-  const char *wtype = sizeof(W) == 2 ? "fp16" : "fp32";
+  const char *wtype = typeName<W>();
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> val(-1, 1);
   std::vector<W> w1(size_t(d) * r), w2(size_t(r) * f);
@@ -715,12 +716,19 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
     ok &= wellFormed;
     // Row t of the mask is token t's own selection; the set is their union.
     decided = on = 0;
+    int wrong = 0;
     for (size_t k = 0; k < expect.size(); ++k)
       if (expect[k] >= 0) {
         ++decided;
         on += expect[k];
-        ok &= mask[k] == expect[k];
+        if (mask[k] != expect[k] && wrong++ < 3)
+          std::printf(
+              "  (call %d: token %d neuron %d selected %d, expected %d)\n",
+              call, int(k / f), int(k % f), int(mask[k]), expect[k]);
       }
+    ok &= wrong == 0 && wellFormed;
+    if (!wellFormed)
+      std::printf("  (call %d: the segments are malformed)\n", call);
     std::vector<int32_t> fromMask;
     for (int j = 0; j < f; ++j) {
       bool any = false;
@@ -729,15 +737,25 @@ void runPredict(int f, int d, int r, int tokens, uint32_t seed) {
       if (any)
         fromMask.push_back(j);
     }
-    ok &= got == fromMask && decided > int(expect.size()) * 9 / 10 && on > 0 &&
-          on < decided;
+    if (!(got == fromMask && decided > int(expect.size()) * 9 / 10 && on > 0 &&
+          on < decided)) {
+      std::printf("  (call %d: set %zu entries, mask %zu; decided %d of %zu, "
+                  "on %d)\n",
+                  call, got.size(), fromMask.size(), decided, expect.size(),
+                  on);
+      ok = false;
+    }
     countDiff = int(got.size()) - int(fromMask.size());
     // The list: the same set (segments in any order).
     const int listCount = download(ix.count, 1)[0];
     std::vector<int32_t> list =
         download(ix.list, size_t(std::max(0, std::min(listCount, f))));
     std::sort(list.begin(), list.end());
-    ok &= listCount == int(fromMask.size()) && list == fromMask;
+    if (!(listCount == int(fromMask.size()) && list == fromMask)) {
+      std::printf("  (call %d: list of %d entries, mask %zu)\n", call,
+                  listCount, fromMask.size());
+      ok = false;
+    }
   }
   report(ok, "predictIndex", f, d, tokens, 1.0 - double(on) / std::max(decided, 1),
          wtype, double(countDiff));
@@ -824,6 +842,20 @@ int main() {
   runCase<__half>(3000, 6144, 2, 0.5, seed++);
   runCase<__half>(5000, 2048, 2, 0.0, seed++);
   runCase<__half>(2048, 4096, 1, 1.0, seed++);
+  // bfloat16 weights: the split up kernel (1-2 tokens), the general kernels
+  // (3-8 tokens: no tensor cores), scalar tails, the predictor and its fused
+  // forms.
+  runCase<__nv_bfloat16>(16384, 4096, 1, 0.9, seed++);
+  runCase<__nv_bfloat16>(3000, 6144, 2, 0.5, seed++);
+  runCase<__nv_bfloat16>(2048, 256, 5, 0.9, seed++);
+  runCase<__nv_bfloat16>(1001, 77, 1, 0.8, seed++);
+  runPredict<__nv_bfloat16>(16384, 4096, 32, 2, seed++);
+  runPredict<__nv_bfloat16>(3000, 512, 300, 3, seed++);
+  runPredictUp<__nv_bfloat16>(16384, 4096, 64, 1, seed++);
+  runPredictUp<__nv_bfloat16>(8192, 2048, 64, 2, seed++);
+  runPredictUp<__nv_bfloat16>(1000, 77, 16, 3, seed++);
+  runNormPredictUp<__nv_bfloat16>(16384, 4096, 32, 1, false, 0.9, seed++);
+  runNormPredictUp<__nv_bfloat16>(3000, 1000, 40, 1, true, 0.5, seed++);
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

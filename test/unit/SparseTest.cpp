@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -169,6 +170,114 @@ TEST(SparseLinear, HalfWeightsMatchDense) {
   for (int64_t i = 0; i < m * n; ++i)
     ASSERT_NEAR(sparse.as<float>()[i], dense.as<float>()[i],
                 1e-4f * (1.0f + std::fabs(dense.as<float>()[i])));
+}
+
+// bfloat16 rounding: nearest of the two neighbours (ties to even), NaN
+// stays NaN, past the largest bfloat16 to infinity; widening is exact.
+TEST(BFloat16, RoundsToNearestEven) {
+  auto ref = [](float f) -> uint16_t {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    // The truncation and the next bfloat16 away from 0 (infinity read as
+    // 2^128, as rounding with an unbounded exponent would have it).
+    uint16_t lo = uint16_t(x >> 16), hi = uint16_t(lo + 1);
+    if ((lo & 0x7fffu) >= 0x7f80u) // f is infinite
+      return lo;
+    const double a = sparsec::rt::bfloat16ToFloat(lo);
+    const double b = (hi & 0x7fffu) == 0x7f80u
+                         ? std::copysign(std::ldexp(1.0, 128), double(f))
+                         : double(sparsec::rt::bfloat16ToFloat(hi));
+    const double da = std::fabs(double(f) - a), db = std::fabs(b - double(f));
+    return da < db || (da == db && !(lo & 1)) ? lo : hi;
+  };
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t x = bits(rng);
+    if (i % 4 == 0)
+      x = (x & 0xffff0000u) | 0x8000u; // exact ties
+    float f;
+    std::memcpy(&f, &x, 4);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(
+          sparsec::rt::bfloat16ToFloat(sparsec::rt::floatToBFloat16(f))));
+      continue;
+    }
+    ASSERT_EQ(sparsec::rt::floatToBFloat16(f), ref(f)) << std::hex << x;
+  }
+  EXPECT_EQ(sparsec::rt::floatToBFloat16(3.4028235e38f), 0x7f80u); // inf
+  EXPECT_EQ(sparsec::rt::floatToBFloat16(-0.0f), 0x8000u);
+  EXPECT_EQ(sparsec::rt::bfloat16ToFloat(0x3f80u), 1.0f);
+}
+
+// bfloat16 weights (--weights bf16) in the x86 kernels: the dense linear
+// (streamed at 2 rows, packed at 96), both sparse sides and the predictor
+// match float32 kernels over the same rounded weights.
+TEST(SparseLinear, BFloat16WeightsMatchRounded) {
+  const int64_t k = 517, n = 301;
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> val(-1, 1), coin(0, 1);
+  std::vector<float> w(k * n), wt(n * k);
+  std::vector<uint16_t> wb(k * n), wtb(n * k);
+  for (size_t i = 0; i < w.size(); ++i) {
+    wb[i] = sparsec::rt::floatToBFloat16(val(rng));
+    w[i] = sparsec::rt::bfloat16ToFloat(wb[i]);
+  }
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      wtb[j * k + i] = wb[i * n + j];
+      wt[j * k + i] = w[i * n + j];
+    }
+  Context ctx(kDesc, nullptr, 2);
+  auto near = [](const Tensor &a, const Tensor &b) {
+    ASSERT_EQ(a.numel(), b.numel());
+    for (int64_t i = 0; i < a.numel(); ++i)
+      ASSERT_NEAR(a.as<float>()[i], b.as<float>()[i],
+                  1e-4f * (1.0f + std::fabs(b.as<float>()[i])))
+          << i;
+  };
+  for (int64_t m : {2, 96}) {
+    std::vector<float> x(m * k);
+    for (float &v : x)
+      v = coin(rng) < 0.8 ? 0.0f : std::fabs(val(rng));
+    Tensor tx{x.data(), DType::f32, 2, {m, k}};
+    Tensor tw{w.data(), DType::f32, 2, {k, n}};
+    Tensor twb{wb.data(), DType::bf16, 2, {k, n}};
+    Tensor got, want;
+    ASSERT_TRUE(
+        ops::linear(ctx, tx, twb, nullptr, ops::Activation::relu, 0, got))
+        << ctx.error;
+    ASSERT_TRUE(
+        ops::linear(ctx, tx, tw, nullptr, ops::Activation::relu, 1, want));
+    near(got, want);
+    ASSERT_TRUE(ops::sparseLinearInput(ctx, tx, twb, nullptr, 0, got))
+        << ctx.error;
+    ASSERT_TRUE(
+        ops::linear(ctx, tx, tw, nullptr, ops::Activation::none, 1, want));
+    near(got, want);
+  }
+  // The output side over every neuron: x [2, k] . wt^T.
+  std::vector<float> x(2 * k);
+  for (float &v : x)
+    v = val(rng);
+  std::vector<uint8_t> all(n, 1);
+  Tensor tx{x.data(), DType::f32, 2, {2, k}};
+  Tensor mask{all.data(), DType::b1, 1, {n}};
+  Tensor tw{w.data(), DType::f32, 2, {k, n}};
+  Tensor twtb{wtb.data(), DType::bf16, 2, {n, k}};
+  Tensor got, want;
+  ASSERT_TRUE(ops::sparseLinearOutput(ctx, tx, twtb, nullptr, mask,
+                                      ops::Activation::none, 0, got))
+      << ctx.error;
+  ASSERT_TRUE(
+      ops::linear(ctx, tx, tw, nullptr, ops::Activation::none, 1, want));
+  near(got, want);
+  // A wrong weight type is named.
+  std::vector<int32_t> wi(k * n);
+  Tensor twi{wi.data(), DType::i32, 2, {k, n}};
+  EXPECT_FALSE(ops::sparseLinearInput(ctx, tx, twi, nullptr, 0, got));
+  EXPECT_NE(ctx.error.find("float32, float16 or bfloat16"), std::string::npos)
+      << ctx.error;
 }
 
 // The predictor's mask equals a double-precision reference of

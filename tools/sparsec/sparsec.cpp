@@ -132,9 +132,9 @@ cl::list<int64_t> predictorRanks(
     cl::cat(category));
 cl::opt<std::string> sparseWeights(
     "sparse-weights",
-    cl::desc("Storage of the weights the sparse kernels read: f32 or f16 "
-             "(half the memory traffic; converted with F16C)"),
-    cl::value_desc("f32|f16"), cl::init("f32"), cl::sub(compileCmd),
+    cl::desc("Storage of the weights the sparse kernels read: f32, f16 or "
+             "bf16 (half the memory traffic; fp32 accumulation)"),
+    cl::value_desc("f32|f16|bf16"), cl::init("f32"), cl::sub(compileCmd),
     cl::cat(category));
 cl::opt<bool> report(
     "report",
@@ -229,15 +229,22 @@ cl::opt<double> gpuBandwidth(
 cl::opt<std::string> weightsType(
     "weights",
     cl::desc("Storage of every linear, sparse and predictor weight (and, "
-             "with --target cuda, convolution weight), f32 or f16 (fp32 "
-             "accumulation; on x86 converted as loaded, F16C; on CUDA the "
+             "with --target cuda, convolution weight), f32, f16 or bf16 "
+             "(fp32 accumulation; on x86 converted as loaded; on CUDA the "
              "batched GEMMs and convolutions round their activation operand "
-             "to fp16 too). For "
-             "profile: the linear weights of the profiling build (f16 halves "
-             "its weight pack, which large models then read from memory "
+             "to the same 16-bit type too). For "
+             "profile: the linear weights of the profiling build (16 bits "
+             "halve its weight pack, which large models then read from memory "
              "instead of disk)"),
-    cl::init("f32"), cl::sub(compileCmd), cl::sub(profileCmd),
-    cl::cat(category));
+    cl::value_desc("f32|f16|bf16"), cl::init("f32"), cl::sub(compileCmd),
+    cl::sub(profileCmd), cl::cat(category));
+/// The storage of the sparse and predictor weights: --weights unless it is
+/// f32, then --sparse-weights.
+std::string sparseStorage() {
+  return weightsType != "f32" ? weightsType.getValue()
+                              : sparseWeights.getValue();
+}
+
 cl::opt<bool> foldNorms(
     "fold-norms",
     cl::desc("CUDA target: fold each layer / RMS norm that only feeds "
@@ -577,10 +584,12 @@ int runCompile(MLIRContext &context) {
     return 1;
   }
   if ((!pitTable.empty() || pitTile > 0 || pitColumns.getNumOccurrences()) &&
-      weightsType != "f16" && sparseWeights != "f16") {
+      sparseStorage() != "f16") {
     error() << "--pit-table, --pit-tile and --pit-columns need fp16 sparse "
-               "weights (--weights f16 or --sparse-weights f16): the PIT "
-               "kernels are fp16 tensor-core code\n";
+               "weights (--weights f16 or --sparse-weights f16; the sparse "
+               "weights are "
+            << sparseStorage()
+            << " here): the PIT kernels are fp16 tensor-core code\n";
     return 1;
   }
   if (!(minZeroFraction >= 0.0 && minZeroFraction <= 1.0)) {
@@ -608,9 +617,9 @@ int runCompile(MLIRContext &context) {
             << "' (expected neurons or layers)\n";
     return 1;
   }
-  if (weightsType != "f32" && weightsType != "f16") {
+  if (weightsType != "f32" && weightsType != "f16" && weightsType != "bf16") {
     error() << "unknown --weights '" << weightsType
-            << "' (expected f32 or f16)\n";
+            << "' (expected f32, f16 or bf16)\n";
     return 1;
   }
   if (foldNorms && target != "cuda") {
@@ -634,9 +643,10 @@ int runCompile(MLIRContext &context) {
                "are made sparse where the measured sparsity pays off\n";
     return 1;
   }
-  if (sparseWeights != "f32" && sparseWeights != "f16") {
+  if (sparseWeights != "f32" && sparseWeights != "f16" &&
+      sparseWeights != "bf16") {
     error() << "unknown --sparse-weights '" << sparseWeights
-            << "' (expected f32 or f16)\n";
+            << "' (expected f32, f16 or bf16)\n";
     return 1;
   }
   for (int64_t r : predictorRanks)
@@ -735,7 +745,7 @@ int runCompile(MLIRContext &context) {
       (!profileFile.empty() || sparsityMode != "off")) {
     PhaseTimer timer("sparsify");
     PassManager pm(&context);
-    const int64_t weightBytes = weightsType == "f16" ? 2 : 4; // on the GPU
+    const int64_t weightBytes = weightsType == "f32" ? 4 : 2; // on the GPU
     if (!profileFile.empty()) {
       sparsec::AnnotateSparsityPassOptions annotate;
       annotate.profile = profileFile;
@@ -770,10 +780,10 @@ int runCompile(MLIRContext &context) {
       pm.addPass(sparsec::createPartitionHotColdPass(partition));
     }
     // After the placement: a hybrid FFN's GPU part is what PIT would run.
-    // The PIT kernels are fp16 tensor-core code: fp32 sparse weights keep
-    // the dense GEMM for batched calls.
+    // The PIT kernels are fp16 tensor-core code: fp32 and bf16 sparse
+    // weights keep the dense GEMM for batched calls.
     if (sparsityMode != "off" && (target == "cuda" || target == "hybrid") &&
-        (weightsType == "f16" || sparseWeights == "f16")) {
+        sparseStorage() == "f16") {
       sparsec::PitTilePassOptions pit;
       pit.profile = profileFile;
       pit.table = pitTable;
@@ -808,11 +818,10 @@ int runCompile(MLIRContext &context) {
     PhaseTimer timer("schedule");
     PassManager pm(&context);
     sparsec::SchedulePipelineOptions scheduleOptions;
-    scheduleOptions.sparseWeights =
-        weightsType == "f16" ? std::string("f16") : sparseWeights.getValue();
+    scheduleOptions.sparseWeights = sparseStorage();
     scheduleOptions.denseWeights = weightsType.getValue();
-    // The device convolutions take fp16 weights; the x86 ones (the hybrid
-    // target's included) compute in float32.
+    // The device convolutions take 16-bit weights; the x86 ones (the
+    // hybrid target's included) compute in float32.
     scheduleOptions.convWeights =
         target == "cuda" ? weightsType.getValue() : std::string("f32");
     scheduleOptions.hybrid = target == "hybrid" || splitOnCpu;
@@ -1081,9 +1090,9 @@ int runProfile(MLIRContext &context) {
                "<model.sprof>\n";
     return 1;
   }
-  if (weightsType != "f32" && weightsType != "f16") {
+  if (weightsType != "f32" && weightsType != "f16" && weightsType != "bf16") {
     error() << "unknown --weights '" << weightsType
-            << "' (expected f32 or f16)\n";
+            << "' (expected f32, f16 or bf16)\n";
     return 1;
   }
   if (seqLen < 1 || maxChunks < 1 || threads < 0 || numSamples < 0) {

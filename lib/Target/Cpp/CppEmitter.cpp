@@ -52,10 +52,15 @@ bool isCap(Operation *op) {
   return false;
 }
 
-std::optional<StringRef> dtypeOf(Type elt) {
+/// The runtime's DType of `elt`. bfloat16 is a weight storage only
+/// (`--weights bf16`): model inputs, outputs, constants and casts of it are
+/// not supported.
+std::optional<StringRef> dtypeOf(Type elt, bool weight = false) {
   if (elt.isF32()) return StringRef("DType::f32");
   if (elt.isF64()) return StringRef("DType::f64");
   if (elt.isF16()) return StringRef("DType::f16");
+  if (elt.isBF16() && weight)
+    return StringRef("DType::bf16");
   if (auto i = dyn_cast<IntegerType>(elt)) {
     bool u = i.isUnsigned();
     switch (i.getWidth()) {
@@ -308,7 +313,7 @@ private:
     if (it == segmentOf.end())
       return w.emitError("unknown weight");
     auto type = cast<RankedTensorType>(w.getType());
-    auto dty = dtypeOf(type.getElementType());
+    auto dty = dtypeOf(type.getElementType(), /*weight=*/true);
     if (!dty)
       return w.emitError("weight element type ")
              << type.getElementType() << " is not supported by the "

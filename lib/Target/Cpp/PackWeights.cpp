@@ -177,19 +177,22 @@ LogicalResult sparsec::packWeights(ModuleOp module, const WeightStore &store,
           bytes = owned.back().size();
           eltBytes = 4;
           dataType = 1;
-        } else if (t == "f16" && dataType == 1) {
+        } else if ((t == "f16" || t == "bf16") && dataType == 1) {
+          // Round to nearest even (float16: ONNX type 10, bfloat16: 16).
+          const bool bf = t == "bf16";
           size_t count = bytes / 4;
           std::vector<char> out(count * 2);
           const float *src = static_cast<const float *>(data);
           for (size_t i = 0; i < count; ++i) {
-            uint16_t h = rt::floatToHalf(src[i]);
+            uint16_t h =
+                bf ? rt::floatToBFloat16(src[i]) : rt::floatToHalf(src[i]);
             std::memcpy(&out[i * 2], &h, 2);
           }
           owned.push_back(std::move(out));
           data = owned.back().data();
           bytes = count * 2;
           eltBytes = 2;
-          dataType = 10;
+          dataType = bf ? 16 : 10;
         } else {
           return global.emitError("unsupported weight transform '")
                  << t << "' for a rank-" << dims.size() << " "

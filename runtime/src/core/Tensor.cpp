@@ -22,6 +22,7 @@ size_t dtypeSize(DType t) {
   case DType::u32:
     return 4;
   case DType::f16:
+  case DType::bf16:
   case DType::i16:
   case DType::u16:
     return 2;
@@ -41,6 +42,8 @@ const char *dtypeName(DType t) {
     return "float64";
   case DType::f16:
     return "float16";
+  case DType::bf16:
+    return "bfloat16";
   case DType::i64:
     return "int64";
   case DType::i32:
@@ -89,6 +92,8 @@ const char *dtypeDescr(DType t) {
     return "<u8";
   case DType::b1:
     return "|b1";
+  case DType::bf16: // numpy has no bfloat16: the raw 2-byte values
+    return "<V2";
   }
   return "?";
 }

@@ -51,12 +51,21 @@ struct Half {
   uint16_t bits;
 };
 
+/// Storage type of bf16 elements (the top 16 bits of a float32).
+struct BFloat {
+  uint16_t bits;
+};
+
+using rt::bfloat16ToFloat;
+using rt::floatToBFloat16;
 using rt::floatToHalf;
 using rt::halfToFloat;
 
-/// A weight element as float32 (float16 weights are converted as loaded).
+/// A weight element as float32 (float16 and bfloat16 weights are converted
+/// as loaded).
 inline float toFloat(float f) { return f; }
 inline float toFloat(Half h) { return halfToFloat(h.bits); }
+inline float toFloat(BFloat b) { return bfloat16ToFloat(b.bits); }
 
 #if SPARSEC_RT_X86
 /// Eight weight elements as float32 (F16C for float16).
@@ -65,6 +74,11 @@ SPARSEC_RT_AVX2 inline __m256 load8(const float *p) {
 }
 SPARSEC_RT_AVX2 inline __m256 load8(const Half *p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+SPARSEC_RT_AVX2 inline __m256 load8(const BFloat *p) {
+  __m256i wide = _mm256_cvtepu16_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 #endif
 
@@ -97,6 +111,8 @@ template <typename F> decltype(auto) dispatchType(DType t, F &&f) {
     return f(TypeTag<double>{});
   case DType::f16:
     return f(TypeTag<Half>{});
+  case DType::bf16:
+    return f(TypeTag<BFloat>{});
   case DType::i64:
     return f(TypeTag<int64_t>{});
   case DType::i32:
@@ -135,7 +151,8 @@ template <typename F> decltype(auto) dispatchSize(size_t bytes, F &&f) {
 }
 
 inline bool isFloat(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::f16;
+  return t == DType::f32 || t == DType::f64 || t == DType::f16 ||
+         t == DType::bf16;
 }
 inline bool isSignedInt(DType t) {
   return t == DType::i64 || t == DType::i32 || t == DType::i16 ||
@@ -158,6 +175,11 @@ template <> struct Arith<Half> {
   using type = float;
   static float load(Half h) { return halfToFloat(h.bits); }
   static Half store(float f) { return Half{floatToHalf(f)}; }
+};
+template <> struct Arith<BFloat> {
+  using type = float;
+  static float load(BFloat b) { return bfloat16ToFloat(b.bits); }
+  static BFloat store(float f) { return BFloat{floatToBFloat16(f)}; }
 };
 
 //===----------------------------------------------------------------------===//
@@ -695,6 +717,7 @@ struct GemmArgs {
   const float *B = nullptr;
   /// Instead of B: the weights as float16 (converted as they are read).
   const Half *Bh = nullptr;
+  const BFloat *Bb = nullptr; // bfloat16 B (instead of B or Bh)
   int64_t ldb = 0;
   float *C = nullptr;
   int64_t ldc = 0;
@@ -781,6 +804,7 @@ void axpy(float alpha, const float *x, float *y, int64_t n);
 /// nearest even, as floatToHalf): F16C where the kernels use AVX2.
 void widenRow(const float *src, float *dst, int64_t n); // a copy
 void widenRow(const Half *src, float *dst, int64_t n);
+void widenRow(const BFloat *src, float *dst, int64_t n);
 void narrowRow(const float *src, Half *dst, int64_t n);
 
 /// Softmax pieces (attention): s[j] = s[j] * scale + (add ? add[j] : 0)

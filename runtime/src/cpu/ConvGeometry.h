@@ -90,10 +90,11 @@ inline bool convOperands(Context &ctx, const Tensor &x, const Tensor &w,
       (bias && !checkTensor(ctx, "conv", "bias", *bias)))
     return false;
   if (x.dtype != DType::f32 ||
-      (w.dtype != DType::f32 && !(halfWeights && w.dtype == DType::f16)) ||
+      (w.dtype != DType::f32 &&
+       !(halfWeights && (w.dtype == DType::f16 || w.dtype == DType::bf16))) ||
       (bias && bias->dtype != DType::f32))
     return ctx.fail(std::string("conv: only float32") +
-                    (halfWeights ? " (and float16 weights)" : "") +
+                    (halfWeights ? " (and float16 or bfloat16 weights)" : "") +
                     " is supported, got input " + x.describe() +
                     " and weight " + w.describe());
   if (x.rank < 3 || x.rank > 5 || w.rank != x.rank)

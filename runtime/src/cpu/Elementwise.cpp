@@ -261,15 +261,15 @@ bool broadcastOrFail(Context &ctx, const char *op, const Tensor &a,
 /// through `toBool` / `fromBool`).
 template <typename From, typename To, bool fromBool, bool toBool>
 To convertElement(From v) {
-  if constexpr (std::is_same_v<From, Half>) {
-    float f = halfToFloat(v.bits);
+  if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat>) {
+    float f = Arith<From>::load(v);
     return convertElement<float, To, false, toBool>(f);
   } else if constexpr (toBool && std::is_same_v<To, Bool8>) {
     return To(v != From(0) ? 1 : 0);
   } else if constexpr (fromBool) {
     return convertElement<int, To, false, false>(v != From(0) ? 1 : 0);
-  } else if constexpr (std::is_same_v<To, Half>) {
-    return Half{floatToHalf(float(v))};
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat>) {
+    return Arith<To>::store(float(v));
   } else if constexpr (std::is_floating_point_v<From> &&
                        std::is_integral_v<To>) {
     // Truncate toward zero; NaN gives 0, out-of-range values saturate,

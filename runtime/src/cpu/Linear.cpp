@@ -112,11 +112,13 @@ namespace {
 
 thread_local Scratch packAScratch, packBScratch;
 
-// Weights are float32 or float16 (W = Half; converted to float32 as they
-// are loaded by toFloat / load8 of Common.h, fp32 accumulation).
+// Weights are float32, float16 or bfloat16 (W = Half or BFloat; converted
+// to float32 as they are loaded by toFloat / load8 of Common.h, fp32
+// accumulation).
 template <typename W> const W *weightsOf(const GemmArgs &g);
 template <> const float *weightsOf<float>(const GemmArgs &g) { return g.B; }
 template <> const Half *weightsOf<Half>(const GemmArgs &g) { return g.Bh; }
+template <> const BFloat *weightsOf<BFloat>(const GemmArgs &g) { return g.Bb; }
 
 #if SPARSEC_RT_X86
 SPARSEC_RT_AVX512 inline __m512 load16(const float *p) {
@@ -134,8 +136,28 @@ SPARSEC_RT_AVX512 inline __m512 load16(const float *p, __mmask16 m) {
 SPARSEC_RT_AVX512 inline __m512 load16(const Half *p, __mmask16 m) {
   return _mm512_maskz_cvtph_ps(0xffff, _mm256_maskz_loadu_epi16(m, p));
 }
+SPARSEC_RT_AVX512 inline __m512 widenBFloat16(__m256i bits) {
+  // (maskz forms, as load16 above)
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+      0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bits), 16));
+}
+SPARSEC_RT_AVX512 inline __m512 load16(const BFloat *p) {
+  return widenBFloat16(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+}
+SPARSEC_RT_AVX512 inline __m512 load16(const BFloat *p, __mmask16 m) {
+  return widenBFloat16(_mm256_maskz_loadu_epi16(m, p));
+}
 /// dst[0:n] = float(src[0:n]) with F16C.
 SPARSEC_RT_AVX2 void halfRowAvx2(const Half *src, float *dst, int64_t n) {
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t j = 0; j < n8; j += 8)
+    _mm256_storeu_ps(dst + j, load8(src + j));
+  for (int64_t j = n8; j < n; ++j)
+    dst[j] = toFloat(src[j]);
+}
+/// dst[0:n] = float(src[0:n]) for bfloat16 (a shift a lane).
+SPARSEC_RT_AVX2 void bfloatRowAvx2(const BFloat *src, float *dst, int64_t n) {
   const int64_t n8 = n / 8 * 8;
   for (int64_t j = 0; j < n8; j += 8)
     _mm256_storeu_ps(dst + j, load8(src + j));
@@ -163,6 +185,14 @@ void widenRow(const Half *src, float *dst, int64_t n) {
 #if SPARSEC_RT_X86
   if (kernelIsa() >= kIsaAvx2)
     return halfRowAvx2(src, dst, n);
+#endif
+  for (int64_t j = 0; j < n; ++j)
+    dst[j] = toFloat(src[j]);
+}
+void widenRow(const BFloat *src, float *dst, int64_t n) {
+#if SPARSEC_RT_X86
+  if (kernelIsa() >= kIsaAvx2)
+    return bfloatRowAvx2(src, dst, n);
 #endif
   for (int64_t j = 0; j < n; ++j)
     dst[j] = toFloat(src[j]);
@@ -733,8 +763,7 @@ const float *cachedPack(ThreadPool *pool, const GemmArgs &g) {
   PackCache *cache = g.packCache;
   if (!cache)
     return nullptr;
-  const void *key = std::is_same_v<W, float> ? static_cast<const void *>(g.B)
-                                             : static_cast<const void *>(g.Bh);
+  const void *key = weightsOf<W>(g);
   std::lock_guard<std::mutex> lock(cache->mutex);
   auto id = std::make_tuple(key, g.K, g.N, g.ldb, int(Kern::KC),
                             int(Kern::NR) * (std::is_same_v<W, float> ? 1 : -1));
@@ -1000,6 +1029,8 @@ void gemm(ThreadPool *pool, const GemmArgs &g) {
   const int isa = kernelIsa();
   if (g.Bh && !g.Bpacked)
     return gemmTyped<Half>(pool, g, isa);
+  if (g.Bb && !g.Bpacked)
+    return gemmTyped<BFloat>(pool, g, isa);
   gemmTyped<float>(pool, g, isa);
 }
 
@@ -1070,12 +1101,15 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
       !checkTensor(ctx, "linear", "weight", w) ||
       (bias && !checkTensor(ctx, "linear", "bias", *bias)))
     return false;
-  if (x.dtype != DType::f32 || (w.dtype != DType::f32 && w.dtype != DType::f16) ||
+  if (x.dtype != DType::f32 ||
+      (w.dtype != DType::f32 && w.dtype != DType::f16 &&
+       w.dtype != DType::bf16) ||
       (bias && bias->dtype != DType::f32))
-    return ctx.fail("linear: x and bias must be float32 and the weight float32 "
-                    "or float16, got x " + x.describe() +
-                    ", weight " + w.describe() +
-                    (bias ? ", bias " + bias->describe() : std::string()));
+    return ctx.fail(
+        "linear: x and bias must be float32 and the weight float32, "
+        "float16 or bfloat16, got x " +
+        x.describe() + ", weight " + w.describe() +
+        (bias ? ", bias " + bias->describe() : std::string()));
   if (x.rank < 1 || w.rank != 2 || x.shape[x.rank - 1] != w.shape[0])
     return ctx.fail("linear: x " + x.describe() + " and weight " +
                     w.describe() +
@@ -1100,6 +1134,8 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   g.lda = K;
   if (w.dtype == DType::f16)
     g.Bh = w.as<Half>();
+  else if (w.dtype == DType::bf16)
+    g.Bb = w.as<BFloat>();
   else
     g.B = w.as<float>();
   g.ldb = N;

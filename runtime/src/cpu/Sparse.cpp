@@ -132,11 +132,25 @@ template <typename W> const Kernels<W> &kernels() {
 }
 
 bool floatWeights(Context &ctx, const char *op, const Tensor &w) {
-  if ((w.dtype != DType::f32 && w.dtype != DType::f16) || w.rank != 2)
+  if ((w.dtype != DType::f32 && w.dtype != DType::f16 &&
+       w.dtype != DType::bf16) ||
+      w.rank != 2)
     return ctx.fail(std::string(op) +
-                    ": expected a 2-D float32 or float16 weight, got " +
+                    ": expected a 2-D float32, float16 or bfloat16 weight, "
+                    "got " +
                     w.describe());
   return true;
+}
+
+/// Calls f(p) with p the data of weight `w` as const float *, const Half *
+/// or const BFloat * (floatWeights checked its dtype).
+template <typename F> void withWeights(const Tensor &w, F &&f) {
+  if (w.dtype == DType::f16)
+    f(w.as<detail::Half>());
+  else if (w.dtype == DType::bf16)
+    f(w.as<detail::BFloat>());
+  else
+    f(w.as<float>());
 }
 
 /// Column block per thread: each active weight row is then read as one long
@@ -303,12 +317,9 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
     return false;
   const int64_t rows = k ? x.numel() / k : 0;
   const float *bp = bias ? bias->as<float>() : nullptr;
-  if (w.dtype == DType::f16)
-    inputSide(ctx, x.as<float>(), w.as<detail::Half>(), bp, out.as<float>(),
-              rows, k, n);
-  else
-    inputSide(ctx, x.as<float>(), w.as<float>(), bp, out.as<float>(), rows, k,
-              n);
+  withWeights(w, [&](auto *wp) {
+    inputSide(ctx, x.as<float>(), wp, bp, out.as<float>(), rows, k, n);
+  });
   return true;
 }
 
@@ -335,12 +346,10 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
                                       "to 0");
   const float *bp = bias ? bias->as<float>() : nullptr;
   const uint8_t *mask = active.as<uint8_t>();
-  if (w.dtype == DType::f16)
-    outputSide(ctx, x.as<float>(), w.as<detail::Half>(), bp, mask, perRow,
-               act, out.as<float>(), rows, k, n);
-  else
-    outputSide(ctx, x.as<float>(), w.as<float>(), bp, mask, perRow, act,
-               out.as<float>(), rows, k, n);
+  withWeights(w, [&](auto *wp) {
+    outputSide(ctx, x.as<float>(), wp, bp, mask, perRow, act, out.as<float>(),
+               rows, k, n);
+  });
   return true;
 }
 
@@ -364,19 +373,11 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
   const float *bp = bias ? bias->as<float>() : nullptr;
   uint8_t *mp = out.as<uint8_t>();
   const float *xp = x.as<float>();
-  bool h1 = w1.dtype == DType::f16, h2 = w2.dtype == DType::f16;
-  if (h1 && h2)
-    predictor(ctx, xp, w1.as<detail::Half>(), w2.as<detail::Half>(), bp,
-              threshold, mp, rows, d, r, n);
-  else if (h1)
-    predictor(ctx, xp, w1.as<detail::Half>(), w2.as<float>(), bp, threshold,
-              mp, rows, d, r, n);
-  else if (h2)
-    predictor(ctx, xp, w1.as<float>(), w2.as<detail::Half>(), bp, threshold,
-              mp, rows, d, r, n);
-  else
-    predictor(ctx, xp, w1.as<float>(), w2.as<float>(), bp, threshold, mp, rows,
-              d, r, n);
+  withWeights(w1, [&](auto *p1) {
+    withWeights(w2, [&](auto *p2) {
+      predictor(ctx, xp, p1, p2, bp, threshold, mp, rows, d, r, n);
+    });
+  });
   return true;
 }
 

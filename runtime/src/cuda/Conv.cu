@@ -91,6 +91,9 @@ __device__ __forceinline__ void storeAs(float &to, float v) { to = v; }
 __device__ __forceinline__ void storeAs(__half &to, float v) {
   to = __float2half(v);
 }
+__device__ __forceinline__ void storeAs(__nv_bfloat16 &to, float v) {
+  to = __float2bfloat16(v);
+}
 
 /// col[(plane * kSize + tap) * P + p] = the input under tap `tap` of output
 /// position p in plane `plane` (image * C + channel), 0 in the padding, as
@@ -372,14 +375,17 @@ bool im2col(Context &ctx, Device &d, const float *x, const Geometry &g,
 }
 
 /// y = op(A) . op(B), batched, on float32 (cublasSgemmStridedBatched) or
-/// float16 operands with fp32 accumulation and a float32 result.
-bool gemmBatched(Context &ctx, Device &d, bool half, int m, int n, int k,
+/// 16-bit operands (`type`: float16 or bfloat16) with fp32 accumulation and
+/// a float32 result.
+bool gemmBatched(Context &ctx, Device &d, DType type, int m, int n, int k,
                  const void *a, int lda, int64_t strideA, const void *b,
                  int ldb, int64_t strideB, float *c, int ldc, int64_t strideC,
                  int batch, const char *what) {
   const float one = 1.0f, zero = 0.0f;
+  const cudaDataType_t cudaType =
+      type == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
-  if (!half)
+  if (type == DType::f32)
     return checkBlas(
         ctx,
         cublasSgemmStridedBatched(d.blas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k,
@@ -390,9 +396,9 @@ bool gemmBatched(Context &ctx, Device &d, bool half, int m, int n, int k,
   return checkBlas(ctx,
                    cublasGemmStridedBatchedEx(
                        d.blas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a,
-                       CUDA_R_16F, lda, strideA, b, CUDA_R_16F, ldb, strideB,
-                       &zero, c, CUDA_R_32F, ldc, strideC, batch,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                       cudaType, lda, strideA, b, cudaType, ldb, strideB, &zero,
+                       c, CUDA_R_32F, ldc, strideC, batch, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT),
                    what);
 }
 
@@ -424,7 +430,7 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   if (!allocate(ctx, d, outSlot, r, DType::f32, x.rank, shape))
     return false;
   out = r;
-  const bool half = w.dtype == DType::f16;
+  const bool half = w.dtype == DType::f16 || w.dtype == DType::bf16;
   const int64_t N = x.shape[0], C = x.shape[1], M = w.shape[0];
   const int64_t Cg = C / group, Mg = M / group;
   const int64_t P = g.outSize(), S = g.inSize(), kSize = g.kSize();
@@ -449,7 +455,8 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
         total / g.out[2] * ((g.out[2] + kDepthwiseRun - 1) / kDepthwiseRun);
     const bool narrow = fits32(total, x.numel());
     const bool inRuns = planar && narrow && fits32(items, x.numel());
-    // One launch for the weights' element type W (float or __half).
+    // One launch for the weights' element type W (float, __half or
+    // __nv_bfloat16).
     auto launch = [&](auto weight) {
       using W = decltype(weight);
       const W *wp = w.as<W>();
@@ -470,10 +477,7 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
             act, r.as<float>());
       }
     };
-    if (half)
-      launch(__half());
-    else
-      launch(float());
+    withWeightType(w.dtype, launch);
     return launched(ctx, inRuns ? "conv (depthwise 3x3)" : "conv (depthwise)");
   }
 
@@ -505,13 +509,16 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
     const float *in = x.as<float>() + n0 * C * S;
     const void *cols = in;
     if (!inPlace) {
-      auto *halfCols = static_cast<__half *>(d.convColumns.ptr);
       const int64_t rows = batch * C * kSize;
-      const bool ok = !half ? im2col(ctx, d, in, g, rows, x.numel(),
-                                     static_cast<float *>(d.convColumns.ptr))
-                      : pointwise
-                          ? toHalf(ctx, d, in, halfCols, batch * C * S)
-                          : im2col(ctx, d, in, g, rows, x.numel(), halfCols);
+      const bool ok = withWeightType(w.dtype, [&](auto z) {
+        using W = decltype(z);
+        auto *columns = static_cast<W *>(d.convColumns.ptr);
+        if constexpr (std::is_same_v<W, float>)
+          return im2col(ctx, d, in, g, rows, x.numel(), columns);
+        else
+          return pointwise ? toHalf(ctx, d, in, columns, batch * C * S)
+                           : im2col(ctx, d, in, g, rows, x.numel(), columns);
+      });
       if (!ok)
         return false;
       cols = d.convColumns.ptr;
@@ -519,14 +526,14 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
     // Column-major, per image and group: y^T [P, Mg] = cols^T [P, Kdim] .
     // w^T [Kdim, Mg].
     if (group == 1) {
-      if (!gemmBatched(ctx, d, half, int(P), int(M), int(Kdim), cols, int(P),
+      if (!gemmBatched(ctx, d, w.dtype, int(P), int(M), int(Kdim), cols, int(P),
                        Kdim * P, w.data, int(Kdim), 0, yp + n0 * M * P, int(P),
                        M * P, int(batch), "cuBLAS GEMM (conv)"))
         return false;
       continue;
     }
     for (int64_t n = 0; n < batch; ++n)
-      if (!gemmBatched(ctx, d, half, int(P), int(Mg), int(Kdim),
+      if (!gemmBatched(ctx, d, w.dtype, int(P), int(Mg), int(Kdim),
                        static_cast<const char *>(cols) +
                            element * size_t(n * C * kSize * P),
                        int(P), Kdim * P, w.data, int(Kdim), Mg * Kdim,

@@ -1144,6 +1144,7 @@ cudaError_t gemvRows(const float *x, int tokens, const W *wt, int K, int N,
       const float *, const W *, int, int, const float *, ops::Activation,      \
       const float *, float *, const GemvNormOut &, cudaStream_t);
 SPARSEC_GEMV_ROWS(__half)
+SPARSEC_GEMV_ROWS(__nv_bfloat16)
 SPARSEC_GEMV_ROWS(float)
 #undef SPARSEC_GEMV_ROWS
 

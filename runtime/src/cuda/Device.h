@@ -15,6 +15,7 @@
 #include "sparsec/rt/Runtime.h"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -23,6 +24,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace sparsec::rt::cuda {
@@ -409,8 +411,27 @@ inline bool launched(Context &ctx, const char *what) {
   return check(ctx, cudaGetLastError(), what);
 }
 
-/// Launches y[0:n] = half(x[0:n]) (round to nearest even) on d's stream.
+/// Launches y[0:n] = T(x[0:n]) (round to nearest even) on d's stream, T
+/// __half or __nv_bfloat16: the 16-bit operand of a tensor-core GEMM.
 bool toHalf(Context &ctx, Device &d, const float *x, __half *y, int64_t n);
+bool toHalf(Context &ctx, Device &d, const float *x, __nv_bfloat16 *y,
+            int64_t n);
+
+/// Calls f(W()) with W the device type of a weight of dtype `t`: __half
+/// (f16), __nv_bfloat16 (bf16) or float (anything else: callers check the
+/// dtype first, see weightType in Ops.cu).
+template <typename F> decltype(auto) withWeightType(DType t, F &&f) {
+  if (t == DType::f16)
+    return f(__half());
+  if (t == DType::bf16)
+    return f(__nv_bfloat16());
+  return f(float());
+}
+
+/// cuBLAS's name of a 16-bit weight type.
+template <typename W> constexpr cudaDataType_t cudaTypeOf() {
+  return std::is_same_v<W, __nv_bfloat16> ? CUDA_R_16BF : CUDA_R_16F;
+}
 
 /// Fails unless `t` is a valid float32 tensor (the CUDA backend keeps
 /// activations in float32).

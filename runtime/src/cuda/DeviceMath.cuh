@@ -15,11 +15,13 @@
 
 #include "TileStaging.cuh"
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 namespace sparsec::rt::cuda {
@@ -39,6 +41,9 @@ inline int blocksFor(int64_t n, int threads = kBlock) {
 
 __device__ __forceinline__ float toFloat(float v) { return v; }
 __device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
+__device__ __forceinline__ float toFloat(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
 __device__ __forceinline__ float activate(Activation act, float v) {
   switch (act) {
@@ -84,6 +89,34 @@ template <> struct Vec<__half> {
   }
   __device__ static float scalar(const __half *p) { return __half2float(*p); }
 };
+template <> struct Vec<__nv_bfloat16> {
+  static constexpr int N = 8;
+  __device__ static void load(const __nv_bfloat16 *p, float (&out)[8]) {
+    convert(__ldg(reinterpret_cast<const uint4 *>(p)), out);
+  }
+  /// bfloat16 is the top half of a float32: a shift or a mask a value.
+  __device__ static void convert(uint4 raw, float (&out)[8]) {
+    const unsigned u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      out[2 * k] = __uint_as_float(u[k] << 16);
+      out[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+    }
+  }
+  __device__ static float scalar(const __nv_bfloat16 *p) {
+    return __bfloat162float(*p);
+  }
+};
+/// Eight 16-bit weights (W __half or __nv_bfloat16) of one 16-byte word as
+/// floats, for kernels whose vector path runs only where sizeof(W) == 2
+/// (W = float compiles to the __half form and is never taken).
+template <typename W>
+__device__ __forceinline__ void convert8(uint4 raw, float (&out)[8]) {
+  if constexpr (std::is_same_v<W, __nv_bfloat16>)
+    Vec<__nv_bfloat16>::convert(raw, out);
+  else
+    Vec<__half>::convert(raw, out);
+}
 template <> struct Vec<float> {
   static constexpr int N = 4;
   __device__ static void load(const float *p, float (&out)[4]) {

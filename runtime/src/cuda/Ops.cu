@@ -44,8 +44,9 @@ using ops::detail::transposeIsView;
 using ops::detail::validShape;
 
 bool weightType(Context &ctx, const char *op, const Tensor &w) {
-  if (w.dtype != DType::f32 && w.dtype != DType::f16)
-    return ctx.fail(std::string(op) + ": weight must be float32 or float16, got " +
+  if (w.dtype != DType::f32 && w.dtype != DType::f16 && w.dtype != DType::bf16)
+    return ctx.fail(std::string(op) +
+                    ": weight must be float32, float16 or bfloat16, got " +
                     w.describe());
   return true;
 }
@@ -286,9 +287,27 @@ __global__ void epilogueKernel(float *y, int64_t MN, int N, const float *bias,
   }
 }
 
-/// y[0:n] = half(x[0:n]), round to nearest even: four values a step (one
-/// 16-byte load, one 8-byte store) where both pointers allow it.
-__global__ void toHalfKernel(const float *x, __half *y, int64_t n) {
+/// y[0:n] = T(x[0:n]), round to nearest even (T __half or __nv_bfloat16):
+/// four values a step (one 16-byte load, one 8-byte store) where both
+/// pointers allow it.
+template <typename T> struct Pair;
+template <> struct Pair<__half> {
+  using type = __half2;
+  __device__ static __half2 of(float a, float b) {
+    return __floats2half2_rn(a, b);
+  }
+  __device__ static __half one(float a) { return __float2half(a); }
+};
+template <> struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  __device__ static __nv_bfloat162 of(float a, float b) {
+    return __floats2bfloat162_rn(a, b);
+  }
+  __device__ static __nv_bfloat16 one(float a) { return __float2bfloat16(a); }
+};
+
+template <typename T>
+__global__ void toHalfKernel(const float *x, T *y, int64_t n) {
   pdlTrigger();
   const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
@@ -298,23 +317,33 @@ __global__ void toHalfKernel(const float *x, __half *y, int64_t n) {
     const int64_t quads = n / 4;
     for (int64_t i = first; i < quads; i += step) {
       const float4 v = reinterpret_cast<const float4 *>(x)[i];
-      __half2 *out = reinterpret_cast<__half2 *>(y) + 2 * i;
-      out[0] = __floats2half2_rn(v.x, v.y);
-      out[1] = __floats2half2_rn(v.z, v.w);
+      auto *out = reinterpret_cast<typename Pair<T>::type *>(y) + 2 * i;
+      out[0] = Pair<T>::of(v.x, v.y);
+      out[1] = Pair<T>::of(v.z, v.w);
     }
     done = quads * 4;
   }
   for (int64_t i = done + first; i < n; i += step)
-    y[i] = __float2half(x[i]);
+    y[i] = Pair<T>::one(x[i]);
+}
+
+template <typename T>
+bool launchToHalf(Context &ctx, Device &d, const float *x, T *y, int64_t n) {
+  if (n <= 0)
+    return true;
+  toHalfKernel<T><<<blocksFor((n + 3) / 4), kBlock, 0, d.stream>>>(x, y, n);
+  return launched(ctx, std::is_same_v<T, __half> ? "fp16 conversion"
+                                                 : "bf16 conversion");
 }
 
 } // namespace
 
 bool toHalf(Context &ctx, Device &d, const float *x, __half *y, int64_t n) {
-  if (n <= 0)
-    return true;
-  toHalfKernel<<<blocksFor((n + 3) / 4), kBlock, 0, d.stream>>>(x, y, n);
-  return launched(ctx, "fp16 conversion");
+  return launchToHalf(ctx, d, x, y, n);
+}
+bool toHalf(Context &ctx, Device &d, const float *x, __nv_bfloat16 *y,
+            int64_t n) {
+  return launchToHalf(ctx, d, x, y, n);
 }
 
 namespace {
@@ -351,16 +380,16 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
           Activation act, float *y, const float *residual = nullptr) {
   if (M == 0 || N == 0)
     return true;
-  const bool half = w.dtype == DType::f16;
+  const bool half = w.dtype == DType::f16 || w.dtype == DType::bf16;
   if (transposed && M <= kGemvRowsTokens) {
     // Decode over a neuron-major weight: whole rows per block.
     if (!d.launching())
       return true;
-    cudaError_t e =
-        half ? gemvRows(x, int(M), w.as<__half>(), int(K), int(N), bias, act,
-                        residual, y, d.stream, d.earlyGemv)
-             : gemvRows(x, int(M), w.as<float>(), int(K), int(N), bias, act,
-                        residual, y, d.stream, d.earlyGemv);
+    cudaError_t e = withWeightType(w.dtype, [&](auto z) {
+      using W = decltype(z);
+      return gemvRows(x, int(M), w.as<W>(), int(K), int(N), bias, act, residual,
+                      y, d.stream, d.earlyGemv);
+    });
     return check(ctx, e, "gemv");
   }
   if (residual && act != Activation::none)
@@ -384,12 +413,11 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
     }
     if (!d.launching())
       return true;
-    if (half)
-      dispatchGemv<__half>(int(M), x, w.as<__half>(), int(K), int(N), bias, act,
-                           y, partial, d.gemvCounters, splits, kChunk, d.stream);
-    else
-      dispatchGemv<float>(int(M), x, w.as<float>(), int(K), int(N), bias, act,
-                          y, partial, d.gemvCounters, splits, kChunk, d.stream);
+    withWeightType(w.dtype, [&](auto z) {
+      using W = decltype(z);
+      dispatchGemv<W>(int(M), x, w.as<W>(), int(K), int(N), bias, act, y,
+                      partial, d.gemvCounters, splits, kChunk, d.stream);
+    });
     return launched(ctx, "gemv");
   }
   // cuBLAS is column-major: y^T [N, M] = op(w)^T [N, K] . x^T [K, M];
@@ -405,19 +433,24 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
   cublasOperation_t opW = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = int(transposed ? K : N);
   if (half) {
+    // x rounded to the weights' 16-bit type, fp32 accumulation.
     if (!d.ensure(ctx, d.halfInput, sizeof(__half) * size_t(M * K),
-                  "fp16 GEMM input"))
+                  "16-bit GEMM input"))
       return false;
     if (!d.launching())
       return true;
-    auto *xh = static_cast<__half *>(d.halfInput.ptr);
-    if (!toHalf(ctx, d, x, xh, M * K))
+    auto *xh = d.halfInput.ptr;
+    if (!(w.dtype == DType::bf16
+              ? toHalf(ctx, d, x, static_cast<__nv_bfloat16 *>(xh), M * K)
+              : toHalf(ctx, d, x, static_cast<__half *>(xh), M * K)))
       return false;
+    const cudaDataType_t type =
+        w.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
     ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
     if (!checkBlas(ctx,
                    cublasGemmEx(d.blas, opW, CUBLAS_OP_N, int(N), int(M),
-                                int(K), &one, w.data, CUDA_R_16F, lda, xh,
-                                CUDA_R_16F, int(K), beta, y, CUDA_R_32F, int(N),
+                                int(K), &one, w.data, type, lda, xh, type,
+                                int(K), beta, y, CUDA_R_32F, int(N),
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "cublasGemmEx"))
       return false;
@@ -1058,12 +1091,11 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
       it = d.normTerms.emplace(key, buf).first;
       float *terms = static_cast<float *>(buf.ptr);
       const int n = int(s[g].N), k = int(K);
-      cudaError_t e =
-          w[g]->dtype == DType::f16
-              ? gemvNormTerms(w[g]->as<__half>(), k, n, norm.scale, norm.bias,
-                              terms, d.stream)
-              : gemvNormTerms(w[g]->as<float>(), k, n, norm.scale, norm.bias,
-                              terms, d.stream);
+      cudaError_t e = withWeightType(w[g]->dtype, [&](auto z) {
+        using W = decltype(z);
+        return gemvNormTerms(w[g]->as<W>(), k, n, norm.scale, norm.bias, terms,
+                             d.stream);
+      });
       if (!check(ctx, e, "norm folding terms"))
         return false;
     }
@@ -1088,19 +1120,14 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
   }
   const GemvNorm *n = fold ? &norm : nullptr;
   cudaError_t e;
-  if (w[0]->dtype == DType::f16) {
-    const __half *wt[kGemvGroupMax];
+  e = withWeightType(w[0]->dtype, [&](auto z) {
+    using W = decltype(z);
+    const W *wt[kGemvGroupMax];
     for (int g = 0; g < count; ++g)
-      wt[g] = w[g]->as<__half>();
-    e = gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr, y,
-                      d.stream, early, n);
-  } else {
-    const float *wt[kGemvGroupMax];
-    for (int g = 0; g < count; ++g)
-      wt[g] = w[g]->as<float>();
-    e = gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr, y,
-                      d.stream, early, n);
-  }
+      wt[g] = w[g]->as<W>();
+    return gemvRowsGroup(input, int(M), int(K), count, wt, N, b, act, nullptr,
+                         y, d.stream, early, n);
+  });
   return check(ctx, e, "grouped gemv");
 }
 
@@ -1549,15 +1576,13 @@ struct DeferredPredict {
 
 /// Launches a held-back predictor as predictIndex.
 cudaError_t launchPredictIndex(const DeferredPredict &p, Device &d) {
-  return p.wtype == DType::f16
-             ? predictIndex<__half>(p.x, p.tokens, static_cast<const __half *>(p.w1),
-                                    p.d, p.r, static_cast<const __half *>(p.w2), p.f,
-                                    p.bias, p.threshold, p.scratch, p.ix, p.mask,
-                                    p.maskRows, d.stream, d.earlySparse)
-             : predictIndex<float>(p.x, p.tokens, static_cast<const float *>(p.w1),
-                                   p.d, p.r, static_cast<const float *>(p.w2), p.f,
-                                   p.bias, p.threshold, p.scratch, p.ix, p.mask,
-                                   p.maskRows, d.stream, d.earlySparse);
+  return withWeightType(p.wtype, [&](auto z) {
+    using W = decltype(z);
+    return predictIndex<W>(p.x, p.tokens, static_cast<const W *>(p.w1), p.d,
+                           p.r, static_cast<const W *>(p.w2), p.f, p.bias,
+                           p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
+                           d.stream, d.earlySparse);
+  });
 }
 
 /// predict; with `defer`, a decode step's kernels are not launched but
@@ -1687,16 +1712,18 @@ const uint8_t *tokenMask(const Tensor &active, int64_t M, int64_t N) {
 
 template <typename... A>
 cudaError_t upFor(DType t, const float *x, int M, const void *w, A... rest) {
-  return t == DType::f16
-             ? sparseUp<__half>(x, M, static_cast<const __half *>(w), rest...)
-             : sparseUp<float>(x, M, static_cast<const float *>(w), rest...);
+  return withWeightType(t, [&](auto z) {
+    using W = decltype(z);
+    return sparseUp<W>(x, M, static_cast<const W *>(w), rest...);
+  });
 }
 template <typename... A>
 cudaError_t downFor(DType t, const float *h, int M, int ldh, const void *w,
                     A... rest) {
-  return t == DType::f16
-             ? sparseDown<__half>(h, M, ldh, static_cast<const __half *>(w), rest...)
-             : sparseDown<float>(h, M, ldh, static_cast<const float *>(w), rest...);
+  return withWeightType(t, [&](auto z) {
+    using W = decltype(z);
+    return sparseDown<W>(h, M, ldh, static_cast<const W *>(w), rest...);
+  });
 }
 
 /// The residual operand of a sparse linear: float32, y's shape (or null).
@@ -2101,20 +2128,15 @@ bool sparseFfnImpl(Context &ctx, const Tensor &x, const Tensor &wUp,
     // With the norm: x is where the hidden kernel writes the norm of its
     // input (the held-back norm's output).
     const FfnNorm *fn = fuseNorm ? &norm->f : nullptr;
-    cudaError_t e =
-        p.wtype == DType::f16
-            ? predictUp<__half>(p.x, p.tokens, static_cast<const __half *>(p.w1), p.d,
-                                p.r, static_cast<const __half *>(p.w2), p.f, p.bias,
-                                p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
-                                wUp.as<__half>(), up.bias, act == Activation::relu,
-                                hr.as<float>(), int(up.N), fusedInit, d.stream,
-                                d.earlySparse, fn)
-            : predictUp<float>(p.x, p.tokens, static_cast<const float *>(p.w1), p.d,
-                               p.r, static_cast<const float *>(p.w2), p.f, p.bias,
-                               p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
-                               wUp.as<float>(), up.bias, act == Activation::relu,
-                               hr.as<float>(), int(up.N), fusedInit, d.stream,
-                               d.earlySparse, fn);
+    cudaError_t e = withWeightType(p.wtype, [&](auto z) {
+      using W = decltype(z);
+      return predictUp<W>(p.x, p.tokens, static_cast<const W *>(p.w1), p.d, p.r,
+                          static_cast<const W *>(p.w2), p.f, p.bias,
+                          p.threshold, p.scratch, p.ix, p.mask, p.maskRows,
+                          wUp.as<W>(), up.bias, act == Activation::relu,
+                          hr.as<float>(), int(up.N), fusedInit, d.stream,
+                          d.earlySparse, fn);
+    });
     if (!check(ctx, e, fuseNorm ? "norm, predictor and up projection"
                                 : "predictor and up projection"))
       return false;

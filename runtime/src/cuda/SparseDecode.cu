@@ -857,15 +857,16 @@ __device__ __forceinline__ void splitX(const float *__restrict__ x,
 
 /// Requests the warp's words of rows rows[0, valid) (at most R) in the
 /// split layout, all at once.
-template <int U, int R>
-__device__ __forceinline__ void splitLoad(const __half *__restrict__ wt,
+template <typename W, int U, int R>
+__device__ __forceinline__ void splitLoad(const W *__restrict__ wt,
                                           const int (&rows)[R], int valid,
                                           uint4 (&raw)[R][U]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < R; ++r)
     if (r < valid) {
-      const __half *row = wt + int64_t(rows[r]) * (2048 * U) + warp * U * 256 + 8 * lane;
+      const W *row =
+          wt + int64_t(rows[r]) * (2048 * U) + warp * U * 256 + 8 * lane;
 #pragma unroll
       for (int u = 0; u < U; ++u)
         raw[r][u] = __ldg(reinterpret_cast<const uint4 *>(row + u * 256));
@@ -875,7 +876,7 @@ __device__ __forceinline__ void splitLoad(const __half *__restrict__ wt,
 /// The warp's partial sums of the rows splitLoad requested against x's
 /// slice: partial[r T + t][warp] = the warp's share of row r's product with
 /// token t (two accumulators a lane, then the warp's sum). No barrier.
-template <int T, int U, int R>
+template <typename W, int T, int U, int R>
 __device__ __forceinline__ void splitDot(const uint4 (&raw)[R][U], int valid,
                                          const float4 (&xv)[T][U][2],
                                          float (*partial)[kWarps]) {
@@ -890,7 +891,7 @@ __device__ __forceinline__ void splitDot(const uint4 (&raw)[R][U], int valid,
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         float wv[8];
-        Vec<__half>::convert(raw[r][u], wv);
+        Vec<W>::convert(raw[r][u], wv);
 #pragma unroll
         for (int t = 0; t < T; ++t) {
           const float4 a = xv[t][u][0], b = xv[t][u][1];
@@ -915,14 +916,13 @@ __device__ __forceinline__ void splitDot(const uint4 (&raw)[R][U], int valid,
 }
 
 /// splitLoad then splitDot.
-template <int T, int U, int R>
-__device__ __forceinline__ void splitRows(const __half *__restrict__ wt,
-                                          const int (&rows)[R], int valid,
-                                          const float4 (&xv)[T][U][2],
-                                          float (*partial)[kWarps]) {
+template <typename W, int T, int U, int R>
+__device__ __forceinline__ void
+splitRows(const W *__restrict__ wt, const int (&rows)[R], int valid,
+          const float4 (&xv)[T][U][2], float (*partial)[kWarps]) {
   uint4 raw[R][U];
-  splitLoad<U, R>(wt, rows, valid, raw);
-  splitDot<T, U, R>(raw, valid, xv, partial);
+  splitLoad<W, U, R>(wt, rows, valid, raw);
+  splitDot<W, T, U, R>(raw, valid, xv, partial);
 }
 
 /// Row r's product with token t from the warps' partial sums (in warp
@@ -948,14 +948,12 @@ __device__ __forceinline__ float splitSum(const float *partial, float bias) {
 /// set was complete at launch, IndexView::ready): the list, the count and
 /// the first group's words are requested before the wait, so an early
 /// launch has its rows in flight while the kernel before it runs.
-template <int T, int U, bool Ready>
+template <typename W, int T, int U, bool Ready>
 __global__ void __launch_bounds__(kThreads)
-    sparseUpSplitKernel(const float *__restrict__ x,
-                        const __half *__restrict__ wt,
-                        const float *__restrict__ bias, IndexView ix,
-                        bool relu, float *h, int ldh, RowsInit init,
-                        int32_t *list, int32_t *count,
-                        const uint8_t *tokenMask) {
+    sparseUpSplitKernel(const float *__restrict__ x, const W *__restrict__ wt,
+                        const float *__restrict__ bias, IndexView ix, bool relu,
+                        float *h, int ldh, RowsInit init, int32_t *list,
+                        int32_t *count, const uint8_t *tokenMask) {
   pdlTrigger();
   if constexpr (!Ready)
     pdlWait(); // early launches: x, the list and the residual come from before
@@ -977,7 +975,8 @@ __global__ void __launch_bounds__(kThreads)
   uint4 first[R][U]; // Ready: the first group's words
   if constexpr (Ready) {
     if (n > int(blockIdx.x))
-      splitLoad<U, R>(wt, j, min(R, (n - int(blockIdx.x) + grid - 1) / grid), first);
+      splitLoad<W, U, R>(wt, j, min(R, (n - int(blockIdx.x) + grid - 1) / grid),
+                         first);
     pdlWait(); // x and the residual come from before
     base.begin(init);
   }
@@ -1000,9 +999,9 @@ __global__ void __launch_bounds__(kThreads)
       next[r] = i < n ? ix.list[i] : 0;
     }
     if (Ready && i0 == int(blockIdx.x))
-      splitDot<T, U, R>(first, valid, xv, partial[buf]);
+      splitDot<W, T, U, R>(first, valid, xv, partial[buf]);
     else
-      splitRows<T, U, R>(wt, j, valid, xv, partial[buf]);
+      splitRows<W, T, U, R>(wt, j, valid, xv, partial[buf]);
     __syncthreads();
     if (threadIdx.x < valid * T) {
       const int r = threadIdx.x / T, t = threadIdx.x % T;
@@ -1317,8 +1316,8 @@ __global__ void __launch_bounds__(kColsThreads)
       const int i = i0 + u * Stride;
       const W *p = w1 + int64_t(i) * r + c0;
       if (i < d && vec) {
-        Vec<__half>::convert(pre ? pre[u] : __ldg(reinterpret_cast<const uint4 *>(p)),
-                             wv[u]);
+        convert8<W>(pre ? pre[u] : __ldg(reinterpret_cast<const uint4 *>(p)),
+                    wv[u]);
       } else {
 #pragma unroll
         for (int c = 0; c < C; ++c)
@@ -1409,7 +1408,7 @@ __global__ void __launch_bounds__(kColsThreads)
     float wv[1][C], xk[1][T];
     const W *p = w1 + int64_t(i) * r + c0;
     if (i < d && vec) {
-      Vec<__half>::convert(ahead[k], wv[0]);
+      convert8<W>(ahead[k], wv[0]);
     } else {
 #pragma unroll
       for (int c = 0; c < C; ++c)
@@ -1643,14 +1642,13 @@ __global__ void __launch_bounds__(kThreads)
 /// selects (no x in shared memory), then the segment's selected rows,
 /// kSelectSplitRows at a time, each shared by all warps (splitRows); thread
 /// (r, t) writes h[t, n] as selectUpKernel does.
-template <int T, int U>
+template <typename W, int T, int U>
 __global__ void __launch_bounds__(kThreads)
     selectUpSplitKernel(const float *__restrict__ hiddenIn, int r,
-                        const __half *__restrict__ w2, int f,
+                        const W *__restrict__ w2, int f,
                         const float *__restrict__ predBias, float threshold,
                         IndexView ix, uint8_t *mask, int maskRows,
-                        const float *__restrict__ x,
-                        const __half *__restrict__ wt,
+                        const float *__restrict__ x, const W *__restrict__ wt,
                         const float *__restrict__ upBias, bool relu, float *h,
                         int ldh, RowsInit init) {
   pdlTrigger();
@@ -1671,9 +1669,8 @@ __global__ void __launch_bounds__(kThreads)
   float4 xv[T][U][2];
   splitX<T, U>(x, xv);
   __syncthreads();
-  const int total = selectSegment<__half, T>(hidden, r, w2, f, threshold, ahead,
-                                             sh, ix, mask, maskRows, chosen,
-                                             chosenBy);
+  const int total = selectSegment<W, T>(hidden, r, w2, f, threshold, ahead, sh,
+                                        ix, mask, maskRows, chosen, chosenBy);
   int buf = 0;
   for (int k0 = 0; k0 < total; k0 += R, buf ^= 1) {
     const int valid = min(R, total - k0);
@@ -1681,7 +1678,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int q = 0; q < R; ++q)
       rows[q] = q < valid ? chosen[k0 + q] : 0;
-    splitRows<T, U, R>(wt, rows, valid, xv, partial[buf]);
+    splitRows<W, T, U, R>(wt, rows, valid, xv, partial[buf]);
     __syncthreads();
     if (threadIdx.x < valid * T) {
       const int q = threadIdx.x / T, t = threadIdx.x % T;
@@ -1831,30 +1828,33 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
   if (smem > 200 * 1024)
     return cudaErrorInvalidValue; // x does not fit in shared memory
   bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  if constexpr (std::is_same_v<W, __half>) {
+  if constexpr (sizeof(W) == 2) {
     // 1-2 tokens over a list, rows of 2048 U columns: the split kernel.
     if (ix.list && ix.count && splitFits(tokens, d, fast))
       return withSplit(tokens, d / 2048, [&](auto t, auto u) {
         constexpr int T = decltype(t)::value, U = decltype(u)::value;
-        auto kernel = ix.ready ? sparseUpSplitKernel<T, U, true>
-                               : sparseUpSplitKernel<T, U, false>;
+        auto kernel = ix.ready ? sparseUpSplitKernel<W, T, U, true>
+                               : sparseUpSplitKernel<W, T, U, false>;
         const int blocks = residentWave(kernel, kThreads, 0, capacity, upSplitBlocks);
         cudaError_t e = launchKernel(kernel, dim3(blocks), dim3(kThreads), 0,
                                      stream, early, x, wt, bias, ix, relu, h,
                                      ldh, init, list, count, tokenMask);
         return e != cudaSuccess ? e : cudaGetLastError();
       });
-    // 3-8 tokens over a list: tensor cores (fp16 rows, 16-byte aligned).
-    if (tokens >= kMmaMinTokens && tokens <= kMaxTokens && ix.list &&
-        ix.count && fast && d % 32 == 0) {
-      const int groups = (capacity + kMmaRows - 1) / kMmaRows;
-      const int blocks = residentWave(sparseUpMmaKernel, kMmaWarps * 32, 0, groups);
-      cudaError_t e = launchKernel(sparseUpMmaKernel, dim3(blocks),
-                                   dim3(kMmaWarps * 32), 0, stream, early, x,
-                                   tokens, wt, d, bias, ix, relu, h, ldh, init,
-                                   list, count, tokenMask);
-      return e != cudaSuccess ? e : cudaGetLastError();
-    }
+    // 3-8 tokens over a list: tensor cores (fp16 rows, 16-byte aligned;
+    // bfloat16 rows take sparseUpKernel).
+    if constexpr (std::is_same_v<W, __half>)
+      if (tokens >= kMmaMinTokens && tokens <= kMaxTokens && ix.list &&
+          ix.count && fast && d % 32 == 0) {
+        const int groups = (capacity + kMmaRows - 1) / kMmaRows;
+        const int blocks =
+            residentWave(sparseUpMmaKernel, kMmaWarps * 32, 0, groups);
+        cudaError_t e =
+            launchKernel(sparseUpMmaKernel, dim3(blocks), dim3(kMmaWarps * 32),
+                         0, stream, early, x, tokens, wt, d, bias, ix, relu, h,
+                         ldh, init, list, count, tokenMask);
+        return e != cudaSuccess ? e : cudaGetLastError();
+      }
   }
   return withTokens(tokens, [&](auto t) {
     constexpr int T = decltype(t)::value;
@@ -2075,16 +2075,17 @@ cudaError_t predictUp(const float *x, int tokens, const W *w1, int d, int r,
     return cudaErrorInvalidValue;
   const size_t smem = selectUpDynamicBytes(tokens, d, r);
   const bool fast = aligned(wt, d) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  if constexpr (std::is_same_v<W, __half>) {
+  if constexpr (sizeof(W) == 2) {
     if (splitFits(tokens, d, fast) && predictUpFits(tokens, d, r))
       return withSplit(tokens, d / 2048, [&](auto t, auto u) {
         constexpr int T = decltype(t)::value, U = decltype(u)::value;
         return launchPredict<W, T>(
-            selectUpSplitKernel<T, U>, sizeof(float) * size_t(T) * size_t(r),
-            selectUpStaticBytes(T) + sizeof(float) * 2 * kSelectSplitRows * T * kWarps,
+            selectUpSplitKernel<W, T, U>, sizeof(float) * size_t(T) * size_t(r),
+            selectUpStaticBytes(T) +
+                sizeof(float) * 2 * kSelectSplitRows * T * kWarps,
             x, w1, d, r, scratch, ix, f, stream, early, norm,
-            predictHidden<W>(scratch, T, d, r), r, w2, f, predBias, threshold, ix,
-            mask, maskRows, x, wt, upBias, relu, h, ldh, init);
+            predictHidden<W>(scratch, T, d, r), r, w2, f, predBias, threshold,
+            ix, mask, maskRows, x, wt, upBias, relu, h, ldh, init);
       });
   }
   return withTokens(tokens, [&](auto t) {
@@ -2141,6 +2142,7 @@ cudaError_t predictIndex(const float *x, int tokens, const W *w1, int d,
       float, float *, IndexView, uint8_t *, int, const W *, const float *,     \
       bool, float *, int, RowsInit, cudaStream_t, bool, const FfnNorm *);
 SPARSEC_INSTANTIATE(__half)
+SPARSEC_INSTANTIATE(__nv_bfloat16)
 SPARSEC_INSTANTIATE(float)
 #undef SPARSEC_INSTANTIATE
 

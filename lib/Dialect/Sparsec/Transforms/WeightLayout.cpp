@@ -55,24 +55,20 @@ struct WeightLayoutPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (sparseWeights != "f32" && sparseWeights != "f16") {
-      module.emitError("sparse-weights must be f32 or f16, got '")
-          << sparseWeights << "'";
+    auto storage = [&](StringRef option, StringRef value) {
+      if (value == "f32" || value == "f16" || value == "bf16")
+        return true;
+      module.emitError() << option << " must be f32, f16 or bf16, got '"
+                         << value << "'";
+      return false;
+    };
+    if (!storage("sparse-weights", sparseWeights) ||
+        !storage("dense-weights", denseWeights) ||
+        !storage("conv-weights", convWeights))
       return signalPassFailure();
-    }
     if (denseLayout != "kn" && denseLayout != "nk") {
       module.emitError("dense-layout must be kn or nk, got '")
           << denseLayout << "'";
-      return signalPassFailure();
-    }
-    if (denseWeights != "f32" && denseWeights != "f16") {
-      module.emitError("dense-weights must be f32 or f16, got '")
-          << denseWeights << "'";
-      return signalPassFailure();
-    }
-    if (convWeights != "f32" && convWeights != "f16") {
-      module.emitError("conv-weights must be f32 or f16, got '")
-          << convWeights << "'";
       return signalPassFailure();
     }
     SymbolTable symbols(module);
@@ -109,45 +105,46 @@ struct WeightLayoutPass
       else
         op->removeAttr("transpose_weight");
     }
-    auto toF16 = [&](OpOperand &operand) {
+    // float32 weights to the storage `to` names (f16: transform "f16";
+    // bf16: transform "bf16"; f32: left as they are).
+    auto narrow = [&](OpOperand &operand, StringRef to) {
       auto type = cast<RankedTensorType>(operand.get().getType());
-      if (!type.getElementType().isF32())
+      if (to == "f32" || !type.getElementType().isF32())
         return;
+      Type elt = to == "bf16" ? Type(BFloat16Type::get(&getContext()))
+                              : Type(Float16Type::get(&getContext()));
       OpBuilder b(operand.getOwner());
-      if (Value half = derive(b, operand.get(), "f16",
-                              type.clone(Float16Type::get(&getContext())),
-                              symbols))
+      if (Value half = derive(b, operand.get(), to, type.clone(elt), symbols))
         operand.set(half);
     };
     module.walk([&](Operation *op) {
-      if (sparseWeights == "f16") {
-        if (auto s = dyn_cast<SparseLinearOp>(op))
-          toF16(s->getOpOperand(1));
-        else if (auto p = dyn_cast<PredictOp>(op)) {
-          toF16(p->getOpOperand(1));
-          toF16(p->getOpOperand(2));
-        }
+      if (auto s = dyn_cast<SparseLinearOp>(op))
+        narrow(s->getOpOperand(1), sparseWeights);
+      else if (auto p = dyn_cast<PredictOp>(op)) {
+        narrow(p->getOpOperand(1), sparseWeights);
+        narrow(p->getOpOperand(2), sparseWeights);
       }
       // Dense linears on either device (the x86 kernels convert float16
-      // weights as they load them).
-      if (denseWeights == "f16" && isa<LinearOp>(op))
-        toF16(op->getOpOperand(1));
+      // and bfloat16 weights as they load them).
+      if (isa<LinearOp>(op))
+        narrow(op->getOpOperand(1), denseWeights);
       // Convolutions on the GPU (tensor-core GEMMs, fp32 accumulation).
-      if (convWeights == "f16" && isa<ConvOp>(op))
-        toF16(op->getOpOperand(1));
+      if (isa<ConvOp>(op))
+        narrow(op->getOpOperand(1), convWeights);
     });
     // The x86 convolutions compute with float32 weights: say so where fp16
     // storage was asked for, rather than leave it unsaid.
-    if (denseWeights == "f16" && convWeights == "f32") {
+    if (denseWeights != "f32" && convWeights == "f32") {
       int64_t convs = 0;
       module.walk([&](ConvOp) { ++convs; });
+      StringRef shown = denseWeights == "bf16" ? "bf16" : "fp16";
       if (convs)
         module.emitRemark()
-            << "fp16 weight storage (--weights f16) applies to linears on "
-               "this target: the "
-            << convs << " convolution" << (convs == 1 ? "" : "s")
-            << " keep float32 weights (the CUDA target stores them as "
-               "fp16)";
+            << shown << " weight storage (--weights " << denseWeights
+            << ") applies to linears on this target: the " << convs
+            << " convolution" << (convs == 1 ? "" : "s")
+            << " keep float32 weights (the CUDA target stores them as " << shown
+            << ")";
     }
     // Weights and globals nothing uses any more.
     eraseUnusedWeights(module);

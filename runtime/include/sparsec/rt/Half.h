@@ -2,8 +2,9 @@
 //
 // Part of the sparsec project.
 //
-// Portable float <-> half conversions, shared by the runtime kernels and the
-// compiler's weight packer (fp16-stored weights).
+// Portable float <-> half (IEEE binary16) and float <-> bfloat16
+// conversions, shared by the runtime kernels and the compiler's weight
+// packer (fp16- and bf16-stored weights).
 //
 //===----------------------------------------------------------------------===//
 
@@ -68,6 +69,24 @@ inline uint16_t floatToHalf(float f) {
   if (rest > 0x1000u || (rest == 0x1000u && (half & 1u)))
     ++half;
   return uint16_t(sign | half);
+}
+
+/// bfloat16 (the top 16 bits of a float32) as float32: exact.
+inline float bfloat16ToFloat(uint16_t b) {
+  uint32_t bits = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+/// Round to nearest even; overflow gives infinity, NaN stays NaN (quiet).
+inline uint16_t floatToBFloat16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) // NaN: keep the sign, set quiet
+    return uint16_t((x >> 16) | 0x40u);
+  uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
+  return uint16_t((x + rounding) >> 16);
 }
 
 } // namespace sparsec::rt

@@ -32,7 +32,23 @@ namespace sparsec::rt {
 //===----------------------------------------------------------------------===//
 
 /// Element types. `b1` (bool) is stored as one byte (0 or 1), like numpy.
-enum class DType : uint8_t { f32, f64, f16, i64, i32, i16, i8, u8, u16, u32, u64, b1 };
+/// `bf16` (bfloat16, the top half of a float32) holds weights stored with
+/// `--weights bf16`: the ops that read them compute in float32.
+enum class DType : uint8_t {
+  f32,
+  f64,
+  f16,
+  i64,
+  i32,
+  i16,
+  i8,
+  u8,
+  u16,
+  u32,
+  u64,
+  b1,
+  bf16
+};
 
 size_t dtypeSize(DType t);
 /// numpy's name: "float32", "int64", "bool", ...

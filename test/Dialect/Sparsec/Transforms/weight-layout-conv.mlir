@@ -1,8 +1,10 @@
 // RUN: sparsec-opt %s "--sparsec-weight-layout=conv-weights=f16 dense-weights=f16" | FileCheck %s
 // RUN: sparsec-opt %s "--sparsec-weight-layout=dense-weights=f16" 2>&1 | FileCheck %s --check-prefix=X86
 // RUN: sparsec-opt %s | FileCheck %s --check-prefix=F32
-// RUN: not sparsec-opt %s --sparsec-weight-layout=conv-weights=bf16 2>&1 | FileCheck %s --check-prefix=BAD
-// BAD: error: conv-weights must be f32 or f16, got 'bf16'
+// RUN: not sparsec-opt %s --sparsec-weight-layout=conv-weights=f8 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: error: conv-weights must be f32, f16 or bf16, got 'f8'
+// RUN: sparsec-opt %s "--sparsec-weight-layout=conv-weights=bf16 dense-weights=bf16" | FileCheck %s --check-prefix=BF16
+// RUN: sparsec-opt %s "--sparsec-weight-layout=dense-weights=bf16" 2>&1 | FileCheck %s --check-prefix=X86BF16
 
 // conv-weights=f16 (the CUDA target with --weights f16): each convolution's
 // weight gets the "f16" transform; its bias, the batch norm's parameters
@@ -23,6 +25,17 @@
 // X86-DAG: sparsec.global @w : tensor<4x3x3x3xf32> {source = "w"}
 // X86-DAG: sparsec.global @fc.f16 : tensor<4x2xf16> {source = "fc", transforms = ["f16"]}
 // X86: sparsec.conv %arg0, %{{.*}}, %{{.*}} {{.*}} : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32> -> tensor<1x4x8x8xf32>
+
+// conv-weights=bf16 (--weights bf16 on CUDA): the "bf16" transform.
+// BF16-NOT: remark
+// BF16-DAG: sparsec.global @w.bf16 : tensor<4x3x3x3xbf16> {source = "w", transforms = ["bf16"]}
+// BF16-DAG: sparsec.global @wd.bf16 : tensor<4x1x3x3xbf16> {source = "wd", transforms = ["bf16"]}
+// BF16-DAG: sparsec.global @b : tensor<4xf32> {source = "b"}
+// BF16-DAG: sparsec.global @fc.bf16 : tensor<4x2xbf16> {source = "fc", transforms = ["bf16"]}
+// BF16: sparsec.conv %arg0, %{{.*}}, %{{.*}} {{.*}} : tensor<1x3x8x8xf32>, tensor<4x3x3x3xbf16>, tensor<4xf32> -> tensor<1x4x8x8xf32>
+// BF16: sparsec.linear %{{.*}}, %{{.*}} : tensor<1x4xf32>, tensor<4x2xbf16> -> tensor<1x2xf32>
+// X86BF16: remark: bf16 weight storage (--weights bf16) applies to linears on this target: the 2 convolutions keep float32 weights (the CUDA target stores them as bf16)
+// X86BF16-DAG: sparsec.global @fc.bf16 : tensor<4x2xbf16> {source = "fc", transforms = ["bf16"]}
 
 // By default nothing changes and nothing is said.
 // F32-NOT: remark

@@ -1,9 +1,18 @@
 // RUN: sparsec-opt %s --sparsec-weight-layout=sparse-weights=f16 | FileCheck %s
-// RUN: not sparsec-opt %s --sparsec-weight-layout=sparse-weights=bf16 2>&1 | FileCheck %s --check-prefix=BAD
-// BAD: error: sparse-weights must be f32 or f16, got 'bf16'
+// RUN: not sparsec-opt %s --sparsec-weight-layout=sparse-weights=fp8 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: error: sparse-weights must be f32, f16 or bf16, got 'fp8'
+// RUN: sparsec-opt %s "--sparsec-weight-layout=sparse-weights=bf16 dense-weights=bf16 dense-layout=nk" | FileCheck %s --check-prefix=BF16
+// bfloat16 storage: the same weights as fp16, transform "bf16".
+// BF16-DAG: sparsec.global @up.T.bf16 : tensor<16x8xbf16> {source = "up", transforms = ["transpose", "bf16"]}
+// BF16-DAG: sparsec.global @down.bf16 : tensor<16x8xbf16> {source = "down", transforms = ["bf16"]}
+// BF16-DAG: sparsec.global @dense.T.bf16 : tensor<8x8xbf16> {source = "dense", transforms = ["transpose", "bf16"]}
+// BF16-DAG: sparsec.global @p1.bf16 : tensor<8x2xbf16>
+// BF16-DAG: sparsec.global @p2.bf16 : tensor<2x16xbf16>
+// BF16-DAG: sparsec.global @pb : tensor<16xf32>
+// BF16: sparsec.predict %arg0, %{{.*}}, %{{.*}}, %{{.*}} : (tensor<1x8xf32>, tensor<8x2xbf16>, tensor<2x16xbf16>, tensor<16xf32>) -> tensor<1x16xi1>
 // RUN: sparsec-opt %s "--sparsec-weight-layout=dense-weights=f16" | FileCheck %s --check-prefix=DENSE
 // RUN: not sparsec-opt %s --sparsec-weight-layout=dense-weights=int4 2>&1 | FileCheck %s --check-prefix=BADDENSE
-// BADDENSE: error: dense-weights must be f32 or f16, got 'int4'
+// BADDENSE: error: dense-weights must be f32, f16 or bf16, got 'int4'
 // dense-weights=f16 (CUDA): the dense linear's weight only.
 // DENSE-DAG: sparsec.global @dense.f16 : tensor<8x8xf16> {source = "dense", transforms = ["f16"]}
 // DENSE-DAG: sparsec.global @p1 : tensor<8x2xf32>

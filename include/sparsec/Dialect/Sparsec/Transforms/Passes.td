@@ -659,6 +659,8 @@ def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
     `transpose_weight`. With `sparse-weights=f16`, the weights of
     `sparse_linear` and `predict` ops are stored as float16 (transform
     `"f16"`; the kernels convert with F16C), halving their memory traffic.
+    `bf16` in any of these options stores bfloat16 instead (transform
+    `"bf16"`, round to nearest even; the kernels widen it by a shift).
     With `dense-weights=f16`, the weights of `linear` ops are float16 too
     (the CUDA target's GEMV and cuBLAS kernels read them with fp32
     accumulation; the x86 linear kernel converts them with F16C as it loads
@@ -677,11 +679,11 @@ def WeightLayoutPass : Pass<"sparsec-weight-layout", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"sparseWeights", "sparse-weights", "std::string", "\"f32\"",
-           "Storage of sparse-kernel weights: f32 or f16">,
+           "Storage of sparse-kernel weights: f32, f16 or bf16">,
     Option<"denseWeights", "dense-weights", "std::string", "\"f32\"",
-           "Storage of linear weights: f32 or f16 (CUDA target)">,
+           "Storage of linear weights: f32, f16 or bf16">,
     Option<"convWeights", "conv-weights", "std::string", "\"f32\"",
-           "Storage of convolution weights: f32 or f16 (CUDA target)">,
+           "Storage of convolution weights: f32, f16 or bf16 (CUDA target)">,
     Option<"denseLayout", "dense-layout", "std::string", "\"kn\"",
            "Layout of linear weights: kn ([K, N], the x86 kernels) or nk "
            "(neuron-major [N, K] for device linears, the CUDA target)">,
