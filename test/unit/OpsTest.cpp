@@ -147,6 +147,8 @@ double at(const Tensor &t, int64_t i) {
     return t.as<double>()[i];
   case DType::f16:
     return halfBitsToFloat(t.as<uint16_t>()[i]);
+  case DType::bf16:
+    return sparsec::rt::bfloat16ToFloat(t.as<uint16_t>()[i]);
   case DType::i64:
     return double(t.as<int64_t>()[i]);
   case DType::i32:
@@ -222,6 +224,10 @@ void fillRandom(Owned &o, uint32_t seed, double lo = -2.0, double hi = 2.0) {
     case DType::f16:
       // Exactly representable halves: multiples of 1/64.
       o.p<uint16_t>()[i] = floatToHalfRef(float(std::round(v * 64) / 64));
+      break;
+    case DType::bf16: // rounded (multiples of 1/64 below 4 are exact)
+      o.p<uint16_t>()[i] =
+          sparsec::rt::floatToBFloat16(float(std::round(v * 64) / 64));
       break;
     case DType::i64:
       o.p<int64_t>()[i] = int64_t(std::floor(v));

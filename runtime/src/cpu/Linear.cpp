@@ -148,16 +148,10 @@ SPARSEC_RT_AVX512 inline __m512 load16(const BFloat *p) {
 SPARSEC_RT_AVX512 inline __m512 load16(const BFloat *p, __mmask16 m) {
   return widenBFloat16(_mm256_maskz_loadu_epi16(m, p));
 }
-/// dst[0:n] = float(src[0:n]) with F16C.
-SPARSEC_RT_AVX2 void halfRowAvx2(const Half *src, float *dst, int64_t n) {
-  const int64_t n8 = n / 8 * 8;
-  for (int64_t j = 0; j < n8; j += 8)
-    _mm256_storeu_ps(dst + j, load8(src + j));
-  for (int64_t j = n8; j < n; ++j)
-    dst[j] = toFloat(src[j]);
-}
-/// dst[0:n] = float(src[0:n]) for bfloat16 (a shift a lane).
-SPARSEC_RT_AVX2 void bfloatRowAvx2(const BFloat *src, float *dst, int64_t n) {
+/// dst[0:n] = float(src[0:n]) for W = Half (F16C) or BFloat (a shift a
+/// lane), eight at a time through load8.
+template <typename W>
+SPARSEC_RT_AVX2 void widenRowAvx2(const W *src, float *dst, int64_t n) {
   const int64_t n8 = n / 8 * 8;
   for (int64_t j = 0; j < n8; j += 8)
     _mm256_storeu_ps(dst + j, load8(src + j));
@@ -181,21 +175,21 @@ SPARSEC_RT_AVX2 void narrowRowAvx2(const float *src, Half *dst, int64_t n) {
 void widenRow(const float *src, float *dst, int64_t n) {
   std::memcpy(dst, src, size_t(n) * sizeof(float));
 }
-void widenRow(const Half *src, float *dst, int64_t n) {
+namespace {
+template <typename W> void widenRowTyped(const W *src, float *dst, int64_t n) {
 #if SPARSEC_RT_X86
   if (kernelIsa() >= kIsaAvx2)
-    return halfRowAvx2(src, dst, n);
+    return widenRowAvx2(src, dst, n);
 #endif
   for (int64_t j = 0; j < n; ++j)
     dst[j] = toFloat(src[j]);
 }
+} // namespace
+void widenRow(const Half *src, float *dst, int64_t n) {
+  widenRowTyped(src, dst, n);
+}
 void widenRow(const BFloat *src, float *dst, int64_t n) {
-#if SPARSEC_RT_X86
-  if (kernelIsa() >= kIsaAvx2)
-    return bfloatRowAvx2(src, dst, n);
-#endif
-  for (int64_t j = 0; j < n; ++j)
-    dst[j] = toFloat(src[j]);
+  widenRowTyped(src, dst, n);
 }
 void narrowRow(const float *src, Half *dst, int64_t n) {
 #if SPARSEC_RT_X86

@@ -382,8 +382,7 @@ bool gemmBatched(Context &ctx, Device &d, DType type, int m, int n, int k,
                  int ldb, int64_t strideB, float *c, int ldc, int64_t strideC,
                  int batch, const char *what) {
   const float one = 1.0f, zero = 0.0f;
-  const cudaDataType_t cudaType =
-      type == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cudaDataType_t cudaType = halfDataType(type);
   ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
   if (type == DType::f32)
     return checkBlas(

@@ -24,7 +24,6 @@
 #include <deque>
 #include <map>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace sparsec::rt::cuda {
@@ -428,9 +427,9 @@ template <typename F> decltype(auto) withWeightType(DType t, F &&f) {
   return f(float());
 }
 
-/// cuBLAS's name of a 16-bit weight type.
-template <typename W> constexpr cudaDataType_t cudaTypeOf() {
-  return std::is_same_v<W, __nv_bfloat16> ? CUDA_R_16BF : CUDA_R_16F;
+/// cuBLAS's name of a 16-bit weight dtype (bf16, else f16).
+inline cudaDataType_t halfDataType(DType t) {
+  return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
 }
 
 /// Fails unless `t` is a valid float32 tensor (the CUDA backend keeps

@@ -444,8 +444,7 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
               ? toHalf(ctx, d, x, static_cast<__nv_bfloat16 *>(xh), M * K)
               : toHalf(ctx, d, x, static_cast<__half *>(xh), M * K)))
       return false;
-    const cudaDataType_t type =
-        w.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cudaDataType_t type = halfDataType(w.dtype);
     ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
     if (!checkBlas(ctx,
                    cublasGemmEx(d.blas, opW, CUBLAS_OP_N, int(N), int(M),
