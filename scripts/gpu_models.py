@@ -93,6 +93,11 @@ CONFIGS = {
                       ["--sparsity=exact", "--weights=bf16"], True),
     "kv_pred_bf16": ("opt-byte-s/model_kvcache_opset17.onnx",
                      ["--sparsity=predicted", "--weights=bf16"], True),
+    # PIT on bfloat16 weights (bf16 tensor-core tiles).
+    "nc17_pit_bf16": ("opt-byte-s/model_nocache_opset17.onnx",
+                      ["--sparsity=exact", "--weights=bf16", "--pit-tile=32"], True),
+    "kv_pit_bf16": ("opt-byte-s/model_kvcache_opset17.onnx",
+                    ["--sparsity=exact", "--weights=bf16", "--pit-tile=16"], True),
 }
 # Hybrid builds: name -> (model, extra args, share of the FFN weights the GPU
 # budget leaves room for, beyond what must live on the GPU). --sync-us 0 lets
@@ -605,6 +610,8 @@ def run(args):
     check_case(args, res, "kv_f16_fold", "ref_kv_step", 2e-2, 5e-2,
                " (fp16 weights, norms folded)")
     check_case(args, res, "nc17_bf16", "ref_prompt", *BF16_TOL, " (bf16 weights)")
+    check_case(args, res, "nc17_pit_bf16", "ref_prompt", *BF16_TOL,
+               " (bf16 weights, PIT 32 x 1 tiles)")
     for name in ("kv_bf16", "kv_exact_bf16"):
         check_case(args, res, name, "ref_kv_step", *BF16_TOL, " (bf16 weights)")
     check_case(args, res, "nc17_kv", "ref_kv_step", 1e-4, 1e-4, " (derived KV cache)")
@@ -617,7 +624,9 @@ def run(args):
     # PIT against the dense fp16 build: both round the activations and
     # weights to fp16 and sit about 0.02 from the fp32 reference (their
     # check above), so they are held to the fp16 builds' 5e-2 there; a
-    # missed micro-tile would be off by whole activations.
+    # missed micro-tile would be off by whole activations. PIT on bf16
+    # weights likewise against the dense bf16 build, within the bf16
+    # builds' 1e-1.
     for dense, sparse, what, tol in (("nc17", "nc17_exact", "71-token prompt", 1e-4),
                                      ("kv", "kv_exact", "decode step", 1e-4),
                                      ("nc17_f16", "nc17_pit",
@@ -626,7 +635,10 @@ def run(args):
                                       "71-token prompt, PIT 32 x 1 at 256 columns "
                                       "vs dense fp16", 5e-2),
                                      ("kv_bf16", "kv_exact_bf16",
-                                      "decode step, bf16 weights", 1e-3)):
+                                      "decode step, bf16 weights", 1e-3),
+                                     ("nc17_bf16", "nc17_pit_bf16",
+                                      "71-token prompt, PIT 32 x 1 vs dense bf16",
+                                      BF16_TOL[0])):
         if dense not in have or sparse not in have:
             continue
         a = np.load(os.path.join(args.dir, dense, "results", "logits.npy"))
@@ -658,7 +670,7 @@ def run(args):
                              ("nc17_kv", True), ("kv_pit", False),
                              ("kv_fold", True), ("kv_f16_fold", False),
                              ("kv_bf16", False), ("kv_exact_bf16", False),
-                             ("kv_pred_bf16", False)):
+                             ("kv_pred_bf16", False), ("kv_pit_bf16", False)):
         if name not in have:
             continue
         r = greedy64(name)

@@ -433,7 +433,8 @@ int main(int argc, char **argv) {
         cfg.attrs = attr;
         cfg.numAttrs = 1;
         auto launch = [&](int ringOnly = 0) {
-          return cudaLaunchKernelEx(&cfg, v.kernel, dWp[vi], ws.idx, ws.count, ws.xg, cap,
+          return cudaLaunchKernelEx(&cfg, v.kernel, dWp[vi], ws.idx, ws.count,
+                                    static_cast<const __half *>(ws.xg), cap,
                                     int(K), int(N), dY, ringOnly);
         };
         if (sparsity == sparsities.front()) {

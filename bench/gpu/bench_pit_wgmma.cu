@@ -335,10 +335,10 @@ int main(int argc, char **argv) {
       const std::vector<float> ref = toFloats(download(pRef, size_t(pm * pn)));
       CHECK_CUDA(cudaMemset(pY, 0, size_t(pm * pn) * 2));
       pitSRead(pX, pm, pk, kT, true, pws, stream);
-      wgmmaKernel<2, 8><<<dim3(unsigned(pn / kBN), unsigned(pitBlocks(pm, kT))), kThreads,
-                          smemBytes<2>(), stream>>>(pws.xg, pws.idx, pws.count, int(pm),
-                                                    int(pitCapacity(pk)), pW, int(pn), pY, 1,
-                                                    1);
+      wgmmaKernel<2, 8><<<dim3(unsigned(pn / kBN), unsigned(pitBlocks(pm, kT))),
+                          kThreads, smemBytes<2>(), stream>>>(
+          static_cast<const __half *>(pws.xg), pws.idx, pws.count, int(pm),
+          int(pitCapacity(pk)), pW, int(pn), pY, 1, 1);
       cudaError_t e = cudaStreamSynchronize(stream);
       if (e != cudaSuccess) {
         std::printf("layout probe: %s\n", cudaGetErrorString(e));
@@ -400,8 +400,9 @@ int main(int argc, char **argv) {
       const int outBlocks = int((N + kBN - 1) / kBN);
       const dim3 grid{unsigned((outBlocks + v.tiles - 1) / v.tiles), unsigned(blocks)};
       auto launch = [&] {
-        v.kernel<<<grid, kThreads, v.smem, stream>>>(ws.xg, ws.idx, ws.count, int(M), cap,
-                                                     dW, int(N), dY, v.tiles, v.flags);
+        v.kernel<<<grid, kThreads, v.smem, stream>>>(
+            static_cast<const __half *>(ws.xg), ws.idx, ws.count, int(M), cap,
+            dW, int(N), dY, v.tiles, v.flags);
         return cudaGetLastError();
       };
       pitSRead(dX, M, K, kT, true, ws, stream);

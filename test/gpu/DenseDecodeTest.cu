@@ -927,12 +927,14 @@ int main() {
   attentionNaNCase(5, 5, rng);
   attentionNaNCase(5, 2, rng);
   attentionNaNCase(500, 300, rng);
-  // bfloat16 weights: decode GEMVs of 1-8 tokens (CUDA cores: the tensor-core
-  // form is fp16's), element loads, the early launch, the folded norm's
-  // terms and output, grouped GEMVs with the norm.
+  // bfloat16 weights: decode GEMVs of 1-8 tokens (from 3 on tensor cores,
+  // x in two bf16 parts; offset 1: CUDA cores), element loads, the early
+  // launch, the folded norm's terms and output, grouped GEMVs with the norm
+  // (CUDA cores) and without (3 tokens: tensor cores).
   gemvCase<__nv_bfloat16>(1, 4096, 4096, false, true, 0, rng);
   gemvCase<__nv_bfloat16>(4, 2048, 1030, true, false, 0, rng);
   gemvCase<__nv_bfloat16>(8, 4096, 1000, true, true, 0, rng);
+  gemvCase<__nv_bfloat16>(5, 4096, 4096, false, true, 0, rng, true);
   gemvCase<__nv_bfloat16>(3, 256, 64, false, false, 1, rng);
   gemvCase<__nv_bfloat16>(2, 8192, 2048, true, false, 0, rng, true);
   normOutCase<__nv_bfloat16>(4096, 4096, false, true, rng);

@@ -3,9 +3,9 @@
 // Part of the sparsec project.
 //
 // x [M, K] with micro-tile sparsity (tile tokens x 1 neuron blocks zero or
-// random), W [K, N] fp16: pitSRead + pitMatmul against a double-precision
-// product of the same fp16-rounded operands. Also checks the index sets:
-// exactly the columns with a non-zero in each token block (and their
+// random), W [K, N] fp16 or bf16: pitSRead + pitMatmul against a
+// double-precision product of the same rounded operands. Also checks the index
+// sets: exactly the columns with a non-zero in each token block (and their
 // values gathered), increasing in sorted mode, the same set in unsorted mode.
 // Prints one line per case and "N passed, M failed"; exit 1 on a failure.
 //
@@ -52,7 +52,14 @@ struct Case {
   // calls, sorted and unsorted in turn (the last as `sorted`): what one
   // call leaves in the counts and the set must not reach the next.
   int repeat = 1;
+  bool bf16 = false; // bfloat16 weights (and gathered x) instead of fp16
 };
+
+/// The case with bfloat16 weights.
+Case bf16(Case c) {
+  c.bf16 = true;
+  return c;
+}
 
 void runOnce(const Case &c) {
   // SPARSEC_PIT_TEST_ONLY="tile=T M=M K=K N=N" runs only the cases of that
@@ -67,6 +74,20 @@ void runOnce(const Case &c) {
   std::mt19937 rng(uint32_t(c.M * 131 + c.K * 7 + c.N + c.tile * 1000 +
                             int(c.density * 100)));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f), p(0.0f, 1.0f);
+  // Operands as the kernels see them: x (fp32 or fp16 in) rounded to W's
+  // type by SRead, W stored in it. bf16 x is kept at |x| >= 2^-10, where
+  // fp16 holds every bf16 value: the fp16 inputs then round to the same.
+  auto roundX = [&](float v) {
+    if (!c.bf16)
+      return __half2float(__float2half(v));
+    if (std::fabs(v) < 0x1p-10f)
+      v = std::copysign(0x1p-10f, v);
+    return __bfloat162float(__float2bfloat16(v));
+  };
+  auto roundW = [&](float v) {
+    return c.bf16 ? __bfloat162float(__float2bfloat16(v))
+                  : __half2float(__float2half(v));
+  };
   const int blocks = int(pitBlocks(c.M, c.tile));
   // Micro-tile pattern: active[b][k]; inside an active tile, single
   // entries may still be zero (as ReLU outputs are).
@@ -77,10 +98,10 @@ void runOnce(const Case &c) {
   for (int m = 0; m < c.M; ++m)
     for (int k = 0; k < c.K; ++k)
       if (active[size_t(m / c.tile) * c.K + k] && p(rng) < 0.7f)
-        x[size_t(m) * c.K + k] = __half2float(__float2half(u(rng)));
-  std::vector<__half> w(size_t(c.K) * c.N);
-  for (auto &v : w)
-    v = __float2half(u(rng) * 0.25f);
+        x[size_t(m) * c.K + k] = roundX(u(rng));
+  std::vector<float> wf(size_t(c.K) * c.N);
+  for (auto &v : wf)
+    v = roundW(u(rng) * 0.25f);
   std::vector<float> bias(c.N), res(size_t(c.M) * c.N);
   for (auto &v : bias)
     v = u(rng);
@@ -91,9 +112,6 @@ void runOnce(const Case &c) {
   // double. The loops run over k outside n, over W's rows as stored, and
   // skip x's zeros (which add nothing), so the larger cases cost seconds
   // less; the sums are the same.
-  std::vector<float> wf(w.size());
-  for (size_t i = 0; i < w.size(); ++i)
-    wf[i] = __half2float(w[i]);
   std::vector<double> ref(size_t(c.M) * c.N);
   for (int m = 0; m < c.M; ++m) {
     double *r = ref.data() + size_t(m) * c.N;
@@ -129,7 +147,20 @@ void runOnce(const Case &c) {
   } else {
     dx = upload(x);
   }
-  __half *dw = upload(w);
+  // W in its type (the values are exact in it).
+  __half *dw = nullptr;
+  __nv_bfloat16 *dwb = nullptr;
+  if (c.bf16) {
+    std::vector<__nv_bfloat16> w(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i)
+      w[i] = __float2bfloat16(wf[i]);
+    dwb = upload(w);
+  } else {
+    std::vector<__half> w(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i)
+      w[i] = __float2half(wf[i]);
+    dw = upload(w);
+  }
   float *db = upload(bias), *dres = upload(res);
   float *dy = nullptr;
   __half *dyh = nullptr;
@@ -150,17 +181,28 @@ void runOnce(const Case &c) {
   const float *b = c.bias ? db : nullptr;
   const float *r = c.residual ? dres : nullptr;
   ops::Activation act = c.relu ? ops::Activation::relu : ops::Activation::none;
+  // SRead into W's type (E), from fp32 or fp16 x.
+  auto sread = [&](int64_t M, bool sorted) {
+    if (c.bf16)
+      return c.halfX ? pitSRead<__nv_bfloat16>(dxh, M, c.K, c.tile, sorted, ws,
+                                               s, c.early)
+                     : pitSRead<__nv_bfloat16>(dx, M, c.K, c.tile, sorted, ws,
+                                               s, c.early);
+    return c.halfX ? pitSRead(dxh, M, c.K, c.tile, sorted, ws, s, c.early)
+                   : pitSRead(dx, M, c.K, c.tile, sorted, ws, s, c.early);
+  };
+  auto matmul = [&](const auto *w) {
+    return c.halfY ? pitMatmul(ws, c.M, c.K, w, c.N, c.tile, b, act, r, dyh, s,
+                               c.columns, c.stages, c.early, c.sweep)
+                   : pitMatmul(ws, c.M, c.K, w, c.N, c.tile, b, act, r, dy, s,
+                               c.columns, c.stages, c.early, c.sweep);
+  };
   if (c.repeat > 1) // a call of fewer tokens on the same workspace first
-    CHECK_CUDA(c.halfX ? pitSRead(dxh, c.M / 2, c.K, c.tile, !c.sorted, ws, s, c.early)
-                       : pitSRead(dx, c.M / 2, c.K, c.tile, !c.sorted, ws, s, c.early));
+    CHECK_CUDA(sread(c.M / 2, !c.sorted));
   for (int call = 0; call < c.repeat; ++call) {
     const bool sorted = (c.repeat - 1 - call) % 2 ? !c.sorted : c.sorted;
-    CHECK_CUDA(c.halfX ? pitSRead(dxh, c.M, c.K, c.tile, sorted, ws, s, c.early)
-                       : pitSRead(dx, c.M, c.K, c.tile, sorted, ws, s, c.early));
-    CHECK_CUDA(c.halfY ? pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dyh, s,
-                                   c.columns, c.stages, c.early, c.sweep)
-                       : pitMatmul(ws, c.M, c.K, dw, c.N, c.tile, b, act, r, dy, s,
-                                   c.columns, c.stages, c.early, c.sweep));
+    CHECK_CUDA(sread(c.M, sorted));
+    CHECK_CUDA(c.bf16 ? matmul(dwb) : matmul(dw));
   }
   CHECK_CUDA(cudaDeviceSynchronize());
 
@@ -169,7 +211,14 @@ void runOnce(const Case &c) {
   const int64_t cap = pitCapacity(c.K);
   auto idx = download(ws.idx, size_t(blocks) * cap);
   auto count = download(ws.count, blocks);
-  auto xg = download(ws.xg, size_t(blocks) * cap * c.tile);
+  auto xg = download(static_cast<const uint16_t *>(ws.xg),
+                     size_t(blocks) * cap * c.tile);
+  auto gathered = [&](uint16_t bits) {
+    const uint16_t h[1] = {bits};
+    return c.bf16
+               ? __bfloat162float(*reinterpret_cast<const __nv_bfloat16 *>(h))
+               : __half2float(*reinterpret_cast<const __half *>(h));
+  };
   for (int bl = 0; bl < blocks && idxOk; ++bl) {
     std::set<int> want;
     for (int k = 0; k < c.K; ++k)
@@ -185,7 +234,7 @@ void runOnce(const Case &c) {
     for (int j = 0; j < n && idxOk; ++j) {
       int k = idx[size_t(bl) * cap + j];
       for (int t = 0; t < c.tile; ++t) {
-        float g = __half2float(xg[(size_t(bl) * cap + j) * c.tile + t]);
+        float g = gathered(xg[(size_t(bl) * cap + j) * c.tile + t]);
         int m = bl * c.tile + t;
         float e = m < c.M && k >= 0 && k < c.K ? x[size_t(m) * c.K + k] : 0.0f;
         if (g != e)
@@ -211,7 +260,8 @@ void runOnce(const Case &c) {
   }
   const double scale = std::max(maxRef, 1e-12);
   double err = maxDiff / scale;
-  // fp32 accumulation of fp16 products; fp16 outputs round to 2^-11.
+  // fp32 accumulation of exact products (fp16 or bf16 operands); fp16
+  // outputs round to 2^-11.
   double tol = c.halfY ? 2e-3 : 1e-4;
   bool ok = idxOk && err <= tol;
   // Where the wrong outputs are (printed after the result line when any
@@ -227,14 +277,16 @@ void runOnce(const Case &c) {
       colLo = std::min(colLo, n), colHi = std::max(colHi, n);
     }
   }
-  std::printf("%s pit tile=%d M=%d K=%d N=%d density=%.2f sorted=%d x=%s y=%s "
-              "bias=%d relu=%d residual=%d columns=%d stages=%d early=%d sweep=%d index=%s "
-              "max rel err %.2e%s%s\n",
-              ok ? "PASS" : "FAIL", c.tile, c.M, c.K, c.N, c.density, c.sorted,
-              c.halfX ? "f16" : "f32", c.halfY ? "f16" : "f32", c.bias, c.relu,
-              c.residual, c.columns, c.stages, c.early, c.sweep,
-              idxOk ? "ok" : "wrong", err, c.repeat > 1 ? " (calls in turn)" : "",
-              mmaLabel);
+  std::printf(
+      "%s pit tile=%d M=%d K=%d N=%d density=%.2f sorted=%d w=%s x=%s y=%s "
+      "bias=%d relu=%d residual=%d columns=%d stages=%d early=%d sweep=%d "
+      "index=%s "
+      "max rel err %.2e%s%s\n",
+      ok ? "PASS" : "FAIL", c.tile, c.M, c.K, c.N, c.density, c.sorted,
+      c.bf16 ? "bf16" : "f16", c.halfX ? "f16" : "f32", c.halfY ? "f16" : "f32",
+      c.bias, c.relu, c.residual, c.columns, c.stages, c.early, c.sweep,
+      idxOk ? "ok" : "wrong", err, c.repeat > 1 ? " (calls in turn)" : "",
+      mmaLabel);
   if (wrong)
     std::printf("  %zu of %zu outputs off; first: row %d column %d, %g "
                 "against %g; rows %d-%d, columns %d-%d\n",
@@ -249,6 +301,7 @@ void runOnce(const Case &c) {
   cudaFree(dx);
   cudaFree(dxh);
   cudaFree(dw);
+  cudaFree(dwb);
   cudaFree(db);
   cudaFree(dres);
   cudaFree(dy);
@@ -440,6 +493,33 @@ int main() {
   run({64, 8192, 136, 32, 0.1, false, false, true, true, false, false, 128, 0, true});
   for (int k : {32, 64, 65})
     run({33, k, 200, 32, 1.0, true, false, true, true, true, k == 64});
+  // bfloat16 weights: every tile, both SRead orders and loaders (K even
+  // and odd), fp32 and fp16 x and y, the epilogue options, 256 columns
+  // (two warpgroups at 32 tokens), 2 and 3 stages, sweeps over short and
+  // long sets, fp16 outputs from the accumulators (8 and 16 tokens),
+  // launched early, calls in turn, long sets on the warpgroup default.
+  for (int tile : {8, 16, 32}) {
+    run(bf16({64, 256, 128, tile, 0.3}));
+    run(bf16({70, 301, 200, tile, 0.1, false, true, false, true, true, true}));
+    run(bf16({72, 700, 392, tile, 0.2, tile != 16, false, true, true, false,
+              true, 256}));
+    run(bf16({96, 700, 392, tile, 0.3, tile != 8, true, false, true, true, true,
+              128, 3}));
+    run(bf16({96, 1000, 392, tile, 0.02, tile != 16, tile == 8, tile != 32,
+              true, true, true, 0, 0, false, 3}));
+    run(bf16({64, 700, 392, tile, 0.3, false, false, true, false, true, true, 0,
+              0, true, 4}));
+    run(bf16({70, 1000, 392, tile, 0.02, false, true, true, true, true, false,
+              0, 0, false, 3}));
+    run(bf16({200, 1001, 264, tile, 0.1, tile == 16, true, true, false, true,
+              false, 0, 0, true, 0, 4}));
+  }
+  run(bf16({100, 4096, 392, 32, 0.1, true, true, false, true, true, true, 0, 0,
+            true}));
+  run(bf16(
+      {256, 4096, 1024, 32, 0.5, true, false, false, false, false, true, 256}));
+  run(bf16({512, 2048, 1024, 16, 0.02, false, true, true, false, false, false,
+            256}));
   std::printf("pit warpgroup MMAs: %s\n",
               pitWarpgroupMmaAvailable() ? "tested (compute capability 9.0)"
                                          : "not available on this GPU");

@@ -42,20 +42,20 @@ void report(bool ok, const char *what, int f, int d, int tokens,
   (ok ? passes : failures)++;
 }
 
-/// sparseUp over a list runs on tensor cores for 3-8 tokens of fp16 rows
-/// (16-byte aligned, d a multiple of 32), and for 1-2 tokens of fp16 rows of
-/// 2048, 4096, 6144 or 8192 columns the split kernel shares each row among a
-/// block's warps: both add in another order than the kernels that take a
-/// row a warp, so h from there is compared within 1e-6 sqrt(d) relative
-/// (fp32 sums of d products in two orders; 1e-5 at least: 9e-5 at d =
-/// 8192, where a simulation of the two orders differs by up to 8e-6 over
-/// 512 rows), anything else bit for bit. An entry left at the sentinel or
-/// written where it should not be still differs by far more.
+/// sparseUp over a list runs on tensor cores for 3-8 tokens of fp16 or bf16
+/// rows (16-byte aligned, d a multiple of 32), and for 1-2 tokens of 16-bit
+/// rows of 2048, 4096, 6144 or 8192 columns the split kernel shares each row
+/// among a block's warps: both add in another order than the kernels that take
+/// a row a warp, so h from there is compared within 1e-6 sqrt(d) relative (fp32
+/// sums of d products in two orders; 1e-5 at least: 9e-5 at d = 8192, where a
+/// simulation of the two orders differs by up to 8e-6 over 512 rows), anything
+/// else bit for bit. An entry left at the sentinel or written where it should
+/// not be still differs by far more.
 template <typename W> bool splitUp(int d, int tokens) {
   return sizeof(W) == 2 && tokens <= 2 && d % 2048 == 0 && d <= 8192;
 }
 template <typename W> bool reorderedUp(int d, int tokens) {
-  return (std::is_same_v<W, __half> && tokens >= 3 && d % 32 == 0) ||
+  return (sizeof(W) == 2 && tokens >= 3 && d % 32 == 0) ||
          splitUp<W>(d, tokens);
 }
 bool sameH(const std::vector<float> &a, const std::vector<float> &b, bool exact,
@@ -230,8 +230,8 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
         download(dCopyCount, 1)[0] == listCountUp &&
         download(dCopy, size_t(listCountUp)) ==
             std::vector<int32_t>(reversed.begin(), reversed.begin() + listCountUp);
-    report(sameH(hUp2, hUp, exactUp, d) && baseOk && copyOk, "sparseUp (listed)", f, d,
-           tokens, sparsity, wtype, 0.0);
+    report(sameH(hUp2, hUp, exactUp, d) && baseOk && copyOk,
+           "sparseUp (listed)", f, d, tokens, sparsity, wtype, 0.0);
     for (void *p : {(void *)dBase2, (void *)dCopy, (void *)dCopyCount})
       cudaFree(p);
     if (splitUp<W>(d, tokens)) {
@@ -255,7 +255,8 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
                              RowsInit{}, slow.stream, nullptr, nullptr, true));
     }
     report(sameH(download(dH2, sentinel.size()), hUp, exactUp, d),
-           "sparseUp (listed, early launch)", f, d, tokens, sparsity, wtype, 0.0);
+           "sparseUp (listed, early launch)", f, d, tokens, sparsity, wtype,
+           0.0);
     // The same with the set marked ready (complete before the launch): the
     // kernels that take it request their rows before their wait, and must
     // still read x, and the residual of the base, only after it.
@@ -273,8 +274,10 @@ void runCase(int f, int d, int tokens, double sparsity, uint32_t seed) {
       }
       const bool baseReadyOk = baseIsY0(dBase3);
       cudaFree(dBase3);
-      report(sameH(download(dH2, sentinel.size()), hUp, exactUp, d) && baseReadyOk,
-             "sparseUp (listed, ready, early launch)", f, d, tokens, sparsity, wtype, 0.0);
+      report(sameH(download(dH2, sentinel.size()), hUp, exactUp, d) &&
+                 baseReadyOk,
+             "sparseUp (listed, ready, early launch)", f, d, tokens, sparsity,
+             wtype, 0.0);
     }
     // With a per-token mask: h[t, j] is 0 where token t did not select j.
     std::vector<uint8_t> tokenMask(size_t(tokens) * f);
@@ -841,12 +844,16 @@ int main() {
   runCase<__half>(3000, 6144, 2, 0.5, seed++);
   runCase<__half>(5000, 2048, 2, 0.0, seed++);
   runCase<__half>(2048, 4096, 1, 1.0, seed++);
-  // bfloat16 weights: the split up kernel (1-2 tokens), the general kernels
-  // (3-8 tokens: no tensor cores), scalar tails, the predictor and its fused
-  // forms.
+  // bfloat16 weights: the split up kernel (1-2 tokens), the tensor-core
+  // kernels (3-8 tokens, d a multiple of 32; the general ones otherwise),
+  // scalar tails, the predictor and its fused forms.
   runCase<__nv_bfloat16>(16384, 4096, 1, 0.9, seed++);
   runCase<__nv_bfloat16>(3000, 6144, 2, 0.5, seed++);
   runCase<__nv_bfloat16>(2048, 256, 5, 0.9, seed++);
+  runCase<__nv_bfloat16>(16384, 4096, 8, 0.9, seed++);
+  runCase<__nv_bfloat16>(4096, 1024, 3, 0.5, seed++);
+  runCase<__nv_bfloat16>(1000, 100, 4, 0.5, seed++);
+  runPredictUp<__nv_bfloat16>(4096, 1024, 256, 4, seed++);
   runCase<__nv_bfloat16>(1001, 77, 1, 0.8, seed++);
   runPredict<__nv_bfloat16>(16384, 4096, 32, 2, seed++);
   runPredict<__nv_bfloat16>(3000, 512, 300, 3, seed++);

@@ -584,12 +584,11 @@ int runCompile(MLIRContext &context) {
     return 1;
   }
   if ((!pitTable.empty() || pitTile > 0 || pitColumns.getNumOccurrences()) &&
-      sparseStorage() != "f16") {
-    error() << "--pit-table, --pit-tile and --pit-columns need fp16 sparse "
-               "weights (--weights f16 or --sparse-weights f16; the sparse "
-               "weights are "
-            << sparseStorage()
-            << " here): the PIT kernels are fp16 tensor-core code\n";
+      sparseStorage() == "f32") {
+    error() << "--pit-table, --pit-tile and --pit-columns need 16-bit sparse "
+               "weights (--weights f16|bf16 or --sparse-weights f16|bf16; "
+               "the sparse weights are f32 here): the PIT kernels are "
+               "fp16/bf16 tensor-core code\n";
     return 1;
   }
   if (!(minZeroFraction >= 0.0 && minZeroFraction <= 1.0)) {
@@ -780,10 +779,10 @@ int runCompile(MLIRContext &context) {
       pm.addPass(sparsec::createPartitionHotColdPass(partition));
     }
     // After the placement: a hybrid FFN's GPU part is what PIT would run.
-    // The PIT kernels are fp16 tensor-core code: fp32 and bf16 sparse
-    // weights keep the dense GEMM for batched calls.
+    // The PIT kernels are fp16/bf16 tensor-core code: fp32 sparse weights
+    // keep the dense GEMM for batched calls.
     if (sparsityMode != "off" && (target == "cuda" || target == "hybrid") &&
-        sparseStorage() == "f16") {
+        sparseStorage() != "f32") {
       sparsec::PitTilePassOptions pit;
       pit.profile = profileFile;
       pit.table = pitTable;

@@ -321,7 +321,7 @@ cudaError_t launchRowsM(dim3 grid, const float *x, int K, Activation act,
 }
 
 //===----------------------------------------------------------------------===//
-// gemvRows on tensor cores (3-8 tokens, fp16 weights)
+// gemvRows on tensor cores (3-8 tokens, fp16 or bf16 weights)
 //===----------------------------------------------------------------------===//
 
 /// y[t, n] for up to 8 tokens on tensor cores: block b owns rows [16b,
@@ -331,21 +331,21 @@ cudaError_t launchRowsM(dim3 grid, const float *x, int K, Activation act,
 /// Each weight byte is read once and each x chunk serves 16 rows
 /// (gemvRowsKernel's threads reload x for every 4 rows: at 8 tokens its x
 /// traffic is 8 times its weight traffic).
-template <bool Early>
+template <bool Early, typename E>
 __global__ void __launch_bounds__(kMmaWarps * 32)
-gemvMmaKernel(const float *x, int M, int K, Activation act,
-              RowsTargets<__half> t) {
+    gemvMmaKernel(const float *x, int M, int K, Activation act,
+                  RowsTargets<E> t) {
   pdlTrigger();
-  const RowsTarget<__half> tg = rowsTarget(t);
-  const __half *wt = tg.wt;
+  const RowsTarget<E> tg = rowsTarget(t);
+  const E *wt = tg.wt;
   const float *bias = tg.bias, *residual = tg.residual;
   float *y = tg.y;
   const int N = tg.N, first = tg.first;
   const int n0 = (int(blockIdx.x) - first) * kMmaRows;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, q = lane & 3;
-  const __half *rowA = wt + int64_t(min(n0 + g, N - 1)) * K;
-  const __half *rowB = wt + int64_t(min(n0 + g + 8, N - 1)) * K;
+  const E *rowA = wt + int64_t(min(n0 + g, N - 1)) * K;
+  const E *rowB = wt + int64_t(min(n0 + g + 8, N - 1)) * K;
   if constexpr (Early)
     pdlWait(); // x comes from the kernel before
   __shared__ float red[kMmaWarps][4][32];
@@ -813,8 +813,8 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
   if (tokens > kGemvRowsTokens || count < 1 || count > kGemvGroupMax)
     return cudaErrorInvalidValue;
   constexpr int V = 16 / int(sizeof(W));
-  // Tensor cores from kMmaMinTokens tokens (fp16 weights, aligned rows).
-  bool mma = std::is_same_v<W, __half> && tokens >= kMmaMinTokens && !norm &&
+  // Tensor cores from kMmaMinTokens tokens (16-bit weights, aligned rows).
+  bool mma = sizeof(W) == 2 && tokens >= kMmaMinTokens && !norm &&
              K % 32 == 0 && aligned16(x);
   for (int g = 0; mma && g < count; ++g)
     mma = aligned16(wt[g]);
@@ -847,13 +847,13 @@ cudaError_t gemvRowsGroup(const float *x, int tokens, int K, int count,
   }
   if (blocks == 0)
     return cudaSuccess;
-  if constexpr (std::is_same_v<W, __half>) {
+  if constexpr (sizeof(W) == 2) {
     if (mma) {
       const dim3 grid{unsigned(blocks)}, block{kMmaWarps * 32};
       cudaError_t e =
-          early ? launchKernel(gemvMmaKernel<true>, grid, block, 0, stream,
+          early ? launchKernel(gemvMmaKernel<true, W>, grid, block, 0, stream,
                                true, x, tokens, K, act, t)
-                : launchKernel(gemvMmaKernel<false>, grid, block, 0, stream,
+                : launchKernel(gemvMmaKernel<false, W>, grid, block, 0, stream,
                                false, x, tokens, K, act, t);
       return e != cudaSuccess ? e : cudaGetLastError();
     }

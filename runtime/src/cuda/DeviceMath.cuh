@@ -206,61 +206,104 @@ __device__ __forceinline__ void stmatrixX2T(void *p, unsigned r0, unsigned r1) {
 #endif
 }
 
-/// One m16n8k16 tensor-core product, fp16 in, fp32 accumulate.
+/// One m16n8k16 tensor-core product, fp32 accumulate; E (__half or
+/// __nv_bfloat16) is the type of both 16-bit operands.
+template <typename E = __half>
 __device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0,
                                          unsigned a1, unsigned a2, unsigned a3,
                                          unsigned b0, unsigned b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
   __trap(); // sparsec builds sm_90; no silent zeros elsewhere
 #endif
 }
 
-/// x as the sum of two fp16 pairs: hi = fp16(x), lo = fp16(x - hi). The
-/// products with hi and with lo are exact in the fp32 accumulators, so two
-/// tensor-core products give x about 22 bits, as close to the fp32 x of
-/// gemvRowsKernel as its own summation order (x rounded to fp16 alone put
-/// errors near 1e-3 on the kernel test's sums). |x| past 65504 overflows
-/// to inf, as in the prefill's fp16 GEMMs (Ops.cu rounds x to fp16).
-__device__ __forceinline__ void splitHalf2(float a, float b, unsigned &hi,
-                                           unsigned &lo) {
-  const __half2 h = __floats2half2_rn(a, b);
-  const float2 f = __half22float2(h);
-  const __half2 l = __floats2half2_rn(a - f.x, b - f.y);
-  hi = *reinterpret_cast<const unsigned *>(&h);
-  lo = *reinterpret_cast<const unsigned *>(&l);
+/// Two floats rounded to nearest even into one 32-bit pair of E (__half or
+/// __nv_bfloat16), a in the low half.
+template <typename E>
+__device__ __forceinline__ unsigned pack2(float a, float b) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const unsigned *>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const unsigned *>(&h);
+  }
+}
+
+/// Parts of E that splitParts cuts a float into: fp16 2 (11 + 11 bits),
+/// bf16 3 (8 + 8 + 8).
+template <typename E>
+constexpr int kSplitParts = std::is_same_v<E, __nv_bfloat16> ? 3 : 2;
+
+/// Two floats as kSplitParts<E> pairs of E, each the rest of the ones
+/// before rounded to nearest: p[0] = E(x), p[1] = E(x - p[0]), ... The
+/// products with each part are exact in the fp32 accumulators, so the
+/// tensor-core products of all parts keep x about 22 bits with fp16 (as
+/// close to the fp32 x of gemvRowsKernel as its own summation order; x
+/// rounded to fp16 alone put errors near 1e-3 on the kernel test's sums)
+/// and all of float32's 24 with bf16 (two bf16 parts, 16 bits, left the
+/// kernel tests' sums 30-80 times further from the reference than fp16's).
+/// With fp16, |x| past 65504 overflows to inf, as in the prefill's fp16
+/// GEMMs (Ops.cu rounds x to fp16); bf16 has float32's range.
+template <typename E>
+__device__ __forceinline__ void splitParts(float a, float b,
+                                           unsigned (&p)[kSplitParts<E>]) {
+#pragma unroll
+  for (int i = 0; i < kSplitParts<E>; ++i) {
+    p[i] = pack2<E>(a, b);
+    if (i + 1 == kSplitParts<E>)
+      break;
+    float pa, pb;
+    if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+      pa = __uint_as_float(p[i] << 16),
+      pb = __uint_as_float(p[i] & 0xffff0000u);
+    } else {
+      const float2 f =
+          __half22float2(*reinterpret_cast<const __half2 *>(&p[i]));
+      pa = f.x, pb = f.y;
+    }
+    a -= pa, b -= pb;
+  }
 }
 
 /// Tokens from which the decode GEMVs run on tensor cores (gemvRows with
-/// fp16 weights, 16-byte aligned rows, K a multiple of 32, no folded norm;
-/// the listed sparse up projection likewise).
+/// fp16 or bf16 weights, 16-byte aligned rows, K a multiple of 32, no folded
+/// norm; the listed sparse up projection likewise).
 constexpr int kMmaMinTokens = 3;
 constexpr int kMmaRows = 16;  // rows of one mmaRows16
 constexpr int kMmaWarps = 8;  // warps of its block; they split K
 constexpr int kMmaUnroll = 4; // 32-wide k steps a warp has in flight
 
-/// The products of 16 fp16 rows (lane (g, q), g = lane / 4, q = lane % 4,
-/// gives row g's start as rowA and row g + 8's as rowB; 16-byte aligned)
-/// with the M <= 8 token rows of x [M, K] (fp32, 16-byte aligned, K a
-/// multiple of 32), by a block of kMmaWarps warps that take interleaved
-/// 32-wide steps of K. In a step, lane (g, q) loads 8 halves of its two
-/// rows at k = 32 s + 8 q (16 bytes each) and 8 floats of token g's x at
-/// the same k, and the warp runs two m16n8k16 products for x's high fp16
-/// parts and two for its low parts (splitHalf2): the k order inside a step
-/// is permuted the same way for the weights and x, so the sum is the same.
-/// x of tokens past M is zero. Leaves red[w][i][lane] = warp w's sums:
-/// i = 0, 1 row g, tokens 2q, 2q + 1; i = 2, 3 row g + 8 (add over w).
-/// Ends with __syncthreads (red complete); every thread must call it.
-/// Early: x comes from a kernel still running (L2 loads).
-template <bool Early>
-__device__ __forceinline__ void
-mmaRows16(const __half *rowAh, const __half *rowBh, const float *x, int M,
-          int K, float (&red)[kMmaWarps][4][32]) {
+/// The products of 16 rows of E (__half or __nv_bfloat16; lane (g, q),
+/// g = lane / 4, q = lane % 4, gives row g's start as rowA and row g + 8's
+/// as rowB; 16-byte aligned) with the M <= 8 token rows of x [M, K] (fp32,
+/// 16-byte aligned, K a multiple of 32), by a block of kMmaWarps warps that
+/// take interleaved 32-wide steps of K. In a step, lane (g, q) loads 8
+/// values of its two rows at k = 32 s + 8 q (16 bytes each) and 8 floats of
+/// token g's x at the same k, and the warp runs two m16n8k16 products for
+/// x's first parts and two for each further part (splitParts<E>): the k
+/// order inside a step is permuted the same way for the weights and x, so
+/// the sum is the same. x of tokens past M is zero. Leaves red[w][i][lane]
+/// = warp w's sums: i = 0, 1 row g, tokens 2q, 2q + 1; i = 2, 3 row g + 8
+/// (add over w). Ends with __syncthreads (red complete); every thread must
+/// call it. Early: x comes from a kernel still running (L2 loads).
+template <bool Early, typename E>
+__device__ __forceinline__ void mmaRows16(const E *rowAh, const E *rowBh,
+                                          const float *x, int M, int K,
+                                          float (&red)[kMmaWarps][4][32]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q = lane & 3;
   const uint4 *rowA = reinterpret_cast<const uint4 *>(rowAh);
@@ -292,17 +335,22 @@ mmaRows16(const __half *rowAh, const __half *rowBh, const float *x, int M,
     }
 #pragma unroll
     for (int u = 0; u < kMmaUnroll; ++u) {
-      // Halves 0-3 of the chunk: the first pair of products, 4-7: the
-      // second; x's high parts into c, its low parts into d.
-      unsigned h0, l0, h1, l1, h2, l2, h3, l3;
-      splitHalf2(xa[u].x, xa[u].y, h0, l0);
-      splitHalf2(xa[u].z, xa[u].w, h1, l1);
-      splitHalf2(xb[u].x, xb[u].y, h2, l2);
-      splitHalf2(xb[u].z, xb[u].w, h3, l3);
-      mma16816(c, wa[u].x, wb[u].x, wa[u].y, wb[u].y, h0, h1);
-      mma16816(d, wa[u].x, wb[u].x, wa[u].y, wb[u].y, l0, l1);
-      mma16816(c, wa[u].z, wb[u].z, wa[u].w, wb[u].w, h2, h3);
-      mma16816(d, wa[u].z, wb[u].z, wa[u].w, wb[u].w, l2, l3);
+      // Values 0-3 of the chunk: the first products, 4-7: the second; x's
+      // first parts into c, its further parts into d.
+      constexpr int P = kSplitParts<E>;
+      unsigned p0[P], p1[P], p2[P], p3[P];
+      splitParts<E>(xa[u].x, xa[u].y, p0);
+      splitParts<E>(xa[u].z, xa[u].w, p1);
+      splitParts<E>(xb[u].x, xb[u].y, p2);
+      splitParts<E>(xb[u].z, xb[u].w, p3);
+      mma16816<E>(c, wa[u].x, wb[u].x, wa[u].y, wb[u].y, p0[0], p1[0]);
+#pragma unroll
+      for (int i = 1; i < P; ++i)
+        mma16816<E>(d, wa[u].x, wb[u].x, wa[u].y, wb[u].y, p0[i], p1[i]);
+      mma16816<E>(c, wa[u].z, wb[u].z, wa[u].w, wb[u].w, p2[0], p3[0]);
+#pragma unroll
+      for (int i = 1; i < P; ++i)
+        mma16816<E>(d, wa[u].z, wb[u].z, wa[u].w, wb[u].w, p2[i], p3[i]);
     }
   }
 #pragma unroll

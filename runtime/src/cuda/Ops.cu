@@ -1868,13 +1868,14 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
     return launched(ctx, "sparse_linear (residual)");
   };
   const int tile = pit.tile;
-  if (M > kMaxTokens && w.dtype == DType::f16 &&
+  if (M > kMaxTokens && (w.dtype == DType::f16 || w.dtype == DType::bf16) &&
       pitSupported(M, K, N, tile, w.data) &&
       (reinterpret_cast<uintptr_t>(r.data) & 15) == 0) {
-    // PIT: gather each block of `tile` tokens' active neurons, then dense
-    // tensor-core tiles over those rows. The matmul's epilogue adds the
-    // residual where it is 16-byte aligned (it may be the result itself:
-    // each element is read before it is written, by the same thread).
+    // PIT: gather each block of `tile` tokens' active neurons (rounded to
+    // W's 16-bit type), then dense tensor-core tiles over those rows. The
+    // matmul's epilogue adds the residual where it is 16-byte aligned (it
+    // may be the result itself: each element is read before it is
+    // written, by the same thread).
     if (!d.ensure(ctx, d.pitIdx, pitIdxBytes(M, K, tile), "PIT index") ||
         !d.ensure(ctx, d.pitCount, pitCountBytes(M, tile), "PIT counts") ||
         !d.ensure(ctx, d.pitGather, pitGatherBytes(M, K, tile),
@@ -1885,18 +1886,22 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
     PitWorkspace ws;
     ws.idx = static_cast<int32_t *>(d.pitIdx.ptr);
     ws.count = static_cast<int32_t *>(d.pitCount.ptr);
-    ws.xg = static_cast<__half *>(d.pitGather.ptr);
+    ws.xg = d.pitGather.ptr;
     const bool fold = (reinterpret_cast<uintptr_t>(res) & 15) == 0;
-    return check(ctx,
-                 pitSRead(x.as<float>(), M, K, tile, d.pitSorted, ws, d.stream,
-                          d.earlySparse),
-                 "sparse_linear (PIT gather)") &&
-           check(ctx,
-                 pitMatmul(ws, M, K, w.as<__half>(), N, tile, b,
-                           Activation::none, fold ? res : nullptr,
-                           r.as<float>(), d.stream, pit.columns, 0,
-                           d.earlySparse),
-                 "sparse_linear (PIT matmul)") &&
+    auto pit16 = [&](auto type) {
+      using E = decltype(type);
+      return check(ctx,
+                   pitSRead<E>(x.as<float>(), M, K, tile, d.pitSorted, ws,
+                               d.stream, d.earlySparse),
+                   "sparse_linear (PIT gather)") &&
+             check(ctx,
+                   pitMatmul(ws, M, K, w.as<E>(), N, tile, b, Activation::none,
+                             fold ? res : nullptr, r.as<float>(), d.stream,
+                             pit.columns, 0, d.earlySparse),
+                   "sparse_linear (PIT matmul)");
+    };
+    return (w.dtype == DType::bf16 ? pit16(__nv_bfloat16())
+                                   : pit16(__half())) &&
            (fold || addResidual());
   }
   if (index.site < 0 || index.tokens != M || index.neurons != K || M > kMaxTokens)

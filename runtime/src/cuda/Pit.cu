@@ -38,10 +38,11 @@ __device__ __forceinline__ float loadF(const __half *p) {
   return __half2float(__ldcs(p));
 }
 
-/// Column k of the token block's rows [row0, row0 + rows) as fp16 pairs
-/// (v[i] holds tokens 2i and 2i + 1; rows past the block and columns past
-/// K are zero); whether any value is non-zero.
-template <typename X, int T>
+/// Column k of the token block's rows [row0, row0 + rows) as pairs of E
+/// (__half or __nv_bfloat16, W's type; v[i] holds tokens 2i and 2i + 1;
+/// rows past the block and columns past K are zero); whether any value is
+/// non-zero.
+template <typename E, typename X, int T>
 __device__ __forceinline__ bool loadColumn(const X *__restrict__ x, int K,
                                            int row0, int rows, int k,
                                            unsigned (&v)[T / 2]) {
@@ -51,16 +52,15 @@ __device__ __forceinline__ bool loadColumn(const X *__restrict__ x, int K,
     float f0 = (k < K && t < rows) ? loadF(x + size_t(row0 + t) * K + k) : 0.0f;
     float f1 =
         (k < K && t + 1 < rows) ? loadF(x + size_t(row0 + t + 1) * K + k) : 0.0f;
-    __half2 h = __floats2half2_rn(f0, f1);
-    v[t / 2] = *reinterpret_cast<unsigned *>(&h);
+    v[t / 2] = pack2<E>(f0, f1);
     any |= (f0 != 0.0f) | (f1 != 0.0f);
   }
   return any;
 }
 
 /// Entry `pos` of a token block's set: its column and gathered values.
-template <int T>
-__device__ __forceinline__ void storeColumn(int32_t *bidx, __half *bxg, int pos,
+template <int T, typename E>
+__device__ __forceinline__ void storeColumn(int32_t *bidx, E *bxg, int pos,
                                             int k, const unsigned (&v)[T / 2]) {
   bidx[pos] = k;
   uint4 *dst = reinterpret_cast<uint4 *>(bxg + size_t(pos) * T);
@@ -82,15 +82,14 @@ __device__ __forceinline__ void unpack8(uint2 u, const __half *, float (&f)[4]) 
 }
 
 /// V = kPerLoad<X> adjacent columns [k0, k0 + V) of the token block's rows
-/// as fp16 pairs (as loadColumn), one 8-byte load a row; K is a multiple
+/// as pairs of E (as loadColumn), one 8-byte load a row; K is a multiple
 /// of V and x 8-byte aligned (launchSRead checks). 8 bytes keep a thread's
 /// T loads in flight within 64 registers at T = 32. Streaming loads, as
 /// loadF.
-template <typename X, int T, int V>
-__device__ __forceinline__ void loadColumnsV(const X *__restrict__ x, int K,
-                                             int row0, int rows, int k0,
-                                             unsigned (&v)[V][T / 2],
-                                             bool (&any)[V]) {
+template <typename E, typename X, int T, int V>
+__device__ __forceinline__ void
+loadColumnsV(const X *__restrict__ x, int K, int row0, int rows, int k0,
+             unsigned (&v)[V][T / 2], bool (&any)[V]) {
   static_assert(V == kPerLoad<X>, "one 8-byte load a row");
   uint2 raw[T];
   const bool in = k0 < K;
@@ -109,8 +108,7 @@ __device__ __forceinline__ void loadColumnsV(const X *__restrict__ x, int K,
     unpack8(raw[t + 1], x, f1);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      __half2 h = __floats2half2_rn(f0[j], f1[j]);
-      v[j][t / 2] = *reinterpret_cast<unsigned *>(&h);
+      v[j][t / 2] = pack2<E>(f0[j], f1[j]);
       any[j] |= (f0[j] != 0.0f) | (f1[j] != 0.0f);
     }
   }
@@ -118,15 +116,14 @@ __device__ __forceinline__ void loadColumnsV(const X *__restrict__ x, int K,
 
 /// V adjacent columns from k0 (V = kPerLoad<X>: one 8-byte load a row, as
 /// loadColumnsV; V = 1: one column, as loadColumn).
-template <typename X, int T, int V>
-__device__ __forceinline__ void loadColumns(const X *__restrict__ x, int K,
-                                            int row0, int rows, int k0,
-                                            unsigned (&v)[V][T / 2],
-                                            bool (&any)[V]) {
+template <typename E, typename X, int T, int V>
+__device__ __forceinline__ void
+loadColumns(const X *__restrict__ x, int K, int row0, int rows, int k0,
+            unsigned (&v)[V][T / 2], bool (&any)[V]) {
   if constexpr (V == 1)
-    any[0] = loadColumn<X, T>(x, K, row0, rows, k0, v[0]);
+    any[0] = loadColumn<E, X, T>(x, K, row0, rows, k0, v[0]);
   else
-    loadColumnsV<X, T, V>(x, K, row0, rows, k0, v, any);
+    loadColumnsV<E, X, T, V>(x, K, row0, rows, k0, v, any);
 }
 
 /// The sorted SRead: one block per token block, each pass kSReadThreads
@@ -134,11 +131,11 @@ __device__ __forceinline__ void loadColumns(const X *__restrict__ x, int K,
 /// positions an exclusive prefix over the block's flags in column order.
 /// The set comes out sorted and the same on every run, and count is
 /// written rather than added to, so nothing has to clear it first.
-template <typename X, int T, int V>
+template <typename E, typename X, int T, int V>
 __global__ void __launch_bounds__(kSReadThreads)
     pitSReadScanKernel(const X *__restrict__ x, int M, int K, int cap,
                        int32_t *__restrict__ idx, int32_t *__restrict__ count,
-                       __half *__restrict__ xg) {
+                       E *__restrict__ xg) {
   constexpr int kWarps = kSReadThreads / 32;
   // Two sets of warp totals: a pass writes one while a slow warp may still
   // read the other pass's (a barrier lies between a set's reads and its
@@ -147,7 +144,7 @@ __global__ void __launch_bounds__(kSReadThreads)
   const int b = blockIdx.x, row0 = b * T;
   const int rows = min(T, M - row0);
   int32_t *bidx = idx + size_t(b) * cap;
-  __half *bxg = xg + size_t(b) * cap * T;
+  E *bxg = xg + size_t(b) * cap * T;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   pdlTrigger();
   pdlWait(); // x comes from before
@@ -156,7 +153,7 @@ __global__ void __launch_bounds__(kSReadThreads)
     const int k0 = g + threadIdx.x * V;
     unsigned v[V][T / 2];
     bool any[V];
-    loadColumns<X, T, V>(x, K, row0, rows, k0, v, any);
+    loadColumns<E, X, T, V>(x, K, row0, rows, k0, v, any);
     int mine = 0;
 #pragma unroll
     for (int j = 0; j < V; ++j)
@@ -192,11 +189,11 @@ __global__ void __launch_bounds__(kSReadThreads)
 /// whose warps append to the block's set with one atomic each; count must
 /// be zero. V = kPerLoad<X> (2 fp32 or 4 fp16 columns, one 8-byte load a
 /// row) when K is a multiple of it; V = 1 otherwise.
-template <typename X, int T, int V>
+template <typename E, typename X, int T, int V>
 __global__ void __launch_bounds__(256)
     pitSReadWideKernel(const X *__restrict__ x, int M, int K, int cap,
                        int32_t *__restrict__ idx, int32_t *__restrict__ count,
-                       __half *__restrict__ xg) {
+                       E *__restrict__ xg) {
   const int b = blockIdx.y, row0 = b * T;
   const int rows = min(T, M - row0);
   const int k0 = (blockIdx.x * 256 + threadIdx.x) * V;
@@ -204,7 +201,7 @@ __global__ void __launch_bounds__(256)
   pdlTrigger(); // (launched normally, after the memset of count)
   unsigned v[V][T / 2];
   bool any[V];
-  loadColumns<X, T, V>(x, K, row0, rows, k0, v, any);
+  loadColumns<E, X, T, V>(x, K, row0, rows, k0, v, any);
   // Positions column-major over the warp (all lanes' column j before any
   // lane's column j + 1): the lanes storing column j write consecutive
   // entries, so each store instruction covers one contiguous run of xg.
@@ -220,7 +217,7 @@ __global__ void __launch_bounds__(256)
     first = atomicAdd(count + b, total);
   first = __shfl_sync(0xffffffffu, first, 0);
   int32_t *bidx = idx + size_t(b) * cap;
-  __half *bxg = xg + size_t(b) * cap * T;
+  E *bxg = xg + size_t(b) * cap * T;
   const unsigned below = (1u << lane) - 1u;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
@@ -325,15 +322,13 @@ constexpr size_t pitSmemBytes() {
 /// 90.2-90.6 / 54.4-54.6 / 26.2; docs/GPU.md, "The warpgroup kernel's
 /// copies").
 template <int T, int WM, typename Y, int Stages, bool Sweep = false,
-          int Warps = 4, bool Wg = false>
-__global__ void __launch_bounds__(32 * Warps,
-                                  Wg && Warps == 8           ? 4
-                                  : WM == 32 || Warps == 2 ? 8
-                                                           : 1)
-    pitMatmulKernel(const __half *__restrict__ xg,
-                    const int32_t *__restrict__ idx,
+          int Warps = 4, bool Wg = false, typename E = __half>
+__global__ void __launch_bounds__(32 * Warps, Wg &&Warps == 8          ? 4
+                                              : WM == 32 || Warps == 2 ? 8
+                                                                       : 1)
+    pitMatmulKernel(const E *__restrict__ xg, const int32_t *__restrict__ idx,
                     const int32_t *__restrict__ count, int M, int cap,
-                    const __half *__restrict__ w, int N,
+                    const E *__restrict__ w, int N,
                     const float *__restrict__ bias, Activation act,
                     const float *residual, Y *y, int tiles) {
   static_assert(!Sweep || Stages == 2, "a sweep runs 2 stages");
@@ -357,8 +352,8 @@ __global__ void __launch_bounds__(32 * Warps,
   // the pointers stay known as shared ones.
   unsigned char *smem =
       Wg ? smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u) : smemRaw;
-  __half *ws = reinterpret_cast<__half *>(smem);
-  __half *xs = ws + WRegion;
+  E *ws = reinterpret_cast<E *>(smem);
+  E *xs = ws + WRegion;
   // Wg: the stages' shared-space addresses; its copies and descriptors
   // work on these 32-bit offsets rather than on generic pointers.
   const unsigned wBase = smemAddr(ws), xBase = smemAddr(xs);
@@ -370,7 +365,7 @@ __global__ void __launch_bounds__(32 * Warps,
   // Accumulators (row = output column, col = token) go to ys [T][BN + 4]
   // for the epilogue, over the stages of W (not over those of x).
   constexpr int YS = BN + 4;
-  static_assert(T * YS * sizeof(float) <= WRegion * sizeof(__half),
+  static_assert(T * YS * sizeof(float) <= WRegion * sizeof(E),
                 "the epilogue fits over the stages of W");
   float *ys = reinterpret_cast<float *>(smem);
 
@@ -383,7 +378,7 @@ __global__ void __launch_bounds__(32 * Warps,
   pdlTrigger();
   pdlWait(); // the set, the gathered x and the residual come from before
   const int32_t *bidx = idx + size_t(b) * cap;
-  const __half *bxg = xg + size_t(b) * cap * T;
+  const E *bxg = xg + size_t(b) * cap * T;
 
   // Each thread copies row segments of a fixed column q and rows
   // r0 + i * RSTEP of every chunk; their W row numbers are fetched one
@@ -471,15 +466,16 @@ __global__ void __launch_bounds__(32 * Warps,
   // XORed with the row mod 8: the 128-byte swizzle), x's at xOff in rows
   // of 64 bytes (piece xq XORed with (row / 2) mod 4: the 64-byte
   // swizzle); the other forms in padded rows.
-  auto loadW = [&](int stage, int n0, const int (&rowsOf)[RPT], bool viaL1 = true) {
-    __half *wst = ws + stage * WStage;
+  auto loadW = [&](int stage, int n0, const int(&rowsOf)[RPT],
+                   bool viaL1 = true) {
+    E *wst = ws + stage * WStage;
     const int n = n0 + q * 8;
     // Wg: this thread's columns in each half, and where its copies start.
     bool in[WQ];
 #pragma unroll
     for (int h = 0; h < WQ; ++h)
       in[h] = n + h * 64 < N;
-    const __half *wq = w + (in[0] ? n : 0);
+    const E *wq = w + (in[0] ? n : 0);
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {
       if constexpr (Wg) {
@@ -489,8 +485,7 @@ __global__ void __launch_bounds__(32 * Warps,
         // before's + 128 bytes (an immediate offset), even where it is past
         // N.
         const bool row = rowsOf[i] >= 0;
-        const __half *src =
-            wq + uint64_t(unsigned(max(rowsOf[i], 0))) * unsigned(N);
+        const E *src = wq + uint64_t(unsigned(max(rowsOf[i], 0))) * unsigned(N);
         const unsigned dst = wBase + stage * (WStage * 2) + i * RSTEP * 128 + wOff;
 #pragma unroll
         for (int h = 0; h < WQ; ++h)
@@ -498,7 +493,7 @@ __global__ void __launch_bounds__(32 * Warps,
                     row && in[h] ? 16 : 0);
       } else {
         bool ok = rowsOf[i] >= 0 && n < N;
-        const __half *src = ok ? w + size_t(rowsOf[i]) * N + n : w;
+        const E *src = ok ? w + size_t(rowsOf[i]) * N + n : w;
         copy16(viaL1, wst + (r0 + i * RSTEP) * WS + q * 8, src, ok ? 16 : 0);
       }
     }
@@ -513,7 +508,7 @@ __global__ void __launch_bounds__(32 * Warps,
                 bxg + (ok ? j * T + xq * 8 : 0u), ok ? 16 : 0);
       return;
     }
-    __half *xst = xs + stage * XStage;
+    E *xst = xs + stage * XStage;
 #pragma unroll
     for (int p = tid; p < kBK * NT; p += kThreads) {
       int r = p / NT, qq = p % NT;
@@ -553,16 +548,16 @@ __global__ void __launch_bounds__(32 * Warps,
         const uint64_t b = xStage + kk * (1024 / 16);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          wgmmaM64N32K16(reinterpret_cast<float(&)[16]>(acc[h]),
-                         wStage + (h * kBK * 128 + kk * 2048) / 16, b);
+          wgmmaM64N32K16<E>(reinterpret_cast<float(&)[16]>(acc[h]),
+                            wStage + (h * kBK * 128 + kk * 2048) / 16, b);
       }
       wgmmaCommit();
       wgmmaWait<0>();
       wgmmaFenceOperands(reinterpret_cast<float(&)[32]>(acc));
       return;
     }
-    const __half *wst = ws + stage * WStage;
-    const __half *xst = xs + stage * XStage;
+    const E *wst = ws + stage * WStage;
+    const E *xst = xs + stage * XStage;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       unsigned a[MT][4];
@@ -589,8 +584,8 @@ __global__ void __launch_bounds__(32 * Warps,
       for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
         for (int ni = 0; ni < NT; ++ni)
-          mma16816(acc[mi][ni], a[mi][0], a[mi][1], a[mi][2], a[mi][3],
-                   bf[ni][0], bf[ni][1]);
+          mma16816<E>(acc[mi][ni], a[mi][0], a[mi][1], a[mi][2], a[mi][3],
+                      bf[ni][0], bf[ni][1]);
     }
   };
   auto zero = [&] {
@@ -762,7 +757,9 @@ __global__ void __launch_bounds__(32 * Warps,
   auto epilogueDirect = [&](int n0) {
     if constexpr (Direct) {
       constexpr int SEG = WM / 8; // 16-byte segments of a warp's token row
-      __half *st = ws + warp * WM; // token t's row at st + t * WS
+      // (fp16 outputs over W's first stage, whatever W's 16-bit type.)
+      __half *st = reinterpret_cast<__half *>(ws) +
+                   warp * WM; // token t's row at st + t * WS
       const int nw = n0 + warp * WM;
       float bv[MT][2];
 #pragma unroll
@@ -922,20 +919,21 @@ __global__ void __launch_bounds__(32 * Warps,
   }
 }
 
-template <int T, typename X>
+template <int T, typename E, typename X>
 cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
                         const PitWorkspace &ws, cudaStream_t stream,
                         bool early) {
+  E *xg = static_cast<E *>(ws.xg);
   const unsigned blocks = unsigned(pitBlocks(M, T));
   const int cap = int(pitCapacity(K));
   constexpr int V = kPerLoad<X>;
   // One 8-byte load a row for V columns where K and x allow it.
   const bool loads8 = K % V == 0 && (reinterpret_cast<uintptr_t>(x) & 7) == 0;
   if (sorted)
-    return launchKernel(loads8 ? pitSReadScanKernel<X, T, V>
-                               : pitSReadScanKernel<X, T, 1>,
+    return launchKernel(loads8 ? pitSReadScanKernel<E, X, T, V>
+                               : pitSReadScanKernel<E, X, T, 1>,
                         dim3(blocks), dim3(kSReadThreads), 0, stream, early, x,
-                        int(M), int(K), cap, ws.idx, ws.count, ws.xg);
+                        int(M), int(K), cap, ws.idx, ws.count, xg);
   // (After the memset the kernel launches normally: a programmatic launch
   // overlaps only a kernel before it.)
   cudaError_t e =
@@ -944,21 +942,22 @@ cudaError_t launchSRead(const X *x, int64_t M, int64_t K, bool sorted,
     return e;
   if (loads8) {
     dim3 grid{unsigned((K + 256 * V - 1) / (256 * V)), blocks};
-    pitSReadWideKernel<X, T, V><<<grid, 256, 0, stream>>>(
-        x, int(M), int(K), cap, ws.idx, ws.count, ws.xg);
+    pitSReadWideKernel<E, X, T, V><<<grid, 256, 0, stream>>>(
+        x, int(M), int(K), cap, ws.idx, ws.count, xg);
   } else {
     dim3 grid{unsigned((K + 255) / 256), blocks};
-    pitSReadWideKernel<X, T, 1><<<grid, 256, 0, stream>>>(
-        x, int(M), int(K), cap, ws.idx, ws.count, ws.xg);
+    pitSReadWideKernel<E, X, T, 1><<<grid, 256, 0, stream>>>(
+        x, int(M), int(K), cap, ws.idx, ws.count, xg);
   }
   return cudaGetLastError();
 }
 
-/// One pitMatmul call's operands, passed down the template dispatch.
-template <typename Y> struct MatmulCall {
+/// One pitMatmul call's operands, passed down the template dispatch (E:
+/// W's and the gathered x's 16-bit type).
+template <typename Y, typename E> struct MatmulCall {
   const PitWorkspace &ws;
   int64_t M, K;
-  const __half *w;
+  const E *w;
   int64_t N;
   const float *bias;
   Activation act;
@@ -970,10 +969,10 @@ template <typename Y> struct MatmulCall {
 };
 
 template <int T, int WM, typename Y, int Stages, bool Sweep = false,
-          int Warps = 4, bool Wg = false>
-cudaError_t launchMatmul(const MatmulCall<Y> &c) {
+          int Warps = 4, bool Wg = false, typename E>
+cudaError_t launchMatmul(const MatmulCall<Y, E> &c) {
   constexpr size_t bytes = pitSmemBytes<T, WM, Stages, Sweep, Warps, Wg>();
-  auto *kernel = pitMatmulKernel<T, WM, Y, Stages, Sweep, Warps, Wg>;
+  auto *kernel = pitMatmulKernel<T, WM, Y, Stages, Sweep, Warps, Wg, E>;
   static bool configured = false; // per instantiation
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(
@@ -999,13 +998,13 @@ cudaError_t launchMatmul(const MatmulCall<Y> &c) {
   if constexpr (Wg)
     grid = dim3(unsigned(pitBlocks(c.M, T)), unsigned(outBlocks));
   return launchKernel(kernel, grid, dim3(32 * Warps), bytes, c.stream, c.early,
-                      c.ws.xg, c.ws.idx, c.ws.count, int(c.M),
-                      int(pitCapacity(c.K)), c.w, int(c.N), c.bias, c.act,
-                      c.residual, c.y, tiles);
+                      static_cast<const E *>(c.ws.xg), c.ws.idx, c.ws.count,
+                      int(c.M), int(pitCapacity(c.K)), c.w, int(c.N), c.bias,
+                      c.act, c.residual, c.y, tiles);
 }
 
-template <int T, int WM, typename Y>
-cudaError_t launchMatmulS(const MatmulCall<Y> &c, int stages) {
+template <int T, int WM, typename Y, typename E>
+cudaError_t launchMatmulS(const MatmulCall<Y, E> &c, int stages) {
   // 32-token tiles at 128 columns and the default stages (sweep or not): 2
   // warps of 64 columns, 2 stages. With the set read by ordinary loads
   // (see pitMatmulKernel), on the H200 at 4096^3 10 % faster than 4 warps
@@ -1041,8 +1040,8 @@ cudaError_t launchMatmulS(const MatmulCall<Y> &c, int stages) {
     return launchMatmul<T, WM, Y, 4>(c);
 }
 
-template <int T, typename Y>
-cudaError_t launchMatmulT(const MatmulCall<Y> &c, int columns, int stages) {
+template <int T, typename Y, typename E>
+cudaError_t launchMatmulT(const MatmulCall<Y, E> &c, int columns, int stages) {
   if (columns == 256)
     return launchMatmulS<T, 64>(c, stages);
   return launchMatmulS<T, 32>(c, stages);
@@ -1114,25 +1113,27 @@ int pitSweepTiles(int64_t M, int64_t N, int tile, int multiprocessors) {
   return tiles;
 }
 
-template <typename X>
+template <typename E, typename X>
 cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
                      const PitWorkspace &ws, cudaStream_t stream, bool early) {
   if (M <= 0 || K <= 0)
     return cudaSuccess;
   switch (tile) {
-  case 8: return launchSRead<8>(x, M, K, sorted, ws, stream, early);
-  case 16: return launchSRead<16>(x, M, K, sorted, ws, stream, early);
-  case 32: return launchSRead<32>(x, M, K, sorted, ws, stream, early);
+  case 8:
+    return launchSRead<8, E>(x, M, K, sorted, ws, stream, early);
+  case 16:
+    return launchSRead<16, E>(x, M, K, sorted, ws, stream, early);
+  case 32:
+    return launchSRead<32, E>(x, M, K, sorted, ws, stream, early);
   }
   return cudaErrorInvalidValue;
 }
 
-template <typename Y>
-cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
-                      const __half *w, int64_t N, int tile, const float *bias,
-                      Activation act, const float *residual, Y *y,
-                      cudaStream_t stream, int columns, int stages, bool early,
-                      int sweep) {
+template <typename Y, typename E>
+cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K, const E *w,
+                      int64_t N, int tile, const float *bias, Activation act,
+                      const float *residual, Y *y, cudaStream_t stream,
+                      int columns, int stages, bool early, int sweep) {
   if (M <= 0 || N <= 0)
     return cudaSuccess;
   auto aligned = [](const void *p) {
@@ -1167,8 +1168,9 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
                 : 1;
   if (!columns)
     columns = 128;
-  const MatmulCall<Y> c{ws,       M,      K,     w,    N, bias, act,
-                        residual, y,      stream, early, sweep > 1 ? sweep : 1};
+  const MatmulCall<Y, E> c{ws, M,      K,     w,
+                           N,  bias,   act,   residual,
+                           y,  stream, early, sweep > 1 ? sweep : 1};
   if (wg)
     return columns == 256 ? launchMatmul<32, 32, Y, 2, false, 8, true>(c)
                           : launchMatmul<32, 32, Y, 2, false, 4, true>(c);
@@ -1183,20 +1185,23 @@ cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
   return cudaErrorInvalidValue;
 }
 
-template cudaError_t pitSRead<float>(const float *, int64_t, int64_t, int, bool,
-                                     const PitWorkspace &, cudaStream_t, bool);
-template cudaError_t pitSRead<__half>(const __half *, int64_t, int64_t, int,
-                                      bool, const PitWorkspace &, cudaStream_t,
-                                      bool);
-template cudaError_t pitMatmul<float>(const PitWorkspace &, int64_t, int64_t,
-                                      const __half *, int64_t, int,
-                                      const float *, Activation, const float *,
-                                      float *, cudaStream_t, int, int, bool,
-                                      int);
-template cudaError_t pitMatmul<__half>(const PitWorkspace &, int64_t, int64_t,
-                                       const __half *, int64_t, int,
-                                       const float *, Activation, const float *,
-                                       __half *, cudaStream_t, int, int, bool,
-                                       int);
+#define SPARSEC_PIT_INSTANTIATE(E)                                             \
+  template cudaError_t pitSRead<E, float>(const float *, int64_t, int64_t,     \
+                                          int, bool, const PitWorkspace &,     \
+                                          cudaStream_t, bool);                 \
+  template cudaError_t pitSRead<E, __half>(const __half *, int64_t, int64_t,   \
+                                           int, bool, const PitWorkspace &,    \
+                                           cudaStream_t, bool);                \
+  template cudaError_t pitMatmul<float, E>(                                    \
+      const PitWorkspace &, int64_t, int64_t, const E *, int64_t, int,         \
+      const float *, Activation, const float *, float *, cudaStream_t, int,    \
+      int, bool, int);                                                         \
+  template cudaError_t pitMatmul<__half, E>(                                   \
+      const PitWorkspace &, int64_t, int64_t, const E *, int64_t, int,         \
+      const float *, Activation, const float *, __half *, cudaStream_t, int,   \
+      int, bool, int);
+SPARSEC_PIT_INSTANTIATE(__half)
+SPARSEC_PIT_INSTANTIATE(__nv_bfloat16)
+#undef SPARSEC_PIT_INSTANTIATE
 
 } // namespace sparsec::rt::cuda

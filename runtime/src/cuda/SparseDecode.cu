@@ -456,17 +456,18 @@ __global__ void __launch_bounds__(kThreads)
   addWarpPartials<T, V>(partial, acc, y, d, blockIdx.x * Tile, d);
 }
 
-/// The listed down projection of 3-8 tokens with fp16 rows on tensor cores:
+/// The listed down projection of 3-8 tokens with 16-bit rows (E: fp16 or
+/// bf16) on tensor cores:
 /// y[t, c] += sum over the list's rows j of h[t, j] w[j, c]. A block of
 /// kDownMmaWarps warps owns kDownMmaCols output columns and a contiguous
 /// share of the list (blockIdx.y of gridDim.y); it stages kDownBK rows of w
 /// (those columns) and their h values [row][token] into shared memory with
 /// cp.async, kDownStages chunks in flight, and multiplies with the output
 /// columns as the MMA's M (ldmatrix.trans of the staged rows) and the
-/// tokens as its N; h goes in as two fp16 parts (splitHalf2), so the sum
-/// keeps about 22 bits of h, as the CUDA-core kernel's fp32. Rows past the
-/// share and tokens past M are zero-filled. The block's [M, columns]
-/// partial sums go to y with one float4 atomic per quad, as
+/// tokens as its N; h goes in as parts of E (splitParts), so the sum keeps
+/// about 22 bits of h with fp16 (as the CUDA-core kernel's fp32), 24 with
+/// bf16. Rows past the share and tokens past M are zero-filled. The block's [M,
+/// columns] partial sums go to y with one float4 atomic per quad, as
 /// sparseDownKernel's do. A chunk's row numbers are read one chunk ahead.
 constexpr int kDownMmaWarps = 4;
 constexpr int kDownMmaCols = 32 * kDownMmaWarps; // each warp 32 columns
@@ -475,10 +476,11 @@ constexpr int kDownStages = 3;
 constexpr int kDownWS = kDownMmaCols + 8; // halfs a staged row (ldmatrix rows apart)
 constexpr int kDownHS = 12;               // floats a staged h row (conflict-free reads)
 
+template <typename E>
 __global__ void __launch_bounds__(kDownMmaWarps * 32)
     sparseDownMmaKernel(const float *__restrict__ h, int M, int ldh,
-                        const __half *__restrict__ w, int d, IndexView ix,
-                        float *y, unsigned long long *density) {
+                        const E *__restrict__ w, int d, IndexView ix, float *y,
+                        unsigned long long *density) {
   pdlTrigger();
   pdlWait(); // early launches: the list and h come from the kernels before
   constexpr int kThreadsD = kDownMmaWarps * 32;
@@ -489,7 +491,7 @@ __global__ void __launch_bounds__(kDownMmaWarps * 32)
   constexpr int HSTEP = kThreadsD / 8;
   static_assert(kDownBK * SEGS % kThreadsD == 0 && kDownBK * 8 % kThreadsD == 0,
                 "whole rows per thread");
-  __shared__ __align__(16) __half ws[kDownStages][kDownBK][kDownWS];
+  __shared__ __align__(16) E ws[kDownStages][kDownBK][kDownWS];
   __shared__ __align__(16) float hs[kDownStages][kDownBK][kDownHS];
   static_assert(kMaxTokens == 8, "the tokens are the MMA's n8");
   __shared__ __align__(16) float ys[kMaxTokens][kDownMmaCols + 4];
@@ -567,14 +569,16 @@ __global__ void __launch_bounds__(kDownMmaWarps * 32)
         ldmatrixX4T(a[mi], &ws[st][kk + (lane & 7) + ((lane >> 4) << 3)]
                               [warp * 32 + mi * 16 + ((lane >> 3) & 1) * 8]);
       // B [k][token]: token g, rows kk + 2q, + 1 (b0) and + 8, + 9 (b1).
-      unsigned b0h, b0l, b1h, b1l;
-      splitHalf2(hs[st][kk + 2 * q][g], hs[st][kk + 2 * q + 1][g], b0h, b0l);
-      splitHalf2(hs[st][kk + 2 * q + 8][g], hs[st][kk + 2 * q + 9][g], b1h, b1l);
+      constexpr int P = kSplitParts<E>;
+      unsigned b0[P], b1[P];
+      splitParts<E>(hs[st][kk + 2 * q][g], hs[st][kk + 2 * q + 1][g], b0);
+      splitParts<E>(hs[st][kk + 2 * q + 8][g], hs[st][kk + 2 * q + 9][g], b1);
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        mma16816(acc[mi], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0h, b1h);
-        mma16816(acc[mi], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0l, b1l);
-      }
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int i = 0; i < P; ++i)
+          mma16816<E>(acc[mi], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0[i],
+                      b1[i]);
     }
   }
   cpAsyncWait<0>();
@@ -1023,7 +1027,8 @@ __global__ void __launch_bounds__(kThreads)
   base.end(init);
 }
 
-/// Listed up projection of 3-8 tokens with fp16 weights on tensor cores:
+/// Listed up projection of 3-8 tokens with 16-bit weights (E: fp16 or
+/// bf16) on tensor cores:
 /// the listed rows go 16 at a time to the blocks (group r of the list: block
 /// r % grid), mmaRows16 computes their products with every token's x (each
 /// x chunk read once for 16 rows; sparseUpKernel reads x from shared memory
@@ -1031,9 +1036,10 @@ __global__ void __launch_bounds__(kThreads)
 /// tokens), and the first warp writes h[t, j] as sparseUpKernel does (bias,
 /// ReLU, the token's own mask row, `list` where asked). The base for the
 /// down projection as in sparseUpKernel.
+template <typename E>
 __global__ void __launch_bounds__(kMmaWarps * 32)
     sparseUpMmaKernel(const float *__restrict__ x, int M,
-                      const __half *__restrict__ wt, int d,
+                      const E *__restrict__ wt, int d,
                       const float *__restrict__ bias, IndexView ix, bool relu,
                       float *h, int ldh, RowsInit init, int32_t *list,
                       int32_t *count, const uint8_t *tokenMask) {
@@ -1841,18 +1847,18 @@ cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
                                      ldh, init, list, count, tokenMask);
         return e != cudaSuccess ? e : cudaGetLastError();
       });
-    // 3-8 tokens over a list: tensor cores (fp16 rows, 16-byte aligned;
-    // bfloat16 rows take sparseUpKernel).
-    if constexpr (std::is_same_v<W, __half>)
+    // 3-8 tokens over a list: tensor cores (fp16 or bf16 rows, 16-byte
+    // aligned).
+    if constexpr (sizeof(W) == 2)
       if (tokens >= kMmaMinTokens && tokens <= kMaxTokens && ix.list &&
           ix.count && fast && d % 32 == 0) {
         const int groups = (capacity + kMmaRows - 1) / kMmaRows;
         const int blocks =
-            residentWave(sparseUpMmaKernel, kMmaWarps * 32, 0, groups);
-        cudaError_t e =
-            launchKernel(sparseUpMmaKernel, dim3(blocks), dim3(kMmaWarps * 32),
-                         0, stream, early, x, tokens, wt, d, bias, ix, relu, h,
-                         ldh, init, list, count, tokenMask);
+            residentWave(sparseUpMmaKernel<W>, kMmaWarps * 32, 0, groups);
+        cudaError_t e = launchKernel(sparseUpMmaKernel<W>, dim3(blocks),
+                                     dim3(kMmaWarps * 32), 0, stream, early, x,
+                                     tokens, wt, d, bias, ix, relu, h, ldh,
+                                     init, list, count, tokenMask);
         return e != cudaSuccess ? e : cudaGetLastError();
       }
   }
@@ -1894,8 +1900,8 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
   constexpr int V = Vec<W>::N;
   const int capacity = ix.neurons;
   bool fast = aligned(w, d);
-  if constexpr (std::is_same_v<W, __half>) {
-    // 3-8 tokens over a list: tensor cores (fp16 rows, 16-byte aligned, y
+  if constexpr (sizeof(W) == 2) {
+    // 3-8 tokens over a list: tensor cores (16-bit rows, 16-byte aligned, y
     // aligned for float4 atomics). About four blocks an SM in all, at
     // least 64 rows of the capacity a block.
     if (tokens >= kMmaMinTokens && tokens <= kMaxTokens && ix.list &&
@@ -1905,7 +1911,7 @@ cudaError_t sparseDown(const float *h, int tokens, int ldh, const W *w, int d,
           splits > 0 ? splits
                      : std::max(1, std::min((capacity + 63) / 64,
                                             4 * multiprocessorCount() / tiles));
-      cudaError_t e = launchKernel(sparseDownMmaKernel, dim3(tiles, s),
+      cudaError_t e = launchKernel(sparseDownMmaKernel<W>, dim3(tiles, s),
                                    dim3(kDownMmaWarps * 32), 0, stream, early,
                                    h, tokens, ldh, w, d, ix, y, density);
       return e != cudaSuccess ? e : cudaGetLastError();

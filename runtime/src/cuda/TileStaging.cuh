@@ -14,7 +14,11 @@
 #ifndef SPARSEC_RUNTIME_CUDA_TILESTAGING_CUH
 #define SPARSEC_RUNTIME_CUDA_TILESTAGING_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <type_traits>
 
 namespace sparsec::rt::cuda {
 
@@ -77,7 +81,7 @@ __device__ __forceinline__ void ldmatrixX2T(unsigned (&r)[2], const void *p) {
 }
 
 /// Hopper's warpgroup MMAs (sm_90a): shared-memory matrix descriptors and
-/// wgmma.mma_async, m64n32k16, fp16 in, fp32 accumulate, both operands
+/// wgmma.mma_async, m64n32k16, fp16 or bf16 in, fp32 accumulate, both operands
 /// MN-major (transposed) in shared memory. Compiled for sm_90a only; other
 /// targets trap (callers check pitWarpgroupMma() on the host).
 constexpr uint64_t kSwizzle128 = 1, kSwizzle64 = 2;
@@ -120,27 +124,35 @@ template <int N> __device__ __forceinline__ void wgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
-/// d [64 x 32] += a [64 x 16] . b [16 x 32]; thread 32 w + l of the
+/// d [64 x 32] += a [64 x 16] . b [16 x 32], E (__half or __nv_bfloat16)
+/// the type of both operands; thread 32 w + l of the
 /// warpgroup holds rows 16 w + l / 4 (+ 8) of d, register 4 j + r column
 /// 8 j + 2 (l % 4) + r % 2 (+ 8 rows for r >= 2).
+#define SPARSEC_WGMMA_M64N32K16(TYPE)                                          \
+  asm volatile(                                                                \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                               \
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " "          \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, "     \
+      "%15}, %16, %17, p, 1, 1, 1, 1;\n}\n"                                    \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]),            \
+        "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),            \
+        "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),       \
+        "+f"(d[15])                                                            \
+      : "l"(a), "l"(b))
+template <typename E = __half>
 __device__ __forceinline__ void wgmmaM64N32K16(float (&d)[16], uint64_t a,
                                                uint64_t b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "%16, %17, p, 1, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]),
-        "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),
-        "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-        "+f"(d[15])
-      : "l"(a), "l"(b));
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    SPARSEC_WGMMA_M64N32K16("bf16");
+  else
+    SPARSEC_WGMMA_M64N32K16("f16");
 #else
   (void)d, (void)a, (void)b;
   __trap(); // built for sm_90a only (pitWarpgroupMma)
 #endif
 }
+#undef SPARSEC_WGMMA_M64N32K16
 
 } // namespace sparsec::rt::cuda
 

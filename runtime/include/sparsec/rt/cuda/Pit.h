@@ -11,7 +11,8 @@
 //
 //   pitSRead   flags every column with a non-zero in a token block's rows,
 //              compacts the flagged columns into idx and gathers their
-//              values as fp16 into xg [block][j][tile] (k-major, so the
+//              values, rounded to W's 16-bit type (fp16 or bf16), into
+//              xg [block][j][tile] (k-major, so the
 //              compute kernel stages them with 16-byte copies). Default:
 //              a wide grid (token block x 256 columns) whose warps append
 //              with one atomic each (any order, the same set); `sorted`
@@ -25,7 +26,8 @@
 //              (whole row segments of the k-major W [K, N]) and the
 //              matching xg rows in shared memory, zero-filling past the
 //              set (with 2 stages a set of up to 2 chunks is copied at
-//              once); mma.sync m16n8k16 (fp16 in, fp32 accumulation) through
+//              once); mma.sync m16n8k16 (fp16 or bf16 in, fp32
+//              accumulation) through
 //              ldmatrix (4 warps of 32 columns; at 32-token tiles with the
 //              default pipeline 2 warps of 64); the epilogue goes through
 //              shared memory so every
@@ -51,9 +53,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <string>
 
 namespace sparsec::rt::cuda {
 
@@ -71,11 +74,12 @@ inline int64_t pitCapacity(int64_t K) {
   return (K + kPitChunk - 1) / kPitChunk * kPitChunk;
 }
 /// Device buffers one PIT matmul needs: idx [blocks, capacity] int32,
-/// count [blocks] int32, xg [blocks, capacity, tile] fp16.
+/// count [blocks] int32, xg [blocks, capacity, tile] of 16-bit values in
+/// W's type (__half or __nv_bfloat16: pitSRead's E).
 struct PitWorkspace {
   int32_t *idx = nullptr;
   int32_t *count = nullptr;
-  __half *xg = nullptr;
+  void *xg = nullptr;
 };
 size_t pitIdxBytes(int64_t M, int64_t K, int tile);
 size_t pitCountBytes(int64_t M, int tile);
@@ -88,15 +92,19 @@ size_t pitGatherBytes(int64_t M, int64_t K, int tile);
 bool pitSupported(int64_t M, int64_t K, int64_t N, int tile, const void *w);
 
 /// SRead: builds ws.idx / ws.count / ws.xg from x [M, K] (X: float or
-/// __half). Rows past M count as zero. With `early` a sorted SRead is a
+/// __half), the gathered values rounded to nearest even in E, the type of
+/// the W that pitMatmul then multiplies (__half, the default, or
+/// __nv_bfloat16: pitSRead<__nv_bfloat16>(x, ...)). Rows past M count as
+/// zero. With `early` a sorted SRead is a
 /// programmatic dependent launch (docs/GPU.md): its launch overlaps the
 /// kernel before it, and it waits for that kernel before reading x.
-template <typename X>
+template <typename E = __half, typename X>
 cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
                      const PitWorkspace &ws, cudaStream_t stream,
                      bool early = false);
 
-/// y [M, N] = act(xg . W[idx] + bias) + residual, W [K, N] fp16, bias [N]
+/// y [M, N] = act(xg . W[idx] + bias) + residual, W [K, N] of E (__half
+/// or __nv_bfloat16, the type pitSRead gathered xg in), bias [N]
 /// fp32 or null, residual [M, N] fp32 or null (may alias y only when Y is
 /// float). Y: float or __half. `columns` (128 or 256) is the output columns
 /// per block; 0 picks 128. `stages` (2 to 4) is the depth
@@ -116,9 +124,9 @@ cudaError_t pitSRead(const X *x, int64_t M, int64_t K, int tile, bool sorted,
 /// each output block, after the previous one's epilogue). 1: no sweep.
 /// 0 (the default): pitSweepTiles' choice where `columns` is 0 or 128 and
 /// `stages` 0 (none for the warpgroup-MMA default), no sweep otherwise.
-template <typename Y>
-cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K,
-                      const __half *w, int64_t N, int tile, const float *bias,
+template <typename Y, typename E>
+cudaError_t pitMatmul(const PitWorkspace &ws, int64_t M, int64_t K, const E *w,
+                      int64_t N, int tile, const float *bias,
                       ops::Activation act, const float *residual, Y *y,
                       cudaStream_t stream, int columns = 0, int stages = 0,
                       bool early = false, int sweep = 0);

@@ -17,7 +17,8 @@
 //                     set. Wt is the neuron-major up projection [F, d]: one
 //                     contiguous row per selected neuron, read with 16-byte
 //                     loads by one warp; over a list with 3-8 tokens of
-//                     fp16 rows, 16 rows a block on tensor cores instead.
+//                     fp16 or bf16 rows, 16 rows a block on tensor cores
+//                     instead.
 //   sparseDown        y[t, :] += sum over j in the set of h[t, j] * W[j, :]
 //                     W is the down projection [F, d] (neuron-major too):
 //                     whole 512-byte row segments per warp, fp32 partial sums
@@ -31,7 +32,8 @@
 // before sparseDown can write its base (RowsInit), so a step needs no
 // memset or fill kernel.
 //
-// Weights are fp16 (`__half`) or fp32; activations and accumulation are fp32.
+// Weights are fp16 (`__half`), bf16 (`__nv_bfloat16`) or fp32; activations
+// and accumulation are fp32.
 // Everything stays on the device, so a step needs no host round trip and can
 // be captured in a CUDA graph. Token counts up to kMaxTokens (decode
 // batches) are handled in one pass over the weights.
@@ -73,7 +75,7 @@ struct IndexView {
   int32_t *count = nullptr;
   /// The set (its list and count) was complete when the kernels that read
   /// it started, not written by the kernel just before them: an early
-  /// launch of the listed sparseUp (1-2 tokens, fp16 rows of 2048-8192)
+  /// launch of the listed sparseUp (1-2 tokens, 16-bit rows of 2048-8192)
   /// and sparseDown (CUDA cores) then reads the set and requests its first
   /// rows before its wait, while the kernel before it still runs. Such as a
   /// look-ahead predictor on a branch of the step's graph, joined in front
@@ -128,7 +130,7 @@ cudaError_t indexFromGate(const float *h, int tokens, bool positive,
 /// `count` are given (F and 1 ints), the set as one list (IndexView::list).
 /// `tokenMask` (or null): [tokens, F] bytes; h[t, j] is 0 where it is 0
 /// (each token keeps its own predicted neurons within the batch's union).
-/// W: __half or float.
+/// W: __half, __nv_bfloat16 or float.
 template <typename W>
 cudaError_t sparseUp(const float *x, int tokens, const W *wt, int d,
                      const float *bias, IndexView ix, bool relu, float *h,
@@ -153,7 +155,7 @@ void setUpKernel(UpKernel kernel, int blocksPerSM = 0);
 /// selected rows of one column tile (0: chosen from the multiprocessor
 /// count). `density` (or null): two device counters that get += |ix| *
 /// tokens (the (token, neuron) pairs computed) and F * tokens (what a dense
-/// kernel computes). 3-8 tokens over a list with fp16 rows (16-byte
+/// kernel computes). 3-8 tokens over a list with 16-bit rows (16-byte
 /// aligned, y too) run on tensor cores (the sums' order differs from the
 /// CUDA-core kernel's; both add in a varying order through atomics).
 template <typename W>
