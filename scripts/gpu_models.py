@@ -532,7 +532,7 @@ def build(args):
             [args.nvcc, "-std=c++17", "-O3"] + arch +
             ["-I", inc, os.path.join(d, "model.cu"),
              os.path.join(lib, "libsparsec_runtime_cuda.a"),
-             os.path.join(lib, "libsparsec_runtime.a"), "-lcublas", "-lpthread", "-o",
+             os.path.join(lib, "libsparsec_runtime.a"), "-lcublas", "-lcublasLt", "-lpthread", "-o",
              os.path.join(d, "model")])))
     for name, p in procs:
         if p.wait() != 0:

@@ -111,7 +111,7 @@ def build_all(args, names):
             [args.nvcc, "-std=c++17", "-O3"] + arch +
             ["-I", inc, os.path.join(d, "model.cu"),
              os.path.join(args.lib, "libsparsec_runtime_cuda.a"),
-             os.path.join(args.lib, "libsparsec_runtime.a"), "-lcublas", "-lpthread",
+             os.path.join(args.lib, "libsparsec_runtime.a"), "-lcublas", "-lcublasLt", "-lpthread",
              "-o", os.path.join(d, "model")], stderr=subprocess.DEVNULL)))
     for n, p in procs:
         if p.wait() != 0:

@@ -715,7 +715,7 @@ def cmd_bench(args):
         procs.append(subprocess.Popen(
             [args.nvcc, "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90", "-I", inc,
              os.path.join(d, "model.cu"), os.path.join(lib, "libsparsec_runtime_cuda.a"),
-             os.path.join(lib, "libsparsec_runtime.a"), "-lcublas", "-lpthread", "-o",
+             os.path.join(lib, "libsparsec_runtime.a"), "-lcublas", "-lcublasLt", "-lpthread", "-o",
              os.path.join(d, "model")]))
     for p in procs:
         p.wait()

@@ -456,10 +456,21 @@ LogicalResult buildCuda(const std::string &source, const std::string &binary,
     nvcc = *found;
   }
   llvm::SmallVector<llvm::StringRef> args{
-      nvcc, "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90",
-      "-gencode=arch=compute_90,code=compute_90", "-I",
-      SPARSEC_RUNTIME_INCLUDE_DIR, source, SPARSEC_RUNTIME_CUDA_LIBRARY,
-      SPARSEC_RUNTIME_LIBRARY, "-lcublas", "-lpthread", "-o", binary};
+      nvcc,
+      "-std=c++17",
+      "-O3",
+      "-gencode=arch=compute_90,code=sm_90",
+      "-gencode=arch=compute_90,code=compute_90",
+      "-I",
+      SPARSEC_RUNTIME_INCLUDE_DIR,
+      source,
+      SPARSEC_RUNTIME_CUDA_LIBRARY,
+      SPARSEC_RUNTIME_LIBRARY,
+      "-lcublas",
+      "-lcublasLt",
+      "-lpthread",
+      "-o",
+      binary};
   std::string err;
   int rc = llvm::sys::ExecuteAndWait(nvcc, args, std::nullopt, {}, 0, 0, &err);
   if (rc != 0) {

@@ -424,6 +424,11 @@ Device *device(Context &ctx) {
                    p);
     setUpKernel(row ? UpKernel::kWarpPerRow : UpKernel::kAuto);
   }
+  // SPARSEC_CUDA_FUSED_EPILOGUE=0: the prompt GEMMs' bias and ReLU in a
+  // kernel of their own after the GEMM (by default cuBLASLt computes them
+  // inside it).
+  if (const char *p = std::getenv("SPARSEC_CUDA_FUSED_EPILOGUE"))
+    d->fuseEpilogue = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_NORM_FUSE"))
     d->fuseNorms = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_GATED_FUSE"))

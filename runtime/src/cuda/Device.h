@@ -13,6 +13,7 @@
 
 #include "Switches.h"
 #include "sparsec/rt/Runtime.h"
+#include "sparsec/rt/cuda/LtGemm.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -134,7 +135,11 @@ struct Device : Context::Backend {
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
-  DeviceBuffer blasWorkspace;
+  DeviceBuffer blasWorkspace; // cuBLAS's, shared with `lt` (one stream)
+  /// The prompt GEMMs' bias and ReLU inside the GEMM (cuBLASLt's
+  /// epilogues); SPARSEC_CUDA_FUSED_EPILOGUE=0: a separate kernel.
+  LtGemm lt;
+  bool fuseEpilogue = true;
   std::vector<void *> weights; // one device copy per weight segment
   std::vector<DeviceBuffer> slots;
   std::vector<DeviceBuffer> uploads;

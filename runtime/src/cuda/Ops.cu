@@ -420,18 +420,30 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
     });
     return launched(ctx, "gemv");
   }
-  // cuBLAS is column-major: y^T [N, M] = op(w)^T [N, K] . x^T [K, M];
-  // a residual is copied to y first and accumulated onto (beta = 1).
+  // cuBLAS is column-major: y^T [N, M] = op(w)^T [N, K] . x^T [K, M].
   const float one = 1.0f, zero = 0.0f;
   const float *beta = residual ? &one : &zero;
-  if (residual && residual != y && d.launching() &&
-      !check(ctx,
-             cudaMemcpyAsync(y, residual, sizeof(float) * size_t(M * N),
-                             cudaMemcpyDeviceToDevice, d.stream),
-             "residual"))
-    return false;
   cublasOperation_t opW = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = int(transposed ? K : N);
+  // The bias, ReLU and residual inside the GEMM (cuBLASLt's epilogue, the
+  // residual read as its C) where LtGemm takes them; false (nothing
+  // launched) sends the call down the unfused path: the residual copied
+  // to y and accumulated onto (beta = 1), the GEMM, then epilogueKernel.
+  auto fused = [&](const void *in, cudaDataType_t type) {
+    if (!d.fuseEpilogue || !ltFuses(bias, act, residual))
+      return false;
+    ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
+    return d.lt.matmul(d.stream, in, w.data, type, transposed, M, K, N, bias,
+                       act, residual, y, d.blasWorkspace.ptr,
+                       d.blasWorkspace.bytes) == CUBLAS_STATUS_SUCCESS;
+  };
+  auto copyResidual = [&] {
+    return !residual || residual == y ||
+           check(ctx,
+                 cudaMemcpyAsync(y, residual, sizeof(float) * size_t(M * N),
+                                 cudaMemcpyDeviceToDevice, d.stream),
+                 "residual");
+  };
   if (half) {
     // x rounded to the weights' 16-bit type, fp32 accumulation.
     if (!d.ensure(ctx, d.halfInput, sizeof(__half) * size_t(M * K),
@@ -445,6 +457,10 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
               : toHalf(ctx, d, x, static_cast<__half *>(xh), M * K)))
       return false;
     const cudaDataType_t type = halfDataType(w.dtype);
+    if (fused(xh, type))
+      return true;
+    if (!copyResidual())
+      return false;
     ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
     if (!checkBlas(ctx,
                    cublasGemmEx(d.blas, opW, CUBLAS_OP_N, int(N), int(M),
@@ -456,6 +472,10 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
   } else {
     if (!d.launching())
       return true;
+    if (fused(x, CUDA_R_32F))
+      return true;
+    if (!copyResidual())
+      return false;
     ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
     if (!checkBlas(ctx,
                    cublasSgemm(d.blas, opW, CUBLAS_OP_N, int(N), int(M), int(K),
