@@ -211,6 +211,8 @@ struct World {
   bool device = false;
   bool keepsPicks = true; // the device honours Context::argmaxAlso
   bool leaky = false;      // attention also sees masked entries
+  float decodeNoise = 0;   // decode steps' logits scaled by 1 + this
+  bool bf16 = false;       // the run binds bfloat16 weights
   Trace trace;
 };
 World *world = nullptr;
@@ -250,6 +252,7 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
     ++world->trace.positionChecks;
   }
   ++world->trace.runs;
+  ctx.bf16Weights |= world->bf16;
   if (ctx.warmup)
     world->trace.warmups.emplace_back(n, past);
   const bool picksIn = d && ids.data == d->picks.data() && d->picked;
@@ -318,8 +321,12 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
         const int64_t next =
             nextToken(keySum, valueSum, count, idv[b * n + i]);
         float *row = logits.data() + (b * n + i) * kVocab;
+        // (A decode step's rounding differs from the prompt's: all its
+        // logits by a factor, which keeps their order.)
+        const float factor =
+            n == 1 && past > 0 ? 1.0f + world->decodeNoise : 1.0f;
         for (int64_t t = 0; t < kVocab; ++t)
-          row[t] = -float((t - next + kVocab) % kVocab);
+          row[t] = -float((t - next + kVocab) % kVocab) * factor;
         if (pickRows)
           (*pickRows)[size_t(b * n + i)] = next;
       }
@@ -469,6 +476,8 @@ protected:
     w.device = device;
     w.keepsPicks = keepsPicks;
     w.leaky = leaky;
+    w.decodeNoise = decodeNoise;
+    w.bf16 = bf16Weights;
     ModelDesc desc{};
     desc.name = "toy";
     desc.numInputs = withPositions ? 5 : 4;
@@ -515,6 +524,8 @@ protected:
   int64_t positions = 0;
   /// Whether the toy takes position_ids (checked against the mask).
   bool withPositions = false;
+  float decodeNoise = 0; // World::decodeNoise of the next generate()
+  bool bf16Weights = false;
 };
 
 std::string bytesOf(const std::vector<int64_t> &ids) {
@@ -648,6 +659,35 @@ TEST_F(GenerateTest, FailedCheckFallsBackToTheHostCacheOnce) {
     EXPECT_EQ(w.trace.pickInputs, ahead ? 1 : 0);
     EXPECT_NE(dev.err.find("8 new;"), std::string::npos) << dev.err;
   }
+}
+
+TEST_F(GenerateTest, CacheCheckAllowsForBfloat16Rounding) {
+  // Decode steps whose logits differ from the prompt run's by 0.4 % of the
+  // largest (as bfloat16 weights' prompt GEMMs, which round their inputs
+  // to 8 bits, differ from the decode GEMVs): with bf16 weights the device
+  // cache passes the check (within 1e-2); without, it fails it (1e-3) and
+  // the cache goes through host memory. The same bytes either way.
+  const std::vector<std::string> args = {"--prompt", "sparse",
+                                         "--max-new-tokens", "8"};
+  decodeNoise = 4e-3f;
+  bf16Weights = true;
+  MainResult bf = generate(/*device=*/true, /*ahead=*/false, args);
+  ASSERT_EQ(bf.status, 0) << bf.err;
+  EXPECT_EQ(bf.err.find("does not ignore"), std::string::npos) << bf.err;
+  EXPECT_EQ(w.trace.runs, 2 + 7); // the prompt, the check, 7 decode steps
+  bf16Weights = false;
+  MainResult strict = generate(/*device=*/true, /*ahead=*/false, args);
+  ASSERT_EQ(strict.status, 0) << strict.err;
+  EXPECT_NE(strict.err.find("does not ignore"), std::string::npos)
+      << strict.err;
+  EXPECT_EQ(strict.out, bf.out);
+  // Past bf16's allowance too, the check fails with bf16 weights.
+  decodeNoise = 2e-2f;
+  bf16Weights = true;
+  MainResult far = generate(/*device=*/true, /*ahead=*/false, args);
+  ASSERT_EQ(far.status, 0) << far.err;
+  EXPECT_NE(far.err.find("does not ignore"), std::string::npos) << far.err;
+  EXPECT_EQ(far.out, bf.out);
 }
 
 TEST_F(GenerateTest, SamplingNeverLaunchesAhead) {

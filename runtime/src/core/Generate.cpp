@@ -691,7 +691,15 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           diff = std::max(diff, std::fabs(reference[i] - lastLogits[i]));
           scale = std::max(scale, std::fabs(reference[i]));
         }
-        if (!(diff <= 1e-3f * scale)) {
+        // Within 1e-3 of the largest logit; 1e-2 with bfloat16 weights,
+        // whose prompt GEMMs round their inputs to 8 bits while the check's
+        // decode GEMVs keep fp32 (opt-byte-s: 3-4.4e-3 of its 13, where
+        // fp16 weights stay within 1e-3). An export whose attention reads
+        // the padded entries mixes them into every head's output, which
+        // moves the logits by more than that unless the padding is a few
+        // entries behind a long prompt.
+        const float tolerance = ctx.bf16Weights ? 1e-2f : 1e-3f;
+        if (!(diff <= tolerance * scale)) {
           std::fprintf(stderr,
                        "[generate] this export's attention does not ignore "
                        "masked past entries (logits differ by %g): the cache "

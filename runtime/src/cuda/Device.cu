@@ -87,6 +87,12 @@ Device::~Device() {
                    r.weightUploads - b.weightUploads, r.uploadsUs - b.uploadsUs,
                    r.blasCalls - b.blasCalls, r.blasUs - b.blasUs);
     }
+    if (fusedEpilogues + separateEpilogues > 0)
+      std::fprintf(stderr,
+                   "sparsec cuda profile: prompt GEMMs with a bias, ReLU or "
+                   "residual: %d with it inside (cuBLASLt, %zu plans), %d "
+                   "after the GEMM (a copy or a kernel of its own)\n",
+                   fusedEpilogues, lt.plans(), separateEpilogues);
     const HybridTimes &h = hybrid;
     if (h.steps > 0)
       std::fprintf(stderr,
@@ -483,6 +489,7 @@ Tensor weight(Context &ctx, uint32_t index, DType dtype, int rank,
   t.rank = rank;
   for (int i = 0; i < rank; ++i)
     t.shape[i] = shape[i];
+  ctx.bf16Weights |= dtype == DType::bf16;
   auto *d = static_cast<Device *>(ctx.backend.get());
   if (!d || !ctx.weights || index >= d->weights.size())
     return t;

@@ -140,6 +140,9 @@ struct Device : Context::Backend {
   /// epilogues); SPARSEC_CUDA_FUSED_EPILOGUE=0: a separate kernel.
   LtGemm lt;
   bool fuseEpilogue = true;
+  /// Prompt GEMMs (eager runs and captures; not replays) whose epilogue ran
+  /// inside them, and after them (SPARSEC_CUDA_PROFILE reports both).
+  int fusedEpilogues = 0, separateEpilogues = 0;
   std::vector<void *> weights; // one device copy per weight segment
   std::vector<DeviceBuffer> slots;
   std::vector<DeviceBuffer> uploads;

@@ -433,9 +433,11 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
     if (!d.fuseEpilogue || !ltFuses(bias, act, residual))
       return false;
     ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
-    return d.lt.matmul(d.stream, in, w.data, type, transposed, M, K, N, bias,
-                       act, residual, y, d.blasWorkspace.ptr,
-                       d.blasWorkspace.bytes) == CUBLAS_STATUS_SUCCESS;
+    const bool ran = d.lt.matmul(d.stream, in, w.data, type, transposed, M, K,
+                                 N, bias, act, residual, y, d.blasWorkspace.ptr,
+                                 d.blasWorkspace.bytes) == CUBLAS_STATUS_SUCCESS;
+    d.fusedEpilogues += ran;
+    return ran;
   };
   auto copyResidual = [&] {
     return !residual || residual == y ||
@@ -484,6 +486,7 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
                    "cublasSgemm"))
       return false;
   }
+  d.separateEpilogues += bias || act != Activation::none || residual;
   if (bias || act != Activation::none) {
     epilogueKernel<<<blocksFor(M * N), kBlock, 0, d.stream>>>(y, M * N, int(N),
                                                               bias, act);

@@ -362,6 +362,11 @@ struct Context {
   bool launchAhead = false;
   /// Runs a device backend has started (a run's id for finishStep).
   int64_t runs = 0;
+  /// A run bound bfloat16 weights (the CUDA backend sets it): its prompt
+  /// GEMMs round their inputs to bfloat16's 8 bits where the decode GEMVs
+  /// keep fp32, so `generate`'s check of the device cache (a prompt token
+  /// re-run as a decode step) allows for bf16 rounding.
+  bool bf16Weights = false;
   /// The run only warms up (weight uploads, buffers, libraries' first
   /// calls at its shapes): a device backend runs it eagerly and does not
   /// count it as a sighting of its shapes when it decides which steps to
