@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "sparsec/rt/cuda/DenseDecode.h"
+#include "sparsec/rt/cuda/LtGemm.h"
 
 #include "CudaTest.h"
 
@@ -44,6 +45,99 @@ void report(bool ok, const char *line, double err) {
   (ok ? passes : failures)++;
 }
 
+
+/// LtGemm against a double product: y [M, N] = act(x [M, K] . op(W) +
+/// bias) + residual, W [K, N] or (`transposed`) [N, K] of W's type, x
+/// rounded to it beforehand (as the runtime does), so the products are
+/// exact and only fp32 accumulation separates the two. `residual`: 0
+/// none (y starts as NaN: every entry must be written), 1 in a buffer of
+/// its own, 2 in y itself (read in place).
+template <typename W>
+void ltCase(int M, int K, int N, bool transposed, bool withBias, bool relu,
+            int residual, std::mt19937 &rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<W> x(size_t(M) * K), w(size_t(N) * K);
+  for (W &v : x)
+    v = fromFloat<W>(g(rng));
+  for (W &v : w)
+    v = fromFloat<W>(g(rng) / std::sqrt(float(K)));
+  std::vector<float> bias(N), res(size_t(M) * N);
+  for (float &v : bias)
+    v = g(rng);
+  for (float &v : res)
+    v = g(rng);
+  // W's element (k, n) in either layout.
+  auto wAt = [&](int k, int n) {
+    return double(toFloat(transposed ? w[size_t(n) * K + k] : w[size_t(k) * N + n]));
+  };
+  W *dx = upload(x), *dw = upload(w);
+  float *db = upload(bias), *dres = upload(res);
+  std::vector<float> y0 = residual == 2 ? res
+                                        : std::vector<float>(res.size(), NAN);
+  float *dy = upload(y0);
+  const size_t wsBytes = size_t(32) << 20;
+  void *ws = nullptr;
+  CHECK_CUDA(cudaMalloc(&ws, wsBytes));
+  const cudaDataType_t type = std::is_same_v<W, float>    ? CUDA_R_32F
+                              : std::is_same_v<W, __half> ? CUDA_R_16F
+                                                          : CUDA_R_16BF;
+  LtGemm lt;
+  const cublasStatus_t status = lt.matmul(
+      nullptr, dx, dw, type, transposed, M, K, N, withBias ? db : nullptr,
+      relu ? ops::Activation::relu : ops::Activation::none,
+      residual == 1 ? dres : residual == 2 ? dy : nullptr, dy, ws, wsBytes);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> y = download(dy, size_t(M) * N);
+  double err = 0, scale = 1;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = withBias ? bias[size_t(n)] : 0.0;
+      for (int k = 0; k < K; ++k)
+        s += double(toFloat(x[size_t(m) * K + k])) * wAt(k, n);
+      if (relu)
+        s = std::max(s, 0.0);
+      if (residual)
+        s += res[size_t(m) * N + n];
+      err = worse(err, std::fabs(s - y[size_t(m) * N + n]));
+      scale = std::max(scale, std::fabs(s));
+    }
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "LtGemm %s M=%d K=%d N=%d transposed=%d bias=%d relu=%d "
+                "residual=%s status=%d",
+                typeName<W>(), M, K, N, transposed, withBias, relu,
+                residual == 0 ? "none" : residual == 1 ? "own" : "in place",
+                int(status));
+  report(status == CUBLAS_STATUS_SUCCESS &&
+             err <= 1e-5 * scale * std::sqrt(double(K)) / 8 + 1e-5,
+         line, err);
+  for (void *p : {(void *)dx, (void *)dw, (void *)db, (void *)dres, (void *)dy,
+                  ws})
+    cudaFree(p);
+}
+
+/// LtGemm refuses (NOT_SUPPORTED, nothing launched, y untouched) what its
+/// epilogues do not compute: GELU, an activation before a residual, and a
+/// GEMM with no epilogue at all (the plain cuBLAS call serves those).
+void ltRefusals() {
+  std::vector<float> y0(64, 3.0f), ones(64, 1.0f);
+  float *dy = upload(y0), *d1 = upload(ones);
+  LtGemm lt;
+  auto call = [&](const float *bias, ops::Activation act, const float *res) {
+    return lt.matmul(nullptr, d1, d1, CUDA_R_32F, false, 8, 8, 8, bias, act,
+                     res, dy, nullptr, 0);
+  };
+  const bool ok = call(d1, ops::Activation::gelu, nullptr) ==
+                      CUBLAS_STATUS_NOT_SUPPORTED &&
+                  call(nullptr, ops::Activation::relu, d1) ==
+                      CUBLAS_STATUS_NOT_SUPPORTED &&
+                  call(nullptr, ops::Activation::none, nullptr) ==
+                      CUBLAS_STATUS_NOT_SUPPORTED &&
+                  lt.plans() == 0 && download(dy, 64) == y0;
+  report(ok, "LtGemm refuses GELU, ReLU before a residual, no epilogue", 0.0);
+  cudaFree(dy);
+  cudaFree(d1);
+}
 
 /// `offset` elements in front of x and w make them (and, with odd K, their
 /// rows) miss 16-byte alignment: the element-load kernel. `early`: x is
@@ -928,7 +1022,7 @@ int main() {
   attentionNaNCase(5, 2, rng);
   attentionNaNCase(500, 300, rng);
   // bfloat16 weights: decode GEMVs of 1-8 tokens (from 3 on tensor cores,
-  // x in two bf16 parts; offset 1: CUDA cores), element loads, the early
+  // x in three bf16 parts; offset 1: CUDA cores), element loads, the early
   // launch, the folded norm's terms and output, grouped GEMVs with the norm
   // (CUDA cores) and without (3 tokens: tensor cores).
   gemvCase<__nv_bfloat16>(1, 4096, 4096, false, true, 0, rng);
@@ -941,6 +1035,17 @@ int main() {
   groupCase<__nv_bfloat16>(1, 4096, {4096, 4096, 4096}, true, false, 0, rng,
                            NormKind::layer);
   groupCase<__nv_bfloat16>(3, 512, {70, 4, 129, 33}, true, true, 0, rng);
+  // LtGemm, the prompt GEMMs' fused epilogues: both weight layouts, every
+  // operand type, bias and ReLU alone and together, a residual in its own
+  // buffer and in place, and the epilogues it refuses.
+  ltCase<float>(64, 512, 384, true, true, true, 0, rng);
+  ltCase<__half>(100, 1024, 520, false, true, false, 1, rng);
+  ltCase<__nv_bfloat16>(33, 768, 256, true, false, true, 0, rng);
+  ltCase<__half>(128, 4096, 1024, true, true, false, 2, rng);
+  ltCase<__nv_bfloat16>(77, 512, 200, false, false, false, 1, rng);
+  ltCase<float>(16, 300, 72, false, true, false, 2, rng);
+  ltCase<__nv_bfloat16>(256, 4096, 2048, true, true, true, 0, rng);
+  ltRefusals();
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

@@ -426,18 +426,24 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
   cublasOperation_t opW = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = int(transposed ? K : N);
   // The bias, ReLU and residual inside the GEMM (cuBLASLt's epilogue, the
-  // residual read as its C) where LtGemm takes them; false (nothing
-  // launched) sends the call down the unfused path: the residual copied
-  // to y and accumulated onto (beta = 1), the GEMM, then epilogueKernel.
-  auto fused = [&](const void *in, cudaDataType_t type) {
+  // residual read as its C): 1 where LtGemm ran it; 0, nothing launched
+  // (LtGemm does not take the epilogue, cuBLASLt has no plan for it or
+  // refuses its arguments), sends the call down the unfused path: the
+  // residual copied to y and accumulated onto (beta = 1), the GEMM, then
+  // epilogueKernel; -1 a failure, reported.
+  auto fused = [&](const void *in, cudaDataType_t type) -> int {
     if (!d.fuseEpilogue || !ltFuses(bias, act, residual))
-      return false;
+      return 0;
     ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
-    const bool ran = d.lt.matmul(d.stream, in, w.data, type, transposed, M, K,
-                                 N, bias, act, residual, y, d.blasWorkspace.ptr,
-                                 d.blasWorkspace.bytes) == CUBLAS_STATUS_SUCCESS;
-    d.fusedEpilogues += ran;
-    return ran;
+    const cublasStatus_t s =
+        d.lt.matmul(d.stream, in, w.data, type, transposed, M, K, N, bias, act,
+                    residual, y, d.blasWorkspace.ptr, d.blasWorkspace.bytes);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE)
+      return 0;
+    if (!checkBlas(ctx, s, "cublasLtMatmul"))
+      return -1;
+    ++d.fusedEpilogues;
+    return 1;
   };
   auto copyResidual = [&] {
     return !residual || residual == y ||
@@ -459,8 +465,8 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
               : toHalf(ctx, d, x, static_cast<__half *>(xh), M * K)))
       return false;
     const cudaDataType_t type = halfDataType(w.dtype);
-    if (fused(xh, type))
-      return true;
+    if (const int f = fused(xh, type))
+      return f > 0;
     if (!copyResidual())
       return false;
     ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);
@@ -474,8 +480,8 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
   } else {
     if (!d.launching())
       return true;
-    if (fused(x, CUDA_R_32F))
-      return true;
+    if (const int f = fused(x, CUDA_R_32F))
+      return f > 0;
     if (!copyResidual())
       return false;
     ProfileTimer timer(d.profile, d.blasUs, d.blasCalls);

@@ -1,5 +1,4 @@
-//===- DenseDecode.h - dense decode kernels ----------------------*- C++
-//-*-===//
+//===- DenseDecode.h - dense decode kernels ---------------------*- C++ -*-===//
 //
 // Part of the sparsec project.
 //
@@ -15,8 +14,8 @@
 //                    memory, and apply the epilogue. No split-K, no atomics,
 //                    one launch. From 3 tokens, fp16 or bf16 weights: tensor
 //                    cores (16 rows a block, the warps splitting K, x in
-//                    two parts of the weights' type), each x chunk read
-//                    once for 16 rows.
+//                    parts of the weights' type: two fp16, three bf16),
+//                    each x chunk read once for 16 rows.
 //   decodeAttention  softmax(q k^T * scale + mask) v for a few query rows
 //                    over a past (the cache) and the new keys, split over
 //                    the key axis (flash-decoding): each warp reads 4 keys
