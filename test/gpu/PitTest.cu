@@ -55,6 +55,14 @@ struct Case {
   bool bf16 = false; // bfloat16 weights (and gathered x) instead of fp16
 };
 
+/// v's values in T (round to nearest even), as an upload takes them.
+template <typename T> std::vector<T> rounded(const std::vector<float> &v) {
+  std::vector<T> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = fromFloat<T>(v[i]);
+  return out;
+}
+
 /// The case with bfloat16 weights.
 Case bf16(Case c) {
   c.bf16 = true;
@@ -77,16 +85,14 @@ void runOnce(const Case &c) {
   // Operands as the kernels see them: x (fp32 or fp16 in) rounded to W's
   // type by SRead, W stored in it. bf16 x is kept at |x| >= 2^-10, where
   // fp16 holds every bf16 value: the fp16 inputs then round to the same.
-  auto roundX = [&](float v) {
-    if (!c.bf16)
-      return __half2float(__float2half(v));
-    if (std::fabs(v) < 0x1p-10f)
-      v = std::copysign(0x1p-10f, v);
-    return __bfloat162float(__float2bfloat16(v));
-  };
   auto roundW = [&](float v) {
-    return c.bf16 ? __bfloat162float(__float2bfloat16(v))
-                  : __half2float(__float2half(v));
+    return c.bf16 ? toFloat(fromFloat<__nv_bfloat16>(v))
+                  : toFloat(fromFloat<__half>(v));
+  };
+  auto roundX = [&](float v) {
+    if (c.bf16 && std::fabs(v) < 0x1p-10f)
+      v = std::copysign(0x1p-10f, v);
+    return roundW(v);
   };
   const int blocks = int(pitBlocks(c.M, c.tile));
   // Micro-tile pattern: active[b][k]; inside an active tile, single
@@ -140,27 +146,13 @@ void runOnce(const Case &c) {
   float *dx = nullptr;
   __half *dxh = nullptr;
   if (c.halfX) {
-    std::vector<__half> xh(x.size());
-    for (size_t i = 0; i < x.size(); ++i)
-      xh[i] = __float2half(x[i]);
-    dxh = upload(xh);
+    dxh = upload(rounded<__half>(x));
   } else {
     dx = upload(x);
   }
   // W in its type (the values are exact in it).
-  __half *dw = nullptr;
-  __nv_bfloat16 *dwb = nullptr;
-  if (c.bf16) {
-    std::vector<__nv_bfloat16> w(wf.size());
-    for (size_t i = 0; i < wf.size(); ++i)
-      w[i] = __float2bfloat16(wf[i]);
-    dwb = upload(w);
-  } else {
-    std::vector<__half> w(wf.size());
-    for (size_t i = 0; i < wf.size(); ++i)
-      w[i] = __float2half(wf[i]);
-    dw = upload(w);
-  }
+  __half *dw = c.bf16 ? nullptr : upload(rounded<__half>(wf));
+  __nv_bfloat16 *dwb = c.bf16 ? upload(rounded<__nv_bfloat16>(wf)) : nullptr;
   float *db = upload(bias), *dres = upload(res);
   float *dy = nullptr;
   __half *dyh = nullptr;
