@@ -6,8 +6,10 @@
 // size-1 dims), groups, pads, strides and dilations:
 //
 //  * a group with one input channel (depthwise): direct convolution,
-//    parallel over output planes, each output row a sum of vectorised
-//    axpys of input rows (one per tap; rows split into stride phases);
+//    parallel over output planes; each output row is held 64 columns at a
+//    time in vector accumulators (AVX-512 or AVX2) over all its taps and
+//    stored once, or, portably, built from one axpy of an input row a tap
+//    (rows split into stride phases either way);
 //  * a pointwise convolution without padding or stride: the f32 GEMM of
 //    Linear.cpp, weights [M/g, C/g] times the input read in place;
 //  * otherwise, per image and group, chunks of output positions, one a
@@ -345,6 +347,75 @@ SPARSEC_RT_AVX512 void depthwiseRowAvx512(const RowTap *taps, int64_t nt,
 }
 #endif
 
+#if SPARSEC_RT_X86
+/// Lanes [lo, hi) of an 8-lane vector as a maskload / maskstore mask.
+SPARSEC_RT_AVX2 inline __m256i laneMask8(int64_t lo, int64_t hi) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int l = int(std::clamp<int64_t>(lo, 0, 8)),
+            h = int(std::clamp<int64_t>(hi, 0, 8));
+  return _mm256_and_si256(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(l - 1)),
+                          _mm256_cmpgt_epi32(_mm256_set1_epi32(h), lane));
+}
+
+/// ReLU or ReLU6 (activatesInRegisters) of 8 floats, a NaN kept; v as it
+/// is for any other activation.
+SPARSEC_RT_AVX2 inline __m256 activate8(Activation act, __m256 v) {
+  // max(0, v) and min(6, v): a NaN, the second operand, stays NaN.
+  if (activatesInRegisters(act))
+    v = _mm256_max_ps(_mm256_setzero_ps(), v);
+  if (act == Activation::relu6)
+    v = _mm256_min_ps(_mm256_set1_ps(6.0f), v);
+  return v;
+}
+
+/// depthwiseRow with ymm registers, as depthwiseRowAvx512: 64 output
+/// columns at a time in eight accumulators, every tap a (masked) load and
+/// FMA per vector, in tap order from the bias (depthwiseRow's order), the
+/// row stored once with ReLU / ReLU6 applied in registers.
+SPARSEC_RT_AVX2 void depthwiseRowAvx2(const RowTap *taps, int64_t nt,
+                                      float bias, Activation act, float *y,
+                                      int64_t n) {
+  for (int64_t j0 = 0; j0 < n; j0 += 64) {
+    const int64_t j1 = std::min(n, j0 + 64);
+    __m256 acc[8];
+    for (int v = 0; v < 8; ++v)
+      acc[v] = _mm256_set1_ps(bias);
+    for (int64_t t = 0; t < nt; ++t) {
+      const RowTap &tp = taps[t];
+      const int64_t a = std::max(tp.lo, j0), b = std::min(tp.hi, j1);
+      if (a >= b)
+        continue;
+      const __m256 w = _mm256_set1_ps(tp.w);
+      for (int v = 0; v < 8; ++v) {
+        const int64_t base = j0 + 8 * v;
+        if (base >= b)
+          break;
+        if (base + 8 <= a)
+          continue;
+        const float *src = tp.src + base;
+        const __m256 x =
+            base >= a && base + 8 <= b
+                ? _mm256_loadu_ps(src)
+                : _mm256_maskload_ps(src, laneMask8(a - base, b - base));
+        acc[v] = _mm256_fmadd_ps(w, x, acc[v]);
+      }
+    }
+    for (int v = 0; v < 8; ++v) {
+      const int64_t base = j0 + 8 * v;
+      if (base >= j1)
+        break;
+      const __m256 r = activate8(act, acc[v]);
+      if (base + 8 <= j1)
+        _mm256_storeu_ps(y + base, r);
+      else
+        _mm256_maskstore_ps(y + base, laneMask8(0, j1 - base), r);
+    }
+  }
+  if (!activatesInRegisters(act))
+    applyActivation(act, y, n);
+}
+#endif
+
 /// Depthwise convolution of one plane (one input channel `xin`, output
 /// plane `m` with weights `wk`): each output row is the bias plus, for
 /// every tap whose input row exists, w * (that row from the tap's first
@@ -356,7 +427,8 @@ SPARSEC_RT_AVX512 void depthwiseRowAvx512(const RowTap *taps, int64_t nt,
 void depthwisePlane(const float *xin, const float *wk, float bias,
                     Activation act, const Geometry &g, float *yo,
                     const std::vector<Tap> &taps, std::vector<float> &phases,
-                    std::vector<RowTap> &rowTaps, bool avx512) {
+                    std::vector<RowTap> &rowTaps, int isa) {
+  const bool avx512 = isa >= kIsaAvx512;
   const int64_t s = g.stride[2], inW = g.in[2], outW = g.out[2];
   const int64_t phaseLen = (inW + s - 1) / s, rowLen = s * phaseLen;
   const int64_t inRows = g.in[0] * g.in[1];
@@ -380,8 +452,11 @@ void depthwisePlane(const float *xin, const float *wk, float bias,
         depthwiseRowAvx512(rowTaps.data(), nt, bias, act, yrow, outW);
         continue;
       }
+      if (isa >= kIsaAvx2) {
+        depthwiseRowAvx2(rowTaps.data(), nt, bias, act, yrow, outW);
+        continue;
+      }
 #endif
-      (void)avx512;
       depthwiseRow(rowTaps.data(), nt, bias, act, yrow, outW);
     }
 }
@@ -476,7 +551,8 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
 
   // The kernel's taps, shared by every plane and chunk; rows split into
   // stride phases of phaseLen columns when the last dim is strided.
-  const bool avx512 = kernelIsa() >= kIsaAvx512;
+  const int isa = kernelIsa();
+  const bool avx512 = isa >= kIsaAvx512;
   const int64_t s = g.stride[2], phaseLen = (g.in[2] + s - 1) / s;
   std::vector<Tap> taps;
   tapsOf(g, phaseLen, taps);
@@ -489,7 +565,7 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
                     const int64_t n = plane / M, m = plane % M, c = m / Mg;
                     depthwisePlane(xp + (n * C + c) * S, wp + m * kSize,
                                    bp ? bp[m] : 0.0f, act, g, yp + plane * P,
-                                   taps, colBuffer, rowTapBuffer, avx512);
+                                   taps, colBuffer, rowTapBuffer, isa);
                   }
                 });
     out = res;
