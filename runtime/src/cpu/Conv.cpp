@@ -111,16 +111,44 @@ SPARSEC_RT_AVX512 void splitRow2Avx512(const float *src, int64_t inW,
 }
 #endif
 
+#if SPARSEC_RT_X86
+/// splitRow2Avx512 with ymm registers.
+SPARSEC_RT_AVX2 void splitRow2Avx2(const float *src, int64_t inW, float *even,
+                                   float *odd) {
+  int64_t j = 0;
+  for (; 2 * j + 16 <= inW; j += 8) {
+    const __m256 a = _mm256_loadu_ps(src + 2 * j);
+    const __m256 b = _mm256_loadu_ps(src + 2 * j + 8);
+    // [a0 a2 b0 b2 | a4 a6 b4 b6] -> [a0 a2 a4 a6 b0 b2 b4 b6]
+    const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m256 o = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    _mm256_storeu_ps(even + j,
+                     _mm256_castpd_ps(_mm256_permute4x64_pd(
+                         _mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
+    _mm256_storeu_ps(odd + j,
+                     _mm256_castpd_ps(_mm256_permute4x64_pd(
+                         _mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0))));
+  }
+  for (; 2 * j < inW; ++j) {
+    even[j] = src[2 * j];
+    if (2 * j + 1 < inW)
+      odd[j] = src[2 * j + 1];
+  }
+}
+#endif
+
 /// One input row of inW columns split into its s stride phases: phase f
-/// (columns f, f + s, ...) at dst + f * ceil(inW / s).
-void splitRow(const float *src, int64_t inW, int64_t s, float *dst,
-              bool avx512) {
+/// (columns f, f + s, ...) at dst + f * ceil(inW / s); `isa` (kernelIsa's)
+/// picks the vector form of the stride-2 split.
+void splitRow(const float *src, int64_t inW, int64_t s, float *dst, int isa) {
   const int64_t phaseLen = (inW + s - 1) / s;
 #if SPARSEC_RT_X86
-  if (avx512 && s == 2)
+  if (isa >= kIsaAvx512 && s == 2)
     return splitRow2Avx512(src, inW, dst, dst + phaseLen);
+  if (isa >= kIsaAvx2 && s == 2)
+    return splitRow2Avx2(src, inW, dst, dst + phaseLen);
 #endif
-  (void)avx512;
+  (void)isa;
   for (int64_t f = 0; f < s; ++f)
     for (int64_t j = 0; j * s + f < inW; ++j)
       dst[f * phaseLen + j] = src[j * s + f];
@@ -128,16 +156,16 @@ void splitRow(const float *src, int64_t inW, int64_t s, float *dst,
 
 /// The input with each row split into its g.stride[2] phases: row `row`'s
 /// phase f (columns f, f + s, ...) at `phaseLen` floats apart from
-/// row * s * phaseLen, so that a tap reads contiguous columns; `avx512`:
-/// split with zmm registers.
+/// row * s * phaseLen, so that a tap reads contiguous columns; `isa` as
+/// splitRow takes it.
 void splitPhases(Context &ctx, const float *x, int64_t rows, int64_t inW,
-                 int64_t s, bool avx512, std::vector<float> &out) {
+                 int64_t s, int isa, std::vector<float> &out) {
   const int64_t phaseLen = (inW + s - 1) / s;
   out.resize(size_t(rows * s * phaseLen));
   parallelFor(
       ctx, rows, std::max<int64_t>(1, 16384 / inW), [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r)
-          splitRow(x + r * inW, inW, s, out.data() + r * s * phaseLen, avx512);
+          splitRow(x + r * inW, inW, s, out.data() + r * s * phaseLen, isa);
       });
 }
 
@@ -436,7 +464,7 @@ void depthwisePlane(const float *xin, const float *wk, float bias,
   if (s > 1) {
     phases.resize(size_t(inRows * rowLen));
     for (int64_t r = 0; r < inRows; ++r)
-      splitRow(xin + r * inW, inW, s, phases.data() + r * rowLen, avx512);
+      splitRow(xin + r * inW, inW, s, phases.data() + r * rowLen, isa);
     plane = phases.data();
   }
   rowTaps.resize(taps.size());
@@ -621,7 +649,7 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   std::vector<float> phased;
   const float *src = xp;
   if (s > 1) {
-    splitPhases(ctx, xp, N * C * g.in[0] * g.in[1], g.in[2], s, avx512, phased);
+    splitPhases(ctx, xp, N * C * g.in[0] * g.in[1], g.in[2], s, isa, phased);
     src = phased.data();
   }
   const int64_t imageFloats = C * g.in[0] * g.in[1] * s * phaseLen;
