@@ -139,6 +139,59 @@ void ltRefusals() {
   cudaFree(d1);
 }
 
+/// LtGemm keeps at most kMaxPlans plans, evicting the least recently used:
+/// after kMaxPlans + 4 prompt lengths it holds kMaxPlans, the first length
+/// is planned again (and computes the right product) while the latest is
+/// reused, and every product along the way is right.
+void ltEviction() {
+  const int K = 32, N = 16, extra = 4;
+  const int lengths = int(LtGemm::kMaxPlans) + extra;
+  std::vector<float> x(size_t(lengths) * K), w(size_t(K) * N), bias(N);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float(int(i % 7) - 3);
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = float(int(i % 5) - 2);
+  for (int n = 0; n < N; ++n)
+    bias[size_t(n)] = float(n % 3);
+  float *dx = upload(x), *dw = upload(w), *db = upload(bias);
+  float *dy = upload(std::vector<float>(size_t(lengths) * N, NAN));
+  LtGemm lt;
+  // Integers small enough to be exact in fp32 whatever the order.
+  auto run = [&](int M) {
+    CHECK_CUDA(cudaMemset(dy, 0xff, sizeof(float) * size_t(M) * N));
+    if (lt.matmul(nullptr, dx, dw, CUDA_R_32F, false, M, K, N, db,
+                  ops::Activation::relu, nullptr, dy, nullptr,
+                  0) != CUBLAS_STATUS_SUCCESS)
+      return false;
+    const std::vector<float> y = download(dy, size_t(M) * N);
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        float s = bias[size_t(n)];
+        for (int k = 0; k < K; ++k)
+          s += x[size_t(m) * K + k] * w[size_t(k) * N + n];
+        if (y[size_t(m) * N + n] != std::max(s, 0.0f))
+          return false;
+      }
+    return true;
+  };
+  bool ok = true;
+  for (int M = 1; M <= lengths; ++M)
+    ok = run(M) && ok;
+  const bool held = lt.plans() == LtGemm::kMaxPlans &&
+                    lt.plansMade() == size_t(lengths);
+  const bool again = run(1) && lt.plansMade() == size_t(lengths) + 1;
+  const bool reused = run(lengths) && lt.plansMade() == size_t(lengths) + 1 &&
+                      lt.plans() == LtGemm::kMaxPlans;
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "LtGemm keeps %zu plans over %d lengths (made %zu; products "
+                "%d, bound %d, replanned %d, reused %d)",
+                lt.plans(), lengths, lt.plansMade(), ok, held, again, reused);
+  report(ok && held && again && reused, line, 0.0);
+  for (float *p : {dx, dw, db, dy})
+    cudaFree(p);
+}
+
 /// `offset` elements in front of x and w make them (and, with odd K, their
 /// rows) miss 16-byte alignment: the element-load kernel. `early`: x is
 /// written by a slow kernel just before a programmatic dependent launch of
@@ -1046,6 +1099,7 @@ int main() {
   ltCase<float>(16, 300, 72, false, true, false, 2, rng);
   ltCase<__nv_bfloat16>(256, 4096, 2048, true, true, true, 0, rng);
   ltRefusals();
+  ltEviction();
   std::printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

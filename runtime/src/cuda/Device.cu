@@ -90,9 +90,11 @@ Device::~Device() {
     if (fusedEpilogues + separateEpilogues > 0)
       std::fprintf(stderr,
                    "sparsec cuda profile: prompt GEMMs with a bias, ReLU or "
-                   "residual: %d with it inside (cuBLASLt, %zu plans), %d "
-                   "after the GEMM (a copy or a kernel of its own)\n",
-                   fusedEpilogues, lt.plans(), separateEpilogues);
+                   "residual: %d with it inside (cuBLASLt, %zu plans made, "
+                   "%zu kept), %d after the GEMM (a copy or a kernel of its "
+                   "own)\n",
+                   fusedEpilogues, lt.plansMade(), lt.plans(),
+                   separateEpilogues);
     const HybridTimes &h = hybrid;
     if (h.steps > 0)
       std::fprintf(stderr,

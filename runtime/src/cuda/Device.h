@@ -39,9 +39,18 @@ constexpr int kGemvCounters = 1 << 16;
 class ProfileTimer {
 public:
   ProfileTimer(bool on, double &us, int &calls)
-      : on_(on), us_(us), start_(on ? std::chrono::steady_clock::now()
-                                    : std::chrono::steady_clock::time_point{}) {
+      : on_(on), us_(us), calls_(calls),
+        start_(on ? std::chrono::steady_clock::now()
+                  : std::chrono::steady_clock::time_point{}) {
     calls += on ? 1 : 0;
+  }
+  /// The timed work launched nothing (a fused GEMM that fell back): its
+  /// host time still counts, the call does not.
+  void uncount() {
+    if (on_ && counted_) {
+      --calls_;
+      counted_ = false;
+    }
   }
   ~ProfileTimer() {
     if (on_)
@@ -53,8 +62,9 @@ public:
   ProfileTimer &operator=(const ProfileTimer &) = delete;
 
 private:
-  bool on_;
+  bool on_, counted_ = true;
   double &us_;
+  int &calls_;
   std::chrono::steady_clock::time_point start_;
 };
 

@@ -71,6 +71,44 @@ __device__ __forceinline__ float warpMax(float v) {
   return v;
 }
 
+/// Two floats rounded to nearest even into one 32-bit pair of E (__half or
+/// __nv_bfloat16), a in the low half.
+template <typename E>
+__device__ __forceinline__ unsigned pack2(float a, float b) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const unsigned *>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const unsigned *>(&h);
+  }
+}
+
+/// The two values of a 32-bit pair of E (__half or __nv_bfloat16) as
+/// floats, the low half first: exact (bfloat16 is the top half of a
+/// float32, a shift or a mask a value).
+template <typename E> __device__ __forceinline__ float2 unpack2(unsigned u) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    return make_float2(__uint_as_float(u << 16),
+                       __uint_as_float(u & 0xffff0000u));
+  else
+    return __half22float2(*reinterpret_cast<const __half2 *>(&u));
+}
+
+/// The eight values of E in one 16-byte word as floats, in memory order.
+/// Any E but __nv_bfloat16 reads as __half: kernels whose vector path runs
+/// only for 16-bit weights compile it for float too and never take it.
+template <typename E>
+__device__ __forceinline__ void convertPairs(uint4 raw, float (&out)[8]) {
+  const unsigned u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = unpack2<E>(u[k]);
+    out[2 * k] = f.x;
+    out[2 * k + 1] = f.y;
+  }
+}
+
 /// Elements of W in one 16-byte load, converted to float.
 template <typename W> struct Vec;
 template <> struct Vec<__half> {
@@ -79,13 +117,7 @@ template <> struct Vec<__half> {
     convert(__ldg(reinterpret_cast<const uint4 *>(p)), out);
   }
   __device__ static void convert(uint4 raw, float (&out)[8]) {
-    const __half2 *h = reinterpret_cast<const __half2 *>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      float2 f = __half22float2(h[k]);
-      out[2 * k] = f.x;
-      out[2 * k + 1] = f.y;
-    }
+    convertPairs<__half>(raw, out);
   }
   __device__ static float scalar(const __half *p) { return __half2float(*p); }
 };
@@ -94,29 +126,13 @@ template <> struct Vec<__nv_bfloat16> {
   __device__ static void load(const __nv_bfloat16 *p, float (&out)[8]) {
     convert(__ldg(reinterpret_cast<const uint4 *>(p)), out);
   }
-  /// bfloat16 is the top half of a float32: a shift or a mask a value.
   __device__ static void convert(uint4 raw, float (&out)[8]) {
-    const unsigned u[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      out[2 * k] = __uint_as_float(u[k] << 16);
-      out[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
-    }
+    convertPairs<__nv_bfloat16>(raw, out);
   }
   __device__ static float scalar(const __nv_bfloat16 *p) {
     return __bfloat162float(*p);
   }
 };
-/// Eight 16-bit weights (W __half or __nv_bfloat16) of one 16-byte word as
-/// floats, for kernels whose vector path runs only where sizeof(W) == 2
-/// (W = float compiles to the __half form and is never taken).
-template <typename W>
-__device__ __forceinline__ void convert8(uint4 raw, float (&out)[8]) {
-  if constexpr (std::is_same_v<W, __nv_bfloat16>)
-    Vec<__nv_bfloat16>::convert(raw, out);
-  else
-    Vec<__half>::convert(raw, out);
-}
 template <> struct Vec<float> {
   static constexpr int N = 4;
   __device__ static void load(const float *p, float (&out)[4]) {
@@ -230,19 +246,6 @@ __device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0,
 #endif
 }
 
-/// Two floats rounded to nearest even into one 32-bit pair of E (__half or
-/// __nv_bfloat16), a in the low half.
-template <typename E>
-__device__ __forceinline__ unsigned pack2(float a, float b) {
-  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const unsigned *>(&h);
-  } else {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const unsigned *>(&h);
-  }
-}
-
 /// Parts of E that splitParts cuts a float into: fp16 2 (11 + 11 bits),
 /// bf16 3 (8 + 8 + 8).
 template <typename E>
@@ -266,16 +269,8 @@ __device__ __forceinline__ void splitParts(float a, float b,
     p[i] = pack2<E>(a, b);
     if (i + 1 == kSplitParts<E>)
       break;
-    float pa, pb;
-    if constexpr (std::is_same_v<E, __nv_bfloat16>) {
-      pa = __uint_as_float(p[i] << 16),
-      pb = __uint_as_float(p[i] & 0xffff0000u);
-    } else {
-      const float2 f =
-          __half22float2(*reinterpret_cast<const __half2 *>(&p[i]));
-      pa = f.x, pb = f.y;
-    }
-    a -= pa, b -= pb;
+    const float2 f = unpack2<E>(p[i]);
+    a -= f.x, b -= f.y;
   }
 }
 

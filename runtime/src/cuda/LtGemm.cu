@@ -31,15 +31,31 @@ bool ltFuses(const float *bias, ops::Activation act, const float *residual) {
   return act == ops::Activation::none && (bias || residual);
 }
 
+void LtGemm::destroy(Plan &p) {
+  if (p.desc)
+    cublasLtMatmulDescDestroy(p.desc);
+  for (cublasLtMatrixLayout_t l : {p.a, p.b, p.c})
+    if (l)
+      cublasLtMatrixLayoutDestroy(l);
+  p = Plan{};
+}
+
+void LtGemm::evict() {
+  auto oldest = planCache.begin();
+  for (auto it = planCache.begin(); it != planCache.end(); ++it)
+    if (it->second.lastUse < oldest->second.lastUse)
+      oldest = it;
+  if (oldest == planCache.end())
+    return;
+  // The descriptors are host objects: a launch queued with them has
+  // already taken what it needs.
+  destroy(oldest->second);
+  planCache.erase(oldest);
+}
+
 LtGemm::~LtGemm() {
-  for (auto &entry : planCache) {
-    Plan &p = entry.second;
-    if (p.desc)
-      cublasLtMatmulDescDestroy(p.desc);
-    for (cublasLtMatrixLayout_t l : {p.a, p.b, p.c})
-      if (l)
-        cublasLtMatrixLayoutDestroy(l);
-  }
+  for (auto &entry : planCache)
+    destroy(entry.second);
   if (handle)
     cublasLtDestroy(handle);
 }
@@ -143,6 +159,9 @@ cublasStatus_t LtGemm::matmul(cudaStream_t stream, const void *x, const void *w,
                 workspace ? workspaceBytes : 0};
   auto it = planCache.find(key);
   if (it == planCache.end()) {
+    if (planCache.size() >= kMaxPlans)
+      evict();
+    ++made;
     Plan p;
     const cublasStatus_t s = plan(key, p, bias);
     it = planCache.emplace(key, p).first;
@@ -150,6 +169,7 @@ cublasStatus_t LtGemm::matmul(cudaStream_t stream, const void *x, const void *w,
       it->second.usable = false;
   }
   Plan &p = it->second;
+  p.lastUse = ++uses;
   if (!p.usable)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (bias) {

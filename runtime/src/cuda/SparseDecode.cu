@@ -1322,7 +1322,7 @@ __global__ void __launch_bounds__(kColsThreads)
       const int i = i0 + u * Stride;
       const W *p = w1 + int64_t(i) * r + c0;
       if (i < d && vec) {
-        convert8<W>(pre ? pre[u] : __ldg(reinterpret_cast<const uint4 *>(p)),
+        convertPairs<W>(pre ? pre[u] : __ldg(reinterpret_cast<const uint4 *>(p)),
                     wv[u]);
       } else {
 #pragma unroll
@@ -1414,7 +1414,7 @@ __global__ void __launch_bounds__(kColsThreads)
     float wv[1][C], xk[1][T];
     const W *p = w1 + int64_t(i) * r + c0;
     if (i < d && vec) {
-      convert8<W>(ahead[k], wv[0]);
+      convertPairs<W>(ahead[k], wv[0]);
     } else {
 #pragma unroll
       for (int c = 0; c < C; ++c)

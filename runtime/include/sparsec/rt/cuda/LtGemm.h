@@ -55,8 +55,15 @@ public:
                         ops::Activation act, const float *residual, float *y,
                         void *workspace, size_t workspaceBytes);
 
-  /// Plans made so far (one per distinct problem and pointer alignment).
+  /// Plans held now (one per distinct problem and pointer alignment, at
+  /// most kMaxPlans).
   size_t plans() const { return planCache.size(); }
+  /// Plans made so far, evicted ones included.
+  size_t plansMade() const { return made; }
+  /// The plans kept at once: a process serving prompts of many lengths
+  /// makes one per length and problem, so the least recently used is
+  /// destroyed past this many.
+  static constexpr size_t kMaxPlans = 256;
 
 private:
   struct Plan {
@@ -64,15 +71,21 @@ private:
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr; // c: C, D
     cublasLtMatmulAlgo_t algo{};
     bool usable = false; // the heuristic found an algorithm
+    uint64_t lastUse = 0; // the use counter when last looked up
   };
   // M, K, N, type, transposed, epilogue, the alignments of x, W, y, the
   // residual (0: none) and the bias, workspace bytes.
   using Key = std::tuple<int64_t, int64_t, int64_t, int, bool, int, unsigned,
                          unsigned, unsigned, unsigned, unsigned, size_t>;
   cublasStatus_t plan(const Key &key, Plan &p, const float *bias);
+  static void destroy(Plan &p);
+  /// Destroys the least recently used plan.
+  void evict();
 
   cublasLtHandle_t handle = nullptr;
   std::map<Key, Plan> planCache;
+  uint64_t uses = 0; // lookups so far
+  size_t made = 0;
 };
 
 } // namespace sparsec::rt::cuda
