@@ -46,6 +46,33 @@ void report(bool ok, const char *line, double err) {
 }
 
 
+/// Compares y [M, N] with the double-precision reference act(bias[n] +
+/// sum_k xAt(m, k) * wAt(k, n)) + residual[m * N + n] (bias and residual
+/// null for none, act ReLU or none), accumulating into `err` the largest
+/// difference (worse) and into `scale` the largest |reference|.
+template <typename XAt, typename WAt>
+void compareLinear(int M, int K, int N, XAt xAt, WAt wAt, const float *bias,
+                   bool relu, const float *residual,
+                   const std::vector<float> &y, double &err, double &scale) {
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = bias ? bias[size_t(n)] : 0.0;
+      for (int k = 0; k < K; ++k)
+        s += xAt(m, k) * wAt(k, n);
+      if (relu)
+        s = std::max(s, 0.0);
+      if (residual)
+        s += residual[size_t(m) * N + n];
+      err = worse(err, std::fabs(s - y[size_t(m) * N + n]));
+      scale = std::max(scale, std::fabs(s));
+    }
+}
+
+/// The linear kernels' tolerance: fp32 accumulation over K terms.
+bool linearWithin(double err, double scale, int K) {
+  return err <= 1e-5 * scale * std::sqrt(double(K)) / 8 + 1e-5;
+}
+
 /// LtGemm against a double product: y [M, N] = act(x [M, K] . op(W) +
 /// bias) + residual, W [K, N] or (`transposed`) [N, K] of W's type, x
 /// rounded to it beforehand (as the runtime does), so the products are
@@ -89,18 +116,11 @@ void ltCase(int M, int K, int N, bool transposed, bool withBias, bool relu,
   CHECK_CUDA(cudaDeviceSynchronize());
   const std::vector<float> y = download(dy, size_t(M) * N);
   double err = 0, scale = 1;
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) {
-      double s = withBias ? bias[size_t(n)] : 0.0;
-      for (int k = 0; k < K; ++k)
-        s += double(toFloat(x[size_t(m) * K + k])) * wAt(k, n);
-      if (relu)
-        s = std::max(s, 0.0);
-      if (residual)
-        s += res[size_t(m) * N + n];
-      err = worse(err, std::fabs(s - y[size_t(m) * N + n]));
-      scale = std::max(scale, std::fabs(s));
-    }
+  compareLinear(
+      M, K, N,
+      [&](int m, int k) { return double(toFloat(x[size_t(m) * K + k])); },
+      wAt, withBias ? bias.data() : nullptr, relu,
+      residual ? res.data() : nullptr, y, err, scale);
   char line[200];
   std::snprintf(line, sizeof line,
                 "LtGemm %s M=%d K=%d N=%d transposed=%d bias=%d relu=%d "
@@ -108,9 +128,8 @@ void ltCase(int M, int K, int N, bool transposed, bool withBias, bool relu,
                 typeName<W>(), M, K, N, transposed, withBias, relu,
                 residual == 0 ? "none" : residual == 1 ? "own" : "in place",
                 int(status));
-  report(status == CUBLAS_STATUS_SUCCESS &&
-             err <= 1e-5 * scale * std::sqrt(double(K)) / 8 + 1e-5,
-         line, err);
+  report(status == CUBLAS_STATUS_SUCCESS && linearWithin(err, scale, K), line,
+         err);
   for (void *p : {(void *)dx, (void *)dw, (void *)db, (void *)dres, (void *)dy,
                   ws})
     cudaFree(p);
@@ -224,24 +243,16 @@ void gemvCase(int M, int K, int N, bool relu, bool withResidual, int offset,
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<float> y = download(dy, size_t(M) * N);
   double err = 0, scale = 1;
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) {
-      double s = bias[size_t(n)];
-      for (int k = 0; k < K; ++k)
-        s += double(x[size_t(m) * K + k]) * toFloat(w[size_t(n) * K + k]);
-      if (relu)
-        s = std::max(s, 0.0);
-      if (withResidual)
-        s += res[size_t(m) * N + n];
-      err = worse(err, std::fabs(s - y[size_t(m) * N + n]));
-      scale = std::max(scale, std::fabs(s));
-    }
+  compareLinear(
+      M, K, N, [&](int m, int k) { return double(x[size_t(m) * K + k]); },
+      [&](int k, int n) { return double(toFloat(w[size_t(n) * K + k])); },
+      bias.data(), relu, withResidual ? res.data() : nullptr, y, err, scale);
   char line[200];
   std::snprintf(line, sizeof line,
                 "gemvRows %s M=%d K=%d N=%d relu=%d residual=%d offset=%d%s",
                 typeName<W>(), M, K, N, relu, withResidual, offset,
                 early ? " early launch" : "");
-  report(err <= 1e-5 * scale * std::sqrt(double(K)) / 8 + 1e-5, line, err);
+  report(linearWithin(err, scale, K), line, err);
   cudaFree(dx);
   cudaFree(dw);
   cudaFree(db);
@@ -578,20 +589,13 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
   CHECK_CUDA(status);
   CHECK_CUDA(cudaDeviceSynchronize());
   for (int q = 0; q < count; ++q) {
-    std::vector<float> y = download(dy[q], size_t(M) * Ns[q]);
-    for (int m = 0; m < M; ++m)
-      for (int n = 0; n < Ns[q]; ++n) {
-        double s = bias ? b[q][size_t(n)] : 0.0;
-        for (int k = 0; k < K; ++k)
-          s += double(xn[size_t(m) * K + k]) *
-               toFloat(w[q][size_t(n) * K + k]);
-        if (relu)
-          s = std::max(s, 0.0);
-        err = worse(err, std::fabs(s - y[size_t(m) * Ns[q] + n]));
-        scale = std::max(scale, std::fabs(s));
-      }
+    const std::vector<float> y = download(dy[q], size_t(M) * Ns[q]);
+    compareLinear(
+        M, K, Ns[q], [&](int m, int k) { return double(xn[size_t(m) * K + k]); },
+        [&](int k, int n) { return double(toFloat(w[q][size_t(n) * K + k])); },
+        bias ? b[q].data() : nullptr, relu, nullptr, y, err, scale);
   }
-  const bool ok = err <= 1e-5 * scale * std::sqrt(double(K)) / 8 + 1e-5;
+  const bool ok = linearWithin(err, scale, K);
   for (int q = 0; q < count; ++q) {
     cudaFree(dw[q]);
     cudaFree(db[q]);
