@@ -2355,6 +2355,11 @@ TEST_P(OpsTest, Conv) {
        {1, 2, 1},
        2,
        true},
+      // Depthwise rows of exactly 64 outputs and of 40 and 48 (the vector
+      // kernels' last chunk stored in place or through the scratch row).
+      {{1, 3, 4, 64}, {3, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 3, true},
+      {{1, 2, 3, 40}, {2, 1, 1, 3}, {1, 1}, {0, 1, 0, 1}, {1, 1}, 2, false},
+      {{1, 2, 5, 96}, {2, 1, 3, 3}, {1, 2}, {1, 1, 1, 1}, {1, 1}, 2, true},
   };
   // Every kernel ISA (each packs im2col's columns in its own layout).
   for (int isa : availableIsas()) {

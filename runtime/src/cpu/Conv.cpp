@@ -8,8 +8,9 @@
 //  * a group with one input channel (depthwise): direct convolution,
 //    parallel over output planes; each output row is held 64 columns at a
 //    time in vector accumulators (AVX-512 or AVX2) over all its taps and
-//    stored once, or, portably, built from one axpy of an input row a tap
-//    (rows split into stride phases either way);
+//    stored once, the input rows first copied with zero padding around
+//    them so that no load needs a mask, or, portably, built from one axpy
+//    of an input row a tap (rows split into stride phases either way);
 //  * a pointwise convolution without padding or stride: the f32 GEMM of
 //    Linear.cpp, weights [M/g, C/g] times the input read in place;
 //  * otherwise, per image and group, chunks of output positions, one a
@@ -37,6 +38,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace sparsec::rt::ops {
@@ -138,20 +140,23 @@ SPARSEC_RT_AVX2 void splitRow2Avx2(const float *src, int64_t inW, float *even,
 #endif
 
 /// One input row of inW columns split into its s stride phases: phase f
-/// (columns f, f + s, ...) at dst + f * ceil(inW / s); `isa` (kernelIsa's)
-/// picks the vector form of the stride-2 split.
-void splitRow(const float *src, int64_t inW, int64_t s, float *dst, int isa) {
-  const int64_t phaseLen = (inW + s - 1) / s;
+/// (columns f, f + s, ...) at dst + f * phaseStride (ceil(inW / s) when
+/// not given); `isa` (kernelIsa's) picks the vector form of the stride-2
+/// split. Only the phases' columns are written.
+void splitRow(const float *src, int64_t inW, int64_t s, float *dst, int isa,
+              int64_t phaseStride = 0) {
+  if (phaseStride == 0)
+    phaseStride = (inW + s - 1) / s;
 #if SPARSEC_RT_X86
   if (isa >= kIsaAvx512 && s == 2)
-    return splitRow2Avx512(src, inW, dst, dst + phaseLen);
+    return splitRow2Avx512(src, inW, dst, dst + phaseStride);
   if (isa >= kIsaAvx2 && s == 2)
-    return splitRow2Avx2(src, inW, dst, dst + phaseLen);
+    return splitRow2Avx2(src, inW, dst, dst + phaseStride);
 #endif
   (void)isa;
   for (int64_t f = 0; f < s; ++f)
     for (int64_t j = 0; j * s + f < inW; ++j)
-      dst[f * phaseLen + j] = src[j * s + f];
+      dst[f * phaseStride + j] = src[j * s + f];
 }
 
 /// The input with each row split into its g.stride[2] phases: row `row`'s
@@ -325,66 +330,25 @@ void depthwiseRow(const RowTap *taps, int64_t nt, float bias, Activation act,
   applyActivation(act, y, n);
 }
 
-#if SPARSEC_RT_X86
-/// depthwiseRow with zmm registers: 64 output columns at a time in four
-/// accumulators, every tap a (masked) load and FMA per vector, the row
-/// stored once (ReLU and ReLU6 applied in registers).
-SPARSEC_RT_AVX512 void depthwiseRowAvx512(const RowTap *taps, int64_t nt,
-                                          float bias, Activation act, float *y,
-                                          int64_t n) {
-  for (int64_t j0 = 0; j0 < n; j0 += 64) {
-    const int64_t j1 = std::min(n, j0 + 64);
-    __m512 acc[4];
-    for (int v = 0; v < 4; ++v)
-      acc[v] = _mm512_set1_ps(bias);
-    for (int64_t t = 0; t < nt; ++t) {
-      const RowTap &tp = taps[t];
-      const int64_t a = std::max(tp.lo, j0), b = std::min(tp.hi, j1);
-      if (a >= b)
-        continue;
-      const __m512 w = _mm512_set1_ps(tp.w);
-      for (int v = 0; v < 4; ++v) {
-        const int64_t base = j0 + 16 * v;
-        if (base >= b)
-          break;
-        if (base + 16 <= a)
-          continue;
-        const float *src = tp.src + base;
-        const __m512 x =
-            base >= a && base + 16 <= b
-                ? _mm512_loadu_ps(src)
-                : _mm512_maskz_loadu_ps(laneRange(a - base, b - base), src);
-        acc[v] = _mm512_fmadd_ps(w, x, acc[v]);
-      }
-    }
-    for (int v = 0; v < 4; ++v) {
-      const int64_t base = j0 + 16 * v;
-      if (base >= j1)
-        break;
-      // (maskz with all lanes: the unmasked max trips GCC 12's
-      // uninitialised-variable warning)
-      const __m512 r = activateInRegisters(act, acc[v]);
-      if (base + 16 <= j1)
-        _mm512_storeu_ps(y + base, r);
-      else
-        _mm512_mask_storeu_ps(y + base, laneRange(0, j1 - base), r);
-    }
+/// A tap of the vector row kernels: w times src[ow] for every output
+/// column ow of the row, src pointing into a zero-padded copy of the input
+/// row (its stride phase) so that no column needs a mask.
+struct PaddedTap {
+  const float *src;
+  float w;
+};
+
+/// f(std::integral_constant<int, n>) for a run-time n in [V, Max]: the
+/// vector row kernels' last chunk, whose vector count is known only then.
+template <int V, int Max, class F> inline void withVectors(int n, F &&f) {
+  if constexpr (V <= Max) {
+    if (n == V)
+      return f(std::integral_constant<int, V>{});
+    withVectors<V + 1, Max>(n, f);
   }
-  if (!activatesInRegisters(act))
-    applyActivation(act, y, n);
 }
-#endif
 
 #if SPARSEC_RT_X86
-/// Lanes [lo, hi) of an 8-lane vector as a maskload / maskstore mask.
-SPARSEC_RT_AVX2 inline __m256i laneMask8(int64_t lo, int64_t hi) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const int l = int(std::clamp<int64_t>(lo, 0, 8)),
-            h = int(std::clamp<int64_t>(hi, 0, 8));
-  return _mm256_and_si256(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(l - 1)),
-                          _mm256_cmpgt_epi32(_mm256_set1_epi32(h), lane));
-}
-
 /// ReLU or ReLU6 (activatesInRegisters) of 8 floats, a NaN kept; v as it
 /// is for any other activation.
 SPARSEC_RT_AVX2 inline __m256 activate8(Activation act, __m256 v) {
@@ -396,51 +360,173 @@ SPARSEC_RT_AVX2 inline __m256 activate8(Activation act, __m256 v) {
   return v;
 }
 
-/// depthwiseRow with ymm registers, as depthwiseRowAvx512: 64 output
-/// columns at a time in eight accumulators, every tap a (masked) load and
-/// FMA per vector, in tap order from the bias (depthwiseRow's order), the
-/// row stored once with ReLU / ReLU6 applied in registers.
-SPARSEC_RT_AVX2 void depthwiseRowAvx2(const RowTap *taps, int64_t nt,
+/// Output columns [j0, j0 + 8 V) of a depthwise row in V ymm accumulators:
+/// the bias, then every tap's FMA in tap order (depthwiseRow's order, its
+/// padding columns adding w * 0), ReLU / ReLU6 in registers; stored to out.
+/// The loops have constant trip counts, so the accumulators stay in
+/// registers.
+template <int V>
+SPARSEC_RT_AVX2 inline void
+depthwiseChunkAvx2(const PaddedTap *taps, int64_t nt, float bias,
+                   Activation act, int64_t j0, float *out) {
+  __m256 acc[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v)
+    acc[v] = _mm256_set1_ps(bias);
+  for (int64_t t = 0; t < nt; ++t) {
+    const __m256 w = _mm256_set1_ps(taps[t].w);
+    const float *src = taps[t].src + j0;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v)
+      acc[v] = _mm256_fmadd_ps(w, _mm256_loadu_ps(src + 8 * v), acc[v]);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v)
+    _mm256_storeu_ps(out + 8 * v, activate8(act, acc[v]));
+}
+
+/// y[0:n] = act(bias + the taps' contributions) with ymm registers, 64
+/// columns a chunk; the last chunk's vectors past n (which read the rows'
+/// padding) go through a scratch row. Each tap's src must be readable up
+/// to n rounded up to 8 columns.
+SPARSEC_RT_AVX2 void depthwiseRowAvx2(const PaddedTap *taps, int64_t nt,
                                       float bias, Activation act, float *y,
                                       int64_t n) {
-  for (int64_t j0 = 0; j0 < n; j0 += 64) {
-    const int64_t j1 = std::min(n, j0 + 64);
-    __m256 acc[8];
-    for (int v = 0; v < 8; ++v)
-      acc[v] = _mm256_set1_ps(bias);
-    for (int64_t t = 0; t < nt; ++t) {
-      const RowTap &tp = taps[t];
-      const int64_t a = std::max(tp.lo, j0), b = std::min(tp.hi, j1);
-      if (a >= b)
-        continue;
-      const __m256 w = _mm256_set1_ps(tp.w);
-      for (int v = 0; v < 8; ++v) {
-        const int64_t base = j0 + 8 * v;
-        if (base >= b)
-          break;
-        if (base + 8 <= a)
-          continue;
-        const float *src = tp.src + base;
-        const __m256 x =
-            base >= a && base + 8 <= b
-                ? _mm256_loadu_ps(src)
-                : _mm256_maskload_ps(src, laneMask8(a - base, b - base));
-        acc[v] = _mm256_fmadd_ps(w, x, acc[v]);
-      }
-    }
-    for (int v = 0; v < 8; ++v) {
-      const int64_t base = j0 + 8 * v;
-      if (base >= j1)
-        break;
-      const __m256 r = activate8(act, acc[v]);
-      if (base + 8 <= j1)
-        _mm256_storeu_ps(y + base, r);
-      else
-        _mm256_maskstore_ps(y + base, laneMask8(0, j1 - base), r);
-    }
+  int64_t j0 = 0;
+  for (; j0 + 64 <= n; j0 += 64)
+    depthwiseChunkAvx2<8>(taps, nt, bias, act, j0, y + j0);
+  if (j0 < n) {
+    const int64_t rem = n - j0;
+    alignas(32) float tail[64];
+    float *out = rem % 8 == 0 ? y + j0 : tail;
+    withVectors<1, 7>(int(rem + 7) / 8, [&](auto v) {
+      depthwiseChunkAvx2<decltype(v)::value>(taps, nt, bias, act, j0, out);
+    });
+    if (out == tail)
+      std::memcpy(y + j0, tail, size_t(rem) * sizeof(float));
   }
   if (!activatesInRegisters(act))
     applyActivation(act, y, n);
+}
+
+/// depthwiseChunkAvx2 with zmm registers: columns [j0, j0 + 16 V).
+template <int V>
+SPARSEC_RT_AVX512 inline void
+depthwiseChunkAvx512(const PaddedTap *taps, int64_t nt, float bias,
+                     Activation act, int64_t j0, float *out) {
+  __m512 acc[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v)
+    acc[v] = _mm512_set1_ps(bias);
+  for (int64_t t = 0; t < nt; ++t) {
+    const __m512 w = _mm512_set1_ps(taps[t].w);
+    const float *src = taps[t].src + j0;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v)
+      acc[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(src + 16 * v), acc[v]);
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v)
+    _mm512_storeu_ps(out + 16 * v, activateInRegisters(act, acc[v]));
+}
+
+/// depthwiseRowAvx2 with zmm registers; src readable up to n rounded up to
+/// 16 columns.
+SPARSEC_RT_AVX512 void depthwiseRowAvx512(const PaddedTap *taps, int64_t nt,
+                                          float bias, Activation act, float *y,
+                                          int64_t n) {
+  int64_t j0 = 0;
+  for (; j0 + 64 <= n; j0 += 64)
+    depthwiseChunkAvx512<4>(taps, nt, bias, act, j0, y + j0);
+  if (j0 < n) {
+    const int64_t rem = n - j0;
+    alignas(64) float tail[64];
+    float *out = rem % 16 == 0 ? y + j0 : tail;
+    withVectors<1, 3>(int(rem + 15) / 16, [&](auto v) {
+      depthwiseChunkAvx512<decltype(v)::value>(taps, nt, bias, act, j0, out);
+    });
+    if (out == tail)
+      std::memcpy(y + j0, tail, size_t(rem) * sizeof(float));
+  }
+  if (!activatesInRegisters(act))
+    applyActivation(act, y, n);
+}
+
+/// Floor division by a positive divisor.
+inline int64_t floorDiv(int64_t a, int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/// depthwisePlane's vector form. Every input row is first copied into
+/// `padded`, split into its stride phases when the last dim is strided,
+/// each phase with zeros before and after it, so that tap kw's input
+/// column for output column ow (ow * s + off, off = kw * dil - pad) lies
+/// at a fixed offset of its phase for every ow in the row (the padding
+/// supplying the zeros a padded convolution reads). The row kernels then
+/// load every tap unmasked. Rows wholly in the padding are skipped, as
+/// depthwiseRow skips them.
+void depthwisePlaneVector(const float *xin, const float *wk, float bias,
+                          Activation act, const Geometry &g, float *yo,
+                          std::vector<float> &padded,
+                          std::vector<PaddedTap> &rowTaps, int isa) {
+  const int64_t s = g.stride[2], inW = g.in[2], outW = g.out[2];
+  const int64_t phaseLen = (inW + s - 1) / s;
+  const int64_t inRows = g.in[0] * g.in[1];
+  // Where tap kw's columns start in its phase (q) and which phase (f).
+  int64_t qMin = 0, qMax = 0;
+  for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+    const int64_t q = floorDiv(kw * g.dil[2] - g.padB[2], s);
+    qMin = std::min(qMin, q);
+    qMax = std::max(qMax, q);
+  }
+  // The kernels read up to outW rounded up to 16 columns past the start.
+  const int64_t lead = -qMin;
+  const int64_t trail =
+      std::max<int64_t>(0, qMax + (outW + 15) / 16 * 16 - phaseLen);
+  const int64_t seg = lead + phaseLen + trail, rowLen = s * seg;
+  padded.resize(size_t(inRows * rowLen));
+  for (int64_t r = 0; r < inRows; ++r) {
+    float *row = padded.data() + r * rowLen;
+    for (int64_t f = 0; f < s; ++f) {
+      const int64_t cols = (inW - f + s - 1) / s; // phase f's columns
+      float *ph = row + f * seg;
+      std::fill(ph, ph + lead, 0.0f);
+      std::fill(ph + lead + cols, ph + seg, 0.0f);
+    }
+    if (s == 1)
+      std::memcpy(row + lead, xin + r * inW, size_t(inW) * sizeof(float));
+    else
+      splitRow(xin + r * inW, inW, s, row + lead, isa, seg);
+  }
+  // Tap kw's first column within a padded row.
+  std::vector<int64_t> colOf(size_t(g.k[2]));
+  for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+    const int64_t off = kw * g.dil[2] - g.padB[2];
+    const int64_t q = floorDiv(off, s), f = off - q * s;
+    colOf[size_t(kw)] = f * seg + lead + q;
+  }
+  rowTaps.resize(size_t(g.kSize()));
+  for (int64_t od = 0; od < g.out[0]; ++od)
+    for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+      int64_t nt = 0, t = 0;
+      for (int64_t kd = 0; kd < g.k[0]; ++kd)
+        for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+          const int64_t id = od * g.stride[0] - g.padB[0] + kd * g.dil[0];
+          const int64_t ih = oh * g.stride[1] - g.padB[1] + kh * g.dil[1];
+          if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+            t += g.k[2];
+            continue;
+          }
+          const float *row = padded.data() + (id * g.in[1] + ih) * rowLen;
+          for (int64_t kw = 0; kw < g.k[2]; ++kw, ++t)
+            rowTaps[size_t(nt++)] = {row + colOf[size_t(kw)], wk[t]};
+        }
+      float *yrow = yo + (od * g.out[1] + oh) * outW;
+      if (isa >= kIsaAvx512)
+        depthwiseRowAvx512(rowTaps.data(), nt, bias, act, yrow, outW);
+      else
+        depthwiseRowAvx2(rowTaps.data(), nt, bias, act, yrow, outW);
+    }
 }
 #endif
 
@@ -450,13 +536,19 @@ SPARSEC_RT_AVX2 void depthwiseRowAvx2(const RowTap *taps, int64_t nt,
 /// column, with the stride) over the output columns it covers. With a
 /// stride along the last dim above 1, the plane's rows are first split
 /// into their stride phases (once, into `phases`), so that every tap reads
-/// contiguous columns. `taps` as tapsOf gives them; `phases` and `rowTaps`
-/// are scratch.
+/// contiguous columns. `taps` as tapsOf gives them; `phases`, `rowTaps`
+/// and `paddedTaps` are scratch. With AVX2 or AVX-512 (`isa`),
+/// depthwisePlaneVector computes the plane instead.
 void depthwisePlane(const float *xin, const float *wk, float bias,
                     Activation act, const Geometry &g, float *yo,
                     const std::vector<Tap> &taps, std::vector<float> &phases,
-                    std::vector<RowTap> &rowTaps, int isa) {
-  const bool avx512 = isa >= kIsaAvx512;
+                    std::vector<RowTap> &rowTaps,
+                    std::vector<PaddedTap> &paddedTaps, int isa) {
+#if SPARSEC_RT_X86
+  if (isa >= kIsaAvx2)
+    return depthwisePlaneVector(xin, wk, bias, act, g, yo, phases, paddedTaps,
+                                isa);
+#endif
   const int64_t s = g.stride[2], inW = g.in[2], outW = g.out[2];
   const int64_t phaseLen = (inW + s - 1) / s, rowLen = s * phaseLen;
   const int64_t inRows = g.in[0] * g.in[1];
@@ -474,22 +566,13 @@ void depthwisePlane(const float *xin, const float *wk, float bias,
       for (size_t t = 0; t < taps.size(); ++t)
         if (const float *row = tapRow(plane, taps[t], g, od, oh, rowLen))
           rowTaps[size_t(nt++)] = {row, wk[t], taps[t].lo, taps[t].hi};
-      float *yrow = yo + (od * g.out[1] + oh) * outW;
-#if SPARSEC_RT_X86
-      if (avx512) {
-        depthwiseRowAvx512(rowTaps.data(), nt, bias, act, yrow, outW);
-        continue;
-      }
-      if (isa >= kIsaAvx2) {
-        depthwiseRowAvx2(rowTaps.data(), nt, bias, act, yrow, outW);
-        continue;
-      }
-#endif
-      depthwiseRow(rowTaps.data(), nt, bias, act, yrow, outW);
+      depthwiseRow(rowTaps.data(), nt, bias, act,
+                   yo + (od * g.out[1] + oh) * outW, outW);
     }
 }
 
 thread_local std::vector<RowTap> rowTapBuffer;
+thread_local std::vector<PaddedTap> paddedTapBuffer;
 
 } // namespace
 
@@ -593,7 +676,8 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
                     const int64_t n = plane / M, m = plane % M, c = m / Mg;
                     depthwisePlane(xp + (n * C + c) * S, wp + m * kSize,
                                    bp ? bp[m] : 0.0f, act, g, yp + plane * P,
-                                   taps, colBuffer, rowTapBuffer, isa);
+                                   taps, colBuffer, rowTapBuffer,
+                                   paddedTapBuffer, isa);
                   }
                 });
     out = res;
@@ -687,6 +771,21 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   return true;
 }
 
+namespace {
+/// The sum of row[0:n) in double, four partial sums in turn (independent
+/// chains of adds, so a global average pool is not one long dependency).
+template <class A, class T> double rowSum(const T *row, int64_t n) {
+  double s[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int k = 0; k < 4; ++k)
+      s[k] += double(A::load(row[i + k]));
+  for (; i < n; ++i)
+    s[0] += double(A::load(row[i]));
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+} // namespace
+
 bool pool(Context &ctx, Pool kind, const Tensor &x, const int64_t *kernel,
           const int64_t *strides, const int64_t *pads, bool countIncludePad,
           int outSlot, Tensor &out) {
@@ -739,16 +838,16 @@ bool pool(Context &ctx, Pool kind, const Tensor &x, const int64_t *kernel,
                     for (int64_t id = lo[0]; id < hi[0]; ++id)
                       for (int64_t ih = lo[1]; ih < hi[1]; ++ih) {
                         const T *row = xin + (id * g.in[1] + ih) * g.in[2];
-                        for (int64_t iw = lo[2]; iw < hi[2]; ++iw) {
-                          const C v = A::load(row[iw]);
-                          if (kind == Pool::max) {
+                        if (kind == Pool::max) {
+                          for (int64_t iw = lo[2]; iw < hi[2]; ++iw) {
+                            const C v = A::load(row[iw]);
                             if (m == m && (v != v || v > m))
                               m = v; // NaN propagates and then sticks
-                          } else {
-                            sum += double(v);
                           }
-                          ++cnt;
+                        } else {
+                          sum += rowSum<A>(row + lo[2], hi[2] - lo[2]);
                         }
+                        cnt += std::max<int64_t>(0, hi[2] - lo[2]);
                       }
                     C r;
                     if (kind == Pool::max)
