@@ -720,12 +720,15 @@ bool conv(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   constexpr int64_t kPackedBytes = int64_t(1) << 19;
   int64_t chunk = std::max<int64_t>(
       lay.NR, kPackedBytes / int64_t(sizeof(float)) / Kdim / lay.NR * lay.NR);
-  // Enough chunks for every thread.
-  const int64_t threads = ctx.pool.size();
-  if (threads > 1 && (P + chunk - 1) / chunk * N * group < threads)
-    chunk =
-        std::max<int64_t>(lay.NR, (P + threads - 1) / threads + lay.NR - 1) /
-        lay.NR * lay.NR;
+  // Tasks in a multiple of the threads while they are few (3 tasks on 2
+  // threads run as 2 + 1), and enough of them for every thread.
+  const int64_t threads = ctx.pool.size(), images = N * group;
+  const int64_t tasks = (P + chunk - 1) / chunk * images;
+  if (threads > 1 && tasks < 8 * threads && tasks % threads != 0) {
+    const int64_t perImage =
+        ((tasks + threads - 1) / threads * threads + images - 1) / images;
+    chunk = ((P + perImage - 1) / perImage + lay.NR - 1) / lay.NR * lay.NR;
+  }
   chunk = std::min(chunk, P);
   const int64_t chunks = (P + chunk - 1) / chunk;
   // With a stride along the last dim, the input's rows split into their
