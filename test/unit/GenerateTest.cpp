@@ -796,10 +796,38 @@ TEST_F(GenerateTest, HostCacheTooLargeToReserve) {
   MainResult r = generate(/*device=*/false, false,
                           {"--prompt-ids", promptFile(rows), "--max-seq-len",
                            std::to_string(int64_t(1) << 30)});
+  // Refused before the reservation (more than the machine's memory), so
+  // also where the system would overcommit it.
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("error: cannot reserve the KV cache for --max-seq-len "
                        "1073741824: 1099511627776 bytes for 'present.0.key' "
-                       "alone; lower --max-seq-len"),
+                       "alone, more than this machine's "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(" bytes of memory; lower --max-seq-len"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(GenerateTest, HostCacheTooLargeInAll) {
+  // Each cache tensor (128 rows x 2 floats a position) 3/4 of the memory,
+  // the key and value together more than all of it.
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || size <= 0)
+    GTEST_SKIP() << "the machine's memory is unknown";
+  const int64_t memory = int64_t(pages) * int64_t(size);
+  const int64_t positions = memory / 4 * 3 / (128 * 2 * 4);
+  std::vector<std::vector<int64_t>> rows(128, std::vector<int64_t>{'a', 'b'});
+  MainResult r = generate(/*device=*/false, false,
+                          {"--prompt-ids", promptFile(rows), "--max-seq-len",
+                           std::to_string(positions)});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("error: cannot reserve the KV cache for --max-seq-len " +
+                       std::to_string(positions) + ": " +
+                       std::to_string(2 * positions * 128 * 2 * 4) +
+                       " bytes for 2 tensors, more than this machine's " +
+                       std::to_string(memory) +
+                       " bytes of memory; lower --max-seq-len"),
             std::string::npos)
       << r.err;
 }

@@ -51,6 +51,8 @@
 #include <numeric>
 #include <random>
 
+#include <unistd.h>
+
 namespace sparsec::rt::cli {
 
 namespace {
@@ -61,6 +63,16 @@ struct CacheSlot {
   std::vector<unsigned char> data; // [1, heads, len, headDim] (host mode)
   Tensor device;           // [1, heads, capacity, headDim] (device mode)
 };
+
+/// The machine's physical memory in bytes, 0 where unknown.
+uint64_t physicalMemoryBytes() {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && size > 0)
+    return uint64_t(pages) * uint64_t(size);
+#endif
+  return 0;
+}
 
 int64_t capacityFor(int64_t needed, int64_t limit) {
   int64_t c = 128;
@@ -724,19 +736,44 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
             ctx.argmaxOutput = logitsOutput;
         }
       }
-      if (!deviceCache)
-        for (CacheSlot &slot : cache) {
-          // The host cache grows in place up to --max-seq-len (reserved on
-          // first use: a device backend keeps the cache on the device).
+      if (!deviceCache) {
+        // The host cache grows in place up to --max-seq-len (reserved on
+        // first use: a device backend keeps the cache on the device). A
+        // reservation past the machine's memory is refused here: where the
+        // system overcommits, it would succeed and fail only once touched.
+        auto slotBytes = [&](const CacheSlot &slot) {
+          return uint64_t(batch * slot.heads * maxSeqLen * slot.headDim) *
+                 dtypeSize(slot.dtype);
+        };
+        const uint64_t memory = physicalMemoryBytes();
+        const std::string refused =
+            "cannot reserve the KV cache for --max-seq-len " +
+            std::to_string(maxSeqLen) + ": ";
+        const std::string ofMemory = memory ? ", more than this machine's " +
+                                                  std::to_string(memory) +
+                                                  " bytes of memory"
+                                            : std::string();
+        uint64_t total = 0;
+        for (const CacheSlot &slot : cache)
           if (slot.data.capacity() == 0) {
-            const size_t n = size_t(batch * slot.heads * maxSeqLen * slot.headDim) *
-                             dtypeSize(slot.dtype);
+            const uint64_t n = slotBytes(slot);
+            if (memory && n > memory)
+              return reportError(refused + std::to_string(n) + " bytes for '" +
+                                 desc.outputs[slot.output].name + "' alone" +
+                                 ofMemory + "; lower --max-seq-len");
+            total += n;
+          }
+        if (memory && total > memory)
+          return reportError(refused + std::to_string(total) + " bytes for " +
+                             std::to_string(cache.size()) + " tensors" +
+                             ofMemory + "; lower --max-seq-len");
+        for (CacheSlot &slot : cache) {
+          if (slot.data.capacity() == 0) {
+            const uint64_t n = slotBytes(slot);
             try {
-              slot.data.reserve(n);
+              slot.data.reserve(size_t(n));
             } catch (const std::exception &) {
-              return reportError("cannot reserve the KV cache for --max-seq-len " +
-                                 std::to_string(maxSeqLen) + ": " +
-                                 std::to_string(n) + " bytes for '" +
+              return reportError(refused + std::to_string(n) + " bytes for '" +
                                  desc.outputs[slot.output].name +
                                  "' alone; lower --max-seq-len");
             }
@@ -745,6 +782,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           const auto *p = static_cast<const unsigned char *>(present.data);
           slot.data.assign(p, p + present.bytes());
         }
+      }
     }
     record([&](int64_t b) {
       return idsOnly ? lastIds[size_t(b)]
