@@ -7,10 +7,11 @@
 //
 //  * a group with one input channel (depthwise): direct convolution,
 //    parallel over output planes; each output row is held 64 columns at a
-//    time in vector accumulators (AVX-512 or AVX2) over all its taps and
-//    stored once, the input rows first copied with zero padding around
-//    them so that no load needs a mask, or, portably, built from one axpy
-//    of an input row a tap (rows split into stride phases either way);
+//    time in vector accumulators over all its taps and stored once (with
+//    AVX2 the input rows are first copied with zero padding around them,
+//    so that no load needs a mask; with AVX-512 the edges are masked
+//    loads), or, portably, built from one axpy of an input row a tap (rows
+//    split into stride phases either way);
 //  * a pointwise convolution without padding or stride: the f32 GEMM of
 //    Linear.cpp, weights [M/g, C/g] times the input read in place;
 //  * otherwise, per image and group, chunks of output positions, one a
@@ -330,6 +331,56 @@ void depthwiseRow(const RowTap *taps, int64_t nt, float bias, Activation act,
   applyActivation(act, y, n);
 }
 
+#if SPARSEC_RT_X86
+/// depthwiseRow with zmm registers: 64 output columns at a time in four
+/// accumulators, every tap a (masked) load and FMA per vector, the row
+/// stored once (ReLU and ReLU6 applied in registers).
+SPARSEC_RT_AVX512 void depthwiseRowAvx512(const RowTap *taps, int64_t nt,
+                                          float bias, Activation act, float *y,
+                                          int64_t n) {
+  for (int64_t j0 = 0; j0 < n; j0 += 64) {
+    const int64_t j1 = std::min(n, j0 + 64);
+    __m512 acc[4];
+    for (int v = 0; v < 4; ++v)
+      acc[v] = _mm512_set1_ps(bias);
+    for (int64_t t = 0; t < nt; ++t) {
+      const RowTap &tp = taps[t];
+      const int64_t a = std::max(tp.lo, j0), b = std::min(tp.hi, j1);
+      if (a >= b)
+        continue;
+      const __m512 w = _mm512_set1_ps(tp.w);
+      for (int v = 0; v < 4; ++v) {
+        const int64_t base = j0 + 16 * v;
+        if (base >= b)
+          break;
+        if (base + 16 <= a)
+          continue;
+        const float *src = tp.src + base;
+        const __m512 x =
+            base >= a && base + 16 <= b
+                ? _mm512_loadu_ps(src)
+                : _mm512_maskz_loadu_ps(laneRange(a - base, b - base), src);
+        acc[v] = _mm512_fmadd_ps(w, x, acc[v]);
+      }
+    }
+    for (int v = 0; v < 4; ++v) {
+      const int64_t base = j0 + 16 * v;
+      if (base >= j1)
+        break;
+      // (maskz with all lanes: the unmasked max trips GCC 12's
+      // uninitialised-variable warning)
+      const __m512 r = activateInRegisters(act, acc[v]);
+      if (base + 16 <= j1)
+        _mm512_storeu_ps(y + base, r);
+      else
+        _mm512_mask_storeu_ps(y + base, laneRange(0, j1 - base), r);
+    }
+  }
+  if (!activatesInRegisters(act))
+    applyActivation(act, y, n);
+}
+#endif
+
 /// A tap of the vector row kernels: w times src[ow] for every output
 /// column ow of the row, src pointing into a zero-padded copy of the input
 /// row (its stride phase) so that no column needs a mask.
@@ -409,62 +460,21 @@ SPARSEC_RT_AVX2 void depthwiseRowAvx2(const PaddedTap *taps, int64_t nt,
     applyActivation(act, y, n);
 }
 
-/// depthwiseChunkAvx2 with zmm registers: columns [j0, j0 + 16 V).
-template <int V>
-SPARSEC_RT_AVX512 inline void
-depthwiseChunkAvx512(const PaddedTap *taps, int64_t nt, float bias,
-                     Activation act, int64_t j0, float *out) {
-  __m512 acc[V];
-#pragma GCC unroll 4
-  for (int v = 0; v < V; ++v)
-    acc[v] = _mm512_set1_ps(bias);
-  for (int64_t t = 0; t < nt; ++t) {
-    const __m512 w = _mm512_set1_ps(taps[t].w);
-    const float *src = taps[t].src + j0;
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v)
-      acc[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(src + 16 * v), acc[v]);
-  }
-#pragma GCC unroll 4
-  for (int v = 0; v < V; ++v)
-    _mm512_storeu_ps(out + 16 * v, activateInRegisters(act, acc[v]));
-}
-
-/// depthwiseRowAvx2 with zmm registers; src readable up to n rounded up to
-/// 16 columns.
-SPARSEC_RT_AVX512 void depthwiseRowAvx512(const PaddedTap *taps, int64_t nt,
-                                          float bias, Activation act, float *y,
-                                          int64_t n) {
-  int64_t j0 = 0;
-  for (; j0 + 64 <= n; j0 += 64)
-    depthwiseChunkAvx512<4>(taps, nt, bias, act, j0, y + j0);
-  if (j0 < n) {
-    const int64_t rem = n - j0;
-    alignas(64) float tail[64];
-    float *out = rem % 16 == 0 ? y + j0 : tail;
-    withVectors<1, 3>(int(rem + 15) / 16, [&](auto v) {
-      depthwiseChunkAvx512<decltype(v)::value>(taps, nt, bias, act, j0, out);
-    });
-    if (out == tail)
-      std::memcpy(y + j0, tail, size_t(rem) * sizeof(float));
-  }
-  if (!activatesInRegisters(act))
-    applyActivation(act, y, n);
-}
-
 /// Floor division by a positive divisor.
 inline int64_t floorDiv(int64_t a, int64_t b) {
   return a >= 0 ? a / b : -((-a + b - 1) / b);
 }
 
-/// depthwisePlane's vector form. Every input row is first copied into
+/// depthwisePlane's AVX2 form. Every input row is first copied into
 /// `padded`, split into its stride phases when the last dim is strided,
 /// each phase with zeros before and after it, so that tap kw's input
 /// column for output column ow (ow * s + off, off = kw * dil - pad) lies
 /// at a fixed offset of its phase for every ow in the row (the padding
-/// supplying the zeros a padded convolution reads). The row kernels then
-/// load every tap unmasked. Rows wholly in the padding are skipped, as
-/// depthwiseRow skips them.
+/// supplying the zeros a padded convolution reads). The row kernel then
+/// loads every tap unmasked. Rows wholly in the padding are skipped, as
+/// depthwiseRow skips them. (AVX-512 machines keep depthwiseRowAvx512's
+/// masked loads: on an Intel Xeon a zmm form of this kernel ran slower
+/// than them, docs/Benchmarks.md.)
 void depthwisePlaneVector(const float *xin, const float *wk, float bias,
                           Activation act, const Geometry &g, float *yo,
                           std::vector<float> &padded,
@@ -479,10 +489,10 @@ void depthwisePlaneVector(const float *xin, const float *wk, float bias,
     qMin = std::min(qMin, q);
     qMax = std::max(qMax, q);
   }
-  // The kernels read up to outW rounded up to 16 columns past the start.
+  // The kernel reads up to outW rounded up to 8 columns past the start.
   const int64_t lead = -qMin;
   const int64_t trail =
-      std::max<int64_t>(0, qMax + (outW + 15) / 16 * 16 - phaseLen);
+      std::max<int64_t>(0, qMax + (outW + 7) / 8 * 8 - phaseLen);
   const int64_t seg = lead + phaseLen + trail, rowLen = s * seg;
   padded.resize(size_t(inRows * rowLen));
   for (int64_t r = 0; r < inRows; ++r) {
@@ -522,10 +532,7 @@ void depthwisePlaneVector(const float *xin, const float *wk, float bias,
             rowTaps[size_t(nt++)] = {row + colOf[size_t(kw)], wk[t]};
         }
       float *yrow = yo + (od * g.out[1] + oh) * outW;
-      if (isa >= kIsaAvx512)
-        depthwiseRowAvx512(rowTaps.data(), nt, bias, act, yrow, outW);
-      else
-        depthwiseRowAvx2(rowTaps.data(), nt, bias, act, yrow, outW);
+      depthwiseRowAvx2(rowTaps.data(), nt, bias, act, yrow, outW);
     }
 }
 #endif
@@ -537,15 +544,15 @@ void depthwisePlaneVector(const float *xin, const float *wk, float bias,
 /// stride along the last dim above 1, the plane's rows are first split
 /// into their stride phases (once, into `phases`), so that every tap reads
 /// contiguous columns. `taps` as tapsOf gives them; `phases`, `rowTaps`
-/// and `paddedTaps` are scratch. With AVX2 or AVX-512 (`isa`),
-/// depthwisePlaneVector computes the plane instead.
+/// and `paddedTaps` are scratch. With AVX2 (`isa`), depthwisePlaneVector
+/// computes the plane instead.
 void depthwisePlane(const float *xin, const float *wk, float bias,
                     Activation act, const Geometry &g, float *yo,
                     const std::vector<Tap> &taps, std::vector<float> &phases,
                     std::vector<RowTap> &rowTaps,
                     std::vector<PaddedTap> &paddedTaps, int isa) {
 #if SPARSEC_RT_X86
-  if (isa >= kIsaAvx2)
+  if (isa == kIsaAvx2)
     return depthwisePlaneVector(xin, wk, bias, act, g, yo, phases, paddedTaps,
                                 isa);
 #endif
@@ -566,8 +573,14 @@ void depthwisePlane(const float *xin, const float *wk, float bias,
       for (size_t t = 0; t < taps.size(); ++t)
         if (const float *row = tapRow(plane, taps[t], g, od, oh, rowLen))
           rowTaps[size_t(nt++)] = {row, wk[t], taps[t].lo, taps[t].hi};
-      depthwiseRow(rowTaps.data(), nt, bias, act,
-                   yo + (od * g.out[1] + oh) * outW, outW);
+      float *yrow = yo + (od * g.out[1] + oh) * outW;
+#if SPARSEC_RT_X86
+      if (isa >= kIsaAvx512) {
+        depthwiseRowAvx512(rowTaps.data(), nt, bias, act, yrow, outW);
+        continue;
+      }
+#endif
+      depthwiseRow(rowTaps.data(), nt, bias, act, yrow, outW);
     }
 }
 
