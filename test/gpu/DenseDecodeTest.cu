@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "sparsec/rt/cuda/Attention.h"
 #include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/LtGemm.h"
 
@@ -610,6 +611,53 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
 
 enum class Mask { none, additive, boolean };
 
+/// The largest difference between `got` [B, Hq, Sq, Dv] and softmax(q k^T *
+/// scale + mask) v in double: key(bh, j, d) and val(bh, j, d) over T
+/// positions, the mask [B, 1, Sq, T], query i at position i + T - Sq (the
+/// causal limit); a row that sees no key is 0.
+template <class Key, class Val>
+double attentionError(int B, int Hq, int Hk, int Sq, int T, int D, int Dv,
+                      const std::vector<float> &q, Key key, Val val,
+                      Mask maskKind, const std::vector<float> &maskF,
+                      const std::vector<uint8_t> &maskB, float scale,
+                      bool causal, const std::vector<float> &got) {
+  double err = 0;
+  std::vector<double> scoreRow(static_cast<size_t>(T));
+  double *sc = scoreRow.data();
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < Hq; ++h)
+      for (int i = 0; i < Sq; ++i) {
+        const int bh = b * Hk + h / (Hq / Hk);
+        const int jEnd = causal ? std::max(0, std::min(T, i + (T - Sq) + 1)) : T;
+        double m = -INFINITY;
+        for (int j = 0; j < jEnd; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d)
+            dot += double(q[((size_t(b) * Hq + h) * Sq + i) * D + d]) * key(bh, j, d);
+          dot *= scale;
+          const size_t e = (size_t(b) * Sq + i) * T + j;
+          if (maskKind == Mask::additive)
+            dot += maskF[e];
+          if (maskKind == Mask::boolean && !maskB[e])
+            dot = -INFINITY;
+          sc[j] = dot;
+          m = std::max(m, dot);
+        }
+        for (int d = 0; d < Dv; ++d) {
+          double num = 0, den = 0;
+          if (m != -INFINITY)
+            for (int j = 0; j < jEnd; ++j) {
+              double p = std::exp(sc[j] - m);
+              den += p;
+              num += p * val(bh, j, d);
+            }
+          double ref = m == -INFINITY ? 0.0 : num / den;
+          err = worse(err, std::fabs(ref - got[((size_t(b) * Hq + h) * Sq + i) * Dv + d]));
+        }
+      }
+  return err;
+}
+
 void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
                    Mask maskKind, bool causal, std::mt19937 &rng,
                    bool early = false, bool pastReady = false) {
@@ -692,47 +740,17 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   std::vector<float> gotK = download(presK, size_t(B) * Hk * T * D);
   std::vector<float> gotV = download(presV, size_t(B) * Hk * T * Dv);
   std::vector<int> cnt = download(counters, rows);
-  double err = 0;
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < Hq; ++h)
-      for (int i = 0; i < Sq; ++i) {
-        const int bh = b * Hk + h / (Hq / Hk);
-        auto key = [&](int j, int d) {
-          return j < P ? pk[(size_t(bh) * P + j) * D + d]
-                       : k[(size_t(bh) * Sk + j - P) * D + d];
-        };
-        auto val = [&](int j, int d) {
-          return j < P ? pv[(size_t(bh) * P + j) * Dv + d]
-                       : v[(size_t(bh) * Sk + j - P) * Dv + d];
-        };
-        int jEnd = causal ? std::min(T, i + (T - Sq) + 1) : T;
-        std::vector<double> s(size_t(T), -INFINITY);
-        double m = -INFINITY;
-        for (int j = 0; j < jEnd; ++j) {
-          double dot = 0;
-          for (int d = 0; d < D; ++d)
-            dot += double(q[((size_t(b) * Hq + h) * Sq + i) * D + d]) * key(j, d);
-          dot *= a.scale;
-          size_t e = (size_t(b) * Sq + i) * T + j;
-          if (maskKind == Mask::additive)
-            dot += maskF[e];
-          if (maskKind == Mask::boolean && !maskB[e])
-            dot = -INFINITY;
-          s[size_t(j)] = dot;
-          m = std::max(m, dot);
-        }
-        for (int d = 0; d < Dv; ++d) {
-          double num = 0, den = 0;
-          if (m != -INFINITY)
-            for (int j = 0; j < jEnd; ++j) {
-              double p = std::exp(s[size_t(j)] - m);
-              den += p;
-              num += p * val(j, d);
-            }
-          double ref = m == -INFINITY ? 0.0 : num / den;
-          err = worse(err, std::fabs(ref - got[((size_t(b) * Hq + h) * Sq + i) * Dv + d]));
-        }
-      }
+  auto key = [&](int bh, int j, int d) {
+    return j < P ? pk[(size_t(bh) * P + j) * D + d]
+                 : k[(size_t(bh) * Sk + j - P) * D + d];
+  };
+  auto val = [&](int bh, int j, int d) {
+    return j < P ? pv[(size_t(bh) * P + j) * Dv + d]
+                 : v[(size_t(bh) * Sk + j - P) * Dv + d];
+  };
+  const double err = attentionError(B, Hq, Hk, Sq, T, D, Dv, q, key, val,
+                                    maskKind, maskF, maskB, a.scale, causal,
+                                    got);
   double presentErr = 0;
   for (int bh = 0; bh < B * Hk; ++bh)
     for (int j = P; j < T; ++j) {
@@ -763,6 +781,98 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   cudaFree(presV);
   cudaFree(scratch);
   cudaFree(counters);
+}
+
+/// prefillAttention against the host: present keys and values of P past
+/// and Sq new positions, a mask over [B, 1, Sq, T] as attentionCase's (the
+/// whole first row of batch 1 masked out). `timed`: also prints the
+/// kernel's time (the median of 5 runs).
+void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
+                          Mask maskKind, bool causal, std::mt19937 &rng,
+                          bool timed = false) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int T = P + Sq;
+  std::vector<float> q(size_t(B) * Hq * Sq * D), k(size_t(B) * Hk * T * D),
+      v(size_t(B) * Hk * T * Dv);
+  for (auto *vec : {&q, &k, &v})
+    for (float &e : *vec)
+      e = g(rng);
+  std::vector<float> maskF(size_t(B) * Sq * T, 0.0f);
+  std::vector<uint8_t> maskB(size_t(B) * Sq * T, 1);
+  std::uniform_int_distribution<int> coin(0, 4);
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < Sq; ++i)
+      for (int j = 0; j < T; ++j) {
+        const bool off = coin(rng) == 0 || (b == 1 && i == 0);
+        const size_t e = (size_t(b) * Sq + i) * T + j;
+        maskF[e] = off ? -INFINITY : 0.25f * g(rng);
+        maskB[e] = !off;
+      }
+  PrefillAttention a;
+  a.q = upload(q);
+  a.k = upload(k);
+  a.v = upload(v);
+  if (maskKind == Mask::additive)
+    a.maskF = upload(maskF);
+  if (maskKind == Mask::boolean)
+    a.maskB = upload(maskB);
+  a.mStr[0] = int64_t(Sq) * T;
+  a.mStr[2] = T;
+  a.mStr[3] = 1;
+  a.B = B;
+  a.Hq = Hq;
+  a.Hk = Hk;
+  a.Sq = Sq;
+  a.T = T;
+  a.D = D;
+  a.Dv = Dv;
+  a.scale = 1.0f / std::sqrt(float(D));
+  a.causal = causal;
+  const size_t outs = size_t(B) * Hq * Sq * Dv;
+  float *out = nullptr;
+  CHECK_CUDA(cudaMalloc(&out, sizeof(float) * outs));
+  CHECK_CUDA(cudaMemset(out, 0xff, sizeof(float) * outs)); // NaNs
+  a.out = out;
+  CHECK_CUDA(prefillAttention(a, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> got = download(out, outs);
+  double us = 0;
+  if (timed) {
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    std::vector<double> runs;
+    for (int rep = 0; rep < 5; ++rep) {
+      CHECK_CUDA(cudaEventRecord(e0));
+      CHECK_CUDA(prefillAttention(a, nullptr));
+      CHECK_CUDA(cudaEventRecord(e1));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      runs.push_back(ms * 1e3);
+    }
+    std::sort(runs.begin(), runs.end());
+    us = runs[2];
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+  }
+  auto key = [&](int bh, int j, int d) { return k[(size_t(bh) * T + j) * D + d]; };
+  auto val = [&](int bh, int j, int d) { return v[(size_t(bh) * T + j) * Dv + d]; };
+  const double err = attentionError(B, Hq, Hk, Sq, T, D, Dv, q, key, val,
+                                    maskKind, maskF, maskB, a.scale, causal,
+                                    got);
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "prefillAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d%s",
+                B, Hq, Hk, Sq, P, D, Dv,
+                maskKind == Mask::none ? "none" : maskKind == Mask::additive ? "additive" : "bool",
+                causal, timed ? (" " + std::to_string(us) + " us").c_str() : "");
+  report(err < 2e-5, line, err);
+  for (const void *p : {static_cast<const void *>(a.q), static_cast<const void *>(a.k),
+                        static_cast<const void *>(a.v), static_cast<const void *>(a.maskF),
+                        static_cast<const void *>(a.maskB), static_cast<const void *>(out)})
+    if (p)
+      cudaFree(const_cast<void *>(p));
 }
 
 /// embeddingRows against the host: n lookups of rows of D from a table of
@@ -1073,6 +1183,16 @@ int main() {
   attentionCase(2, 4, 2, 3, 70, 30, 30, Mask::additive, true, rng, true, true);
   attentionCase(1, 4, 4, 1, 0, 64, 64, Mask::none, false, rng, true, true);
   attentionCase(1, 32, 32, 1, 256, 128, 128, Mask::none, false, rng, false, true);
+  // B, Hq, Hk, Sq, P, D, Dv, mask, causal: prompts (prefillAttention).
+  prefillAttentionCase(1, 2, 2, 9, 0, 64, 64, Mask::none, true, rng);        // part of a tile
+  prefillAttentionCase(2, 8, 2, 130, 0, 64, 64, Mask::additive, true, rng);  // GQA, 3 row tiles
+  prefillAttentionCase(2, 4, 4, 100, 37, 64, 32, Mask::boolean, true, rng);  // a past, Dv != D
+  prefillAttentionCase(2, 4, 2, 70, 0, 30, 30, Mask::additive, false, rng);  // D not a multiple of 4
+  prefillAttentionCase(1, 2, 2, 65, 200, 128, 128, Mask::none, true, rng);   // 128-wide heads
+  prefillAttentionCase(2, 2, 1, 64, 3, 80, 96, Mask::boolean, false, rng);   // D 80, Dv 96
+  prefillAttentionCase(1, 1, 1, 1, 5, 16, 16, Mask::none, true, rng);        // one row
+  prefillAttentionCase(1, 32, 32, 1024, 0, 64, 64, Mask::none, true, rng, true); // OPT-1.3B's prompt
+  prefillAttentionCase(1, 32, 32, 128, 0, 64, 64, Mask::none, true, rng, true);
   // NaN scores: the last key of a warp's group followed by keys past the
   // end (5 of 6), inside a group (2 of 6), in a later chunk (300 of 501).
   attentionNaNCase(5, 5, rng);

@@ -11,6 +11,7 @@
 
 #include "Device.h"
 #include "DeviceMath.cuh"
+#include "sparsec/rt/cuda/Attention.h"
 #include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
 #include "sparsec/rt/cuda/Pit.h"
@@ -1286,6 +1287,29 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   }
   if (r.numel() == 0 || !d.launching())
     return true;
+  if (prefillAttentionSupported(D, Dv)) {
+    // A prompt's rows: tiles of 64 query rows, keys streamed (flash).
+    PrefillAttention pa;
+    pa.q = q.as<float>();
+    pa.k = keys;
+    pa.v = vals;
+    pa.maskF = da.maskF;
+    pa.maskB = da.maskB;
+    for (int i = 0; i < 4; ++i)
+      pa.mStr[i] = dims.mStr[i];
+    pa.B = B;
+    pa.Hq = Hq;
+    pa.Hk = Hk;
+    pa.Sq = Sq;
+    pa.T = T;
+    pa.D = D;
+    pa.Dv = Dv;
+    pa.scale = scale;
+    pa.causal = causal;
+    pa.out = r.as<float>();
+    return check(ctx, prefillAttention(pa, d.stream), "attention");
+  }
+  // Larger heads: one block a query row, its scores in shared memory.
   size_t smem = sizeof(float) * size_t(D + T);
   if (smem > 200 * 1024)
     return ctx.fail("attention: " + std::to_string(T) +
