@@ -437,6 +437,8 @@ Device *device(Context &ctx) {
   // inside it).
   if (const char *p = std::getenv("SPARSEC_CUDA_FUSED_EPILOGUE"))
     d->fuseEpilogue = std::strcmp(p, "0") != 0;
+  if (const char *p = std::getenv("SPARSEC_CUDA_PROMPT_ATTN"))
+    d->flashPrompt = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_NORM_FUSE"))
     d->fuseNorms = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_GATED_FUSE"))

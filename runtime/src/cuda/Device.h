@@ -153,6 +153,10 @@ struct Device : Context::Backend {
   /// Prompt GEMMs (eager runs and captures; not replays) whose epilogue ran
   /// inside them, and after them (SPARSEC_CUDA_PROFILE reports both).
   int fusedEpilogues = 0, separateEpilogues = 0;
+  /// Attention over more query rows than a decode step's (a prompt): the
+  /// flash kernel of Attention.cu (head sizes up to 128); false
+  /// (SPARSEC_CUDA_PROMPT_ATTN=0): one block a query row, as before it.
+  bool flashPrompt = true;
   std::vector<void *> weights; // one device copy per weight segment
   std::vector<DeviceBuffer> slots;
   std::vector<DeviceBuffer> uploads;

@@ -1287,7 +1287,7 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   }
   if (r.numel() == 0 || !d.launching())
     return true;
-  if (prefillAttentionSupported(D, Dv)) {
+  if (d.flashPrompt && prefillAttentionSupported(D, Dv)) {
     // A prompt's rows: tiles of 64 query rows, keys streamed (flash).
     PrefillAttention pa;
     pa.q = q.as<float>();
@@ -1309,7 +1309,8 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     pa.out = r.as<float>();
     return check(ctx, prefillAttention(pa, d.stream), "attention");
   }
-  // Larger heads: one block a query row, its scores in shared memory.
+  // Larger heads (or SPARSEC_CUDA_PROMPT_ATTN=0): one block a query row,
+  // its scores in shared memory.
   size_t smem = sizeof(float) * size_t(D + T);
   if (smem > 200 * 1024)
     return ctx.fail("attention: " + std::to_string(T) +
