@@ -737,47 +737,54 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         }
       }
       if (!deviceCache) {
-        // The host cache grows in place up to --max-seq-len (reserved on
-        // first use: a device backend keeps the cache on the device). A
+        // The host cache grows in place up to --max-seq-len, reserved on
+        // first use (a device backend keeps the cache on the device). A
         // reservation past the machine's memory is refused here: where the
         // system overcommits, it would succeed and fail only once touched.
-        auto slotBytes = [&](const CacheSlot &slot) {
-          return uint64_t(batch * slot.heads * maxSeqLen * slot.headDim) *
-                 dtypeSize(slot.dtype);
-        };
-        const uint64_t memory = physicalMemoryBytes();
-        const std::string refused =
-            "cannot reserve the KV cache for --max-seq-len " +
-            std::to_string(maxSeqLen) + ": ";
-        const std::string ofMemory = memory ? ", more than this machine's " +
-                                                  std::to_string(memory) +
-                                                  " bytes of memory"
-                                            : std::string();
-        uint64_t total = 0;
-        for (const CacheSlot &slot : cache)
-          if (slot.data.capacity() == 0) {
-            const uint64_t n = slotBytes(slot);
-            if (memory && n > memory)
-              return reportError(refused + std::to_string(n) + " bytes for '" +
-                                 desc.outputs[slot.output].name + "' alone" +
-                                 ofMemory + "; lower --max-seq-len");
-            total += n;
-          }
-        if (memory && total > memory)
-          return reportError(refused + std::to_string(total) + " bytes for " +
-                             std::to_string(cache.size()) + " tensors" +
-                             ofMemory + "; lower --max-seq-len");
-        for (CacheSlot &slot : cache) {
-          if (slot.data.capacity() == 0) {
-            const uint64_t n = slotBytes(slot);
-            try {
-              slot.data.reserve(size_t(n));
-            } catch (const std::exception &) {
-              return reportError(refused + std::to_string(n) + " bytes for '" +
-                                 desc.outputs[slot.output].name +
-                                 "' alone; lower --max-seq-len");
+        if (std::any_of(cache.begin(), cache.end(), [](const CacheSlot &c) {
+              return c.data.capacity() == 0;
+            })) {
+          auto slotBytes = [&](const CacheSlot &slot) {
+            return uint64_t(batch * slot.heads * maxSeqLen * slot.headDim) *
+                   dtypeSize(slot.dtype);
+          };
+          const uint64_t memory = physicalMemoryBytes();
+          const std::string refused =
+              "cannot reserve the KV cache for --max-seq-len " +
+              std::to_string(maxSeqLen) + ": ";
+          const std::string ofMemory = memory ? ", more than this machine's " +
+                                                    std::to_string(memory) +
+                                                    " bytes of memory"
+                                              : std::string();
+          uint64_t total = 0;
+          for (const CacheSlot &slot : cache)
+            if (slot.data.capacity() == 0) {
+              const uint64_t n = slotBytes(slot);
+              if (memory && n > memory)
+                return reportError(refused + std::to_string(n) +
+                                   " bytes for '" +
+                                   desc.outputs[slot.output].name + "' alone" +
+                                   ofMemory + "; lower --max-seq-len");
+              total += n;
             }
-          }
+          if (memory && total > memory)
+            return reportError(refused + std::to_string(total) + " bytes for " +
+                               std::to_string(cache.size()) + " tensors" +
+                               ofMemory + "; lower --max-seq-len");
+          for (CacheSlot &slot : cache)
+            if (slot.data.capacity() == 0) {
+              const uint64_t n = slotBytes(slot);
+              try {
+                slot.data.reserve(size_t(n));
+              } catch (const std::exception &) {
+                return reportError(refused + std::to_string(n) +
+                                   " bytes for '" +
+                                   desc.outputs[slot.output].name +
+                                   "' alone; lower --max-seq-len");
+              }
+            }
+        }
+        for (CacheSlot &slot : cache) {
           const Tensor &present = outputs[size_t(slot.output)];
           const auto *p = static_cast<const unsigned char *>(present.data);
           slot.data.assign(p, p + present.bytes());
