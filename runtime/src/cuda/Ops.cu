@@ -521,19 +521,9 @@ __global__ void presentKernel(const float *past, const float *cur, int64_t BH,
   }
 }
 
-struct AttentionArgs {
-  const float *q, *k, *v; // k, v: [B, Hk, T, D] (present or new)
-  const float *maskF;
-  const uint8_t *maskB;
-  int64_t mStr[4];
-  int64_t Hq, Hk, Sq, T, D, Dv;
-  float scale;
-  bool causal;
-  float *out;
-};
-
-/// One block per query row: scores in shared memory, softmax, P.V.
-__global__ void attentionKernel(AttentionArgs a) {
+/// One block per query row: scores in shared memory, softmax, P.V (the
+/// prompt attention for heads prefillAttention does not take).
+__global__ void attentionKernel(PrefillAttention a) {
   pdlTrigger();
   extern __shared__ float smem[];
   float *qs = smem, *sc = smem + a.D;
@@ -1199,9 +1189,6 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   const int64_t B = dims.B, Hq = dims.Hq, Sq = dims.Sq, D = dims.D,
                 Hk = dims.Hk, Sk = dims.Sk, Dv = dims.Dv, P = dims.P,
                 T = dims.T;
-  AttentionArgs a{};
-  for (int i = 0; i < 4; ++i)
-    a.mStr[i] = dims.mStr[i];
   const int64_t oshape[4] = {B, Hq, Sq, Dv};
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, DType::f32, 4, oshape))
@@ -1287,28 +1274,28 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   }
   if (r.numel() == 0 || !d.launching())
     return true;
-  if (d.flashPrompt && prefillAttentionSupported(D, Dv)) {
-    // A prompt's rows: tiles of 64 query rows, keys streamed (flash).
-    PrefillAttention pa;
-    pa.q = q.as<float>();
-    pa.k = keys;
-    pa.v = vals;
-    pa.maskF = da.maskF;
-    pa.maskB = da.maskB;
-    for (int i = 0; i < 4; ++i)
-      pa.mStr[i] = dims.mStr[i];
-    pa.B = B;
-    pa.Hq = Hq;
-    pa.Hk = Hk;
-    pa.Sq = Sq;
-    pa.T = T;
-    pa.D = D;
-    pa.Dv = Dv;
-    pa.scale = scale;
-    pa.causal = causal;
-    pa.out = r.as<float>();
+  // A prompt's rows, over the present's keys and values.
+  PrefillAttention pa;
+  pa.q = q.as<float>();
+  pa.k = keys;
+  pa.v = vals;
+  pa.maskF = da.maskF;
+  pa.maskB = da.maskB;
+  for (int i = 0; i < 4; ++i)
+    pa.mStr[i] = dims.mStr[i];
+  pa.B = B;
+  pa.Hq = Hq;
+  pa.Hk = Hk;
+  pa.Sq = Sq;
+  pa.T = T;
+  pa.D = D;
+  pa.Dv = Dv;
+  pa.scale = scale;
+  pa.causal = causal;
+  pa.out = r.as<float>();
+  // Tiles of 64 query rows, keys streamed (flash).
+  if (d.flashPrompt && prefillAttentionSupported(D, Dv))
     return check(ctx, prefillAttention(pa, d.stream), "attention");
-  }
   // Larger heads (or SPARSEC_CUDA_PROMPT_ATTN=0): one block a query row,
   // its scores in shared memory.
   size_t smem = sizeof(float) * size_t(D + T);
@@ -1322,21 +1309,7 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                                   int(smem)),
              "attention shared memory"))
     return false;
-  a.q = q.as<float>();
-  a.k = keys;
-  a.v = vals;
-  a.maskF = mask && mask->dtype == DType::f32 ? mask->as<float>() : nullptr;
-  a.maskB = mask && mask->dtype == DType::b1 ? mask->as<uint8_t>() : nullptr;
-  a.Hq = Hq;
-  a.Hk = Hk;
-  a.Sq = Sq;
-  a.T = T;
-  a.D = D;
-  a.Dv = Dv;
-  a.scale = scale;
-  a.causal = causal;
-  a.out = r.as<float>();
-  attentionKernel<<<unsigned(B * Hq * Sq), 128, smem, d.stream>>>(a);
+  attentionKernel<<<unsigned(B * Hq * Sq), 128, smem, d.stream>>>(pa);
   return launched(ctx, "attention");
 }
 
