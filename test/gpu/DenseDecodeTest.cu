@@ -658,6 +658,26 @@ double attentionError(int B, int Hq, int Hk, int Sq, int T, int D, int Dv,
   return err;
 }
 
+/// The same random mask over [B, 1, Sq, T] (broadcast over heads) in both
+/// forms: additive (-inf or a small value) and boolean. It masks about a
+/// fifth of the keys out, and the whole first row of batch 1 (an
+/// all-masked row gives 0).
+void randomMasks(int B, int Sq, int T, std::mt19937 &rng,
+                 std::vector<float> &maskF, std::vector<uint8_t> &maskB) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_int_distribution<int> coin(0, 4);
+  maskF.assign(size_t(B) * Sq * T, 0.0f);
+  maskB.assign(size_t(B) * Sq * T, 1);
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < Sq; ++i)
+      for (int j = 0; j < T; ++j) {
+        const bool off = coin(rng) == 0 || (b == 1 && i == 0);
+        const size_t e = (size_t(b) * Sq + i) * T + j;
+        maskF[e] = off ? -INFINITY : 0.25f * g(rng);
+        maskB[e] = !off;
+      }
+}
+
 void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
                    Mask maskKind, bool causal, std::mt19937 &rng,
                    bool early = false, bool pastReady = false) {
@@ -669,19 +689,9 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   for (auto *vec : {&q, &pk, &pv, &k, &v})
     for (float &e : *vec)
       e = g(rng);
-  // Mask over [B, 1, Sq, T] (broadcast over heads): masks some keys out,
-  // and the whole first row of batch 1 (an all-masked row gives 0).
-  std::vector<float> maskF(size_t(B) * Sq * T, 0.0f);
-  std::vector<uint8_t> maskB(size_t(B) * Sq * T, 1);
-  std::uniform_int_distribution<int> coin(0, 4);
-  for (int b = 0; b < B; ++b)
-    for (int i = 0; i < Sq; ++i)
-      for (int j = 0; j < T; ++j) {
-        bool off = coin(rng) == 0 || (b == 1 && i == 0);
-        size_t e = (size_t(b) * Sq + i) * T + j;
-        maskF[e] = off ? -INFINITY : 0.25f * g(rng);
-        maskB[e] = !off;
-      }
+  std::vector<float> maskF;
+  std::vector<uint8_t> maskB;
+  randomMasks(B, Sq, T, rng, maskF, maskB);
   DecodeAttention a;
   a.B = B;
   a.Hq = Hq;
@@ -797,17 +807,9 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   for (auto *vec : {&q, &k, &v})
     for (float &e : *vec)
       e = g(rng);
-  std::vector<float> maskF(size_t(B) * Sq * T, 0.0f);
-  std::vector<uint8_t> maskB(size_t(B) * Sq * T, 1);
-  std::uniform_int_distribution<int> coin(0, 4);
-  for (int b = 0; b < B; ++b)
-    for (int i = 0; i < Sq; ++i)
-      for (int j = 0; j < T; ++j) {
-        const bool off = coin(rng) == 0 || (b == 1 && i == 0);
-        const size_t e = (size_t(b) * Sq + i) * T + j;
-        maskF[e] = off ? -INFINITY : 0.25f * g(rng);
-        maskB[e] = !off;
-      }
+  std::vector<float> maskF;
+  std::vector<uint8_t> maskB;
+  randomMasks(B, Sq, T, rng, maskF, maskB);
   PrefillAttention a;
   a.q = upload(q);
   a.k = upload(k);
