@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <random>
 #include <type_traits>
@@ -611,18 +612,18 @@ void groupCase(int M, int K, std::vector<int> Ns, bool bias, bool relu,
 
 enum class Mask { none, additive, boolean };
 
-/// The largest difference between `got` [B, Hq, Sq, Dv] and softmax(q k^T *
-/// scale + mask) v in double: key(bh, j, d) and val(bh, j, d) over T
-/// positions, the mask [B, 1, Sq, T], query i at position i + T - Sq (the
-/// causal limit); a row that sees no key is 0.
+/// softmax(q k^T * scale + mask) v [B, Hq, Sq, Dv] in double: key(bh, j, d)
+/// and val(bh, j, d) over T positions, the mask [B, 1, Sq, T], query i at
+/// position i + T - Sq (the causal limit); a row that sees no key is 0.
 template <class Key, class Val>
-double attentionError(int B, int Hq, int Hk, int Sq, int T, int D, int Dv,
-                      const std::vector<float> &q, Key key, Val val,
-                      Mask maskKind, const std::vector<float> &maskF,
-                      const std::vector<uint8_t> &maskB, float scale,
-                      bool causal, const std::vector<float> &got) {
-  double err = 0;
-  std::vector<double> scoreRow(static_cast<size_t>(T));
+std::vector<double>
+attentionReference(int B, int Hq, int Hk, int Sq, int T, int D, int Dv,
+                   const std::vector<float> &q, Key key, Val val, Mask maskKind,
+                   const std::vector<float> &maskF,
+                   const std::vector<uint8_t> &maskB, float scale,
+                   bool causal) {
+  std::vector<double> ref(size_t(B) * Hq * Sq * Dv);
+  std::vector<double> scoreRow(static_cast<size_t>(T)), num(static_cast<size_t>(Dv));
   double *sc = scoreRow.data();
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < Hq; ++h)
@@ -643,19 +644,40 @@ double attentionError(int B, int Hq, int Hk, int Sq, int T, int D, int Dv,
           sc[j] = dot;
           m = std::max(m, dot);
         }
-        for (int d = 0; d < Dv; ++d) {
-          double num = 0, den = 0;
-          if (m != -INFINITY)
-            for (int j = 0; j < jEnd; ++j) {
-              double p = std::exp(sc[j] - m);
-              den += p;
-              num += p * val(bh, j, d);
-            }
-          double ref = m == -INFINITY ? 0.0 : num / den;
-          err = worse(err, std::fabs(ref - got[((size_t(b) * Hq + h) * Sq + i) * Dv + d]));
-        }
+        double den = 0;
+        std::fill(num.begin(), num.end(), 0.0);
+        if (m != -INFINITY)
+          for (int j = 0; j < jEnd; ++j) {
+            const double p = std::exp(sc[j] - m);
+            den += p;
+            for (int d = 0; d < Dv; ++d)
+              num[size_t(d)] += p * val(bh, j, d);
+          }
+        double *out = &ref[((size_t(b) * Hq + h) * Sq + i) * Dv];
+        for (int d = 0; d < Dv; ++d)
+          out[d] = m == -INFINITY ? 0.0 : num[size_t(d)] / den;
       }
+  return ref;
+}
+
+/// The largest difference between `got` and `ref` (a NaN is the worst).
+double maxError(const std::vector<double> &ref, const std::vector<float> &got) {
+  double err = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    err = worse(err, std::fabs(ref[i] - got[i]));
   return err;
+}
+
+/// The largest difference between `got` and attentionReference's.
+template <class Key, class Val>
+double attentionError(int B, int Hq, int Hk, int Sq, int T, int D, int Dv,
+                      const std::vector<float> &q, Key key, Val val,
+                      Mask maskKind, const std::vector<float> &maskF,
+                      const std::vector<uint8_t> &maskB, float scale,
+                      bool causal, const std::vector<float> &got) {
+  return maxError(attentionReference(B, Hq, Hk, Sq, T, D, Dv, q, key, val,
+                                     maskKind, maskF, maskB, scale, causal),
+                  got);
 }
 
 /// The same random mask over [B, 1, Sq, T] (broadcast over heads) in both
@@ -793,13 +815,17 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   cudaFree(counters);
 }
 
-/// prefillAttention against the host: present keys and values of P past
-/// and Sq new positions, a mask over [B, 1, Sq, T] as attentionCase's (the
-/// whole first row of batch 1 masked out). `timed`: also prints the
-/// kernel's time (the median of 5 runs).
+/// prefillAttention against the host, in each of its arithmetics: present
+/// keys and values of P past and Sq new positions, a mask over [B, 1, Sq,
+/// T] as attentionCase's (the whole first row of batch 1 masked out), or
+/// with `window` > 0 a band: row i sees keys i + P - window + 1 .. i + P,
+/// hidden ones at `hidden` (additive: float32's lowest or -10000, as exports
+/// write a causal mask) or false, so that query tiles see spans of the keys. `timed`: also
+/// prints the kernel's time (the median of 5 runs).
 void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
                           Mask maskKind, bool causal, std::mt19937 &rng,
-                          bool timed = false) {
+                          bool timed = false, int window = 0,
+                          float hidden = std::numeric_limits<float>::lowest()) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   const int T = P + Sq;
   std::vector<float> q(size_t(B) * Hq * Sq * D), k(size_t(B) * Hk * T * D),
@@ -810,6 +836,15 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   std::vector<float> maskF;
   std::vector<uint8_t> maskB;
   randomMasks(B, Sq, T, rng, maskF, maskB);
+  if (window > 0)
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < Sq; ++i)
+        for (int j = 0; j < T; ++j) {
+          const bool seen = j <= i + P && j > i + P - window;
+          const size_t e = (size_t(b) * Sq + i) * T + j;
+          maskF[e] = seen ? 0.0f : hidden;
+          maskB[e] = seen;
+        }
   PrefillAttention a;
   a.q = upload(q);
   a.k = upload(k);
@@ -832,47 +867,63 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   a.causal = causal;
   const size_t outs = size_t(B) * Hq * Sq * Dv;
   float *out = nullptr;
+  void *scratch = nullptr;
   CHECK_CUDA(cudaMalloc(&out, sizeof(float) * outs));
-  CHECK_CUDA(cudaMemset(out, 0xff, sizeof(float) * outs)); // NaNs
+  CHECK_CUDA(cudaMalloc(&scratch, std::max<size_t>(16, prefillAttentionScratchBytes(a))));
   a.out = out;
-  CHECK_CUDA(prefillAttention(a, nullptr));
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> got = download(out, outs);
-  double us = 0;
-  if (timed) {
-    cudaEvent_t e0, e1;
-    CHECK_CUDA(cudaEventCreate(&e0));
-    CHECK_CUDA(cudaEventCreate(&e1));
-    std::vector<double> runs;
-    for (int rep = 0; rep < 5; ++rep) {
-      CHECK_CUDA(cudaEventRecord(e0));
-      CHECK_CUDA(prefillAttention(a, nullptr));
-      CHECK_CUDA(cudaEventRecord(e1));
-      CHECK_CUDA(cudaEventSynchronize(e1));
-      float ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-      runs.push_back(ms * 1e3);
-    }
-    std::sort(runs.begin(), runs.end());
-    us = runs[2];
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-  }
   auto key = [&](int bh, int j, int d) { return k[(size_t(bh) * T + j) * D + d]; };
   auto val = [&](int bh, int j, int d) { return v[(size_t(bh) * T + j) * Dv + d]; };
-  const double err = attentionError(B, Hq, Hk, Sq, T, D, Dv, q, key, val,
-                                    maskKind, maskF, maskB, a.scale, causal,
-                                    got);
-  char line[200];
-  std::snprintf(line, sizeof line,
-                "prefillAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d%s",
-                B, Hq, Hk, Sq, P, D, Dv,
-                maskKind == Mask::none ? "none" : maskKind == Mask::additive ? "additive" : "bool",
-                causal, timed ? (" " + std::to_string(us) + " us").c_str() : "");
-  report(err < 2e-5, line, err);
+  const std::vector<double> ref =
+      attentionReference(B, Hq, Hk, Sq, T, D, Dv, q, key, val, maskKind, maskF,
+                         maskB, a.scale, causal);
+  // Tolerances: fp32 as the decode kernel's; 16-bit operands about 8 units
+  // of their rounding (2^-11, 2^-8) on values of about 1.
+  const struct {
+    PromptMath math;
+    const char *name;
+    double tolerance;
+  } maths[] = {{PromptMath::f32, "fp32", 2e-5},
+               {PromptMath::f16, "fp16 mma", 4e-3},
+               {PromptMath::bf16, "bf16 mma", 3.2e-2}};
+  for (const auto &m : maths) {
+    CHECK_CUDA(cudaMemset(out, 0xff, sizeof(float) * outs)); // NaNs
+    CHECK_CUDA(prefillAttention(a, m.math, scratch, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<float> got = download(out, outs);
+    double us = 0;
+    if (timed) {
+      cudaEvent_t e0, e1;
+      CHECK_CUDA(cudaEventCreate(&e0));
+      CHECK_CUDA(cudaEventCreate(&e1));
+      std::vector<double> runs;
+      for (int rep = 0; rep < 5; ++rep) {
+        CHECK_CUDA(cudaEventRecord(e0));
+        CHECK_CUDA(prefillAttention(a, m.math, scratch, nullptr));
+        CHECK_CUDA(cudaEventRecord(e1));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        runs.push_back(ms * 1e3);
+      }
+      std::sort(runs.begin(), runs.end());
+      us = runs[2];
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+    }
+    const double err = maxError(ref, got);
+    char line[240];
+    std::snprintf(line, sizeof line,
+                  "prefillAttention %s B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s%s causal=%d%s",
+                  m.name, B, Hq, Hk, Sq, P, D, Dv,
+                  maskKind == Mask::none ? "none" : maskKind == Mask::additive ? "additive" : "bool",
+                  window ? (" window " + std::to_string(window)).c_str() : "", causal,
+                  timed ? (" " + std::to_string(us) + " us").c_str() : "");
+    report(err < m.tolerance, line, err);
+  }
   for (const void *p : {static_cast<const void *>(a.q), static_cast<const void *>(a.k),
                         static_cast<const void *>(a.v), static_cast<const void *>(a.maskF),
-                        static_cast<const void *>(a.maskB), static_cast<const void *>(out)})
+                        static_cast<const void *>(a.maskB), static_cast<const void *>(out),
+                        static_cast<const void *>(scratch)})
     if (p)
       cudaFree(const_cast<void *>(p));
 }
@@ -1195,6 +1246,13 @@ int main() {
   prefillAttentionCase(1, 1, 1, 1, 5, 16, 16, Mask::none, true, rng);        // one row
   prefillAttentionCase(1, 32, 32, 1024, 0, 64, 64, Mask::none, true, rng, true); // OPT-1.3B's prompt
   prefillAttentionCase(1, 32, 32, 128, 0, 64, 64, Mask::none, true, rng, true);
+  // Masks that hide whole tiles of keys: a band of 50 keys (spans that
+  // start past 0 and end before T), and a causal mask given as data, as
+  // OPT's exports give it (-10000), timed at OPT-1.3B's prompt.
+  prefillAttentionCase(2, 4, 2, 200, 30, 64, 64, Mask::additive, false, rng, false, 50);
+  prefillAttentionCase(2, 4, 2, 200, 30, 64, 64, Mask::boolean, true, rng, false, 50);
+  prefillAttentionCase(1, 2, 2, 150, 0, 128, 96, Mask::additive, false, rng, false, 150);
+  prefillAttentionCase(1, 32, 32, 1024, 0, 64, 64, Mask::additive, false, rng, true, 1024, -10000.0f);
   // NaN scores: the last key of a warp's group followed by keys past the
   // end (5 of 6), inside a group (2 of 6), in a later chunk (300 of 501).
   attentionNaNCase(5, 5, rng);

@@ -16,13 +16,37 @@
 // are zeros in shared memory; the scores of keys a row does not see are
 // -inf.
 //
+// The tensor-core form (prefillAttentionMmaKernel) keeps the block shape:
+// warp w owns query rows 16 w .. 16 w + 15, holds their q as mma.sync A
+// fragments for the whole call, and per tile of 64 keys computes its 16 x
+// 64 scores with K's rows as B fragments (ldmatrix), the online softmax on
+// the accumulators (a thread holds rows g and g + 8 of the warp's 16, g =
+// lane / 4; the row's other values are in the 3 lanes beside it), then
+// o += P V with P's accumulators repacked as A fragments and V's rows
+// loaded transposed. q, k and v are rounded to E as they are staged.
+//
+// A mask first goes through prefillSpansKernel: for each tile of 64 query
+// rows (and each batch and head the mask does not broadcast over), the
+// span of keys any of its rows can see, so that tiles of keys a mask hides
+// from every row are skipped. A key is hidden from a row where its mask
+// value is at most kHidden (-1e4: the -10000 of older exports, float32's
+// lowest, -inf) or false, or past the row's causal limit. A row whose
+// mask shows a key (a value above kShown, -1e3) gives a hidden key the
+// weight exp(score + mask - max) < exp(score - best shown score - 9000):
+// 0 in fp32, as computing it would give, unless a hidden key's score
+// exceeded the shown ones' by about 9000. A float mask's row that shows
+// no key keeps all its keys (its softmax is over them all, as before); a
+// boolean mask's row that sees none is 0 whatever the span.
+//
 //===----------------------------------------------------------------------===//
 
 #include "sparsec/rt/cuda/Attention.h"
 
 #include "DeviceMath.cuh"
+#include "TileStaging.cuh"
 
 #include <algorithm>
+#include <climits>
 
 namespace sparsec::rt::cuda {
 namespace {
@@ -34,9 +58,118 @@ template <int DMax> int64_t sharedFloats(int64_t D4) {
   return 2 * kRows * (D4 + 4) + kKeys * DMax + kRows * (kKeys + 4);
 }
 
+/// Mask values at most kHidden hide a key; a row with a value above
+/// kShown sees a key whose score outweighs every hidden one (see the file
+/// comment).
+constexpr float kHidden = -1e4f, kShown = -1e3f;
+
+/// Query tiles of 64 rows.
+__host__ __device__ inline int64_t queryTiles(const PrefillAttention &a) {
+  return (a.Sq + kRows - 1) / kRows;
+}
+/// A tile's key span is computed in kSpanParts parts of kRows / kSpanParts
+/// rows, a warp a row, which the attention kernels merge.
+constexpr int kSpanParts = 8, kSpanRows = kRows / kSpanParts;
+/// The first of a tile's parts, for each batch and head the mask does not
+/// broadcast over.
+__host__ __device__ inline int64_t spanIndex(const PrefillAttention &a,
+                                             int64_t tile, int64_t b,
+                                             int64_t h) {
+  const int64_t hs = a.mStr[1] ? a.Hq : 1;
+  return (((a.mStr[0] ? b : 0) * hs + (a.mStr[1] ? h : 0)) * queryTiles(a) +
+          tile) *
+         kSpanParts;
+}
+
+/// One block a part of a query tile (and batch and head of the mask's
+/// own), a warp a row: the row's first and last key not hidden, and
+/// whether a key is shown; the part's span is their union, with every key
+/// up to the causal limit where a float mask's row shows none.
+__global__ void __launch_bounds__(32 * kSpanRows)
+    prefillSpansKernel(PrefillAttention a, int2 *spans) {
+  pdlTrigger();
+  __shared__ int2 rowSpan[kSpanRows];
+  const int64_t part = blockIdx.x % kSpanParts,
+                tile = blockIdx.x / kSpanParts;
+  const int64_t hs = a.mStr[1] ? a.Hq : 1;
+  const int64_t b = blockIdx.y / hs, h = blockIdx.y % hs;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t qi = tile * kRows + part * kSpanRows + warp;
+  int f = INT_MAX, l = -1;
+  if (qi < a.Sq) {
+    const int64_t mRow = b * a.mStr[0] + h * a.mStr[1] + qi * a.mStr[2];
+    int64_t limit = a.T; // keys from it on are hidden
+    if (a.causal && qi + a.T - a.Sq + 1 < limit)
+      limit = qi + a.T - a.Sq + 1 < 0 ? 0 : qi + a.T - a.Sq + 1;
+    bool shown = false;
+    // Activations (the mask) written by earlier kernels: plain loads.
+    for (int64_t kj = lane; kj < limit; kj += 32) {
+      bool visible, strong;
+      if (a.maskF) {
+        const float v = a.maskF[mRow + kj * a.mStr[3]];
+        visible = !(v <= kHidden); // a NaN is kept
+        strong = !(v <= kShown);
+      } else {
+        visible = strong = a.maskB[mRow + kj * a.mStr[3]] != 0;
+      }
+      if (visible) {
+        f = min(f, int(kj));
+        l = max(l, int(kj));
+      }
+      shown |= strong;
+    }
+    f = __reduce_min_sync(~0u, f);
+    l = __reduce_max_sync(~0u, l);
+    if (!__any_sync(~0u, shown) && a.maskF) {
+      f = 0; // the row keeps every key up to its limit
+      l = int(limit) - 1;
+    }
+  }
+  if (lane == 0)
+    rowSpan[warp] = make_int2(f, l);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kSpanRows; ++w) {
+      f = min(f, rowSpan[w].x);
+      l = max(l, rowSpan[w].y);
+    }
+    spans[spanIndex(a, tile, b, h) + part] =
+        l < f ? make_int2(0, 0) : make_int2(f, l + 1);
+  }
+}
+
+/// The keys [begin, end) a query tile reads: the union of its parts' spans
+/// where the mask's were computed, else every key up to the causal limit.
+__device__ __forceinline__ int64_t keySpan(const PrefillAttention &a,
+                                           int64_t tile, int64_t b, int64_t h,
+                                           int rows, int64_t q0,
+                                           const int2 *spans,
+                                           int64_t &begin) {
+  begin = 0;
+  if (spans) {
+    // Written by prefillSpansKernel: plain loads.
+    const int2 *p = spans + spanIndex(a, tile, b, h);
+    int f = INT_MAX, l = 0;
+#pragma unroll
+    for (int i = 0; i < kSpanParts; ++i) {
+      const int2 r = p[i];
+      if (r.y > r.x) {
+        f = min(f, r.x);
+        l = max(l, r.y);
+      }
+    }
+    begin = f == INT_MAX ? 0 : f;
+    return f == INT_MAX ? 0 : l;
+  }
+  int64_t end = a.T;
+  if (a.causal && q0 + rows + a.T - a.Sq < end)
+    end = q0 + rows + a.T - a.Sq; // (no tile at all when it is not positive)
+  return end;
+}
+
 template <int DMax>
 __global__ void __launch_bounds__(kThreads)
-    prefillAttentionKernel(PrefillAttention a, int D4) {
+    prefillAttentionKernel(PrefillAttention a, int D4, const int2 *spans) {
   pdlTrigger();
   constexpr int C = DMax / 8; // output columns a thread
   extern __shared__ float4 smem4[];
@@ -73,10 +206,9 @@ __global__ void __launch_bounds__(kThreads)
   }
   // Query row i is at position i + shift of the keys.
   const int64_t shift = a.T - a.Sq;
-  int64_t kEnd = a.T;
-  if (a.causal && q0 + rows + shift < kEnd)
-    kEnd = q0 + rows + shift; // (no tile at all when it is not positive)
-  for (int64_t k0 = 0; k0 < kEnd; k0 += kKeys) {
+  int64_t kBegin = 0, kEnd = keySpan(a, blockIdx.x, b, h, rows, q0, spans,
+                                     kBegin);
+  for (int64_t k0 = kBegin; k0 < kEnd; k0 += kKeys) {
     const int keys = a.T - k0 < kKeys ? int(a.T - k0) : kKeys;
     __syncthreads(); // the last tile's K, V and P are consumed
     for (int j = warp; j < kKeys; j += kThreads / 32) {
@@ -207,8 +339,187 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/// `rows` rows of `width` floats from `src` (a row `width` apart) into
+/// kRows rows of E at `dst` (a row `ld` apart): DMax columns, zeros past
+/// the rows and the width; float4 loads where `quads`.
+template <typename E, int DMax>
+__device__ __forceinline__ void stageRows(E *dst, int ld, const float *src,
+                                          int rows, int width, bool quads) {
+  constexpr int Q = DMax / 4;
+  for (int i = threadIdx.x; i < kRows * Q; i += kThreads) {
+    const int r = i / Q, c = (i % Q) * 4;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < rows && c < width) {
+      const float *p = src + int64_t(r) * width + c;
+      if (quads) {
+        v = *reinterpret_cast<const float4 *>(p);
+      } else {
+        v.x = p[0];
+        v.y = c + 1 < width ? p[1] : 0.0f;
+        v.z = c + 2 < width ? p[2] : 0.0f;
+        v.w = c + 3 < width ? p[3] : 0.0f;
+      }
+    }
+    *reinterpret_cast<uint2 *>(dst + r * ld + c) =
+        make_uint2(pack2<E>(v.x, v.y), pack2<E>(v.z, v.w));
+  }
+}
+
+template <typename E, int DMax>
+__global__ void __launch_bounds__(kThreads)
+    prefillAttentionMmaKernel(PrefillAttention a, bool quads,
+                              const int2 *spans) {
+  pdlTrigger();
+  constexpr int LD = DMax + 8; // E a staged row: ldmatrix's 8 rows in
+                               // distinct banks
+  constexpr int KS = DMax / 16, NO = DMax / 8;
+  extern __shared__ float4 smem4[];
+  E *Qs = reinterpret_cast<E *>(smem4); // [kRows][LD]
+  E *Ks = Qs + kRows * LD;              // [kKeys][LD]
+  E *Vs = Ks + kKeys * LD;              // [kKeys][LD]
+  const int D = int(a.D), Dv = int(a.Dv);
+  const int64_t bh = blockIdx.y, b = bh / a.Hq, h = bh % a.Hq;
+  const int64_t kvh = b * a.Hk + h / (a.Hq / a.Hk);
+  // The last query tiles first: under a causal limit they read the most.
+  const int64_t tile = int64_t(gridDim.x) - 1 - blockIdx.x;
+  const int64_t q0 = tile * kRows;
+  const int rows = a.Sq - q0 < kRows ? int(a.Sq - q0) : kRows;
+  const float *key = a.k + kvh * a.T * D;
+  const float *val = a.v + kvh * a.T * Dv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, c2 = 2 * (lane & 3);
+  // Activations written by earlier kernels: plain loads (DeviceMath.cuh).
+  stageRows<E, DMax>(Qs, LD, a.q + (bh * a.Sq + q0) * D, rows, D, quads);
+  __syncthreads();
+  unsigned qf[KS][4];
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk)
+    ldmatrixX4(qf[kk], Qs + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) *
+                                LD +
+                            kk * 16 + (lane >> 4) * 8);
+
+  float o[NO][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < NO; ++j)
+    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  const int64_t shift = a.T - a.Sq;
+  int64_t kBegin = 0,
+          kEnd = keySpan(a, tile, b, h, rows, q0, spans, kBegin);
+  for (int64_t k0 = kBegin; k0 < kEnd; k0 += kKeys) {
+    const int keys = a.T - k0 < kKeys ? int(a.T - k0) : kKeys;
+    __syncthreads(); // the last tile's K and V are consumed
+    stageRows<E, DMax>(Ks, LD, key + k0 * D, keys, D, quads);
+    stageRows<E, DMax>(Vs, LD, val + k0 * Dv, keys, Dv, quads);
+    __syncthreads();
+
+    // Scores: the warp's 16 rows against the tile's 64 keys, 8 at a time.
+    float s[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < KS; kk += 2) {
+        unsigned kb[4];
+        ldmatrixX4(kb, Ks + (8 * j + (lane & 7)) * LD + kk * 16 +
+                           (lane >> 3) * 8);
+        mma16816<E>(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], kb[0],
+                    kb[1]);
+        mma16816<E>(s[j], qf[kk + 1][0], qf[kk + 1][1], qf[kk + 1][2],
+                    qf[kk + 1][3], kb[2], kb[3]);
+      }
+    }
+
+    // Online softmax of rows g (values 0, 1) and g + 8 (2, 3).
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = warp * 16 + g + 8 * hr;
+      const int64_t qi = q0 + r;
+      const int64_t mRow = b * a.mStr[0] + h * a.mStr[1] + qi * a.mStr[2];
+      float tileMax = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t kj = k0 + 8 * j + c2 + e;
+          float x = s[j][2 * hr + e] * a.scale;
+          if (r >= rows || kj >= a.T || (a.causal && kj > qi + shift))
+            x = -INFINITY;
+          else if (a.maskF)
+            x += a.maskF[mRow + kj * a.mStr[3]];
+          else if (a.maskB && !a.maskB[mRow + kj * a.mStr[3]])
+            x = -INFINITY;
+          s[j][2 * hr + e] = x;
+          tileMax = fmaxf(tileMax, x);
+        }
+      tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 1));
+      tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 2));
+      const float mNew = fmaxf(m[hr], tileMax);
+      // While no key of the row has been visible, nothing is added.
+      const bool none = mNew == -INFINITY;
+      const float alpha = none ? 1.0f : expf(m[hr] - mNew);
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = none ? 0.0f : expf(s[j][2 * hr + e] - mNew);
+          s[j][2 * hr + e] = p;
+          sum += p;
+        }
+      l[hr] = l[hr] * alpha + sum; // this thread's part of the row's sum
+#pragma unroll
+      for (int j = 0; j < NO; ++j) {
+        o[j][2 * hr] *= alpha;
+        o[j][2 * hr + 1] *= alpha;
+      }
+      m[hr] = mNew;
+    }
+
+    // o += P V: P's accumulators of keys 16 kk .. 16 kk + 15 are the A
+    // fragment of that step; V's rows transposed are its B fragments.
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const unsigned p0 = pack2<E>(s[2 * kk][0], s[2 * kk][1]),
+                     p1 = pack2<E>(s[2 * kk][2], s[2 * kk][3]),
+                     p2 = pack2<E>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                     p3 = pack2<E>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int j = 0; j < NO; j += 2) {
+        unsigned vb[4];
+        ldmatrixX4T(vb, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) *
+                                 LD +
+                             j * 8 + (lane >> 4) * 8);
+        mma16816<E>(o[j], p0, p1, p2, p3, vb[0], vb[1]);
+        mma16816<E>(o[j + 1], p0, p1, p2, p3, vb[2], vb[3]);
+      }
+    }
+  }
+
+  // A row that saw no key is 0; a NaN sum stays NaN.
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float sum = l[hr];
+    sum += __shfl_xor_sync(~0u, sum, 1);
+    sum += __shfl_xor_sync(~0u, sum, 2);
+    const int r = warp * 16 + g + 8 * hr;
+    if (r >= rows)
+      continue;
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    float *orow = a.out + (bh * a.Sq + q0 + r) * Dv;
+#pragma unroll
+    for (int j = 0; j < NO; ++j) {
+      const int col = 8 * j + c2;
+      if (col < Dv)
+        orow[col] = o[j][2 * hr] * inv;
+      if (col + 1 < Dv)
+        orow[col + 1] = o[j][2 * hr + 1] * inv;
+    }
+  }
+}
+
 template <int DMax>
-cudaError_t launch(const PrefillAttention &a, cudaStream_t stream) {
+cudaError_t launch(const PrefillAttention &a, const int2 *spans,
+                   cudaStream_t stream) {
   const int D4 = int((a.D + 3) / 4 * 4);
   const size_t smem = sizeof(float) * size_t(sharedFloats<DMax>(D4));
   cudaError_t e = cudaFuncSetAttribute(
@@ -216,9 +527,38 @@ cudaError_t launch(const PrefillAttention &a, cudaStream_t stream) {
       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess)
     return e;
-  const dim3 grid(unsigned((a.Sq + kRows - 1) / kRows), unsigned(a.B * a.Hq));
-  prefillAttentionKernel<DMax><<<grid, kThreads, smem, stream>>>(a, D4);
+  const dim3 grid(unsigned(queryTiles(a)), unsigned(a.B * a.Hq));
+  prefillAttentionKernel<DMax><<<grid, kThreads, smem, stream>>>(a, D4, spans);
   return cudaGetLastError();
+}
+
+template <typename E, int DMax>
+cudaError_t launchMma(const PrefillAttention &a, const int2 *spans,
+                      cudaStream_t stream) {
+  const size_t smem = sizeof(E) * size_t(3 * kRows * (DMax + 8));
+  cudaError_t e = cudaFuncSetAttribute(
+      prefillAttentionMmaKernel<E, DMax>,
+      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess)
+    return e;
+  // float4 loads: every row 16-byte aligned.
+  auto aligned = [](const float *p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  };
+  const bool quads = a.D % 4 == 0 && a.Dv % 4 == 0 && aligned(a.q) &&
+                     aligned(a.k) && aligned(a.v);
+  const dim3 grid(unsigned(queryTiles(a)), unsigned(a.B * a.Hq));
+  prefillAttentionMmaKernel<E, DMax>
+      <<<grid, kThreads, smem, stream>>>(a, quads, spans);
+  return cudaGetLastError();
+}
+
+template <typename E>
+cudaError_t launchMma(const PrefillAttention &a, const int2 *spans,
+                      cudaStream_t stream) {
+  if (a.D <= 64 && a.Dv <= 64)
+    return launchMma<E, 64>(a, spans, stream);
+  return launchMma<E, 128>(a, spans, stream);
 }
 
 } // namespace
@@ -227,15 +567,41 @@ bool prefillAttentionSupported(int64_t D, int64_t Dv) {
   return D >= 1 && D <= 128 && Dv >= 1 && Dv <= 128;
 }
 
-cudaError_t prefillAttention(const PrefillAttention &a, cudaStream_t stream) {
+size_t prefillAttentionScratchBytes(const PrefillAttention &a) {
+  if (!a.maskF && !a.maskB)
+    return 0;
+  const int64_t heads = (a.mStr[0] ? a.B : 1) * (a.mStr[1] ? a.Hq : 1);
+  return sizeof(int2) * size_t(heads * queryTiles(a) * kSpanParts);
+}
+
+cudaError_t prefillAttention(const PrefillAttention &a, PromptMath math,
+                             void *scratch, cudaStream_t stream) {
   if (!prefillAttentionSupported(a.D, a.Dv) || a.Hk <= 0 || a.Hq % a.Hk != 0 ||
-      a.B * a.Hq > 65535 || a.Sq < 0 || a.T < 0)
+      a.B * a.Hq > 65535 || a.Sq < 0 || a.T < 0 || a.T > INT_MAX ||
+      (prefillAttentionScratchBytes(a) && !scratch))
     return cudaErrorInvalidValue;
   if (a.B * a.Hq * a.Sq == 0 || a.Dv == 0)
     return cudaSuccess;
+  int2 *spans = nullptr;
+  if (a.maskF || a.maskB) {
+    spans = static_cast<int2 *>(scratch);
+    const int64_t heads = (a.mStr[0] ? a.B : 1) * (a.mStr[1] ? a.Hq : 1);
+    const dim3 grid(unsigned(queryTiles(a) * kSpanParts), unsigned(heads));
+    prefillSpansKernel<<<grid, 32 * kSpanRows, 0, stream>>>(a, spans);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+      return e;
+  }
+  switch (math) {
+  case PromptMath::f16:
+    return launchMma<__half>(a, spans, stream);
+  case PromptMath::bf16:
+    return launchMma<__nv_bfloat16>(a, spans, stream);
+  case PromptMath::f32:
+    break;
+  }
   if (a.D <= 64 && a.Dv <= 64)
-    return launch<64>(a, stream);
-  return launch<128>(a, stream);
+    return launch<64>(a, spans, stream);
+  return launch<128>(a, spans, stream);
 }
 
 } // namespace sparsec::rt::cuda

@@ -437,8 +437,18 @@ Device *device(Context &ctx) {
   // inside it).
   if (const char *p = std::getenv("SPARSEC_CUDA_FUSED_EPILOGUE"))
     d->fuseEpilogue = std::strcmp(p, "0") != 0;
-  if (const char *p = std::getenv("SPARSEC_CUDA_PROMPT_ATTN"))
-    d->flashPrompt = std::strcmp(p, "0") != 0;
+  if (const char *p = std::getenv("SPARSEC_CUDA_PROMPT_ATTN")) {
+    using P = Device::PromptAttention;
+    if (!std::strcmp(p, "0"))
+      d->promptAttention = P::rows;
+    else if (!std::strcmp(p, "fp32"))
+      d->promptAttention = P::fp32;
+    else if (std::strcmp(p, "1") != 0)
+      std::fprintf(stderr,
+                   "sparsec: warning: SPARSEC_CUDA_PROMPT_ATTN='%s' ignored "
+                   "(1, fp32 or 0)\n",
+                   p);
+  }
   if (const char *p = std::getenv("SPARSEC_CUDA_NORM_FUSE"))
     d->fuseNorms = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_GATED_FUSE"))
@@ -494,6 +504,7 @@ Tensor weight(Context &ctx, uint32_t index, DType dtype, int rank,
   for (int i = 0; i < rank; ++i)
     t.shape[i] = shape[i];
   ctx.bf16Weights |= dtype == DType::bf16;
+  ctx.f16Weights |= dtype == DType::f16;
   auto *d = static_cast<Device *>(ctx.backend.get());
   if (!d || !ctx.weights || index >= d->weights.size())
     return t;

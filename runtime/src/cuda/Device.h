@@ -154,9 +154,12 @@ struct Device : Context::Backend {
   /// inside them, and after them (SPARSEC_CUDA_PROFILE reports both).
   int fusedEpilogues = 0, separateEpilogues = 0;
   /// Attention over more query rows than a decode step's (a prompt): the
-  /// flash kernel of Attention.cu (head sizes up to 128); false
-  /// (SPARSEC_CUDA_PROMPT_ATTN=0): one block a query row, as before it.
-  bool flashPrompt = true;
+  /// flash kernels of Attention.cu (head sizes up to 128), on the tensor
+  /// cores where the model's weights are 16-bit (`automatic`) or in fp32
+  /// (SPARSEC_CUDA_PROMPT_ATTN=fp32); `rows` (=0): one block a query row,
+  /// the kernel before them.
+  enum class PromptAttention { automatic, fp32, rows };
+  PromptAttention promptAttention = PromptAttention::automatic;
   std::vector<void *> weights; // one device copy per weight segment
   std::vector<DeviceBuffer> slots;
   std::vector<DeviceBuffer> uploads;

@@ -1272,8 +1272,6 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                                  d.earlySmall),
                  "attention");
   }
-  if (r.numel() == 0 || !d.launching())
-    return true;
   // A prompt's rows, over the present's keys and values.
   PrefillAttention pa;
   pa.q = q.as<float>();
@@ -1293,9 +1291,27 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   pa.scale = scale;
   pa.causal = causal;
   pa.out = r.as<float>();
-  // Tiles of 64 query rows, keys streamed (flash).
-  if (d.flashPrompt && prefillAttentionSupported(D, Dv))
-    return check(ctx, prefillAttention(pa, d.stream), "attention");
+  // Tiles of 64 query rows, keys streamed (flash): on the tensor cores in
+  // the 16-bit type of the model's weights, whose prompt GEMMs round their
+  // inputs to it too; fp32 otherwise.
+  using PA = Device::PromptAttention;
+  if (d.promptAttention != PA::rows && prefillAttentionSupported(D, Dv)) {
+    const PromptMath math =
+        d.promptAttention == PA::fp32 ? PromptMath::f32
+        : ctx.bf16Weights            ? PromptMath::bf16
+        : ctx.f16Weights             ? PromptMath::f16
+                                     : PromptMath::f32;
+    if (!d.ensure(ctx, d.attentionScratch, prefillAttentionScratchBytes(pa),
+                  "attention key spans"))
+      return false;
+    if (r.numel() == 0 || !d.launching())
+      return true;
+    return check(ctx,
+                 prefillAttention(pa, math, d.attentionScratch.ptr, d.stream),
+                 "attention");
+  }
+  if (r.numel() == 0 || !d.launching())
+    return true;
   // Larger heads (or SPARSEC_CUDA_PROMPT_ATTN=0): one block a query row,
   // its scores in shared memory.
   size_t smem = sizeof(float) * size_t(D + T);

@@ -24,7 +24,7 @@ namespace sparsec::rt::cuda {
 
 /// Shared-memory staging for tensor-core tiles (sm_80+): 16-byte (or 4-byte)
 /// asynchronous copies that zero-fill past `bytes`, and ldmatrix of 8 x 8
-/// fp16 tiles, transposed.
+/// fp16 tiles, as stored or transposed.
 __device__ __forceinline__ unsigned smemAddr(const void *p) {
   return unsigned(__cvta_generic_to_shared(p));
 }
@@ -67,6 +67,11 @@ __device__ __forceinline__ void cpAsync4(void *dst, const void *src,
 }
 template <int N> __device__ __forceinline__ void cpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldmatrixX4(unsigned (&r)[4], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smemAddr(p)));
 }
 __device__ __forceinline__ void ldmatrixX4T(unsigned (&r)[4], const void *p) {
   asm volatile(

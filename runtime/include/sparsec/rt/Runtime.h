@@ -367,6 +367,9 @@ struct Context {
   /// keep fp32, so `generate`'s check of the device cache (a prompt token
   /// re-run as a decode step) allows for bf16 rounding.
   bool bf16Weights = false;
+  /// A run bound fp16 weights (the CUDA backend sets it; with bf16Weights,
+  /// its prompt attention runs on the tensor cores in that type).
+  bool f16Weights = false;
   /// The run only warms up (weight uploads, buffers, libraries' first
   /// calls at its shapes): a device backend runs it eagerly and does not
   /// count it as a sighting of its shapes when it decides which steps to

@@ -6,9 +6,13 @@
 // a few rows, take decodeAttention in DenseDecode.h): one block of 128
 // threads a tile of 64 query rows of one head, the keys and values
 // streamed through shared memory 64 at a time with an online softmax
-// (flash attention), in fp32 on the CUDA cores. Each thread holds a 4 x 8
-// tile of the scores and 4 rows x Dv / 8 columns of the output in
-// registers. Causal tiles past a query tile's last key are skipped.
+// (flash attention). Two forms: on the tensor cores (mma.sync m16n8k16, q,
+// k, v and the probabilities rounded to fp16 or bf16, fp32 accumulation)
+// for models whose weights are 16-bit, whose GEMMs round their inputs
+// alike; in fp32 on the CUDA cores otherwise. A mask's rows are first
+// reduced to the span of keys each query tile can see (prefillKeyRanges),
+// so that a causal mask given as data skips the tiles past the diagonal
+// as the causal flag does.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,9 +40,19 @@ struct PrefillAttention {
   float *out = nullptr; // [B, Hq, Sq, Dv]; a row that sees no key is 0
 };
 
+/// The arithmetic of a prompt attention: fp32 on the CUDA cores, or the
+/// tensor cores with fp16 or bf16 operands.
+enum class PromptMath { f32, f16, bf16 };
+
+/// Bytes of device scratch prefillAttention needs (the key spans of a
+/// mask's query tiles; 0 without a mask).
+size_t prefillAttentionScratchBytes(const PrefillAttention &a);
+
 /// Whether prefillAttention handles these head sizes (D, Dv <= 128).
 bool prefillAttentionSupported(int64_t D, int64_t Dv);
-cudaError_t prefillAttention(const PrefillAttention &a, cudaStream_t stream);
+/// `scratch`: prefillAttentionScratchBytes(a) bytes of device memory.
+cudaError_t prefillAttention(const PrefillAttention &a, PromptMath math,
+                             void *scratch, cudaStream_t stream);
 
 } // namespace sparsec::rt::cuda
 
