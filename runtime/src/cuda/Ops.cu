@@ -11,6 +11,7 @@
 
 #include "Device.h"
 #include "DeviceMath.cuh"
+#include "StridedCopy.h"
 #include "sparsec/rt/cuda/Attention.h"
 #include "sparsec/rt/cuda/DenseDecode.h"
 #include "sparsec/rt/cuda/Ops.h"
@@ -586,49 +587,12 @@ __global__ void attentionKernel(PrefillAttention a) {
 //===----------------------------------------------------------------------===//
 
 /// out[i] = in[base + sum_d coord_d(i) * stride_d] over an output shape.
-struct Strided {
-  int rank = 0;
-  int64_t shape[kMaxRank] = {};
-  int64_t stride[kMaxRank] = {};
-  int64_t base = 0;
-};
-
 template <typename T>
 __global__ void stridedKernel(Strided s, const T *in, T *out, int64_t n) {
   pdlTrigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t r = i, off = s.base;
-    for (int d = s.rank - 1; d >= 0; --d) {
-      off += (r % s.shape[d]) * s.stride[d];
-      r /= s.shape[d];
-    }
-    out[i] = in[off];
-  }
-}
-
-/// `s` over 16-byte pieces of `bytes`-byte elements, where the last dim is
-/// contiguous in the input and its rows, every other stride and the base
-/// are whole pieces, and both buffers are 16-byte aligned: 16-byte accesses
-/// and a piece's share of the index arithmetic (a head transpose of a
-/// prompt, [S, H, D] to [H, S, D] in fp32, is 4 elements a piece).
-bool widenToPieces(Strided &s, size_t bytes, const void *in, const void *out) {
-  const int last = s.rank - 1;
-  if (last < 0 || bytes == 0 || 16 % bytes != 0 || s.stride[last] != 1 ||
-      reinterpret_cast<uintptr_t>(in) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(out) % 16 != 0)
-    return false;
-  const int64_t per = int64_t(16 / bytes);
-  if (s.shape[last] % per != 0 || s.base % per != 0)
-    return false;
-  for (int d = 0; d < last; ++d)
-    if (s.shape[d] > 1 && s.stride[d] % per != 0)
-      return false;
-  for (int d = 0; d < last; ++d)
-    s.stride[d] = s.shape[d] > 1 ? s.stride[d] / per : 0;
-  s.shape[last] /= per;
-  s.base /= per;
-  return true;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = in[stridedOffset(s, i)];
 }
 
 bool stridedCopy(Context &ctx, Device &d, const Strided &s, const Tensor &in,
