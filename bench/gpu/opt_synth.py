@@ -748,21 +748,27 @@ def cmd_bench(args):
         place = open(os.path.join(d, "placement.txt")).read().strip() \
             if os.path.exists(os.path.join(d, "placement.txt")) else ""
         for label, extra in variants:
-            # SPARSEC_CUDA_PROFILE: the runtime's per-step host / GPU split.
-            env = dict(os.environ, SPARSEC_CUDA_PROFILE="1", **extra)
+            # SPARSEC_CUDA_PROFILE: the runtime's per-step host / GPU split;
+            # SPARSEC_GENERATE_PHASES: where the time to first token went.
+            env = dict(os.environ, SPARSEC_CUDA_PROFILE="1",
+                       SPARSEC_GENERATE_PHASES="1", **extra)
             r = subprocess.run([os.path.join(d, "model"), "generate", "--prompt-ids",
                                 os.path.join(args.dir, "prompt.npy"), "--max-new-tokens",
                                 str(args.new), "--threads", str(args.threads)],
                                capture_output=True, text=True, env=env)
             lines = r.stderr.strip().splitlines()
             prof = [l for l in lines if l.startswith("sparsec cuda profile:")]
-            rest = [l for l in lines if not l.startswith("sparsec cuda profile:")]
+            phases = [l for l in lines if l.startswith("[generate] first token (ms):")]
+            rest = [l for l in lines if not l.startswith("sparsec cuda profile:")
+                    and l not in phases]
             line = rest[-1] if rest else ""
             toks = [int(x) for x in r.stdout.split()] if r.returncode == 0 else []
             name = b + (f" [{label}]" if label else "")
             rows.append((name, line if r.returncode == 0 else
                          "FAILED: " + r.stderr.strip()[-300:], place, toks))
             print(f"{name}: {rows[-1][1]} (pack {packed:.1f} s) {place[:160]}", flush=True)
+            for l in phases:
+                print("    " + l[len("[generate] "):], flush=True)
             for l in prof:
                 print("    " + l[len("sparsec cuda profile: "):], flush=True)
             if (label or b != "dense") and ref_tokens is not None:
