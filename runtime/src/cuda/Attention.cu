@@ -70,15 +70,44 @@ __host__ __device__ inline int64_t queryTiles(const PrefillAttention &a) {
 /// A tile's key span is computed in kSpanParts parts of kRows / kSpanParts
 /// rows, a warp a row, which the attention kernels merge.
 constexpr int kSpanParts = 8, kSpanRows = kRows / kSpanParts;
+/// Heads of a batch the mask does not broadcast over, and (batch, head)
+/// pairs: the spans kernel's grid rows.
+__host__ __device__ inline int64_t maskHeadsPerBatch(const PrefillAttention &a) {
+  return a.mStr[1] ? a.Hq : 1;
+}
+__host__ __device__ inline int64_t maskHeads(const PrefillAttention &a) {
+  return (a.mStr[0] ? a.B : 1) * maskHeadsPerBatch(a);
+}
 /// The first of a tile's parts, for each batch and head the mask does not
 /// broadcast over.
 __host__ __device__ inline int64_t spanIndex(const PrefillAttention &a,
                                              int64_t tile, int64_t b,
                                              int64_t h) {
-  const int64_t hs = a.mStr[1] ? a.Hq : 1;
-  return (((a.mStr[0] ? b : 0) * hs + (a.mStr[1] ? h : 0)) * queryTiles(a) +
+  return (((a.mStr[0] ? b : 0) * maskHeadsPerBatch(a) + (a.mStr[1] ? h : 0)) *
+              queryTiles(a) +
           tile) *
          kSpanParts;
+}
+/// Where query row qi of (b, h) starts in the mask (mStr[3] apart a key).
+__device__ __forceinline__ int64_t maskRow(const PrefillAttention &a,
+                                           int64_t b, int64_t h, int64_t qi) {
+  return b * a.mStr[0] + h * a.mStr[1] + qi * a.mStr[2];
+}
+/// The score of key kj for row r of a query tile of `rows` (query position
+/// qi, its mask row mRow), `dot` scaled and masked: -inf past the tile's
+/// rows, past T, past the causal limit or masked out.
+__device__ __forceinline__ float maskedScore(const PrefillAttention &a,
+                                             float dot, int r, int rows,
+                                             int64_t qi, int64_t kj,
+                                             int64_t mRow) {
+  if (r >= rows || kj >= a.T || (a.causal && kj > qi + a.T - a.Sq))
+    return -INFINITY;
+  const float x = dot * a.scale;
+  if (a.maskF)
+    return x + a.maskF[mRow + kj * a.mStr[3]];
+  if (a.maskB && !a.maskB[mRow + kj * a.mStr[3]])
+    return -INFINITY;
+  return x;
 }
 
 /// One block a part of a query tile (and batch and head of the mask's
@@ -91,13 +120,13 @@ __global__ void __launch_bounds__(32 * kSpanRows)
   __shared__ int2 rowSpan[kSpanRows];
   const int64_t part = blockIdx.x % kSpanParts,
                 tile = blockIdx.x / kSpanParts;
-  const int64_t hs = a.mStr[1] ? a.Hq : 1;
+  const int64_t hs = maskHeadsPerBatch(a);
   const int64_t b = blockIdx.y / hs, h = blockIdx.y % hs;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t qi = tile * kRows + part * kSpanRows + warp;
   int f = INT_MAX, l = -1;
   if (qi < a.Sq) {
-    const int64_t mRow = b * a.mStr[0] + h * a.mStr[1] + qi * a.mStr[2];
+    const int64_t mRow = maskRow(a, b, h, qi);
     int64_t limit = a.T; // keys from it on are hidden
     if (a.causal && qi + a.T - a.Sq + 1 < limit)
       limit = qi + a.T - a.Sq + 1 < 0 ? 0 : qi + a.T - a.Sq + 1;
@@ -204,8 +233,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < C; ++c)
       o[i][c] = 0.0f;
   }
-  // Query row i is at position i + shift of the keys.
-  const int64_t shift = a.T - a.Sq;
   int64_t kBegin = 0, kEnd = keySpan(a, blockIdx.x, b, h, rows, q0, spans,
                                      kBegin);
   for (int64_t k0 = kBegin; k0 < kEnd; k0 += kKeys) {
@@ -251,18 +278,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < 4; ++i) {
       const int r = tq + 16 * i;
       const int64_t qi = q0 + r;
-      const int64_t mRow = b * a.mStr[0] + h * a.mStr[1] + qi * a.mStr[2];
+      const int64_t mRow = maskRow(a, b, h, qi);
       float tileMax = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const int64_t kj = k0 + tk + 8 * j;
-        float x = s[i][j] * a.scale;
-        if (r >= rows || kj >= a.T || (a.causal && kj > qi + shift))
-          x = -INFINITY;
-        else if (a.maskF)
-          x += a.maskF[mRow + kj * a.mStr[3]];
-        else if (a.maskB && !a.maskB[mRow + kj * a.mStr[3]])
-          x = -INFINITY;
+        const float x =
+            maskedScore(a, s[i][j], r, rows, qi, k0 + tk + 8 * j, mRow);
         s[i][j] = x;
         tileMax = fmaxf(tileMax, x);
       }
@@ -402,7 +423,6 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < NO; ++j)
     o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  const int64_t shift = a.T - a.Sq;
   int64_t kBegin = 0,
           kEnd = keySpan(a, tile, b, h, rows, q0, spans, kBegin);
   for (int64_t k0 = kBegin; k0 < kEnd; k0 += kKeys) {
@@ -434,20 +454,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int hr = 0; hr < 2; ++hr) {
       const int r = warp * 16 + g + 8 * hr;
       const int64_t qi = q0 + r;
-      const int64_t mRow = b * a.mStr[0] + h * a.mStr[1] + qi * a.mStr[2];
+      const int64_t mRow = maskRow(a, b, h, qi);
       float tileMax = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int64_t kj = k0 + 8 * j + c2 + e;
-          float x = s[j][2 * hr + e] * a.scale;
-          if (r >= rows || kj >= a.T || (a.causal && kj > qi + shift))
-            x = -INFINITY;
-          else if (a.maskF)
-            x += a.maskF[mRow + kj * a.mStr[3]];
-          else if (a.maskB && !a.maskB[mRow + kj * a.mStr[3]])
-            x = -INFINITY;
+          const float x = maskedScore(a, s[j][2 * hr + e], r, rows, qi,
+                                      k0 + 8 * j + c2 + e, mRow);
           s[j][2 * hr + e] = x;
           tileMax = fmaxf(tileMax, x);
         }
@@ -570,8 +584,7 @@ bool prefillAttentionSupported(int64_t D, int64_t Dv) {
 size_t prefillAttentionScratchBytes(const PrefillAttention &a) {
   if (!a.maskF && !a.maskB)
     return 0;
-  const int64_t heads = (a.mStr[0] ? a.B : 1) * (a.mStr[1] ? a.Hq : 1);
-  return sizeof(int2) * size_t(heads * queryTiles(a) * kSpanParts);
+  return sizeof(int2) * size_t(maskHeads(a) * queryTiles(a) * kSpanParts);
 }
 
 cudaError_t prefillAttention(const PrefillAttention &a, PromptMath math,
@@ -585,8 +598,8 @@ cudaError_t prefillAttention(const PrefillAttention &a, PromptMath math,
   int2 *spans = nullptr;
   if (a.maskF || a.maskB) {
     spans = static_cast<int2 *>(scratch);
-    const int64_t heads = (a.mStr[0] ? a.B : 1) * (a.mStr[1] ? a.Hq : 1);
-    const dim3 grid(unsigned(queryTiles(a) * kSpanParts), unsigned(heads));
+    const dim3 grid(unsigned(queryTiles(a) * kSpanParts),
+                    unsigned(maskHeads(a)));
     prefillSpansKernel<<<grid, 32 * kSpanRows, 0, stream>>>(a, spans);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
       return e;

@@ -10,7 +10,7 @@
 // k, v and the probabilities rounded to fp16 or bf16, fp32 accumulation)
 // for models whose weights are 16-bit, whose GEMMs round their inputs
 // alike; in fp32 on the CUDA cores otherwise. A mask's rows are first
-// reduced to the span of keys each query tile can see (prefillKeyRanges),
+// reduced to the span of keys each query tile can see (a kernel of its own),
 // so that a causal mask given as data skips the tiles past the diagonal
 // as the causal flag does.
 //
