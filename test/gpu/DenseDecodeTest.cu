@@ -869,7 +869,11 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   float *out = nullptr;
   void *scratch = nullptr;
   CHECK_CUDA(cudaMalloc(&out, sizeof(float) * outs));
-  CHECK_CUDA(cudaMalloc(&scratch, std::max<size_t>(16, prefillAttentionScratchBytes(a))));
+  // The most any arithmetic needs (the tensor cores' rounded keys and
+  // values).
+  const size_t scratchBytes = std::max<size_t>(
+      16, prefillAttentionScratchBytes(a, PromptMath::f16));
+  CHECK_CUDA(cudaMalloc(&scratch, scratchBytes));
   a.out = out;
   auto key = [&](int bh, int j, int d) { return k[(size_t(bh) * T + j) * D + d]; };
   auto val = [&](int bh, int j, int d) { return v[(size_t(bh) * T + j) * Dv + d]; };
@@ -887,6 +891,7 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
                {PromptMath::bf16, "bf16 mma", 3.2e-2}};
   for (const auto &m : maths) {
     CHECK_CUDA(cudaMemset(out, 0xff, sizeof(float) * outs)); // NaNs
+    CHECK_CUDA(cudaMemset(scratch, 0xff, scratchBytes)); // NaNs
     CHECK_CUDA(prefillAttention(a, m.math, scratch, nullptr));
     CHECK_CUDA(cudaDeviceSynchronize());
     std::vector<float> got = download(out, outs);
@@ -1244,6 +1249,7 @@ int main() {
   prefillAttentionCase(1, 2, 2, 65, 200, 128, 128, Mask::none, true, rng);   // 128-wide heads
   prefillAttentionCase(2, 2, 1, 64, 3, 80, 96, Mask::boolean, false, rng);   // D 80, Dv 96
   prefillAttentionCase(1, 1, 1, 1, 5, 16, 16, Mask::none, true, rng);        // one row
+  prefillAttentionCase(1, 3, 3, 77, 5, 20, 12, Mask::none, true, rng);      // D, Dv not multiples of 8
   prefillAttentionCase(1, 32, 32, 1024, 0, 64, 64, Mask::none, true, rng, true); // OPT-1.3B's prompt
   prefillAttentionCase(1, 32, 32, 128, 0, 64, 64, Mask::none, true, rng, true);
   // Masks that hide whole tiles of keys: a band of 50 keys (spans that

@@ -362,42 +362,86 @@ __global__ void __launch_bounds__(kThreads)
 
 /// `rows` rows of `width` floats from `src` (a row `width` apart) into
 /// kRows rows of E at `dst` (a row `ld` apart): DMax columns, zeros past
-/// the rows and the width; float4 loads where `quads`.
+/// the rows and the width; float4 loads where `quads`. Every load is
+/// issued before the first store, so that their latencies overlap.
 template <typename E, int DMax>
 __device__ __forceinline__ void stageRows(E *dst, int ld, const float *src,
                                           int rows, int width, bool quads) {
-  constexpr int Q = DMax / 4;
-  for (int i = threadIdx.x; i < kRows * Q; i += kThreads) {
-    const int r = i / Q, c = (i % Q) * 4;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  constexpr int Q = DMax / 4, N = kRows * Q / kThreads;
+  static_assert(kRows * Q % kThreads == 0, "whole loads a thread");
+  float4 v[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const int i = threadIdx.x + n * kThreads, r = i / Q, c = (i % Q) * 4;
+    v[n] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < rows && c < width) {
       const float *p = src + int64_t(r) * width + c;
       if (quads) {
-        v = *reinterpret_cast<const float4 *>(p);
+        v[n] = *reinterpret_cast<const float4 *>(p);
       } else {
-        v.x = p[0];
-        v.y = c + 1 < width ? p[1] : 0.0f;
-        v.z = c + 2 < width ? p[2] : 0.0f;
-        v.w = c + 3 < width ? p[3] : 0.0f;
+        v[n].x = p[0];
+        v[n].y = c + 1 < width ? p[1] : 0.0f;
+        v[n].z = c + 2 < width ? p[2] : 0.0f;
+        v[n].w = c + 3 < width ? p[3] : 0.0f;
       }
     }
+  }
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const int i = threadIdx.x + n * kThreads, r = i / Q, c = (i % Q) * 4;
     *reinterpret_cast<uint2 *>(dst + r * ld + c) =
-        make_uint2(pack2<E>(v.x, v.y), pack2<E>(v.z, v.w));
+        make_uint2(pack2<E>(v[n].x, v[n].y), pack2<E>(v[n].z, v[n].w));
   }
 }
+
+/// Rows of `width` floats rounded to E, each padded with zeros to
+/// `padded` (a multiple of 8) elements: the keys and values of a
+/// tensor-core prompt attention, rounded once for all the query tiles that
+/// read them and copied from there into shared memory 16 bytes at a time.
+template <typename E>
+__global__ void roundRowsKernel(const float *x, int64_t rows, int width,
+                                int padded, bool quads, E *y) {
+  pdlTrigger();
+  const int pieces = padded / 8;
+  const int64_t n = rows * pieces;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / pieces;
+    const int c = int(i % pieces) * 8;
+    const float *p = x + r * width + c;
+    float f[8];
+    if (quads && c + 8 <= width) {
+      const float4 lo = reinterpret_cast<const float4 *>(p)[0],
+                   hi = reinterpret_cast<const float4 *>(p)[1];
+      f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w;
+      f[4] = hi.x, f[5] = hi.y, f[6] = hi.z, f[7] = hi.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        f[e] = c + e < width ? p[e] : 0.0f;
+    }
+    *reinterpret_cast<uint4 *>(y + r * padded + c) =
+        make_uint4(pack2<E>(f[0], f[1]), pack2<E>(f[2], f[3]),
+                   pack2<E>(f[4], f[5]), pack2<E>(f[6], f[7]));
+  }
+}
+
+/// Head dims padded to whole 16-byte pieces of 16-bit elements.
+inline int paddedDim(int64_t d) { return int((d + 7) / 8 * 8); }
 
 template <typename E, int DMax>
 __global__ void __launch_bounds__(kThreads)
     prefillAttentionMmaKernel(PrefillAttention a, bool quads,
-                              const int2 *spans) {
+                              const int2 *spans, const E *kh, const E *vh,
+                              int dp, int dvp) {
   pdlTrigger();
   constexpr int LD = DMax + 8; // E a staged row: ldmatrix's 8 rows in
                                // distinct banks
   constexpr int KS = DMax / 16, NO = DMax / 8;
   extern __shared__ float4 smem4[];
   E *Qs = reinterpret_cast<E *>(smem4); // [kRows][LD]
-  E *Ks = Qs + kRows * LD;              // [kKeys][LD]
-  E *Vs = Ks + kKeys * LD;              // [kKeys][LD]
+  E *Ks = Qs + kRows * LD;              // [2][kKeys][LD]: double buffered
+  E *Vs = Ks + 2 * kKeys * LD;          // [2][kKeys][LD]
   const int D = int(a.D), Dv = int(a.Dv);
   const int64_t bh = blockIdx.y, b = bh / a.Hq, h = bh % a.Hq;
   const int64_t kvh = b * a.Hk + h / (a.Hq / a.Hk);
@@ -405,12 +449,36 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t tile = int64_t(gridDim.x) - 1 - blockIdx.x;
   const int64_t q0 = tile * kRows;
   const int rows = a.Sq - q0 < kRows ? int(a.Sq - q0) : kRows;
-  const float *key = a.k + kvh * a.T * D;
-  const float *val = a.v + kvh * a.T * Dv;
+  const E *key = kh + kvh * a.T * dp;
+  const E *val = vh + kvh * a.T * dvp;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, c2 = 2 * (lane & 3);
+  // The keys' columns from dp to DMax, which the scores read against q's
+  // zeros and no copy writes: zeros (not whatever shared memory held).
+  for (int i = threadIdx.x; i < 2 * kKeys * (DMax - dp); i += kThreads)
+    Ks[(i / (DMax - dp)) * LD + dp + i % (DMax - dp)] = E(0.0f);
   // Activations written by earlier kernels: plain loads (DeviceMath.cuh).
   stageRows<E, DMax>(Qs, LD, a.q + (bh * a.Sq + q0) * D, rows, D, quads);
+  // A tile of keys and values from the rounded rows into buffer `buf`,
+  // rows past T zero-filled; one commit group.
+  auto loadTile = [&](int64_t k0, int buf) {
+    const int keys = a.T - k0 < kKeys ? int(a.T - k0) : kKeys;
+    E *ks = Ks + buf * kKeys * LD, *vs = Vs + buf * kKeys * LD;
+    const int kp = dp / 8, vp = dvp / 8;
+    for (int i = threadIdx.x; i < kKeys * kp; i += kThreads) {
+      const int r = i / kp, c = (i % kp) * 8;
+      const bool in = r < keys;
+      cpAsync16(ks + r * LD + c, in ? key + (k0 + r) * dp + c : key,
+                in ? 16 : 0);
+    }
+    for (int i = threadIdx.x; i < kKeys * vp; i += kThreads) {
+      const int r = i / vp, c = (i % vp) * 8;
+      const bool in = r < keys;
+      cpAsync16(vs + r * LD + c, in ? val + (k0 + r) * dvp + c : val,
+                in ? 16 : 0);
+    }
+    cpAsyncCommit();
+  };
   __syncthreads();
   unsigned qf[KS][4];
 #pragma unroll
@@ -425,12 +493,19 @@ __global__ void __launch_bounds__(kThreads)
     o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   int64_t kBegin = 0,
           kEnd = keySpan(a, tile, b, h, rows, q0, spans, kBegin);
-  for (int64_t k0 = kBegin; k0 < kEnd; k0 += kKeys) {
-    const int keys = a.T - k0 < kKeys ? int(a.T - k0) : kKeys;
-    __syncthreads(); // the last tile's K and V are consumed
-    stageRows<E, DMax>(Ks, LD, key + k0 * D, keys, D, quads);
-    stageRows<E, DMax>(Vs, LD, val + k0 * Dv, keys, Dv, quads);
-    __syncthreads();
+  // Tile i + 1 is copied while tile i is computed.
+  if (kBegin < kEnd)
+    loadTile(kBegin, 0);
+  int buf = 0;
+  for (int64_t k0 = kBegin; k0 < kEnd; k0 += kKeys, buf ^= 1) {
+    if (k0 + kKeys < kEnd) {
+      loadTile(k0 + kKeys, buf ^ 1); // consumed before the last barrier
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads(); // every thread's copies of tile `buf` have landed
+    const E *Kt = Ks + buf * kKeys * LD, *Vt = Vs + buf * kKeys * LD;
 
     // Scores: the warp's 16 rows against the tile's 64 keys, 8 at a time.
     float s[8][4];
@@ -440,7 +515,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int kk = 0; kk < KS; kk += 2) {
         unsigned kb[4];
-        ldmatrixX4(kb, Ks + (8 * j + (lane & 7)) * LD + kk * 16 +
+        ldmatrixX4(kb, Kt + (8 * j + (lane & 7)) * LD + kk * 16 +
                            (lane >> 3) * 8);
         mma16816<E>(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], kb[0],
                     kb[1]);
@@ -500,13 +575,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < NO; j += 2) {
         unsigned vb[4];
-        ldmatrixX4T(vb, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) *
+        ldmatrixX4T(vb, Vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) *
                                  LD +
                              j * 8 + (lane >> 4) * 8);
         mma16816<E>(o[j], p0, p1, p2, p3, vb[0], vb[1]);
         mma16816<E>(o[j + 1], p0, p1, p2, p3, vb[2], vb[3]);
       }
     }
+    __syncthreads(); // tile `buf` is consumed before it is copied over
   }
 
   // A row that saw no key is 0; a NaN sum stays NaN.
@@ -548,8 +624,9 @@ cudaError_t launch(const PrefillAttention &a, const int2 *spans,
 
 template <typename E, int DMax>
 cudaError_t launchMma(const PrefillAttention &a, const int2 *spans,
-                      cudaStream_t stream) {
-  const size_t smem = sizeof(E) * size_t(3 * kRows * (DMax + 8));
+                      const E *kh, const E *vh, cudaStream_t stream) {
+  // Q, and K and V twice.
+  const size_t smem = sizeof(E) * size_t((kRows + 4 * kKeys) * (DMax + 8));
   cudaError_t e = cudaFuncSetAttribute(
       prefillAttentionMmaKernel<E, DMax>,
       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -562,17 +639,40 @@ cudaError_t launchMma(const PrefillAttention &a, const int2 *spans,
   const bool quads = a.D % 4 == 0 && a.Dv % 4 == 0 && aligned(a.q) &&
                      aligned(a.k) && aligned(a.v);
   const dim3 grid(unsigned(queryTiles(a)), unsigned(a.B * a.Hq));
-  prefillAttentionMmaKernel<E, DMax>
-      <<<grid, kThreads, smem, stream>>>(a, quads, spans);
+  prefillAttentionMmaKernel<E, DMax><<<grid, kThreads, smem, stream>>>(
+      a, quads, spans, kh, vh, paddedDim(a.D), paddedDim(a.Dv));
   return cudaGetLastError();
 }
 
+/// The keys and values rounded to E (roundRowsKernel) into `scratch`,
+/// then the attention over them.
 template <typename E>
 cudaError_t launchMma(const PrefillAttention &a, const int2 *spans,
-                      cudaStream_t stream) {
+                      void *scratch, cudaStream_t stream) {
+  const int dp = paddedDim(a.D), dvp = paddedDim(a.Dv);
+  const int64_t rows = a.B * a.Hk * a.T;
+  E *kh = static_cast<E *>(scratch);
+  E *vh = kh + rows * dp;
+  auto aligned = [](const float *p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  };
+  auto round = [&](const float *x, int width, int padded, E *y) {
+    const int64_t n = rows * (padded / 8);
+    const unsigned blocks =
+        unsigned(std::min<int64_t>((n + 255) / 256, 65535));
+    roundRowsKernel<E><<<blocks, 256, 0, stream>>>(
+        x, rows, width, padded, width % 4 == 0 && aligned(x), y);
+    return cudaGetLastError();
+  };
+  if (rows > 0) {
+    if (cudaError_t e = round(a.k, int(a.D), dp, kh); e != cudaSuccess)
+      return e;
+    if (cudaError_t e = round(a.v, int(a.Dv), dvp, vh); e != cudaSuccess)
+      return e;
+  }
   if (a.D <= 64 && a.Dv <= 64)
-    return launchMma<E, 64>(a, spans, stream);
-  return launchMma<E, 128>(a, spans, stream);
+    return launchMma<E, 64>(a, spans, kh, vh, stream);
+  return launchMma<E, 128>(a, spans, kh, vh, stream);
 }
 
 } // namespace
@@ -581,17 +681,32 @@ bool prefillAttentionSupported(int64_t D, int64_t Dv) {
   return D >= 1 && D <= 128 && Dv >= 1 && Dv <= 128;
 }
 
-size_t prefillAttentionScratchBytes(const PrefillAttention &a) {
+namespace {
+/// Bytes of the key spans, rounded up to a multiple of 256 (the rounded
+/// keys and values follow them).
+size_t spanBytes(const PrefillAttention &a) {
   if (!a.maskF && !a.maskB)
     return 0;
-  return sizeof(int2) * size_t(maskHeads(a) * queryTiles(a) * kSpanParts);
+  const size_t bytes =
+      sizeof(int2) * size_t(maskHeads(a) * queryTiles(a) * kSpanParts);
+  return (bytes + 255) / 256 * 256;
+}
+} // namespace
+
+size_t prefillAttentionScratchBytes(const PrefillAttention &a,
+                                    PromptMath math) {
+  size_t bytes = spanBytes(a);
+  if (math != PromptMath::f32 && prefillAttentionSupported(a.D, a.Dv))
+    bytes += 2 * size_t(a.B * a.Hk * a.T) *
+             size_t(paddedDim(a.D) + paddedDim(a.Dv));
+  return bytes;
 }
 
 cudaError_t prefillAttention(const PrefillAttention &a, PromptMath math,
                              void *scratch, cudaStream_t stream) {
   if (!prefillAttentionSupported(a.D, a.Dv) || a.Hk <= 0 || a.Hq % a.Hk != 0 ||
       a.B * a.Hq > 65535 || a.Sq < 0 || a.T < 0 || a.T > INT_MAX ||
-      (prefillAttentionScratchBytes(a) && !scratch))
+      (prefillAttentionScratchBytes(a, math) && !scratch))
     return cudaErrorInvalidValue;
   if (a.B * a.Hq * a.Sq == 0 || a.Dv == 0)
     return cudaSuccess;
@@ -604,11 +719,12 @@ cudaError_t prefillAttention(const PrefillAttention &a, PromptMath math,
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
       return e;
   }
+  void *rounded = static_cast<char *>(scratch) + spanBytes(a);
   switch (math) {
   case PromptMath::f16:
-    return launchMma<__half>(a, spans, stream);
+    return launchMma<__half>(a, spans, rounded, stream);
   case PromptMath::bf16:
-    return launchMma<__nv_bfloat16>(a, spans, stream);
+    return launchMma<__nv_bfloat16>(a, spans, rounded, stream);
   case PromptMath::f32:
     break;
   }

@@ -44,13 +44,14 @@ struct PrefillAttention {
 /// tensor cores with fp16 or bf16 operands.
 enum class PromptMath { f32, f16, bf16 };
 
-/// Bytes of device scratch prefillAttention needs (the key spans of a
-/// mask's query tiles; 0 without a mask).
-size_t prefillAttentionScratchBytes(const PrefillAttention &a);
+/// Bytes of device scratch prefillAttention needs in arithmetic `math`:
+/// the key spans of a mask's query tiles and, on the tensor cores, the
+/// keys and values rounded to 16 bits (0 for fp32 without a mask).
+size_t prefillAttentionScratchBytes(const PrefillAttention &a, PromptMath math);
 
 /// Whether prefillAttention handles these head sizes (D, Dv <= 128).
 bool prefillAttentionSupported(int64_t D, int64_t Dv);
-/// `scratch`: prefillAttentionScratchBytes(a) bytes of device memory.
+/// `scratch`: prefillAttentionScratchBytes(a, math) bytes of device memory.
 cudaError_t prefillAttention(const PrefillAttention &a, PromptMath math,
                              void *scratch, cudaStream_t stream);
 
