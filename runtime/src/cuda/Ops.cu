@@ -333,6 +333,16 @@ bool toHalf(Context &ctx, Device &d, const float *x, __nv_bfloat16 *y,
 
 namespace {
 
+/// d.halfInput = x[n] rounded to `type` (f16 or bf16); the caller has
+/// ensured its size.
+bool roundInput(Context &ctx, Device &d, const float *x, int64_t n,
+                DType type) {
+  void *xh = d.halfInput.ptr;
+  return type == DType::bf16
+             ? toHalf(ctx, d, x, static_cast<__nv_bfloat16 *>(xh), n)
+             : toHalf(ctx, d, x, static_cast<__half *>(xh), n);
+}
+
 template <typename W, int M>
 void launchGemv(const float *x, const W *w, int K, int N, const float *bias,
                 Activation act, float *y, float *partial, int *counters,
@@ -359,10 +369,13 @@ void dispatchGemv(int M, const float *x, const W *w, int K, int N,
 }
 
 /// y[M, N] = act(x[M, K] . op(w) + bias): w is [K, N] (transposed false) or
-/// neuron-major [N, K] (transposed true), float32 or float16.
+/// neuron-major [N, K] (transposed true), float32 or float16. With 16-bit
+/// weights, `xRounded` says that d.halfInput already holds x rounded to
+/// their type (a group's linears read one input: it is rounded once).
 bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
           const Tensor &w, bool transposed, int64_t N, const float *bias,
-          Activation act, float *y, const float *residual = nullptr) {
+          Activation act, float *y, const float *residual = nullptr,
+          bool xRounded = false) {
   if (M == 0 || N == 0)
     return true;
   const bool half = w.dtype == DType::f16 || w.dtype == DType::bf16;
@@ -447,9 +460,7 @@ bool gemm(Context &ctx, Device &d, const float *x, int64_t M, int64_t K,
     if (!d.launching())
       return true;
     auto *xh = d.halfInput.ptr;
-    if (!(w.dtype == DType::bf16
-              ? toHalf(ctx, d, x, static_cast<__nv_bfloat16 *>(xh), M * K)
-              : toHalf(ctx, d, x, static_cast<__half *>(xh), M * K)))
+    if (!xRounded && !roundInput(ctx, d, x, M * K, w.dtype))
       return false;
     const cudaDataType_t type = halfDataType(w.dtype);
     if (const int f = fused(xh, type))
@@ -1063,9 +1074,20 @@ bool linearGroupNK(Context &ctx, const Tensor &x, const Tensor *normScale,
     // Prefill (cuBLAS) or mixed storage: one linear after the other.
     if (normScale && !normaliseApart())
       return false;
+    // 16-bit weights of one type: the input rounded once for all of them.
+    const DType type = w[0]->dtype;
+    const bool shared = oneLaunch && count > 1 &&
+                        (type == DType::f16 || type == DType::bf16);
+    if (shared) {
+      if (!d.ensure(ctx, d.halfInput, sizeof(__half) * size_t(M * K),
+                    "16-bit GEMM input"))
+        return false;
+      if (d.launching() && !roundInput(ctx, d, input, M * K, type))
+        return false;
+    }
     for (int g = 0; g < count; ++g)
       if (!gemm(ctx, d, input, M, K, *w[g], true, s[g].N, s[g].bias, act,
-                out[g].as<float>()))
+                out[g].as<float>(), nullptr, shared))
         return false;
     return true;
   }
@@ -1241,6 +1263,30 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     src = p.as<float>();
     if (p.numel() == 0 || !d.launching() || pastIsCache)
       return true;
+    if (!decode) {
+      // A prompt's present: two pitched copies (the past's rows, then the
+      // new ones, into every head's [T, width] block), which run near the
+      // copy bandwidth where the kernel's per-element indexing did not
+      // (ncu, OPT-1.3B's 1024-token prompt: 21 us a copy). Decode keeps
+      // the kernel: a step launched early must follow a kernel.
+      const size_t row = sizeof(float) * size_t(width);
+      const size_t pitch = row * size_t(T);
+      if (P > 0 &&
+          !check(ctx,
+                 cudaMemcpy2DAsync(p.as<float>(), pitch, past->as<float>(),
+                                   row * size_t(P), row * size_t(P),
+                                   size_t(B * Hk), cudaMemcpyDeviceToDevice,
+                                   d.stream),
+                 "attention (present)"))
+        return false;
+      return Sk == 0 ||
+             check(ctx,
+                   cudaMemcpy2DAsync(p.as<float>() + P * width, pitch,
+                                     cur.as<float>(), row * size_t(Sk),
+                                     row * size_t(Sk), size_t(B * Hk),
+                                     cudaMemcpyDeviceToDevice, d.stream),
+                   "attention (present)");
+    }
     presentKernel<<<blocksFor(p.numel()), kBlock, 0, d.stream>>>(
         past ? past->as<float>() : nullptr, cur.as<float>(), B * Hk, P, Sk,
         width, p.as<float>());
@@ -1297,7 +1343,7 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
         : ctx.bf16Weights            ? PromptMath::bf16
         : ctx.f16Weights             ? PromptMath::f16
                                      : PromptMath::f32;
-    if (!d.ensure(ctx, d.attentionScratch, prefillAttentionScratchBytes(pa),
+    if (!d.ensure(ctx, d.attentionScratch, prefillAttentionScratchBytes(pa, math),
                   "attention key spans"))
       return false;
     if (r.numel() == 0 || !d.launching())
