@@ -279,6 +279,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   if (!hostCacheOnly)
     for (CacheSlot &slot : cache)
       ctx.residentOutputs[size_t(slot.output)] = 1;
+  // Only each row's last position of the logits is read: a device backend
+  // copies back those rows alone ([batch, 1, vocab]).
+  ctx.lastPositionOutput = logitsOutput;
   // The padded cache's mask has capacity + 1 entries.
   int64_t capacityLimit = maxSeqLen;
   if (maskInput >= 0 && desc.inputs[maskInput].maxDims[1] > 0)
@@ -311,11 +314,12 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   auto checkOutputs = [&](int64_t n, int64_t total) -> bool {
     const Tensor &logits = outputs[size_t(logitsOutput)];
     idsOnly = ctx.argmaxOutput == logitsOutput && logits.dtype == DType::i64;
+    // (Context::lastPositionOutput: the last position's rows alone.)
     if (idsOnly ? logits.rank != 2 || logits.shape[0] != batch ||
                       logits.shape[1] != n
                 : (logits.dtype != DType::f32 && logits.dtype != DType::f16) ||
-                      logits.rank != 3 ||
-                      logits.shape[0] != batch || logits.shape[1] != n) {
+                      logits.rank != 3 || logits.shape[0] != batch ||
+                      (logits.shape[1] != n && logits.shape[1] != 1)) {
       error = (idsOnly ? "generate expects the logits' argmax as int64 ["
                        : "generate expects float32 or float16 logits [") +
               std::to_string(batch) + ", " + std::to_string(n) +
@@ -361,13 +365,15 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       return true;
     }
     vocab = logits.shape[2];
-    if (n == 1 && logits.dtype == DType::f32) {
+    // Positions that came back: n, or the last one alone.
+    const int64_t back = logits.shape[1];
+    if (back == 1 && logits.dtype == DType::f32) {
       lastLogits = logits.as<float>();
       return true;
     }
     gathered.clear();
     for (int64_t b = 0; b < batch; ++b) {
-      const int64_t at = ((b + 1) * n - 1) * vocab;
+      const int64_t at = ((b + 1) * back - 1) * vocab;
       if (logits.dtype == DType::f16) { // a float16 export's logits
         const uint16_t *row = logits.as<uint16_t>() + at;
         for (int64_t v = 0; v < vocab; ++v)

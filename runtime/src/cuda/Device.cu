@@ -710,6 +710,19 @@ bool download(Context &ctx, const Tensor &x, int index, Tensor &out) {
     p.bytes = sizeof(int64_t) * size_t(p.rows);
     p.out = &out;
     out = p.picks;
+  } else if (index == ctx.lastPositionOutput && x.rank == 3 &&
+             x.shape[1] > 1) {
+    // Each row's last position only: [B, 1, V], copied from every
+    // row's last n-th.
+    const size_t row = dtypeSize(x.dtype) * size_t(x.shape[2]);
+    p.rows = x.shape[0];
+    p.bytes = row;
+    p.pitch = row * size_t(x.shape[1]);
+    p.src = reinterpret_cast<const float *>(
+        static_cast<const char *>(x.data) + row * size_t(x.shape[1] - 1));
+    out = x;
+    out.shape[1] = 1;
+    out.data = outputs[size_t(index)].ptr;
   } else {
     p.bytes = x.bytes();
     out = x;
@@ -874,6 +887,14 @@ bool flushDownloads(Context &ctx, Device &d) {
       d.argmaxLast.data = pick.ids;
       d.argmaxIndex = p.index;
       d.argmaxWidth = p.width;
+    } else if (p.pitch) {
+      if (p.rows > 0 &&
+          !check(ctx,
+                 cudaMemcpy2DAsync(p.dst, p.bytes, p.src, p.pitch, p.bytes,
+                                   size_t(p.rows), cudaMemcpyDeviceToHost,
+                                   d.stream),
+                 "download"))
+        return false;
     } else if (!check(ctx,
                       cudaMemcpyAsync(p.dst, p.src, p.bytes,
                                       cudaMemcpyDeviceToHost, d.stream),

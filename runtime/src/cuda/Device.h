@@ -224,6 +224,9 @@ struct Device : Context::Backend {
     bool whole = false; // argmax kept on the device, the output copied whole
     int index = -1;     // the output
     Tensor picks;       // argmax: the ids' dtype and shape (no data yet)
+    // Context::lastPositionOutput: `rows` pieces of `bytes`, `pitch` apart
+    // from src (0: one copy of `bytes`).
+    size_t pitch = 0;
   };
   std::vector<PendingDownload> pendingDownloads;
   std::vector<IndexBuffers> indexSets;
