@@ -434,8 +434,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     inputs[size_t(idsInput)] =
         Tensor{stepIds.data(), DType::i64, 2, {batch, end - first}};
   };
-  auto step = [&](int64_t first, bool padded) -> bool {
-    const int64_t len = int64_t(tokens.size());
+  // (Over tokens [first, end); end -1: every token.)
+  auto step = [&](int64_t first, bool padded, int64_t end = -1) -> bool {
+    const int64_t len = end < 0 ? int64_t(tokens.size()) : end;
     setIds(first, len);
     const int64_t n = len - first;
     setPast(padded, first, len);
@@ -483,8 +484,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   const char *phasesEnv = std::getenv("SPARSEC_GENERATE_PHASES");
   const bool showPhases = phasesEnv && std::strcmp(phasesEnv, "0") != 0;
   std::string phases;
+  bool phasesOpen = showPhases; // until the first iteration has ended
   auto mark = [&](const char *what) {
-    if (!showPhases || generated > 0)
+    if (!phasesOpen)
       return;
     char buf[96];
     std::snprintf(buf, sizeof(buf), "%s%s %.2f", phases.empty() ? "" : ", ",
@@ -514,9 +516,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                     std::chrono::steady_clock::now() - start).count();
     if (generated == 1) {
       ttftMs = ms;
-      if (showPhases)
-        std::fprintf(stderr, "[generate] first token (ms): %s, token %.2f\n",
-                     phases.c_str(), ms);
+      mark("token");
       densityActive0 = ctx.sparseActive;
       densityTotal0 = ctx.sparseTotal;
     } else {
@@ -556,10 +556,14 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     record([&](int64_t b) { return ids[b]; });
     return true;
   };
-  // Queues one step on `picks` (from canAhead), appends its K/V row, then
-  // takes the step that was outstanding before it, if any.
-  auto launchOne = [&]() -> bool {
-    inputs[size_t(idsInput)] = picks;
+  // Queues one step on `picks` (from canAhead), or with `hostIds` on the
+  // last recorded token of each row, appends its K/V row, then takes the
+  // step that was outstanding before it, if any.
+  auto launchOne = [&](bool hostIds = false) -> bool {
+    if (hostIds)
+      setIds(int64_t(tokens.size()) - 1, int64_t(tokens.size()));
+    else
+      inputs[size_t(idsInput)] = picks;
     setPast(true, 0, 0);
     ctx.launchAhead = true;
     const bool ran = runOnce(desc, ctx, inputs.data(), outputs, error);
@@ -602,6 +606,8 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   };
   while (generated < opts.maxNewTokens) {
     const int64_t len = int64_t(tokens.size());
+    // The last run's logits (or ids) are still to be recorded as a token.
+    bool fresh = true;
     if (len >= maxSeqLen) {
       std::fprintf(stderr, "\n[generate] stopped at %s\n", limitText.c_str());
       break;
@@ -636,8 +642,22 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       int64_t past = cache.empty() || generated == 0 ? 0 : len - 1;
       if (!step(past, false))
         return reportError(where + error);
-      mark(generated == 0 ? "prompt" : "step");
-      if (!cache.empty() && resident() && !hostCacheOnly) {
+      auto pickLast = [&](int64_t b) {
+        return idsOnly ? lastIds[size_t(b)]
+                       : pickToken(lastLogits + b * vocab, vocab, opts, rng);
+      };
+      if (generated == 0) {
+        // The first token comes from the prompt's logits, before the
+        // device cache is set up and checked below.
+        mark("prompt");
+        record(pickLast);
+        fresh = false;
+      }
+      // Whether another step runs (not where the first token was the
+      // last one): only then is a cache set up.
+      const bool more =
+          generated < opts.maxNewTokens && int64_t(tokens.size()) < maxSeqLen;
+      if (more && !cache.empty() && resident() && !hostCacheOnly) {
         // Device backend: move to the padded device cache, checked once by
         // re-running the last prompt token over it (entries len - 1 on).
         std::vector<float> reference(lastLogits, lastLogits + batch * vocab);
@@ -659,21 +679,16 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         if (!ok)
           return reportError(where + ctx.error);
         mark("device cache");
-        // Greedy: the check's logits come back whole, and a device backend
-        // also keeps their argmax (the first new token), so that the first
-        // decode step can be launched ahead with it. Where the ids may be
-        // the device's picks, the check itself is launched ahead and the
-        // first decode step queued behind it before the host waits, so
-        // that the device runs the check while the host prepares (and a
-        // CUDA backend captures) that step; both are dropped if the check
-        // fails.
+        // Greedy, where later steps may take the device's picks as ids: the
+        // check itself is launched ahead and the next decode step (on the
+        // first token, recorded above) queued behind it before the host
+        // waits, so that the device runs the check while the host prepares
+        // (and a CUDA backend captures) that step; both are dropped if the
+        // check fails. The check runs over the last prompt token alone.
         const bool overlap = greedy && aheadInput;
-        if (greedy)
-          ctx.argmaxAlso = logitsOutput;
         ctx.launchAhead = overlap;
-        const bool checked = step(len - 1, true);
+        const bool checked = step(len - 1, true, len);
         ctx.launchAhead = false;
-        ctx.argmaxAlso = -1;
         if (!checked)
           return reportError(where + error);
         mark(overlap ? "check queued" : "check");
@@ -694,9 +709,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           if (!appendCheckRow())
             return reportError(where + ctx.error);
           appended = true;
-          deviceCache = true; // for canAhead; undone if the check fails
+          deviceCache = true; // undone if the check fails
           ctx.argmaxOutput = logitsOutput;
-          if (canAhead() && !launchOne())
+          if (!launchOne(true))
             return reportError(where + error);
           mark("next step queued");
           idsOnly = false; // lastLogits are still the check's
@@ -730,8 +745,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           hostCacheOnly = true; // not checked again at every step
           ctx.argmaxOutput = -1;
           ctx.residentOutputs.assign(ctx.residentOutputs.size(), 0);
+          // Over the prompt and the first token: its logits give the next.
           if (!step(0, false))
             return reportError(where + error);
+          fresh = true;
         } else {
           if (!appended && !appendCheckRow())
             return reportError(where + ctx.error);
@@ -742,7 +759,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
             ctx.argmaxOutput = logitsOutput;
         }
       }
-      if (!deviceCache) {
+      if (more && !deviceCache) {
         // The host cache grows in place up to --max-seq-len, reserved on
         // first use (a device backend keeps the cache on the device). A
         // reservation past the machine's memory is refused here: where the
@@ -797,10 +814,15 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         }
       }
     }
-    record([&](int64_t b) {
-      return idsOnly ? lastIds[size_t(b)]
-                     : pickToken(lastLogits + b * vocab, vocab, opts, rng);
-    });
+    if (fresh)
+      record([&](int64_t b) {
+        return idsOnly ? lastIds[size_t(b)]
+                       : pickToken(lastLogits + b * vocab, vocab, opts, rng);
+      });
+    if (phasesOpen) {
+      std::fprintf(stderr, "[generate] first token (ms): %s\n", phases.c_str());
+      phasesOpen = false;
+    }
   }
   if (batch > 1) {
     for (int64_t b = 0; b < batch; ++b) {
