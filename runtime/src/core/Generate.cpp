@@ -686,9 +686,18 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         // (and a CUDA backend captures) that step; both are dropped if the
         // check fails. The check runs over the last prompt token alone.
         const bool overlap = greedy && aheadInput;
+        // Whether a step is queued behind the check. Only then does the
+        // device keep the check's argmax too: that the device picks (a
+        // backend that picks none cannot launch steps ahead), not which
+        // token it picked (a later step must not take it as its ids).
+        const bool queue =
+            overlap && len + 1 < maxSeqLen && cached + 2 <= capacity;
+        if (queue)
+          ctx.argmaxAlso = logitsOutput;
         ctx.launchAhead = overlap;
         const bool checked = step(len - 1, true, len);
         ctx.launchAhead = false;
+        ctx.argmaxAlso = -1;
         if (!checked)
           return reportError(where + error);
         mark(overlap ? "check queued" : "check");
@@ -704,16 +713,17 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
           return true;
         };
         bool appended = false; // the check's K/V row, before the queued step
-        if (overlap && opts.maxNewTokens >= 2 && len + 1 < maxSeqLen &&
-            cached + 2 <= capacity) {
+        if (queue) {
           if (!appendCheckRow())
             return reportError(where + ctx.error);
           appended = true;
-          deviceCache = true; // undone if the check fails
+          deviceCache = true; // for canAhead; undone if the check fails
           ctx.argmaxOutput = logitsOutput;
-          if (!launchOne(true))
-            return reportError(where + error);
-          mark("next step queued");
+          if (canAhead()) {
+            if (!launchOne(true))
+              return reportError(where + error);
+            mark("next step queued");
+          }
           idsOnly = false; // lastLogits are still the check's
         }
         if (overlap && !ctx.backend->finishStep(ctx, checkRun))
