@@ -477,6 +477,20 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     };
     if (!warm(1) || (ctx.backend && promptLen > 1 && !warm(promptLen)))
       return reportError("warm-up run: " + error);
+    // The device caches' memory, allocated now rather than after the
+    // first token (initCache below keeps a buffer large enough): the
+    // capacity that setup plans, over the warm-up run's present outputs.
+    if (!cache.empty() && resident() && !hostCacheOnly &&
+        opts.maxNewTokens > 1 && promptLen < maxSeqLen) {
+      const int64_t planned =
+          std::max(promptLen,
+                   std::min(capacityLimit, promptLen + opts.maxNewTokens - 1));
+      for (CacheSlot &slot : cache)
+        if (!ctx.backend->initCache(ctx, slot.input,
+                                    outputs[size_t(slot.output)], 0, planned,
+                                    slot.device))
+          return reportError("warm-up run: " + ctx.error);
+    }
   }
   auto start = std::chrono::steady_clock::now();
   // SPARSEC_GENERATE_PHASES=1: where the time to first token went, one

@@ -189,6 +189,7 @@ struct Device : Context::Backend {
   /// a copy; `cacheShape` is [B, H, capacity, D] per cache.
   struct Cache {
     void *ptr = nullptr;
+    size_t bytes = 0; // allocated (initCache reuses a buffer large enough)
     int64_t shape[4] = {};
   };
   std::vector<Cache> caches;
