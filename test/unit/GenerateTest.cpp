@@ -564,11 +564,12 @@ TEST_F(GenerateTest, EveryPathDecodesTheReference) {
   MainResult ahead = generate(/*device=*/true, /*ahead=*/true, args);
   ASSERT_EQ(ahead.status, 0) << ahead.err;
   EXPECT_EQ(ahead.out, want);
-  // The prefill waits; the padded cache's check is launched ahead, and
-  // the 19 decode steps take the picks of the step before (the first, the
-  // check's, queued before the host waited for the check).
+  // The prefill waits and gives the first token; the padded cache's check
+  // is launched ahead, and so are the 19 decode steps: the first, queued
+  // before the host waited for the check, on the first token as host ids,
+  // the other 18 on the picks of the step before.
   EXPECT_EQ(w.trace.aheadRuns, 20);
-  EXPECT_EQ(w.trace.pickInputs, 19);
+  EXPECT_EQ(w.trace.pickInputs, 18);
   EXPECT_EQ(w.trace.runs, 21);
   // Each step was queued before the host waited for the one before.
   EXPECT_EQ(w.trace.maxOutstanding, 2u);
@@ -619,6 +620,12 @@ TEST_F(GenerateTest, WarmupRunChangesNothing) {
       EXPECT_EQ(w.trace.warmups, expected);
       if (device) {
         EXPECT_EQ(w.trace.runs, runs + 2);
+        // The device caches are reserved in the warm-up at the capacity
+        // the setup after the first token plans (the prompt and every new
+        // token but the last), then set up.
+        const int64_t planned = int64_t(seq.size()) + 20 - 1;
+        EXPECT_EQ(w.trace.capacities,
+                  (std::vector<int64_t>{planned, planned, planned, planned}));
       }
       w.trace.warmups.clear();
       EXPECT_NE(warm.err.find("20 new;"), std::string::npos) << warm.err;
@@ -640,8 +647,9 @@ TEST_F(GenerateTest, PicksWiderThanTheTableNeverLaunchAhead) {
 TEST_F(GenerateTest, FailedCheckFallsBackToTheHostCacheOnce) {
   // Attention that sees masked entries: the padded cache's unused entries
   // change the check's logits, so the cache goes through host memory from
-  // then on (the prefill, the check, the prompt again, then one run a
-  // token), the same bytes as on the host. Launched ahead, the check had
+  // then on (the prefill, which gives the first token, the check, the
+  // prompt and the first token again, which give the second, then one run
+  // a token), the same bytes as on the host. Launched ahead, the check had
   // the first decode step queued behind it, which is dropped.
   const std::string prompt = "sparse";
   const std::vector<std::string> args = {"--prompt", prompt, "--max-new-tokens", "8"};
@@ -654,9 +662,9 @@ TEST_F(GenerateTest, FailedCheckFallsBackToTheHostCacheOnce) {
     ASSERT_EQ(dev.status, 0) << dev.err;
     EXPECT_EQ(dev.out, host.out);
     EXPECT_NE(dev.err.find("does not ignore"), std::string::npos) << dev.err;
-    EXPECT_EQ(w.trace.runs, 3 + 7 + (ahead ? 1 : 0));
+    EXPECT_EQ(w.trace.runs, 3 + 6 + (ahead ? 1 : 0));
     EXPECT_EQ(w.trace.aheadRuns, ahead ? 2 : 0); // the check, the dropped step
-    EXPECT_EQ(w.trace.pickInputs, ahead ? 1 : 0);
+    EXPECT_EQ(w.trace.pickInputs, 0); // that step took the first token
     EXPECT_NE(dev.err.find("8 new;"), std::string::npos) << dev.err;
   }
 }
@@ -727,7 +735,9 @@ TEST_F(GenerateTest, BatchLaunchedAhead) {
 
 TEST_F(GenerateTest, StopsAtMaxSeqLenLaunchedAhead) {
   // 6 prompt bytes, room for 10 positions: 4 new tokens, the check and
-  // the last three launched ahead, and no step past the limit.
+  // the last three launched ahead (the first of them on the prefill's
+  // token, the other two on the device's picks), and no step past the
+  // limit.
   const std::string prompt = "kvpage";
   std::vector<int64_t> seq(prompt.begin(), prompt.end());
   MainResult r = generate(/*device=*/true, /*ahead=*/true,
@@ -737,7 +747,7 @@ TEST_F(GenerateTest, StopsAtMaxSeqLenLaunchedAhead) {
   EXPECT_EQ(r.out, bytesOf(reference(seq, 4)));
   EXPECT_NE(r.err.find("stopped at --max-seq-len 10"), std::string::npos) << r.err;
   EXPECT_EQ(w.trace.aheadRuns, 4);
-  EXPECT_EQ(w.trace.pickInputs, 3);
+  EXPECT_EQ(w.trace.pickInputs, 2);
   EXPECT_EQ(w.trace.runs, 5);
 }
 
@@ -749,10 +759,13 @@ TEST_F(GenerateTest, OneNewTokenNeverLaunchesAhead) {
                         {"--prompt", prompt, "--max-new-tokens", std::to_string(n)});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, bytesOf(reference(seq, n)));
-    // The first token comes from the prefill (and its check, launched
-    // ahead); a second one is one step.
-    EXPECT_EQ(w.trace.aheadRuns, n);
-    EXPECT_EQ(w.trace.pickInputs, n - 1);
+    // The first token comes from the prefill, and where it is the last
+    // one no cache is set up or checked; a second one is one step, queued
+    // on the first token behind the check (both launched ahead).
+    EXPECT_EQ(w.trace.runs, n == 1 ? 1 : 3);
+    EXPECT_EQ(w.trace.aheadRuns, n == 1 ? 0 : 2);
+    EXPECT_EQ(w.trace.pickInputs, 0);
+    EXPECT_EQ(w.trace.capacities.size(), n == 1 ? 0u : 2u);
   }
 }
 
