@@ -115,9 +115,9 @@ __device__ __forceinline__ float maskedScore(const PrefillAttention &a,
 /// whether a key is shown; the part's span is their union, with every key
 /// up to the causal limit where a float mask's row shows none.
 __global__ void __launch_bounds__(32 * kSpanRows)
-    prefillSpansKernel(PrefillAttention a, int2 *spans) {
+    prefillSpansKernel(PrefillAttention a, int4 *spans) {
   pdlTrigger();
-  __shared__ int2 rowSpan[kSpanRows];
+  __shared__ int4 rowSpan[kSpanRows];
   const int64_t part = blockIdx.x % kSpanParts,
                 tile = blockIdx.x / kSpanParts;
   const int64_t hs = maskHeadsPerBatch(a);
@@ -125,80 +125,94 @@ __global__ void __launch_bounds__(32 * kSpanRows)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t qi = tile * kRows + part * kSpanRows + warp;
   int f = INT_MAX, l = -1;
+  int clean = INT_MAX; // keys [0, clean) shown with 0 (or true) to the row
   if (qi < a.Sq) {
     const int64_t mRow = maskRow(a, b, h, qi);
     int64_t limit = a.T; // keys from it on are hidden
     if (a.causal && qi + a.T - a.Sq + 1 < limit)
       limit = qi + a.T - a.Sq + 1 < 0 ? 0 : qi + a.T - a.Sq + 1;
     bool shown = false;
+    int dirty = int(limit); // the first key the mask changes, or hides
     // Activations (the mask) written by earlier kernels: plain loads.
     for (int64_t kj = lane; kj < limit; kj += 32) {
-      bool visible, strong;
+      bool visible, strong, zero;
       if (a.maskF) {
         const float v = a.maskF[mRow + kj * a.mStr[3]];
         visible = !(v <= kHidden); // a NaN is kept
         strong = !(v <= kShown);
+        zero = v == 0.0f;
       } else {
-        visible = strong = a.maskB[mRow + kj * a.mStr[3]] != 0;
+        visible = strong = zero = a.maskB[mRow + kj * a.mStr[3]] != 0;
       }
       if (visible) {
         f = min(f, int(kj));
         l = max(l, int(kj));
       }
+      if (!zero)
+        dirty = min(dirty, int(kj));
       shown |= strong;
     }
     f = __reduce_min_sync(~0u, f);
     l = __reduce_max_sync(~0u, l);
+    clean = __reduce_min_sync(~0u, dirty);
     if (!__any_sync(~0u, shown) && a.maskF) {
       f = 0; // the row keeps every key up to its limit
       l = int(limit) - 1;
     }
   }
   if (lane == 0)
-    rowSpan[warp] = make_int2(f, l);
+    rowSpan[warp] = make_int4(f, l, clean, 0);
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < kSpanRows; ++w) {
       f = min(f, rowSpan[w].x);
       l = max(l, rowSpan[w].y);
+      clean = min(clean, rowSpan[w].z);
     }
     spans[spanIndex(a, tile, b, h) + part] =
-        l < f ? make_int2(0, 0) : make_int2(f, l + 1);
+        l < f ? make_int4(0, 0, 0, 0) : make_int4(f, l + 1, clean, 0);
   }
 }
 
 /// The keys [begin, end) a query tile reads: the union of its parts' spans
 /// where the mask's were computed, else every key up to the causal limit.
+/// `clean`: keys before it are seen by every row of the tile, unchanged
+/// (the mask adds 0 or is true; within the causal limit and T): their
+/// scores need no mask.
 __device__ __forceinline__ int64_t keySpan(const PrefillAttention &a,
                                            int64_t tile, int64_t b, int64_t h,
                                            int rows, int64_t q0,
-                                           const int2 *spans,
-                                           int64_t &begin) {
+                                           const int4 *spans, int64_t &begin,
+                                           int64_t &clean) {
   begin = 0;
   if (spans) {
     // Written by prefillSpansKernel: plain loads.
-    const int2 *p = spans + spanIndex(a, tile, b, h);
-    int f = INT_MAX, l = 0;
+    const int4 *p = spans + spanIndex(a, tile, b, h);
+    int f = INT_MAX, l = 0, c = INT_MAX;
 #pragma unroll
     for (int i = 0; i < kSpanParts; ++i) {
-      const int2 r = p[i];
+      const int4 r = p[i];
+      c = min(c, r.z); // (a part with no row in the tile: INT_MAX)
       if (r.y > r.x) {
         f = min(f, r.x);
         l = max(l, r.y);
       }
     }
+    clean = c;
     begin = f == INT_MAX ? 0 : f;
     return f == INT_MAX ? 0 : l;
   }
   int64_t end = a.T;
   if (a.causal && q0 + rows + a.T - a.Sq < end)
     end = q0 + rows + a.T - a.Sq; // (no tile at all when it is not positive)
+  // The first row's causal limit.
+  clean = a.causal && q0 + 1 + a.T - a.Sq < a.T ? q0 + 1 + a.T - a.Sq : a.T;
   return end;
 }
 
 template <int DMax>
 __global__ void __launch_bounds__(kThreads)
-    prefillAttentionKernel(PrefillAttention a, int D4, const int2 *spans) {
+    prefillAttentionKernel(PrefillAttention a, int D4, const int4 *spans) {
   pdlTrigger();
   constexpr int C = DMax / 8; // output columns a thread
   extern __shared__ float4 smem4[];
@@ -233,8 +247,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < C; ++c)
       o[i][c] = 0.0f;
   }
-  int64_t kBegin = 0, kEnd = keySpan(a, blockIdx.x, b, h, rows, q0, spans,
-                                     kBegin);
+  int64_t kBegin = 0, kClean = 0,
+          kEnd = keySpan(a, blockIdx.x, b, h, rows, q0, spans, kBegin,
+                         kClean);
+  (void)kClean; // (every score masked)
   for (int64_t k0 = kBegin; k0 < kEnd; k0 += kKeys) {
     const int keys = a.T - k0 < kKeys ? int(a.T - k0) : kKeys;
     __syncthreads(); // the last tile's K, V and P are consumed
@@ -432,7 +448,7 @@ inline int paddedDim(int64_t d) { return int((d + 7) / 8 * 8); }
 template <typename E, int DMax>
 __global__ void __launch_bounds__(kThreads)
     prefillAttentionMmaKernel(PrefillAttention a, bool quads,
-                              const int2 *spans, const E *kh, const E *vh,
+                              const int4 *spans, const E *kh, const E *vh,
                               int dp, int dvp) {
   pdlTrigger();
   constexpr int LD = DMax + 8; // E a staged row: ldmatrix's 8 rows in
@@ -491,8 +507,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < NO; ++j)
     o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  int64_t kBegin = 0,
-          kEnd = keySpan(a, tile, b, h, rows, q0, spans, kBegin);
+  int64_t kBegin = 0, kClean = 0,
+          kEnd = keySpan(a, tile, b, h, rows, q0, spans, kBegin, kClean);
   // Tile i + 1 is copied while tile i is computed.
   if (kBegin < kEnd)
     loadTile(kBegin, 0);
@@ -524,7 +540,10 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    // Online softmax of rows g (values 0, 1) and g + 8 (2, 3).
+    // Online softmax of rows g (values 0, 1) and g + 8 (2, 3). A tile
+    // every row of the block sees whole and unmasked (keySpan's `clean`;
+    // below the diagonal of a causal mask) only scales its scores.
+    const bool clean = rows == kRows && k0 + kKeys <= kClean;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = warp * 16 + g + 8 * hr;
@@ -535,8 +554,9 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float x = maskedScore(a, s[j][2 * hr + e], r, rows, qi,
-                                      k0 + 8 * j + c2 + e, mRow);
+          const float x = clean ? s[j][2 * hr + e] * a.scale
+                                : maskedScore(a, s[j][2 * hr + e], r, rows, qi,
+                                              k0 + 8 * j + c2 + e, mRow);
           s[j][2 * hr + e] = x;
           tileMax = fmaxf(tileMax, x);
         }
@@ -608,7 +628,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int DMax>
-cudaError_t launch(const PrefillAttention &a, const int2 *spans,
+cudaError_t launch(const PrefillAttention &a, const int4 *spans,
                    cudaStream_t stream) {
   const int D4 = int((a.D + 3) / 4 * 4);
   const size_t smem = sizeof(float) * size_t(sharedFloats<DMax>(D4));
@@ -623,7 +643,7 @@ cudaError_t launch(const PrefillAttention &a, const int2 *spans,
 }
 
 template <typename E, int DMax>
-cudaError_t launchMma(const PrefillAttention &a, const int2 *spans,
+cudaError_t launchMma(const PrefillAttention &a, const int4 *spans,
                       const E *kh, const E *vh, cudaStream_t stream) {
   // Q, and K and V twice.
   const size_t smem = sizeof(E) * size_t((kRows + 4 * kKeys) * (DMax + 8));
@@ -647,7 +667,7 @@ cudaError_t launchMma(const PrefillAttention &a, const int2 *spans,
 /// The keys and values rounded to E (roundRowsKernel) into `scratch`,
 /// then the attention over them.
 template <typename E>
-cudaError_t launchMma(const PrefillAttention &a, const int2 *spans,
+cudaError_t launchMma(const PrefillAttention &a, const int4 *spans,
                       void *scratch, cudaStream_t stream) {
   const int dp = paddedDim(a.D), dvp = paddedDim(a.Dv);
   const int64_t rows = a.B * a.Hk * a.T;
@@ -688,7 +708,7 @@ size_t spanBytes(const PrefillAttention &a) {
   if (!a.maskF && !a.maskB)
     return 0;
   const size_t bytes =
-      sizeof(int2) * size_t(maskHeads(a) * queryTiles(a) * kSpanParts);
+      sizeof(int4) * size_t(maskHeads(a) * queryTiles(a) * kSpanParts);
   return (bytes + 255) / 256 * 256;
 }
 } // namespace
@@ -710,9 +730,9 @@ cudaError_t prefillAttention(const PrefillAttention &a, PromptMath math,
     return cudaErrorInvalidValue;
   if (a.B * a.Hq * a.Sq == 0 || a.Dv == 0)
     return cudaSuccess;
-  int2 *spans = nullptr;
+  int4 *spans = nullptr;
   if (a.maskF || a.maskB) {
-    spans = static_cast<int2 *>(scratch);
+    spans = static_cast<int4 *>(scratch);
     const dim3 grid(unsigned(queryTiles(a) * kSpanParts),
                     unsigned(maskHeads(a)));
     prefillSpansKernel<<<grid, 32 * kSpanRows, 0, stream>>>(a, spans);
