@@ -143,6 +143,47 @@ TEST(TensorTest, NumelAndDescribe) {
   EXPECT_EQ(makeTensor(nullptr, DType::b1, {3, 0}).numel(), 0);
 }
 
+// The view a linear computing generate's logits reads (emitted for
+// linears whose only use is a model output).
+TEST(TensorTest, LastPositionView) {
+  std::vector<float> x(1 * 5 * 3);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float(i);
+  ModelDesc desc{};
+  Context ctx(desc, nullptr, 1);
+  Tensor t{x.data(), DType::f32, 3, {1, 5, 3}};
+  // Not asked for: the input itself.
+  Tensor v = lastPosition(ctx, t, 1);
+  EXPECT_EQ(v.data, t.data);
+  EXPECT_EQ(v.shape[1], 5);
+  // Asked for output 1: its last position, [1, 1, 3].
+  ctx.lastPositionOutput = 1;
+  v = lastPosition(ctx, t, 1);
+  ASSERT_EQ(v.rank, 3);
+  EXPECT_EQ(v.shape[0], 1);
+  EXPECT_EQ(v.shape[1], 1);
+  EXPECT_EQ(v.shape[2], 3);
+  EXPECT_EQ(v.as<float>()[0], 12.0f);
+  EXPECT_EQ(v.as<float>()[2], 14.0f);
+  // Another output, the argmax's output, a batch of 2, one position or
+  // another rank: the input itself.
+  EXPECT_EQ(lastPosition(ctx, t, 0).data, t.data);
+  ctx.argmaxOutput = 1;
+  EXPECT_EQ(lastPosition(ctx, t, 1).data, t.data);
+  ctx.argmaxOutput = -1;
+  Tensor b2{x.data(), DType::f32, 3, {2, 2, 3}};
+  EXPECT_EQ(lastPosition(ctx, b2, 1).shape[1], 2);
+  Tensor one{x.data(), DType::f32, 3, {1, 1, 3}};
+  EXPECT_EQ(lastPosition(ctx, one, 1).data, one.data);
+  Tensor r2{x.data(), DType::f32, 2, {5, 3}};
+  EXPECT_EQ(lastPosition(ctx, r2, 1).data, r2.data);
+  // 16-bit elements: the offset counts their bytes.
+  Tensor h{x.data(), DType::f16, 3, {1, 4, 2}};
+  EXPECT_EQ(static_cast<char *>(lastPosition(ctx, h, 1).data) -
+                static_cast<char *>(h.data),
+            2 * 3 * 2);
+}
+
 TEST(BufferTest, AlignedGrowableMovable) {
   Buffer b;
   EXPECT_EQ(b.data(), nullptr);

@@ -198,6 +198,24 @@ private:
     names[v] = n;
     return n;
   }
+  /// The input a linear reads: `in`, or where the linear's only use is
+  /// the function's result `i` and `in` is [B, n, D], a view of it that is
+  /// only each row's last position when the caller asks for no more of
+  /// that result (Context::lastPositionOutput: generate's logits), so that
+  /// a prompt's LM head computes one position instead of n.
+  std::string lastPositionInput(Value result, Value input,
+                                const std::string &in) {
+    if (!result.hasOneUse() ||
+        cast<RankedTensorType>(input.getType()).getRank() != 3)
+      return in;
+    OpOperand &use = *result.getUses().begin();
+    if (!isa<func::ReturnOp>(use.getOwner()))
+      return in;
+    std::string n = "v" + std::to_string(counter++);
+    body << "  const Tensor " << n << " = lastPosition(ctx, " << in << ", "
+         << use.getOperandNumber() << ");\n";
+    return n;
+  }
   /// `&vN` or `nullptr`.
   std::string ptr(Value v) { return v ? "&" + name(v) : "nullptr"; }
   /// The runtime's name of a fused epilogue ("ops::Activation::none" if
@@ -774,9 +792,11 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
         if (l.getTransposeWeight())
           return l.emitError("linear with transpose_weight reached the "
                              "emitter; run sparsec-weight-layout first");
-        return emitCall(op, "linear(ctx, " + name(l.getInput()) + ", " +
-                                name(l.getWeight()) + ", " + ptr(l.getBias()) +
-                                ", " + activationArg(l.getActivation()));
+        const std::string in =
+            lastPositionInput(l.getResult(), l.getInput(), name(l.getInput()));
+        return emitCall(op, "linear(ctx, " + in + ", " + name(l.getWeight()) +
+                                ", " + ptr(l.getBias()) + ", " +
+                                activationArg(l.getActivation()));
       })
       .Case([&](MatMulOp m) {
         return emitCall(op, "matmul(ctx, " + name(m.getLhs()) + ", " +
@@ -1224,16 +1244,18 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                     ", " + dv(w.getY()));
       })
       .Case([&](LinearOp l) -> LogicalResult {
+        const std::string in =
+            lastPositionInput(l.getResult(), l.getInput(), dv(l.getInput()));
         if (!l.getTransposeWeight())
-          return call("linear(ctx, " + dv(l.getInput()) + ", " +
-                      dv(l.getWeight()) + ", " + dptr(l.getBias()) + ", " +
+          return call("linear(ctx, " + in + ", " + dv(l.getWeight()) + ", " +
+                      dptr(l.getBias()) + ", " +
                       activationArg(l.getActivation()));
         // Neuron-major weights (dense-layout=nk) take the row GEMV; a
         // following residual add becomes its epilogue, writing the add's
         // result into the add's slot.
-        std::string head = "linearNK(ctx, " + dv(l.getInput()) + ", " +
-                           dv(l.getWeight()) + ", " + dptr(l.getBias()) +
-                           ", " + activationArg(l.getActivation()) + ", ";
+        std::string head = "linearNK(ctx, " + in + ", " + dv(l.getWeight()) +
+                           ", " + dptr(l.getBias()) + ", " +
+                           activationArg(l.getActivation()) + ", ";
         AddOp add = residualAdd(l);
         if (!add)
           return call(head + "nullptr");

@@ -354,10 +354,12 @@ struct Context {
   /// is argmaxOutput, and by backends that keep no picks.
   int argmaxAlso = -1;
   /// An output [B, n, V] (float logits) of which the caller reads only the
-  /// last position of each row, or -1: a device backend may then copy back
-  /// those rows alone and return the output as [B, 1, V] (for a 1024-token
-  /// prompt at OPT's vocabulary, 206 KB instead of 206 MB). Ignored where
-  /// it is argmaxOutput; x86 ignores it.
+  /// last position of each row, or -1. The linear that computes it then
+  /// reads only that position where B is 1 (lastPosition, below), and the
+  /// output is [1, 1, V]; otherwise a device backend copies back those rows
+  /// alone and returns [B, 1, V] (for a 1024-token prompt at OPT's
+  /// vocabulary, 206 KB instead of 206 MB). Ignored where it is
+  /// argmaxOutput.
   int lastPositionOutput = -1;
   /// A device backend may return from a run once its work is queued,
   /// before it has finished, so that the host prepares the next run while
@@ -394,6 +396,22 @@ struct Context {
   bool failAt(const char *node);
   bool ok() const { return error.empty(); }
 };
+
+/// The input of a linear whose result is the model's output `output`: `x`
+/// itself, or where the caller reads only each row's last position of that
+/// output (Context::lastPositionOutput) and `x` is [1, n, D] with n > 1, a
+/// view of its last position, [1, 1, D] (the output then comes back as
+/// [1, 1, V]). Emitted for the linears that compute an output.
+inline Tensor lastPosition(const Context &ctx, const Tensor &x, int output) {
+  if (ctx.lastPositionOutput != output || ctx.argmaxOutput == output ||
+      x.rank != 3 || x.shape[0] != 1 || x.shape[1] <= 1)
+    return x;
+  Tensor v = x;
+  v.data = static_cast<char *>(x.data) +
+           dtypeSize(x.dtype) * size_t((x.shape[1] - 1) * x.shape[2]);
+  v.shape[1] = 1;
+  return v;
+}
 
 /// The command line of a compiled model (profiling builds also have
 ///   <model> profile --input-list FILE -o OUT.sprof [--threads N]
