@@ -302,6 +302,15 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   bool idsOnly = false;
   int64_t vocab = 0;
   const int64_t promptLen = int64_t(tokens.size());
+  // The device cache's capacity, planned for the whole generation (the
+  // prompt and every new token but the last, whose K/V no step reads;
+  // within --max-seq-len): no cache grows while decoding, so every decode
+  // step has one shape (one captured graph) and no device memory is
+  // reallocated between steps. Step g >= 1 appends entry promptLen + g - 1,
+  // so the last (g = maxNewTokens - 1) needs promptLen + maxNewTokens - 1
+  // entries.
+  const int64_t plannedCapacity = std::max(
+      promptLen, std::min(capacityLimit, promptLen + opts.maxNewTokens - 1));
   int64_t generated = 0;
   double ttftMs = 0, decodeMs = 0;
   int64_t densityActive0 = 0, densityTotal0 = 0;
@@ -482,13 +491,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     // capacity that setup plans, over the warm-up run's present outputs.
     if (!cache.empty() && resident() && !hostCacheOnly &&
         opts.maxNewTokens > 1 && promptLen < maxSeqLen) {
-      const int64_t planned =
-          std::max(promptLen,
-                   std::min(capacityLimit, promptLen + opts.maxNewTokens - 1));
       for (CacheSlot &slot : cache)
         if (!ctx.backend->initCache(ctx, slot.input,
-                                    outputs[size_t(slot.output)], 0, planned,
-                                    slot.device))
+                                    outputs[size_t(slot.output)], 0,
+                                    plannedCapacity, slot.device))
           return reportError("warm-up run: " + ctx.error);
     }
   }
@@ -618,6 +624,12 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         return false;
     return !pending || take();
   };
+  // Row b's next token from the last run: the device's pick, or one
+  // picked from its logits.
+  auto pickLast = [&](int64_t b) {
+    return idsOnly ? lastIds[size_t(b)]
+                   : pickToken(lastLogits + b * vocab, vocab, opts, rng);
+  };
   while (generated < opts.maxNewTokens) {
     const int64_t len = int64_t(tokens.size());
     // The last run's logits (or ids) are still to be recorded as a token.
@@ -656,10 +668,6 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       int64_t past = cache.empty() || generated == 0 ? 0 : len - 1;
       if (!step(past, false))
         return reportError(where + error);
-      auto pickLast = [&](int64_t b) {
-        return idsOnly ? lastIds[size_t(b)]
-                       : pickToken(lastLogits + b * vocab, vocab, opts, rng);
-      };
       if (generated == 0) {
         // The first token comes from the prompt's logits, before the
         // device cache is set up and checked below.
@@ -675,15 +683,8 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         // Device backend: move to the padded device cache, checked once by
         // re-running the last prompt token over it (entries len - 1 on).
         std::vector<float> reference(lastLogits, lastLogits + batch * vocab);
-        // Planned for the whole generation (the prompt and every new
-        // token but the last, whose K/V no step reads; within
-        // --max-seq-len): no cache grows while decoding, so every decode
-        // step has one shape (one captured graph) and no device memory is
-        // reallocated between steps. Step g >= 1 appends entry
-        // promptLen + g - 1, so the last (g = maxNewTokens - 1) needs
-        // promptLen + maxNewTokens - 1 entries.
-        capacity = std::max(len, std::min(capacityLimit,
-                                          promptLen + opts.maxNewTokens - 1));
+        // (len is promptLen: this runs after the prompt only.)
+        capacity = plannedCapacity;
         cached = len - 1;
         bool ok = true;
         for (CacheSlot &slot : cache)
@@ -839,10 +840,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       }
     }
     if (fresh)
-      record([&](int64_t b) {
-        return idsOnly ? lastIds[size_t(b)]
-                       : pickToken(lastLogits + b * vocab, vocab, opts, rng);
-      });
+      record(pickLast);
     if (phasesOpen) {
       std::fprintf(stderr, "[generate] first token (ms): %s\n", phases.c_str());
       phasesOpen = false;
