@@ -445,6 +445,11 @@ __global__ void roundRowsKernel(const float *x, int64_t rows, int width,
 /// Head dims padded to whole 16-byte pieces of 16-bit elements.
 inline int paddedDim(int64_t d) { return int((d + 7) / 8 * 8); }
 
+/// Whether `p` allows float4 loads.
+inline bool aligned16(const float *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 template <typename E, int DMax>
 __global__ void __launch_bounds__(kThreads)
     prefillAttentionMmaKernel(PrefillAttention a, bool quads,
@@ -479,20 +484,18 @@ __global__ void __launch_bounds__(kThreads)
   // rows past T zero-filled; one commit group.
   auto loadTile = [&](int64_t k0, int buf) {
     const int keys = a.T - k0 < kKeys ? int(a.T - k0) : kKeys;
-    E *ks = Ks + buf * kKeys * LD, *vs = Vs + buf * kKeys * LD;
-    const int kp = dp / 8, vp = dvp / 8;
-    for (int i = threadIdx.x; i < kKeys * kp; i += kThreads) {
-      const int r = i / kp, c = (i % kp) * 8;
-      const bool in = r < keys;
-      cpAsync16(ks + r * LD + c, in ? key + (k0 + r) * dp + c : key,
-                in ? 16 : 0);
-    }
-    for (int i = threadIdx.x; i < kKeys * vp; i += kThreads) {
-      const int r = i / vp, c = (i % vp) * 8;
-      const bool in = r < keys;
-      cpAsync16(vs + r * LD + c, in ? val + (k0 + r) * dvp + c : val,
-                in ? 16 : 0);
-    }
+    // Rows k0.. of `src` (`width` elements apart) into `dst`.
+    auto copy = [&](E *dst, const E *src, int width) {
+      const int pieces = width / 8;
+      for (int i = threadIdx.x; i < kKeys * pieces; i += kThreads) {
+        const int r = i / pieces, c = (i % pieces) * 8;
+        const bool in = r < keys;
+        cpAsync16(dst + r * LD + c, in ? src + (k0 + r) * width + c : src,
+                  in ? 16 : 0);
+      }
+    };
+    copy(Ks + buf * kKeys * LD, key, dp);
+    copy(Vs + buf * kKeys * LD, val, dvp);
     cpAsyncCommit();
   };
   __syncthreads();
@@ -652,12 +655,9 @@ cudaError_t launchMma(const PrefillAttention &a, const int4 *spans,
       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess)
     return e;
-  // float4 loads: every row 16-byte aligned.
-  auto aligned = [](const float *p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-  };
-  const bool quads = a.D % 4 == 0 && a.Dv % 4 == 0 && aligned(a.q) &&
-                     aligned(a.k) && aligned(a.v);
+  // float4 loads of q's rows (the keys and values come rounded, through
+  // cp.async): every row 16-byte aligned.
+  const bool quads = a.D % 4 == 0 && aligned16(a.q);
   const dim3 grid(unsigned(queryTiles(a)), unsigned(a.B * a.Hq));
   prefillAttentionMmaKernel<E, DMax><<<grid, kThreads, smem, stream>>>(
       a, quads, spans, kh, vh, paddedDim(a.D), paddedDim(a.Dv));
@@ -673,15 +673,12 @@ cudaError_t launchMma(const PrefillAttention &a, const int4 *spans,
   const int64_t rows = a.B * a.Hk * a.T;
   E *kh = static_cast<E *>(scratch);
   E *vh = kh + rows * dp;
-  auto aligned = [](const float *p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-  };
   auto round = [&](const float *x, int width, int padded, E *y) {
     const int64_t n = rows * (padded / 8);
     const unsigned blocks =
         unsigned(std::min<int64_t>((n + 255) / 256, 65535));
     roundRowsKernel<E><<<blocks, 256, 0, stream>>>(
-        x, rows, width, padded, width % 4 == 0 && aligned(x), y);
+        x, rows, width, padded, width % 4 == 0 && aligned16(x), y);
     return cudaGetLastError();
   };
   if (rows > 0) {
