@@ -23,7 +23,11 @@
 // the accumulators (a thread holds rows g and g + 8 of the warp's 16, g =
 // lane / 4; the row's other values are in the 3 lanes beside it), then
 // o += P V with P's accumulators repacked as A fragments and V's rows
-// loaded transposed. q, k and v are rounded to E as they are staged.
+// loaded transposed. k and v are rounded to E once (roundRowsKernel), q
+// as it is staged. Its softmax works in units of log2 e, so that each
+// weight is one ex2 instruction; tiles that every row sees unmasked take
+// a path of their own, which only scales the scores, so that the loop a
+// warp runs over most tiles stays short.
 //
 // A mask first goes through prefillSpansKernel: for each tile of 64 query
 // rows (and each batch and head the mask does not broadcast over), the
@@ -93,18 +97,28 @@ __device__ __forceinline__ int64_t maskRow(const PrefillAttention &a,
                                            int64_t b, int64_t h, int64_t qi) {
   return b * a.mStr[0] + h * a.mStr[1] + qi * a.mStr[2];
 }
-/// The score of key kj for row r of a query tile of `rows` (query position
-/// qi, its mask row mRow), `dot` scaled and masked: -inf past the tile's
-/// rows, past T, past the causal limit or masked out.
+/// The last key query row r of a tile of `rows` (query position qi) may
+/// see: T - 1, or its causal limit; -1 past the tile's rows.
+__device__ __forceinline__ int lastKey(const PrefillAttention &a, int r,
+                                       int rows, int64_t qi) {
+  if (r >= rows)
+    return -1;
+  const int64_t limit = a.causal ? qi + a.T - a.Sq : a.T - 1;
+  return int(limit < a.T - 1 ? limit : a.T - 1);
+}
+/// The score of key kj for a row whose last key is `last` (lastKey) and
+/// whose mask row starts at mRow: `dot` times `scale`, plus the float
+/// mask's value times `unit`; -inf past `last` or masked out. (The
+/// tensor-core kernel works in units of log2 e: scale and unit carry it.)
 __device__ __forceinline__ float maskedScore(const PrefillAttention &a,
-                                             float dot, int r, int rows,
-                                             int64_t qi, int64_t kj,
+                                             float dot, float scale,
+                                             float unit, int kj, int last,
                                              int64_t mRow) {
-  if (r >= rows || kj >= a.T || (a.causal && kj > qi + a.T - a.Sq))
+  if (kj > last)
     return -INFINITY;
-  const float x = dot * a.scale;
+  const float x = dot * scale;
   if (a.maskF)
-    return x + a.maskF[mRow + kj * a.mStr[3]];
+    return x + a.maskF[mRow + kj * a.mStr[3]] * unit;
   if (a.maskB && !a.maskB[mRow + kj * a.mStr[3]])
     return -INFINITY;
   return x;
@@ -250,7 +264,6 @@ __global__ void __launch_bounds__(kThreads)
   int64_t kBegin = 0, kClean = 0,
           kEnd = keySpan(a, blockIdx.x, b, h, rows, q0, spans, kBegin,
                          kClean);
-  (void)kClean; // (every score masked)
   for (int64_t k0 = kBegin; k0 < kEnd; k0 += kKeys) {
     const int keys = a.T - k0 < kKeys ? int(a.T - k0) : kKeys;
     __syncthreads(); // the last tile's K, V and P are consumed
@@ -289,43 +302,54 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     // Online softmax: scale, mask, the rows' new maxima, P into shared
-    // memory, the rows' sums and the output rescaled.
+    // memory, the rows' sums and the output rescaled. `score(i, j, dot)`:
+    // the score of row tq + 16 i and key tk + 8 j.
+    auto softmax = [&](auto score) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = tq + 16 * i;
-      const int64_t qi = q0 + r;
-      const int64_t mRow = maskRow(a, b, h, qi);
-      float tileMax = -INFINITY;
+      for (int i = 0; i < 4; ++i) {
+        const int r = tq + 16 * i;
+        float tileMax = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float x =
-            maskedScore(a, s[i][j], r, rows, qi, k0 + tk + 8 * j, mRow);
-        s[i][j] = x;
-        tileMax = fmaxf(tileMax, x);
+        for (int j = 0; j < 8; ++j) {
+          const float x = score(i, j, s[i][j]);
+          s[i][j] = x;
+          tileMax = fmaxf(tileMax, x);
+        }
+        tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 1));
+        tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 2));
+        tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 4));
+        const float mNew = fmaxf(m[i], tileMax);
+        // While no key of the row has been visible, nothing is added.
+        const bool none = mNew == -INFINITY;
+        const float alpha = none ? 1.0f : expf(m[i] - mNew);
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float p = none ? 0.0f : expf(s[i][j] - mNew);
+          Ps[r * ldp + tk + 8 * j] = p;
+          sum += p;
+        }
+        sum += __shfl_xor_sync(~0u, sum, 1);
+        sum += __shfl_xor_sync(~0u, sum, 2);
+        sum += __shfl_xor_sync(~0u, sum, 4);
+        l[i] = l[i] * alpha + sum;
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+          o[i][c] *= alpha;
+        m[i] = mNew;
       }
-      tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 1));
-      tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 2));
-      tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 4));
-      const float mNew = fmaxf(m[i], tileMax);
-      // While no key of the row has been visible, nothing is added.
-      const bool none = mNew == -INFINITY;
-      const float alpha = none ? 1.0f : expf(m[i] - mNew);
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float p = none ? 0.0f : expf(s[i][j] - mNew);
-        Ps[r * ldp + tk + 8 * j] = p;
-        sum += p;
-      }
-      sum += __shfl_xor_sync(~0u, sum, 1);
-      sum += __shfl_xor_sync(~0u, sum, 2);
-      sum += __shfl_xor_sync(~0u, sum, 4);
-      l[i] = l[i] * alpha + sum;
-#pragma unroll
-      for (int c = 0; c < C; ++c)
-        o[i][c] *= alpha;
-      m[i] = mNew;
-    }
+    };
+    // A tile every row of the block sees whole and unmasked only scales
+    // its scores (as the tensor-core kernel's).
+    if (rows == kRows && k0 + kKeys <= kClean)
+      softmax([&](int, int, float dot) { return dot * a.scale; });
+    else
+      softmax([&](int i, int j, float dot) {
+        const int r = tq + 16 * i;
+        return maskedScore(a, dot, a.scale, 1.0f, int(k0) + tk + 8 * j,
+                           lastKey(a, r, rows, q0 + r),
+                           maskRow(a, b, h, q0 + r));
+      });
     __syncthreads();
 
     // o += P V over the tile's keys (4 at a time; past `keys`, P is 0).
@@ -450,8 +474,61 @@ inline bool aligned16(const float *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// One tile's online softmax step over a warp's mma accumulators: s holds
+/// the 16 x 64 scores of rows g (values 0, 1) and g + 8 (2, 3), g = lane /
+/// 4, keys 8 j + 2 (lane % 4) + e; `score(hr, key, dot)` gives a score in
+/// units of log2 e (-inf where hidden). On return s holds the weights
+/// exp2(score - m) of P; m, l and o are the rows' maxima, this thread's
+/// part of their sums, and the output rescaled to the new maxima.
+template <int NO, typename Score>
+__device__ __forceinline__ void onlineSoftmax(float (&s)[8][4], float (&m)[2],
+                                              float (&l)[2], float (&o)[NO][4],
+                                              Score score) {
+  const int c2 = 2 * (threadIdx.x & 3);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float tileMax = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float x = score(hr, 8 * j + c2 + e, s[j][2 * hr + e]);
+        s[j][2 * hr + e] = x;
+        tileMax = fmaxf(tileMax, x);
+      }
+    tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 1));
+    tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 2));
+    const float mNew = fmaxf(m[hr], tileMax);
+    // While no key of the row has been visible, nothing is added.
+    const bool none = mNew == -INFINITY;
+    const float alpha = none ? 1.0f : fastExp2(m[hr] - mNew);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = none ? 0.0f : fastExp2(s[j][2 * hr + e] - mNew);
+        s[j][2 * hr + e] = p;
+        sum += p;
+      }
+    l[hr] = l[hr] * alpha + sum;
+#pragma unroll
+    for (int j = 0; j < NO; ++j) {
+      o[j][2 * hr] *= alpha;
+      o[j][2 * hr + 1] *= alpha;
+    }
+    m[hr] = mNew;
+  }
+}
+
+/// Blocks an SM holds of the tensor-core kernel: 3 of 64-wide heads (at
+/// most 168 registers), 2 of 128-wide.
+constexpr int mmaBlocksPerSM(int DMax) { return DMax <= 64 ? 3 : 2; }
+
 template <typename E, int DMax>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, mmaBlocksPerSM(DMax))
     prefillAttentionMmaKernel(PrefillAttention a, bool quads,
                               const int4 *spans, const E *kh, const E *vh,
                               int dp, int dvp) {
@@ -484,14 +561,19 @@ __global__ void __launch_bounds__(kThreads)
   // rows past T zero-filled; one commit group.
   auto loadTile = [&](int64_t k0, int buf) {
     const int keys = a.T - k0 < kKeys ? int(a.T - k0) : kKeys;
-    // Rows k0.. of `src` (`width` elements apart) into `dst`.
+    // Rows k0.. of `src` (`width` elements apart) into `dst`: DMax / 8
+    // pieces of 16 bytes a row (a constant divisor), those past the width
+    // skipped.
     auto copy = [&](E *dst, const E *src, int width) {
-      const int pieces = width / 8;
-      for (int i = threadIdx.x; i < kKeys * pieces; i += kThreads) {
-        const int r = i / pieces, c = (i % pieces) * 8;
+      constexpr int P = DMax / 8;
+      static_assert(kKeys * P % kThreads == 0, "whole pieces a thread");
+#pragma unroll
+      for (int n = 0; n < kKeys * P / kThreads; ++n) {
+        const int i = threadIdx.x + n * kThreads, r = i / P, c = (i % P) * 8;
         const bool in = r < keys;
-        cpAsync16(dst + r * LD + c, in ? src + (k0 + r) * width + c : src,
-                  in ? 16 : 0);
+        if (c < width)
+          cpAsync16(dst + r * LD + c, in ? src + (k0 + r) * width + c : src,
+                    in ? 16 : 0);
       }
     };
     copy(Ks + buf * kKeys * LD, key, dp);
@@ -512,6 +594,7 @@ __global__ void __launch_bounds__(kThreads)
     o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   int64_t kBegin = 0, kClean = 0,
           kEnd = keySpan(a, tile, b, h, rows, q0, spans, kBegin, kClean);
+  const float scale2 = a.scale * kLog2e;
   // Tile i + 1 is copied while tile i is computed.
   if (kBegin < kEnd)
     loadTile(kBegin, 0);
@@ -543,49 +626,20 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    // Online softmax of rows g (values 0, 1) and g + 8 (2, 3). A tile
-    // every row of the block sees whole and unmasked (keySpan's `clean`;
-    // below the diagonal of a causal mask) only scales its scores.
-    const bool clean = rows == kRows && k0 + kKeys <= kClean;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = warp * 16 + g + 8 * hr;
-      const int64_t qi = q0 + r;
-      const int64_t mRow = maskRow(a, b, h, qi);
-      float tileMax = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float x = clean ? s[j][2 * hr + e] * a.scale
-                                : maskedScore(a, s[j][2 * hr + e], r, rows, qi,
-                                              k0 + 8 * j + c2 + e, mRow);
-          s[j][2 * hr + e] = x;
-          tileMax = fmaxf(tileMax, x);
-        }
-      tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 1));
-      tileMax = fmaxf(tileMax, __shfl_xor_sync(~0u, tileMax, 2));
-      const float mNew = fmaxf(m[hr], tileMax);
-      // While no key of the row has been visible, nothing is added.
-      const bool none = mNew == -INFINITY;
-      const float alpha = none ? 1.0f : expf(m[hr] - mNew);
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float p = none ? 0.0f : expf(s[j][2 * hr + e] - mNew);
-          s[j][2 * hr + e] = p;
-          sum += p;
-        }
-      l[hr] = l[hr] * alpha + sum; // this thread's part of the row's sum
-#pragma unroll
-      for (int j = 0; j < NO; ++j) {
-        o[j][2 * hr] *= alpha;
-        o[j][2 * hr + 1] *= alpha;
-      }
-      m[hr] = mNew;
-    }
+    // Online softmax of rows g (values 0, 1) and g + 8 (2, 3), in units
+    // of log2 e (exp2 is one instruction). A tile every row of the block
+    // sees whole and unmasked (keySpan's `clean`; below the diagonal of a
+    // causal mask) only scales its scores: the branch is taken once a
+    // tile, outside the scores' loops.
+    if (rows == kRows && k0 + kKeys <= kClean)
+      onlineSoftmax(s, m, l, o, [&](int, int, float dot) { return dot * scale2; });
+    else
+      onlineSoftmax(s, m, l, o, [&](int hr, int key, float dot) {
+        const int r = warp * 16 + g + 8 * hr;
+        return maskedScore(a, dot, scale2, kLog2e, int(k0) + key,
+                           lastKey(a, r, rows, q0 + r),
+                           maskRow(a, b, h, q0 + r));
+      });
 
     // o += P V: P's accumulators of keys 16 kk .. 16 kk + 15 are the A
     // fragment of that step; V's rows transposed are its B fragments.
@@ -630,15 +684,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/// Allows Kernel `bytes` of dynamic shared memory, the most any of its
+/// launches takes: once a process (as the PIT kernels, on the device the
+/// runtime uses), not at every launch.
+template <auto Kernel> cudaError_t allowSharedOnce(size_t bytes) {
+  static const cudaError_t e = cudaFuncSetAttribute(
+      Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  return e;
+}
+
 template <int DMax>
 cudaError_t launch(const PrefillAttention &a, const int4 *spans,
                    cudaStream_t stream) {
   const int D4 = int((a.D + 3) / 4 * 4);
   const size_t smem = sizeof(float) * size_t(sharedFloats<DMax>(D4));
-  cudaError_t e = cudaFuncSetAttribute(
-      prefillAttentionKernel<DMax>,
-      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e != cudaSuccess)
+  if (cudaError_t e = allowSharedOnce<prefillAttentionKernel<DMax>>(
+          sizeof(float) * size_t(sharedFloats<DMax>(DMax)));
+      e != cudaSuccess)
     return e;
   const dim3 grid(unsigned(queryTiles(a)), unsigned(a.B * a.Hq));
   prefillAttentionKernel<DMax><<<grid, kThreads, smem, stream>>>(a, D4, spans);
@@ -650,10 +712,8 @@ cudaError_t launchMma(const PrefillAttention &a, const int4 *spans,
                       const E *kh, const E *vh, cudaStream_t stream) {
   // Q, and K and V twice.
   const size_t smem = sizeof(E) * size_t((kRows + 4 * kKeys) * (DMax + 8));
-  cudaError_t e = cudaFuncSetAttribute(
-      prefillAttentionMmaKernel<E, DMax>,
-      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e != cudaSuccess)
+  if (cudaError_t e = allowSharedOnce<prefillAttentionMmaKernel<E, DMax>>(smem);
+      e != cudaSuccess)
     return e;
   // float4 loads of q's rows (the keys and values come rounded, through
   // cp.async): every row 16-byte aligned.

@@ -60,6 +60,15 @@ __device__ __forceinline__ float activate(Activation act, float v) {
   return v;
 }
 
+/// 2^x in one instruction (MUFU.EX2): results below 2^-126 are 0, where
+/// exp2f would spend four more instructions on them; for softmax weights
+/// relative to a row's maximum (at most 1), that is below any rounding.
+__device__ __forceinline__ float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ float warpSum(float v) {
   for (int o = 16; o > 0; o >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, o);
