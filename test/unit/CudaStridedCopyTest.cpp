@@ -129,3 +129,97 @@ TEST(CudaStridedCopy, RefusesWhatPiecesCannotCopy) {
   EXPECT_EQ(s.stride[0], 2);
   EXPECT_EQ(s.stride[1], 1);
 }
+
+TEST(CudaStridedCopy, FastDivisionIsExact) {
+  std::mt19937 rng(11);
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 300; ++d)
+    divisors.push_back(d);
+  for (int k = 1; k <= 31; ++k) { // powers of two and their neighbours
+    const uint32_t p = uint32_t(1) << k;
+    for (uint32_t d : {p - 1, p, p + 1})
+      if (d <= (uint32_t(1) << 31)) // divisors up to 2^31
+        divisors.push_back(d);
+  }
+  for (int t = 0; t < 200; ++t)
+    divisors.push_back(1 + uint32_t(rng() % 0x7fffffffu));
+  const uint32_t kTop = 0x7fffffffu; // numerators below 2^31
+  for (uint32_t d : divisors) {
+    const FastDiv f = makeFastDiv(d);
+    std::vector<uint32_t> ns = {0, 1, kTop, kTop - 1, d - 1, d};
+    // Around multiples of d, where a wrong quotient shows first.
+    for (int t = 0; t < 60; ++t) {
+      const uint32_t q = uint32_t(rng()) % (kTop / d + 1);
+      const uint64_t m = uint64_t(q) * d;
+      for (int64_t e = -1; e <= 1; ++e)
+        if (int64_t(m) + e >= 0 && int64_t(m) + e <= kTop)
+          ns.push_back(uint32_t(int64_t(m) + e));
+    }
+    for (int t = 0; t < 40; ++t)
+      ns.push_back(uint32_t(rng()) & kTop);
+    for (uint32_t n : ns) {
+      if (n > kTop)
+        continue;
+      ASSERT_EQ(divide(f, n), n / d)
+          << n << " / " << d << " magic " << f.magic << " shift " << f.shift;
+    }
+  }
+}
+
+TEST(CudaStridedCopy, NarrowIndicesReadWhatWideIndicesRead) {
+  std::mt19937 rng(13);
+  int narrowed = 0;
+  for (int t = 0; t < 2000; ++t) {
+    const int rank = 1 + int(rng() % 6);
+    int64_t shape[8];
+    int perm[8];
+    int64_t total = 1;
+    for (int i = 0; i < rank; ++i) {
+      // Unit dims (dropped by the narrow plan), small and large ones; up
+      // to about 2^36 elements, so that some cases pass 2^31.
+      const int kind = int(rng() % 4);
+      shape[i] = kind == 0                          ? 1
+                 : kind == 1 || total > (1LL << 24) ? 1 + int64_t(rng() % 9)
+                                                    : 1 + int64_t(rng() % 3000);
+      total *= shape[i];
+      perm[i] = i;
+    }
+    std::shuffle(perm, perm + rank, rng);
+    Strided s = plan(rank, shape, perm);
+    if (rng() % 4 == 0)
+      s.base = int64_t(rng() % 1000);
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i)
+      n *= s.shape[i];
+    Strided32 s32;
+    int64_t last = s.base;
+    for (int i = 0; i < rank; ++i)
+      last += (s.shape[i] - 1) * s.stride[i];
+    const bool fits = n < (int64_t(1) << 31) && last < (int64_t(1) << 31);
+    ASSERT_EQ(narrowIndices(s, n, s32), fits) << "case " << t;
+    if (!fits)
+      continue;
+    ++narrowed;
+    // The first and last elements, and a sample between.
+    std::vector<int64_t> is = {0, n - 1};
+    for (int k = 0; k < 500; ++k)
+      is.push_back(int64_t(rng() % uint64_t(n)));
+    for (int64_t i : is)
+      ASSERT_EQ(int64_t(stridedOffset(s32, uint32_t(i))), stridedOffset(s, i))
+          << "case " << t << ", element " << i;
+  }
+  EXPECT_GT(narrowed, 1000);
+  // A copy of 2^31 elements, or one that reads past offset 2^31 - 1,
+  // keeps 64-bit indices.
+  Strided big;
+  big.rank = 1;
+  big.shape[0] = int64_t(1) << 31;
+  big.stride[0] = 1;
+  Strided32 unused;
+  EXPECT_FALSE(narrowIndices(big, big.shape[0], unused));
+  big.shape[0] = 1 << 20;
+  big.stride[0] = 1 << 12;
+  EXPECT_FALSE(narrowIndices(big, big.shape[0], unused));
+  big.stride[0] = (1 << 11) - 1;
+  EXPECT_TRUE(narrowIndices(big, big.shape[0], unused));
+}

@@ -606,6 +606,15 @@ __global__ void stridedKernel(Strided s, const T *in, T *out, int64_t n) {
     out[i] = in[stridedOffset(s, i)];
 }
 
+/// The same in 32-bit index arithmetic (Strided32).
+template <typename T>
+__global__ void stridedKernel32(Strided32 s, const T *in, T *out, uint32_t n) {
+  pdlTrigger();
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += gridDim.x * blockDim.x)
+    out[i] = in[stridedOffset(s, i)];
+}
+
 bool stridedCopy(Context &ctx, Device &d, const Strided &s, const Tensor &in,
                  Tensor &out) {
   int64_t n = out.numel();
@@ -614,9 +623,14 @@ bool stridedCopy(Context &ctx, Device &d, const Strided &s, const Tensor &in,
   const size_t bytes = dtypeSize(in.dtype);
   if (Strided w = s; widenToPieces(w, bytes, in.data, out.data)) {
     const int64_t pieces = n / int64_t(16 / bytes);
-    stridedKernel<uint4><<<blocksFor(pieces), kBlock, 0, d.stream>>>(
-        w, static_cast<const uint4 *>(in.data), static_cast<uint4 *>(out.data),
-        pieces);
+    const auto *src = static_cast<const uint4 *>(in.data);
+    auto *dst = static_cast<uint4 *>(out.data);
+    if (Strided32 w32; narrowIndices(w, pieces, w32))
+      stridedKernel32<uint4><<<blocksFor(pieces), kBlock, 0, d.stream>>>(
+          w32, src, dst, uint32_t(pieces));
+    else
+      stridedKernel<uint4><<<blocksFor(pieces), kBlock, 0, d.stream>>>(
+          w, src, dst, pieces);
     return launched(ctx, "copy");
   }
   int blocks = blocksFor(n);
