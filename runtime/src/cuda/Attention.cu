@@ -71,6 +71,14 @@ constexpr float kHidden = -1e4f, kShown = -1e3f;
 __host__ __device__ inline int64_t queryTiles(const PrefillAttention &a) {
   return (a.Sq + kRows - 1) / kRows;
 }
+/// The query tile of an attention block: the grid is (batch and head,
+/// query tile), the blocks launched in x order first, so that every head's
+/// last tiles start first. Under a causal limit they read the most keys;
+/// the light first tiles fill in behind them as SMs free up (a head's
+/// tiles in order put heavy tiles of the last heads behind light ones).
+__device__ __forceinline__ int64_t lastTilesFirst() {
+  return int64_t(gridDim.y) - 1 - blockIdx.y;
+}
 /// A tile's key span is computed in kSpanParts parts of kRows / kSpanParts
 /// rows, a warp a row, which the attention kernels merge.
 constexpr int kSpanParts = 8, kSpanRows = kRows / kSpanParts;
@@ -238,9 +246,10 @@ __global__ void __launch_bounds__(kThreads)
   float *Vs = Ks + kKeys * ld;  // [kKeys][DMax]
   float *Ps = Vs + kKeys * DMax; // [kRows][ldp]
   const int D = int(a.D), Dv = int(a.Dv);
-  const int64_t bh = blockIdx.y, b = bh / a.Hq, h = bh % a.Hq;
+  const int64_t bh = blockIdx.x, b = bh / a.Hq, h = bh % a.Hq;
   const int64_t kvh = b * a.Hk + h / (a.Hq / a.Hk);
-  const int64_t q0 = int64_t(blockIdx.x) * kRows;
+  const int64_t tile = lastTilesFirst();
+  const int64_t q0 = tile * kRows;
   const int rows = a.Sq - q0 < kRows ? int(a.Sq - q0) : kRows;
   // Activations written by earlier kernels: plain loads (DeviceMath.cuh).
   const float *q = a.q + (bh * a.Sq + q0) * D;
@@ -262,8 +271,7 @@ __global__ void __launch_bounds__(kThreads)
       o[i][c] = 0.0f;
   }
   int64_t kBegin = 0, kClean = 0,
-          kEnd = keySpan(a, blockIdx.x, b, h, rows, q0, spans, kBegin,
-                         kClean);
+          kEnd = keySpan(a, tile, b, h, rows, q0, spans, kBegin, kClean);
   for (int64_t k0 = kBegin; k0 < kEnd; k0 += kKeys) {
     const int keys = a.T - k0 < kKeys ? int(a.T - k0) : kKeys;
     __syncthreads(); // the last tile's K, V and P are consumed
@@ -541,10 +549,9 @@ __global__ void __launch_bounds__(kThreads, mmaBlocksPerSM(DMax))
   E *Ks = Qs + kRows * LD;              // [2][kKeys][LD]: double buffered
   E *Vs = Ks + 2 * kKeys * LD;          // [2][kKeys][LD]
   const int D = int(a.D), Dv = int(a.Dv);
-  const int64_t bh = blockIdx.y, b = bh / a.Hq, h = bh % a.Hq;
+  const int64_t bh = blockIdx.x, b = bh / a.Hq, h = bh % a.Hq;
   const int64_t kvh = b * a.Hk + h / (a.Hq / a.Hk);
-  // The last query tiles first: under a causal limit they read the most.
-  const int64_t tile = int64_t(gridDim.x) - 1 - blockIdx.x;
+  const int64_t tile = lastTilesFirst();
   const int64_t q0 = tile * kRows;
   const int rows = a.Sq - q0 < kRows ? int(a.Sq - q0) : kRows;
   const E *key = kh + kvh * a.T * dp;
@@ -702,7 +709,7 @@ cudaError_t launch(const PrefillAttention &a, const int4 *spans,
           sizeof(float) * size_t(sharedFloats<DMax>(DMax)));
       e != cudaSuccess)
     return e;
-  const dim3 grid(unsigned(queryTiles(a)), unsigned(a.B * a.Hq));
+  const dim3 grid(unsigned(a.B * a.Hq), unsigned(queryTiles(a)));
   prefillAttentionKernel<DMax><<<grid, kThreads, smem, stream>>>(a, D4, spans);
   return cudaGetLastError();
 }
@@ -718,7 +725,7 @@ cudaError_t launchMma(const PrefillAttention &a, const int4 *spans,
   // float4 loads of q's rows (the keys and values come rounded, through
   // cp.async): every row 16-byte aligned.
   const bool quads = a.D % 4 == 0 && aligned16(a.q);
-  const dim3 grid(unsigned(queryTiles(a)), unsigned(a.B * a.Hq));
+  const dim3 grid(unsigned(a.B * a.Hq), unsigned(queryTiles(a)));
   prefillAttentionMmaKernel<E, DMax><<<grid, kThreads, smem, stream>>>(
       a, quads, spans, kh, vh, paddedDim(a.D), paddedDim(a.Dv));
   return cudaGetLastError();
@@ -783,6 +790,7 @@ cudaError_t prefillAttention(const PrefillAttention &a, PromptMath math,
                              void *scratch, cudaStream_t stream) {
   if (!prefillAttentionSupported(a.D, a.Dv) || a.Hk <= 0 || a.Hq % a.Hk != 0 ||
       a.B * a.Hq > 65535 || a.Sq < 0 || a.T < 0 || a.T > INT_MAX ||
+      queryTiles(a) > 65535 ||
       (prefillAttentionScratchBytes(a, math) && !scratch))
     return cudaErrorInvalidValue;
   if (a.B * a.Hq * a.Sq == 0 || a.Dv == 0)
