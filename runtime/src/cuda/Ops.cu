@@ -597,22 +597,28 @@ __global__ void attentionKernel(PrefillAttention a) {
 // Data movement
 //===----------------------------------------------------------------------===//
 
-/// out[i] = in[base + sum_d coord_d(i) * stride_d] over an output shape.
-template <typename T>
-__global__ void stridedKernel(Strided s, const T *in, T *out, int64_t n) {
+/// out[i] = in[base + sum_d coord_d(i) * stride_d] over an output shape:
+/// a Strided plan with 64-bit indices I, or a Strided32 with 32-bit ones.
+template <typename T, typename Plan, typename I>
+__global__ void stridedKernel(Plan s, const T *in, T *out, I n) {
   pdlTrigger();
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n;
+       i += I(gridDim.x) * blockDim.x)
     out[i] = in[stridedOffset(s, i)];
 }
 
-/// The same in 32-bit index arithmetic (Strided32).
+/// A strided copy of n elements of T, in 32-bit index arithmetic where the
+/// plan allows it (narrowIndices), else in 64-bit.
 template <typename T>
-__global__ void stridedKernel32(Strided32 s, const T *in, T *out, uint32_t n) {
-  pdlTrigger();
-  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += gridDim.x * blockDim.x)
-    out[i] = in[stridedOffset(s, i)];
+void launchStrided(Device &d, const Strided &s, const void *in, void *out,
+                   int64_t n) {
+  const auto *src = static_cast<const T *>(in);
+  auto *dst = static_cast<T *>(out);
+  if (Strided32 s32; narrowIndices(s, n, s32))
+    stridedKernel<<<blocksFor(n), kBlock, 0, d.stream>>>(s32, src, dst,
+                                                         uint32_t(n));
+  else
+    stridedKernel<<<blocksFor(n), kBlock, 0, d.stream>>>(s, src, dst, n);
 }
 
 bool stridedCopy(Context &ctx, Device &d, const Strided &s, const Tensor &in,
@@ -622,23 +628,14 @@ bool stridedCopy(Context &ctx, Device &d, const Strided &s, const Tensor &in,
     return true;
   const size_t bytes = dtypeSize(in.dtype);
   if (Strided w = s; widenToPieces(w, bytes, in.data, out.data)) {
-    const int64_t pieces = n / int64_t(16 / bytes);
-    const auto *src = static_cast<const uint4 *>(in.data);
-    auto *dst = static_cast<uint4 *>(out.data);
-    if (Strided32 w32; narrowIndices(w, pieces, w32))
-      stridedKernel32<uint4><<<blocksFor(pieces), kBlock, 0, d.stream>>>(
-          w32, src, dst, uint32_t(pieces));
-    else
-      stridedKernel<uint4><<<blocksFor(pieces), kBlock, 0, d.stream>>>(
-          w, src, dst, pieces);
+    launchStrided<uint4>(d, w, in.data, out.data, n / int64_t(16 / bytes));
     return launched(ctx, "copy");
   }
-  int blocks = blocksFor(n);
   switch (bytes) {
-  case 1: stridedKernel<uint8_t><<<blocks, kBlock, 0, d.stream>>>(s, in.as<uint8_t>(), out.as<uint8_t>(), n); break;
-  case 2: stridedKernel<uint16_t><<<blocks, kBlock, 0, d.stream>>>(s, in.as<uint16_t>(), out.as<uint16_t>(), n); break;
-  case 4: stridedKernel<uint32_t><<<blocks, kBlock, 0, d.stream>>>(s, in.as<uint32_t>(), out.as<uint32_t>(), n); break;
-  default: stridedKernel<uint64_t><<<blocks, kBlock, 0, d.stream>>>(s, in.as<uint64_t>(), out.as<uint64_t>(), n); break;
+  case 1: launchStrided<uint8_t>(d, s, in.data, out.data, n); break;
+  case 2: launchStrided<uint16_t>(d, s, in.data, out.data, n); break;
+  case 4: launchStrided<uint32_t>(d, s, in.data, out.data, n); break;
+  default: launchStrided<uint64_t>(d, s, in.data, out.data, n); break;
   }
   return launched(ctx, "copy");
 }
