@@ -5,10 +5,11 @@
 // one cuda::predictFfnNorm at the down projection's place (a decode step
 // normalises x inside the predictor's kernel). The second FFN's norm is
 // also read by a linear: it stays a cuda::layerNorm before a predictFfn.
-// The third's RMS norm feeds its predictor and up projection only; its
-// residual add's result takes the slot of the norm's input (the planner's
-// choice here), which is fine: the kernel that writes the result's base
-// runs after the one that normalises that input.
+// The third's RMS norm feeds its predictor and up projection only. Each
+// FFN's residual add is folded in: the planner keeps the FFN's input and
+// its up projection's result live through the add, so the add's result
+// takes neither's memory (it may take the norm input's, which the kernel
+// that writes the result's base reads no more).
 sparsec.global @g : tensor<8xf32> {source = "g"}
 sparsec.global @b : tensor<8xf32> {source = "b"}
 sparsec.global @up : tensor<8x16xf32> {source = "up"}
@@ -69,5 +70,5 @@ func.func @main(%x: tensor<?x8xf32> {sparsec.name = "x", sparsec.dims = ["tokens
 // CHECK-NOT: rmsNorm
 // CHECK: Tensor [[N3:v[0-9]+]];
 // CHECK-NEXT: // (normalised with the FFN below)
-// CHECK: if (!cuda::predictFfnNorm(ctx, [[AV]], [[G]], nullptr, -1, 9.99999997e-07f, true, {{[0-9]+}}, [[N3]], {{.*}}, [[A]], {{v[0-9]+}}, {{v[0-9]+}})) return false;
+// CHECK: if (!cuda::predictFfnNorm(ctx, [[AV]], [[G]], nullptr, -1, 9.99999997e-07f, true, {{[0-9]+}}, [[N3]], {{.*}}, cuda::PitPlan{0, 0}, &{{v[0-9]+}}, {{[0-9]+}}, {{v[0-9]+}}, {{v[0-9]+}})) return false;
 // CHECK-NOT: rmsNorm

@@ -96,6 +96,31 @@ struct PlanMemoryPass
       in = std::max(in, it->second);
     }
 
+    // A sparse FFN, down(up(x)) with the up projection output-sparse over
+    // an active set and the down projection input-sparse: the CUDA backend
+    // computes both in one call (the emitter's fusedDown, with the
+    // predictor too), whose kernels write the down projection's base while
+    // x is still read. So x stays live until the down projection, and x
+    // and the up projection's result through a residual add after it
+    // (folded into the down projection), whose result may then take
+    // neither's memory.
+    for (Operation &op : body) {
+      auto down = dyn_cast<SparseLinearOp>(op);
+      if (!down || down.getSparseDim() != SparseDim::input || down.getActive())
+        continue;
+      auto up = down.getInput().getDefiningOp<SparseLinearOp>();
+      if (!up || up.getSparseDim() != SparseDim::output || !up.getActive() ||
+          !up->hasOneUse())
+        continue;
+      int64_t until = position[&op];
+      if (down->hasOneUse() && isa<AddOp>(*down->getUsers().begin()))
+        until = std::max(until, position[*down->getUsers().begin()]);
+      for (Value v : {Value(up.getInput()), Value(up.getResult())}) {
+        int64_t &end = lastUse[v];
+        end = std::max(end, until);
+      }
+    }
+
     // A gated MLP, down(gate * up) with the up projection output-sparse
     // over a mask: the CUDA backend computes the up projection, the
     // product and the down projection together (cuda::gatedFfn), the up

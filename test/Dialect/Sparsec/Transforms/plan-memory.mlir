@@ -109,6 +109,41 @@ func.func @predicted_gated(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
 
 // -----
 
+// A predicted ReLU FFN with a residual add: the CUDA backend computes the
+// up and down projections and the add in one call, whose kernels write the
+// result's base while x (slot 1) and the up projection's result (slot 3)
+// are still read. Both stay live through the add, whose result takes a slot
+// of its own (4); without that it would take one of theirs (free after the
+// up and the down projection) and the call would split in two.
+// CHECK-LABEL: func.func @predicted_ffn
+// CHECK: sparsec.relu {{.*}}sparsec.slots = array<i64: 0>
+// CHECK: sparsec.layer_norm {{.*}}sparsec.slots = array<i64: 1>
+// CHECK: sparsec.predict {{.*}}sparsec.slots = array<i64: 2>
+// CHECK: sparsec.sparse_linear {{.*}}sparsec.slots = array<i64: 3>
+// CHECK: sparsec.sparse_linear {{.*}}sparsec.slots = array<i64: 2>
+// CHECK: sparsec.add {{.*}}sparsec.slots = array<i64: 4>
+sparsec.global @fu : tensor<8x16xf32> {source = "fu"}
+sparsec.global @fd : tensor<16x8xf32> {source = "fd"}
+sparsec.global @q1 : tensor<8x2xf32> {source = "", value = dense<1.0> : tensor<8x2xf32>}
+sparsec.global @q2 : tensor<2x16xf32> {source = "", value = dense<1.0> : tensor<2x16xf32>}
+sparsec.global @s : tensor<8xf32> {source = "s"}
+func.func @predicted_ffn(%in: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  %wu = sparsec.weight @fu : tensor<8x16xf32>
+  %wd = sparsec.weight @fd : tensor<16x8xf32>
+  %p1 = sparsec.weight @q1 : tensor<8x2xf32>
+  %p2 = sparsec.weight @q2 : tensor<2x16xf32>
+  %s = sparsec.weight @s : tensor<8xf32>
+  %r = sparsec.relu %in : tensor<?x8xf32>
+  %x = sparsec.layer_norm %r, %s, %s : tensor<?x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<?x8xf32>
+  %pm = sparsec.predict %x, %p1, %p2 {threshold = 0.5 : f32} : (tensor<?x8xf32>, tensor<8x2xf32>, tensor<2x16xf32>) -> tensor<?x16xi1>
+  %h = sparsec.sparse_linear %x, %wu active %pm {sparse_dim = #sparsec<sparse_dim output>, mode = #sparsec<sparse_mode predicted>, activation = #sparsec<activation relu>} : (tensor<?x8xf32>, tensor<8x16xf32>, tensor<?x16xi1>) -> tensor<?x16xf32>
+  %y = sparsec.sparse_linear %h, %wd {sparse_dim = #sparsec<sparse_dim input>, mode = #sparsec<sparse_mode exact>} : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
+  %z = sparsec.add %y, %r : tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?x8xf32>
+  return %z : tensor<?x8xf32>
+}
+
+// -----
+
 // A batch norm computed with the convolution before it (its only user, no
 // activation between): the convolution's input stays live until the norm,
 // so the norm, which the backends write while the convolution reads that

@@ -749,7 +749,12 @@ def PlanMemoryPass : Pass<"sparsec-plan-memory", "mlir::ModuleOp"> {
     live until both are dead, and the runtimes skip the copy. A `transpose`
     gets a slot of its own but keeps its input live as long as its result:
     when only unit dims move (the head transposes of a decode step) the
-    runtimes return a view of the input instead of copying.
+    runtimes return a view of the input instead of copying. Where the CUDA
+    backend computes a sparse FFN's up and down projections in one call
+    (an output-sparse `sparse_linear` read only by an input-sparse one,
+    and a gated MLP's product), the FFN's input and the up projection's
+    result stay live until the down projection and a residual add after
+    it, whose result then never takes their memory.
     ```mlir
     %0 = sparsec.relu %x {sparsec.slots = [0]} : tensor<4x8xf32>
     %1 = sparsec.neg %0 {sparsec.slots = [1]} : tensor<4x8xf32>
