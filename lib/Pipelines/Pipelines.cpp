@@ -72,6 +72,8 @@ void sparsec::buildSchedulePipeline(OpPassManager &pm,
   pm.addPass(createWeightLayoutPass(layout));
   pm.addPass(createFuseEpiloguePass());
   pm.addPass(createFuseEmbeddingSumPass());
+  if (options.foldHeadTransposes)
+    pm.addPass(createFoldHeadTransposesPass());
   if (options.groupLinears) {
     GroupLinearsPassOptions group;
     group.foldNorms = options.foldNorms;

@@ -700,9 +700,26 @@ void randomMasks(int B, int Sq, int T, std::mt19937 &rng,
       }
 }
 
+/// x [B, A, C, W] with its middle dims swapped: [B, C, A, W] (a head-major
+/// attention operand made token-major, or back).
+std::vector<float> swapMiddle(const std::vector<float> &x, int B, int A, int C,
+                              int W) {
+  std::vector<float> y(x.size());
+  for (int b = 0; b < B; ++b)
+    for (int a = 0; a < A; ++a)
+      for (int c = 0; c < C; ++c)
+        for (int w = 0; w < W; ++w)
+          y[((size_t(b) * C + c) * A + a) * W + w] =
+              x[((size_t(b) * A + a) * C + c) * W + w];
+  return y;
+}
+
+/// decodeAttention against the host. `tokenMajor`: q, the new keys and
+/// values and the output are [B, S, H, .] (the present stays [B, H, T, .]).
 void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
                    Mask maskKind, bool causal, std::mt19937 &rng,
-                   bool early = false, bool pastReady = false) {
+                   bool early = false, bool pastReady = false,
+                   bool tokenMajor = false) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   const int Sk = Sq, T = P + Sk;
   std::vector<float> q(size_t(B) * Hq * Sq * D), pk(size_t(B) * Hk * P * D),
@@ -732,14 +749,20 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   // q and the new keys in one buffer, which an early case's slow producer
   // writes: both must be read after the wait, the past (uploaded before)
   // may be read before it with pastReady.
-  std::vector<float> qk(q);
-  qk.insert(qk.end(), k.begin(), k.end());
+  a.tokenMajor = tokenMajor;
+  std::vector<float> qk = tokenMajor ? swapMiddle(q, B, Hq, Sq, D) : q;
+  if (tokenMajor) {
+    const std::vector<float> kt = swapMiddle(k, B, Hk, Sk, D);
+    qk.insert(qk.end(), kt.begin(), kt.end());
+  } else {
+    qk.insert(qk.end(), k.begin(), k.end());
+  }
   float *dqk = upload(qk);
   a.q = dqk;
   a.k = dqk + q.size();
   a.pastK = P ? upload(pk) : nullptr;
   a.pastV = P ? upload(pv) : nullptr;
-  a.v = upload(v);
+  a.v = upload(tokenMajor ? swapMiddle(v, B, Hk, Sk, Dv) : v);
   a.pastReady = pastReady;
   if (maskKind == Mask::additive)
     a.maskF = upload(maskF);
@@ -769,6 +792,8 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   }
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<float> got = download(out, rows * size_t(Dv));
+  if (tokenMajor)
+    got = swapMiddle(got, B, Sq, Hq, Dv);
   std::vector<float> gotK = download(presK, size_t(B) * Hk * T * D);
   std::vector<float> gotV = download(presV, size_t(B) * Hk * T * Dv);
   std::vector<int> cnt = download(counters, rows);
@@ -796,11 +821,12 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   bool countersZero = std::all_of(cnt.begin(), cnt.end(), [](int c) { return c == 0; });
   char line[200];
   std::snprintf(line, sizeof line,
-                "decodeAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d%s%s",
+                "decodeAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d%s%s%s",
                 B, Hq, Hk, Sq, P, D, Dv,
                 maskKind == Mask::none ? "none" : maskKind == Mask::additive ? "additive" : "bool",
                 causal, early ? " early launch" : "",
-                pastReady ? ", past prefetched" : "");
+                pastReady ? ", past prefetched" : "",
+                tokenMajor ? ", token-major" : "");
   report(err < 2e-5 && presentErr == 0 && countersZero, line, std::max(err, presentErr));
   for (const void *p : {static_cast<const void *>(dqk), static_cast<const void *>(a.pastK),
                         static_cast<const void *>(a.pastV),
@@ -822,10 +848,12 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
 /// hidden ones at `hidden` (additive: float32's lowest or -10000, as exports
 /// write a causal mask) or false, so that query tiles see spans of the keys. `timed`: also
 /// prints the kernel's time (the median of 5 runs).
+/// `tokenMajor`: q, k, v and the output are [B, S, H, .].
 void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
                           Mask maskKind, bool causal, std::mt19937 &rng,
                           bool timed = false, int window = 0,
-                          float hidden = std::numeric_limits<float>::lowest()) {
+                          float hidden = std::numeric_limits<float>::lowest(),
+                          bool tokenMajor = false) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   const int T = P + Sq;
   std::vector<float> q(size_t(B) * Hq * Sq * D), k(size_t(B) * Hk * T * D),
@@ -846,9 +874,10 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
           maskB[e] = seen;
         }
   PrefillAttention a;
-  a.q = upload(q);
-  a.k = upload(k);
-  a.v = upload(v);
+  a.tokenMajor = a.kvTokenMajor = tokenMajor;
+  a.q = upload(tokenMajor ? swapMiddle(q, B, Hq, Sq, D) : q);
+  a.k = upload(tokenMajor ? swapMiddle(k, B, Hk, T, D) : k);
+  a.v = upload(tokenMajor ? swapMiddle(v, B, Hk, T, Dv) : v);
   if (maskKind == Mask::additive)
     a.maskF = upload(maskF);
   if (maskKind == Mask::boolean)
@@ -895,6 +924,8 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
     CHECK_CUDA(prefillAttention(a, m.math, scratch, nullptr));
     CHECK_CUDA(cudaDeviceSynchronize());
     std::vector<float> got = download(out, outs);
+    if (tokenMajor)
+      got = swapMiddle(got, B, Sq, Hq, Dv);
     double us = 0;
     if (timed) {
       cudaEvent_t e0, e1;
@@ -918,10 +949,11 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
     const double err = maxError(ref, got);
     char line[240];
     std::snprintf(line, sizeof line,
-                  "prefillAttention %s B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s%s causal=%d%s",
+                  "prefillAttention %s B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s%s causal=%d%s%s",
                   m.name, B, Hq, Hk, Sq, P, D, Dv,
                   maskKind == Mask::none ? "none" : maskKind == Mask::additive ? "additive" : "bool",
                   window ? (" window " + std::to_string(window)).c_str() : "", causal,
+                  tokenMajor ? " token-major" : "",
                   timed ? (" " + std::to_string(us) + " us").c_str() : "");
     report(err < m.tolerance, line, err);
   }
@@ -1259,6 +1291,17 @@ int main() {
   prefillAttentionCase(2, 4, 2, 200, 30, 64, 64, Mask::boolean, true, rng, false, 50);
   prefillAttentionCase(1, 2, 2, 150, 0, 128, 96, Mask::additive, false, rng, false, 150);
   prefillAttentionCase(1, 32, 32, 1024, 0, 64, 64, Mask::additive, false, rng, true, 1024, -10000.0f);
+  // Token-major operands (sparsec-fold-head-transposes): q and the output
+  // a row Hq * D apart, the keys and values Hk * D.
+  const float lowest = std::numeric_limits<float>::lowest();
+  prefillAttentionCase(2, 8, 2, 130, 0, 64, 64, Mask::additive, true, rng, false, 0, lowest, true);
+  prefillAttentionCase(2, 4, 4, 100, 37, 64, 32, Mask::boolean, true, rng, false, 0, lowest, true);
+  prefillAttentionCase(2, 4, 2, 70, 0, 30, 30, Mask::additive, false, rng, false, 0, lowest, true);
+  prefillAttentionCase(1, 2, 2, 65, 200, 128, 128, Mask::none, true, rng, false, 0, lowest, true);
+  prefillAttentionCase(1, 32, 32, 1024, 0, 64, 64, Mask::none, true, rng, true, 0, lowest, true);
+  attentionCase(2, 8, 2, 1, 257, 64, 64, Mask::additive, false, rng, false, false, true);
+  attentionCase(2, 4, 4, 3, 100, 64, 32, Mask::boolean, true, rng, false, false, true);
+  attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::additive, true, rng, true, true, true);
   // NaN scores: the last key of a warp's group followed by keys past the
   // end (5 of 6), inside a group (2 of 6), in a later chunk (300 of 501).
   attentionNaNCase(5, 5, rng);

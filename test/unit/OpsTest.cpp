@@ -1413,7 +1413,8 @@ TEST_P(OpsTest, AttentionSkipsKeysTheMaskHides) {
       const float scale = 1.0f / std::sqrt(float(D));
       Tensor out;
       ASSERT_TRUE(attention(ctx, q, k, v, &mask.t, nullptr, nullptr, scale,
-                            false, 12, out, -1, nullptr, -1, nullptr))
+                            false, HeadLayout::headMajor, 12, out, -1, nullptr,
+                            -1, nullptr))
           << ctx.error;
       const std::vector<double> ref =
           attentionRef(q, k, v, &mask, nullptr, nullptr, scale, false);
@@ -1474,8 +1475,8 @@ TEST_P(OpsTest, Attention) {
     Tensor out, presK, presV;
     ASSERT_TRUE(attention(ctx, q, k, v, c.maskKind ? &mask.t : nullptr,
                           past ? &pk.t : nullptr, past ? &pv.t : nullptr, scale,
-                          c.causal, 12, out, 13, past ? &presK : nullptr, 14,
-                          past ? &presV : nullptr))
+                          c.causal, HeadLayout::headMajor, 12, out, 13,
+                          past ? &presK : nullptr, 14, past ? &presV : nullptr))
         << ctx.error;
     expectShape(out, {c.B, c.Hq, c.Sq, c.Dv});
     const std::vector<double> ref = attentionRef(
@@ -1511,18 +1512,99 @@ TEST_P(OpsTest, Attention) {
   Owned badMask = randomTensor(DType::f32, {2, 3}, 1);
   Tensor out;
   expectFail(attention(ctx, q, k5, k5, nullptr, nullptr, nullptr, 1.0f, false,
-                       12, out, 0, nullptr, 0, nullptr),
+                       HeadLayout::headMajor, 12, out, 0, nullptr, 0, nullptr),
              "attention");
   expectFail(attention(ctx, q, k3, k3, nullptr, nullptr, nullptr, 1.0f, false,
-                       12, out, 0, nullptr, 0, nullptr),
+                       HeadLayout::headMajor, 12, out, 0, nullptr, 0, nullptr),
              "attention");
   expectFail(attention(ctx, q, q, q, &badMask.t, nullptr, nullptr, 1.0f, false,
-                       12, out, 0, nullptr, 0, nullptr),
+                       HeadLayout::headMajor, 12, out, 0, nullptr, 0, nullptr),
              "attention");
   Owned intMask = randomTensor(DType::i64, {1, 1, 3, 3}, 1, 0, 1);
   expectFail(attention(ctx, q, q, q, &intMask.t, nullptr, nullptr, 1.0f, false,
-                       12, out, 0, nullptr, 0, nullptr),
+                       HeadLayout::headMajor, 12, out, 0, nullptr, 0, nullptr),
              "attention: mask must be float32 (additive) or bool, got");
+}
+
+/// x [B, A, C, W] with its second and third dims swapped: [B, C, A, W].
+Owned swapMiddle(const Owned &x) {
+  const int64_t B = x.t.shape[0], A = x.t.shape[1], C = x.t.shape[2],
+                W = x.t.shape[3];
+  Owned y(DType::f32, {B, C, A, W});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t w = 0; w < W; ++w)
+          y.p<float>()[((b * C + c) * A + a) * W + w] =
+              x.p<float>()[((b * A + a) * C + c) * W + w];
+  return y;
+}
+
+// Token-major q, k, v ([B, S, H, D]: sparsec-fold-head-transposes) give
+// the head-major result transposed, on the row path and the GEMM path,
+// and the same presents, for the cases of the test above.
+TEST_P(OpsTest, AttentionTokenMajorMatchesHeadMajor) {
+  struct Case {
+    int64_t B, Hq, Hk, Sq, Sk, P, D, Dv;
+    bool mask, causal;
+  };
+  const std::vector<Case> cases = {
+      {1, 2, 2, 3, 3, 0, 8, 8, false, false},
+      {2, 4, 2, 1, 1, 6, 64, 64, false, true}, // decode with GQA
+      {1, 3, 3, 4, 4, 5, 7, 9, true, true},
+      {2, 4, 2, 70, 70, 9, 12, 10, true, true}, // GEMM path with a past
+      {2, 4, 4, 70, 70, 0, 16, 8, true, false}, // GEMM path, keys strided
+      {1, 2, 2, 12, 4, 0, 8, 8, false, true},
+  };
+  uint32_t seed = 1300;
+  for (const Case &c : cases) {
+    SCOPED_TRACE("case B" + std::to_string(c.B) + " Sq" + std::to_string(c.Sq) +
+                 " P" + std::to_string(c.P));
+    const int64_t T = c.P + c.Sk;
+    Owned q = randomTensor(DType::f32, {c.B, c.Hq, c.Sq, c.D}, seed++);
+    Owned k = randomTensor(DType::f32, {c.B, c.Hk, c.Sk, c.D}, seed++);
+    Owned v = randomTensor(DType::f32, {c.B, c.Hk, c.Sk, c.Dv}, seed++);
+    Owned pk = randomTensor(DType::f32, {c.B, c.Hk, c.P, c.D}, seed++);
+    Owned pv = randomTensor(DType::f32, {c.B, c.Hk, c.P, c.Dv}, seed++);
+    Owned mask = randomTensor(DType::f32, {c.Sq, T}, seed++, -3, 1);
+    Owned qt = swapMiddle(q), kt = swapMiddle(k), vt = swapMiddle(v);
+    const float scale = 1.0f / std::sqrt(float(c.D));
+    const bool past = c.P > 0;
+    Tensor out, presK, presV, outT, presKT, presVT;
+    ASSERT_TRUE(attention(ctx, q, k, v, c.mask ? &mask.t : nullptr,
+                          past ? &pk.t : nullptr, past ? &pv.t : nullptr, scale,
+                          c.causal, HeadLayout::headMajor, 12, out, 13,
+                          past ? &presK : nullptr, 14, past ? &presV : nullptr))
+        << ctx.error;
+    ASSERT_TRUE(attention(
+        ctx, qt, kt, vt, c.mask ? &mask.t : nullptr, past ? &pk.t : nullptr,
+        past ? &pv.t : nullptr, scale, c.causal, HeadLayout::tokenMajor, 9,
+        outT, 10, past ? &presKT : nullptr, 11, past ? &presVT : nullptr))
+        << ctx.error;
+    expectShape(outT, {c.B, c.Sq, c.Hq, c.Dv});
+    Owned heads(DType::f32, {c.B, c.Hq, c.Sq, c.Dv});
+    std::memcpy(heads.t.data, out.data, sizeof(float) * size_t(out.numel()));
+    Owned expected = swapMiddle(heads);
+    for (int64_t i = 0; i < expected.numel(); ++i)
+      ASSERT_NEAR(outT.as<float>()[i], expected.p<float>()[i],
+                  1e-6 + 1e-6 * std::fabs(expected.p<float>()[i]))
+          << "at " << i;
+    if (past) {
+      expectShape(presKT, {c.B, c.Hk, T, c.D});
+      expectShape(presVT, {c.B, c.Hk, T, c.Dv});
+      ASSERT_EQ(0, std::memcmp(presKT.data, presK.data,
+                               sizeof(float) * size_t(presK.numel())));
+      ASSERT_EQ(0, std::memcmp(presVT.data, presV.data,
+                               sizeof(float) * size_t(presV.numel())));
+    }
+  }
+  // Shapes read in the token-major layout: heads at dim 2.
+  Owned q = randomTensor(DType::f32, {1, 3, 2, 4}, 1);
+  Owned k = randomTensor(DType::f32, {1, 3, 4, 4}, 1);
+  Tensor out;
+  expectFail(attention(ctx, q, k, k, nullptr, nullptr, nullptr, 1.0f, false,
+                       HeadLayout::tokenMajor, 12, out, 0, nullptr, 0, nullptr),
+             "attention: shapes q");
 }
 
 TEST_P(OpsTest, Embedding) {

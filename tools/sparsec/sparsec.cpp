@@ -251,6 +251,12 @@ cl::opt<bool> foldNorms(
              "linears into their decode GEMVs (sparsec-group-linears "
              "fold-norms; no norm kernel in a decode step)"),
     cl::sub(compileCmd), cl::cat(category));
+cl::opt<bool> foldHeadTransposes(
+    "fold-head-transposes",
+    cl::desc("Fold the transposes into and out of each attention's heads "
+             "into the attention's layout (sparsec-fold-head-transposes; "
+             "=false keeps them as copies)"),
+    cl::init(true), cl::sub(compileCmd), cl::cat(category));
 cl::opt<bool> listOps("list-ops",
                       cl::desc("Print the supported ONNX op types and exit"),
                       cl::sub(importCmd), cl::cat(category));
@@ -839,6 +845,7 @@ int runCompile(MLIRContext &context) {
         target == "cuda" || target == "hybrid" ? "nk" : "kn";
     scheduleOptions.groupLinears = target == "cuda" || target == "hybrid";
     scheduleOptions.foldNorms = foldNorms && target == "cuda";
+    scheduleOptions.foldHeadTransposes = foldHeadTransposes;
     sparsec::buildSchedulePipeline(pm, scheduleOptions);
     if (failed(pm.run(*module)))
       return 1;

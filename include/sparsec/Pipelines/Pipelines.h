@@ -75,6 +75,11 @@ struct SchedulePipelineOptions
       llvm::cl::desc("With group-linears: fold layer / RMS norms that only "
                      "feed linears into the groups (CUDA target)"),
       llvm::cl::init(false)};
+  Option<bool> foldHeadTransposes{
+      *this, "fold-head-transposes",
+      llvm::cl::desc("Fold the head transposes around each attention into "
+                     "its layout (sparsec-fold-head-transposes)"),
+      llvm::cl::init(true)};
 };
 
 void buildSchedulePipeline(mlir::OpPassManager &pm,

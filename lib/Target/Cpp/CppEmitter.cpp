@@ -1022,9 +1022,10 @@ LogicalResult Emitter::emitAttention(AttentionOp a, bool device) {
   body << "  if (!" << (device ? "cuda::" : "ops::") << "attention(ctx, " << q
        << ", " << k << ", " << v << ", " << mask << ", " << pastK << ", "
        << pastV << ", " << floatLiteral(a.getScale().convertToFloat(), true)
-       << ", " << (a.getCausal() ? "true" : "false") << ", " << slot(op, 0)
-       << ", " << out << ", " << slot(op, 1) << ", " << pk << ", "
-       << slot(op, 2) << ", " << pv << ")) " << onFail << "\n";
+       << ", " << (a.getCausal() ? "true" : "false") << ", ops::HeadLayout::"
+       << (a.getTokenMajor() ? "tokenMajor" : "headMajor") << ", "
+       << slot(op, 0) << ", " << out << ", " << slot(op, 1) << ", " << pk
+       << ", " << slot(op, 2) << ", " << pv << ")) " << onFail << "\n";
   return success();
 }
 

@@ -405,33 +405,67 @@ inline void contiguousStrides(int rank, const int64_t *shape,
 }
 
 /// The dims of scaled dot-product attention's operands (see ops::attention),
-/// checked (with the mask's dtype: float32 or bool), and the mask's strides over [B, Hq, Sq, T] (0 on broadcast
-/// dims). Shared by the x86 and CUDA kernels.
+/// checked (with the mask's dtype: float32 or bool), the mask's strides over
+/// [B, Hq, Sq, T] (0 on broadcast dims), and the element strides of q, k, v
+/// and the output in either HeadLayout. Shared by the x86 and CUDA kernels.
 struct AttentionDims {
   int64_t B = 0, Hq = 0, Sq = 0, D = 0, Hk = 0, Sk = 0, Dv = 0, P = 0, T = 0;
   int64_t mStr[4] = {0, 0, 0, 0};
+  /// Strides of {batch, head, position}; a row's elements are contiguous.
+  int64_t qStr[3] = {}, kStr[3] = {}, vStr[3] = {}, oStr[3] = {};
+  bool tokenMajor = false;
+  /// Element offsets of row i of head h, batch b.
+  int64_t qAt(int64_t b, int64_t h, int64_t i) const {
+    return b * qStr[0] + h * qStr[1] + i * qStr[2];
+  }
+  int64_t kAt(int64_t b, int64_t h, int64_t i) const {
+    return b * kStr[0] + h * kStr[1] + i * kStr[2];
+  }
+  int64_t vAt(int64_t b, int64_t h, int64_t i) const {
+    return b * vStr[0] + h * vStr[1] + i * vStr[2];
+  }
+  int64_t oAt(int64_t b, int64_t h, int64_t i) const {
+    return b * oStr[0] + h * oStr[1] + i * oStr[2];
+  }
 };
+/// {batch, head, position} strides of a [B, H, S, W] tensor, or of a
+/// [B, S, H, W] one with `tokenMajor`.
+inline void attentionStrides(bool tokenMajor, int64_t H, int64_t S, int64_t W,
+                             int64_t *str) {
+  str[0] = H * S * W;
+  str[1] = tokenMajor ? W : S * W;
+  str[2] = tokenMajor ? H * W : W;
+}
 inline bool attentionDims(Context &ctx, const Tensor &q, const Tensor &k,
                           const Tensor &v, const Tensor *mask,
                           const Tensor *pastK, const Tensor *pastV,
-                          AttentionDims &a) {
+                          ops::HeadLayout layout, AttentionDims &a) {
+  const bool tm = layout == ops::HeadLayout::tokenMajor;
   if (mask && mask->dtype != DType::f32 && mask->dtype != DType::b1)
     return ctx.fail("attention: mask must be float32 (additive) or bool, got " +
                     mask->describe());
   if (q.rank != 4 || k.rank != 4 || v.rank != 4)
-    return ctx.fail("attention: q, k and v must be [B, H, S, D], got " +
+    return ctx.fail(std::string("attention: q, k and v must be ") +
+                    (tm ? "[B, S, H, D]" : "[B, H, S, D]") + ", got " +
                     q.describe() + ", " + k.describe() + ", " + v.describe());
   if ((pastK == nullptr) != (pastV == nullptr))
     return ctx.fail("attention: past_k and past_v must be given together");
-  const int64_t B = q.shape[0], Hq = q.shape[1], Sq = q.shape[2],
+  // Where the heads and the positions lie in q, k and v.
+  const int hd = tm ? 2 : 1, sd = tm ? 1 : 2;
+  const int64_t B = q.shape[0], Hq = q.shape[hd], Sq = q.shape[sd],
                 D = q.shape[3];
-  const int64_t Hk = k.shape[1], Sk = k.shape[2], Dv = v.shape[3];
+  const int64_t Hk = k.shape[hd], Sk = k.shape[sd], Dv = v.shape[3];
   a = AttentionDims{};
   a.B = B, a.Hq = Hq, a.Sq = Sq, a.D = D, a.Hk = Hk, a.Sk = Sk, a.Dv = Dv;
-  if (k.shape[0] != B || v.shape[0] != B || v.shape[1] != Hk ||
-      k.shape[3] != D || v.shape[2] != Sk || Hk == 0 || Hq % Hk != 0)
+  a.tokenMajor = tm;
+  if (k.shape[0] != B || v.shape[0] != B || v.shape[hd] != Hk ||
+      k.shape[3] != D || v.shape[sd] != Sk || Hk == 0 || Hq % Hk != 0)
     return ctx.fail("attention: shapes q " + q.describe() + ", k " +
                     k.describe() + ", v " + v.describe() + " do not match");
+  attentionStrides(tm, Hq, Sq, D, a.qStr);
+  attentionStrides(tm, Hk, Sk, D, a.kStr);
+  attentionStrides(tm, Hk, Sk, Dv, a.vStr);
+  attentionStrides(tm, Hq, Sq, Dv, a.oStr);
   int64_t P = 0;
   if (pastK) {
     P = pastK->shape[2];

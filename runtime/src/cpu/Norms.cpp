@@ -350,9 +350,9 @@ bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
 
 bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                const Tensor *mask, const Tensor *pastK, const Tensor *pastV,
-               float scale, bool causal, int outSlot, Tensor &out,
-               int presentKSlot, Tensor *presentK, int presentVSlot,
-               Tensor *presentV) {
+               float scale, bool causal, HeadLayout layout, int outSlot,
+               Tensor &out, int presentKSlot, Tensor *presentK,
+               int presentVSlot, Tensor *presentV) {
   const char *op = "attention";
   if (!checkTensor(ctx, op, "q", q) || !checkTensor(ctx, op, "k", k) ||
       !checkTensor(ctx, op, "v", v) ||
@@ -366,16 +366,17 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     return ctx.fail("attention: only float32 is supported (q " + q.describe() +
                     ", k " + k.describe() + ", v " + v.describe() + ")");
   AttentionDims dims;
-  if (!attentionDims(ctx, q, k, v, mask, pastK, pastV, dims))
+  if (!attentionDims(ctx, q, k, v, mask, pastK, pastV, layout, dims))
     return false;
   const int64_t B = dims.B, Hq = dims.Hq, Sq = dims.Sq, D = dims.D,
                 Hk = dims.Hk, Sk = dims.Sk, Dv = dims.Dv, P = dims.P,
                 T = dims.T;
   const int64_t *mStr = dims.mStr;
 
-  // present = concat(past, new) on the sequence axis.
+  // present = concat(past, new) on the sequence axis (the new rows
+  // gathered from their heads where they are token-major).
   auto writePresent = [&](const Tensor *past, const Tensor &cur, int slot,
-                          Tensor *present, int64_t width) {
+                          Tensor *present, int64_t width, const int64_t *str) {
     const int64_t shape[4] = {B, Hk, T, width};
     Tensor res;
     if (!allocateOut(ctx, op, slot, res, DType::f32, 4, shape))
@@ -388,22 +389,26 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
         float *d = dst + bh * T * width;
         if (P)
           std::memcpy(d, pp + bh * P * width, size_t(P * width) * 4);
-        if (Sk)
-          std::memcpy(d + P * width, cp + bh * Sk * width,
-                      size_t(Sk * width) * 4);
+        const float *c = cp + (bh / Hk) * str[0] + (bh % Hk) * str[1];
+        if (str[2] == width && Sk)
+          std::memcpy(d + P * width, c, size_t(Sk * width) * 4);
+        else
+          for (int64_t j = 0; j < Sk; ++j)
+            std::memcpy(d + (P + j) * width, c + j * str[2], size_t(width) * 4);
       }
     });
     *present = res;
     return true;
   };
   Tensor res;
-  const int64_t oshape[4] = {B, Hq, Sq, Dv};
+  const int64_t oshape[4] = {B, dims.tokenMajor ? Sq : Hq,
+                             dims.tokenMajor ? Hq : Sq, Dv};
   if (!allocateOut(ctx, op, outSlot, res, DType::f32, 4, oshape))
     return false;
   Tensor pk, pv;
-  if (presentK && !writePresent(pastK, k, presentKSlot, &pk, D))
+  if (presentK && !writePresent(pastK, k, presentKSlot, &pk, D, dims.kStr))
     return false;
-  if (presentV && !writePresent(pastV, v, presentVSlot, &pv, Dv))
+  if (presentV && !writePresent(pastV, v, presentVSlot, &pv, Dv, dims.vStr))
     return false;
 
   const float *qp = q.as<float>(), *kp = k.as<float>(), *vp = v.as<float>();
@@ -475,11 +480,21 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
 
   // Many query rows a head (prefill): blocks of rows through the GEMM
   // kernel, scores = Q K^T and out = P V, when every head's keys and values
-  // are one contiguous [T, D] run (no past, or the present copies).
+  // are one run of [T, D] rows (no past: the new ones, each head's rows
+  // strided where they are token-major; or the present copies).
   const bool contiguous = P == 0 || (presentK && presentV);
   if (Sq >= kAttentionBlockMin && contiguous && T > 0) {
-    const float *keys = P == 0 ? kp : pk.as<float>();
-    const float *values = P == 0 ? vp : pv.as<float>();
+    // Head bh's first key and value rows, and their strides.
+    const bool own = P == 0;
+    const int64_t ldk = own ? dims.kStr[2] : D, ldv = own ? dims.vStr[2] : Dv;
+    auto keysOf = [&](int64_t bh) {
+      return own ? kp + dims.kAt(bh / Hk, bh % Hk, 0)
+                 : pk.as<float>() + bh * T * D;
+    };
+    auto valuesOf = [&](int64_t bh) {
+      return own ? vp + dims.vAt(bh / Hk, bh % Hk, 0)
+                 : pv.as<float>() + bh * T * Dv;
+    };
     constexpr int64_t RB = 64; // query rows a block
     const int64_t blocks = (Sq + RB - 1) / RB;
     // With a mask: per key head, the largest key norm from key j on (the
@@ -489,12 +504,12 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
       keyNormMax.assign(size_t(B * Hk * (T + 1)), 0.0f);
       parallelFor(ctx, B * Hk, 1, [&](int64_t begin, int64_t end) {
         for (int64_t bh = begin; bh < end; ++bh) {
-          const float *kh = keys + bh * T * D;
+          const float *kh = keysOf(bh);
           float *kmax = keyNormMax.data() + bh * (T + 1);
           for (int64_t j = T - 1; j >= 0; --j) {
             double n2 = 0;
             for (int64_t d = 0; d < D; ++d)
-              n2 += double(kh[j * D + d]) * kh[j * D + d];
+              n2 += double(kh[j * ldk + d]) * kh[j * ldk + d];
             kmax[j] = std::max(kmax[j + 1], float(std::sqrt(n2)));
           }
         }
@@ -519,14 +534,16 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
           rowFull[r] = keysFor(i0 + r, T);
           rowEnd[r] = lastKept(b, h, i0 + r, rowFull[r], hidden[r]);
         }
-        float *orow0 = outp + (bhq * Sq + i0) * Dv;
-        const float *kh = keys + bh * T * D;
+        const int64_t ldo = dims.oStr[2];
+        float *orow0 = outp + dims.oAt(b, h, i0);
+        const float *kh = keysOf(bh);
       again:
         int64_t jMax = 0;
         for (int64_t r = 0; r < rows; ++r)
           jMax = std::max(jMax, rowEnd[r]);
         if (jMax == 0) {
-          std::fill(orow0, orow0 + rows * Dv, 0.0f);
+          for (int64_t r = 0; r < rows; ++r)
+            std::fill(orow0 + r * ldo, orow0 + r * ldo + Dv, 0.0f);
           continue;
         }
         const float *kmax = keyNormMax.data() + bh * (T + 1);
@@ -537,15 +554,15 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
           const int64_t j1 = std::min(jMax, j0 + 16);
           for (int64_t d = 0; d < D; ++d)
             for (int64_t j = j0; j < j1; ++j)
-              kt[size_t(d * jMax + j)] = kh[j * D + d];
+              kt[size_t(d * jMax + j)] = kh[j * ldk + d];
         }
         sc.resize(size_t(rows * jMax));
         GemmArgs g;
         g.M = rows;
         g.K = D;
         g.N = jMax;
-        g.A = qp + (bhq * Sq + i0) * D;
-        g.lda = D;
+        g.A = qp + dims.qAt(b, h, i0);
+        g.lda = dims.qStr[2];
         g.B = kt.data();
         g.ldb = jMax;
         g.C = sc.data();
@@ -562,7 +579,7 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
           if (jEnd < rowFull[r]) {
             // A hidden key's score is at most |q| max|k| |scale| + its mask
             // value; below m - 88 its exp would have been 0.
-            const float *qr = qp + (bhq * Sq + i) * D;
+            const float *qr = qp + dims.qAt(b, h, i);
             double q2 = 0;
             for (int64_t d = 0; d < D; ++d)
               q2 += double(qr[d]) * qr[d];
@@ -592,13 +609,13 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
         o.N = Dv;
         o.A = sc.data();
         o.lda = jMax;
-        o.B = values + bh * T * Dv;
-        o.ldb = Dv;
+        o.B = valuesOf(bh);
+        o.ldb = ldv;
         o.C = orow0;
-        o.ldc = Dv;
+        o.ldc = ldo;
         gemm(nullptr, o);
         for (int64_t r = 0; r < rows; ++r) {
-          float *orow = orow0 + r * Dv;
+          float *orow = orow0 + r * ldo;
           if (empty[r]) {
             std::fill(orow, orow + Dv, float(inv[r])); // 0, or NaN
             continue;
@@ -628,12 +645,12 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                                 b = row / (Sq * Hq);
                   const int64_t hk = h / group;
                   const int64_t bh = b * Hk + hk;
-                  const float *qr = qp + row * D;
-                  float *orow = outp + row * Dv;
+                  const float *qr = qp + dims.qAt(b, h, i);
+                  float *orow = outp + dims.oAt(b, h, i);
                   const int64_t jEnd = keysFor(i, T);
                   for (int64_t j = 0; j < jEnd; ++j) {
                     const float *key = j < P ? pkp + (bh * P + j) * D
-                                             : kp + (bh * Sk + (j - P)) * D;
+                                             : kp + dims.kAt(b, hk, j - P);
                     sc[size_t(j)] = dot(qr, key, D);
                   }
                   const float m = maskScores(sc.data(), b, h, i, jEnd);
@@ -650,7 +667,7 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                     if (p == 0.0f)
                       continue;
                     const float *val = j < P ? pvp + (bh * P + j) * Dv
-                                             : vp + (bh * Sk + (j - P)) * Dv;
+                                             : vp + dims.vAt(b, hk, j - P);
                     axpy(p, val, acc.data(), Dv);
                   }
                   const float inv = float(1.0 / sum);

@@ -247,19 +247,23 @@ __global__ void __launch_bounds__(kThreads)
   float *Ps = Vs + kKeys * DMax; // [kRows][ldp]
   const int D = int(a.D), Dv = int(a.Dv);
   const int64_t bh = blockIdx.x, b = bh / a.Hq, h = bh % a.Hq;
-  const int64_t kvh = b * a.Hk + h / (a.Hq / a.Hk);
+  const int64_t hk = h / (a.Hq / a.Hk);
   const int64_t tile = lastTilesFirst();
   const int64_t q0 = tile * kRows;
   const int rows = a.Sq - q0 < kRows ? int(a.Sq - q0) : kRows;
   // Activations written by earlier kernels: plain loads (DeviceMath.cuh).
-  const float *q = a.q + (bh * a.Sq + q0) * D;
-  const float *key = a.k + kvh * a.T * D;
-  const float *val = a.v + kvh * a.T * Dv;
+  // Rows qStep (keys kStep, values vStep) elements apart.
+  const float *q = a.q + headRow(a.tokenMajor, b, h, q0, a.Hq, a.Sq) * D;
+  const int64_t qStep = a.tokenMajor ? a.Hq * D : D;
+  const float *key = a.k + headRow(a.kvTokenMajor, b, hk, 0, a.Hk, a.T) * D;
+  const float *val = a.v + headRow(a.kvTokenMajor, b, hk, 0, a.Hk, a.T) * Dv;
+  const int64_t kStep = a.kvTokenMajor ? a.Hk * D : D,
+                vStep = a.kvTokenMajor ? a.Hk * Dv : Dv;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int tk = lane & 7, tq = warp * 4 + (lane >> 3);
   for (int r = warp; r < kRows; r += kThreads / 32)
     for (int d = lane; d < D4; d += 32)
-      Qs[r * ld + d] = r < rows && d < D ? q[int64_t(r) * D + d] : 0.0f;
+      Qs[r * ld + d] = r < rows && d < D ? q[r * qStep + d] : 0.0f;
 
   float o[4][C], m[4], l[4];
 #pragma unroll
@@ -277,9 +281,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads(); // the last tile's K, V and P are consumed
     for (int j = warp; j < kKeys; j += kThreads / 32) {
       for (int d = lane; d < D4; d += 32)
-        Ks[j * ld + d] = j < keys && d < D ? key[(k0 + j) * D + d] : 0.0f;
+        Ks[j * ld + d] = j < keys && d < D ? key[(k0 + j) * kStep + d] : 0.0f;
       for (int c = lane; c < DMax; c += 32)
-        Vs[j * DMax + c] = j < keys && c < Dv ? val[(k0 + j) * Dv + c] : 0.0f;
+        Vs[j * DMax + c] =
+            j < keys && c < Dv ? val[(k0 + j) * vStep + c] : 0.0f;
     }
     __syncthreads();
 
@@ -400,7 +405,8 @@ __global__ void __launch_bounds__(kThreads)
     if (r >= rows)
       continue;
     const float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
-    float *orow = a.out + (bh * a.Sq + q0 + r) * Dv;
+    float *orow =
+        a.out + headRow(a.tokenMajor, b, h, q0 + r, a.Hq, a.Sq) * Dv;
 #pragma unroll
     for (int c = 0; c < C; ++c)
       if (tk * C + c < Dv)
@@ -408,13 +414,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// `rows` rows of `width` floats from `src` (a row `width` apart) into
+/// `rows` rows of `width` floats from `src` (a row `step` apart) into
 /// kRows rows of E at `dst` (a row `ld` apart): DMax columns, zeros past
 /// the rows and the width; float4 loads where `quads`. Every load is
 /// issued before the first store, so that their latencies overlap.
 template <typename E, int DMax>
 __device__ __forceinline__ void stageRows(E *dst, int ld, const float *src,
-                                          int rows, int width, bool quads) {
+                                          int64_t step, int rows, int width,
+                                          bool quads) {
   constexpr int Q = DMax / 4, N = kRows * Q / kThreads;
   static_assert(kRows * Q % kThreads == 0, "whole loads a thread");
   float4 v[N];
@@ -423,7 +430,7 @@ __device__ __forceinline__ void stageRows(E *dst, int ld, const float *src,
     const int i = threadIdx.x + n * kThreads, r = i / Q, c = (i % Q) * 4;
     v[n] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < rows && c < width) {
-      const float *p = src + int64_t(r) * width + c;
+      const float *p = src + r * step + c;
       if (quads) {
         v[n] = *reinterpret_cast<const float4 *>(p);
       } else {
@@ -446,9 +453,11 @@ __device__ __forceinline__ void stageRows(E *dst, int ld, const float *src,
 /// `padded` (a multiple of 8) elements: the keys and values of a
 /// tensor-core prompt attention, rounded once for all the query tiles that
 /// read them and copied from there into shared memory 16 bytes at a time.
+/// With `tokenMajor` x is [B, T, H, width] (y is [B, H, T, padded] always).
 template <typename E>
 __global__ void roundRowsKernel(const float *x, int64_t rows, int width,
-                                int padded, bool quads, E *y) {
+                                int padded, bool quads, E *y, bool tokenMajor,
+                                int64_t T, int64_t H) {
   pdlTrigger();
   const int pieces = padded / 8;
   const int64_t n = rows * pieces;
@@ -456,7 +465,9 @@ __global__ void roundRowsKernel(const float *x, int64_t rows, int width,
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / pieces;
     const int c = int(i % pieces) * 8;
-    const float *p = x + r * width + c;
+    const int64_t from =
+        tokenMajor ? headRow(true, r / T / H, r / T % H, r % T, H, T) : r;
+    const float *p = x + from * width + c;
     float f[8];
     if (quads && c + 8 <= width) {
       const float4 lo = reinterpret_cast<const float4 *>(p)[0],
@@ -563,7 +574,9 @@ __global__ void __launch_bounds__(kThreads, mmaBlocksPerSM(DMax))
   for (int i = threadIdx.x; i < 2 * kKeys * (DMax - dp); i += kThreads)
     Ks[(i / (DMax - dp)) * LD + dp + i % (DMax - dp)] = E(0.0f);
   // Activations written by earlier kernels: plain loads (DeviceMath.cuh).
-  stageRows<E, DMax>(Qs, LD, a.q + (bh * a.Sq + q0) * D, rows, D, quads);
+  stageRows<E, DMax>(Qs, LD,
+                     a.q + headRow(a.tokenMajor, b, h, q0, a.Hq, a.Sq) * D,
+                     a.tokenMajor ? a.Hq * D : D, rows, D, quads);
   // A tile of keys and values from the rounded rows into buffer `buf`,
   // rows past T zero-filled; one commit group.
   auto loadTile = [&](int64_t k0, int buf) {
@@ -679,7 +692,8 @@ __global__ void __launch_bounds__(kThreads, mmaBlocksPerSM(DMax))
     if (r >= rows)
       continue;
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    float *orow = a.out + (bh * a.Sq + q0 + r) * Dv;
+    float *orow =
+        a.out + headRow(a.tokenMajor, b, h, q0 + r, a.Hq, a.Sq) * Dv;
 #pragma unroll
     for (int j = 0; j < NO; ++j) {
       const int col = 8 * j + c2;
@@ -745,7 +759,8 @@ cudaError_t launchMma(const PrefillAttention &a, const int4 *spans,
     const unsigned blocks =
         unsigned(std::min<int64_t>((n + 255) / 256, 65535));
     roundRowsKernel<E><<<blocks, 256, 0, stream>>>(
-        x, rows, width, padded, width % 4 == 0 && aligned16(x), y);
+        x, rows, width, padded, width % 4 == 0 && aligned16(x), y,
+        a.kvTokenMajor, a.T, a.Hk);
     return cudaGetLastError();
   };
   if (rows > 0) {

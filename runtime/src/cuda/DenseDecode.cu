@@ -510,12 +510,14 @@ constexpr int kAttnKeys = kAttnWarps * kAttnGroup; // keys per block and pass
 constexpr int kAttnMaxChunks = 32;             // blocks per query row
 constexpr int kAttnMaxHead = 128;
 
-__device__ __forceinline__ const float *keyRow(const float *past,
-                                               const float *cur, int64_t bh,
-                                               int64_t P, int64_t Sk,
-                                               int64_t j, int64_t width) {
-  return j < P ? past + (bh * P + j) * width
-               : cur + (bh * Sk + (j - P)) * width;
+/// Key (or value) row j of batch b, kv head hk (bh = b * Hk + hk): from
+/// the past ([B, Hk, P, .]) or the new rows ([B, Hk, Sk, .], or [B, Sk, Hk,
+/// .] where `tokenMajor`).
+__device__ __forceinline__ const float *
+keyRow(const float *past, const float *cur, int64_t b, int64_t hk, int64_t Hk,
+       int64_t P, int64_t Sk, int64_t j, int64_t width, bool tokenMajor) {
+  return j < P ? past + ((b * Hk + hk) * P + j) * width
+               : cur + headRow(tokenMajor, b, hk, j - P, Hk, Sk) * width;
 }
 
 /// Warp 0 of a row's merging block: lane c holds chunk c's (max, sum)
@@ -561,7 +563,9 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   const int D = int(a.D), Dv = int(a.Dv);
   const int64_t row = blockIdx.x, chunk = blockIdx.y, chunks = gridDim.y;
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
-  const int64_t group = a.Hq / a.Hk, bh = b * a.Hk + h / group;
+  const int64_t group = a.Hq / a.Hk, hk = h / group, bh = b * a.Hk + hk;
+  // Row i of head h in q and out.
+  const int64_t qRow = headRow(a.tokenMajor, b, h, i, a.Hq, a.Sq);
   const int64_t T = a.P + a.Sk;
   int64_t jEnd = T;
   if (a.causal) {
@@ -579,8 +583,10 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
       const int64_t j = min(j0 + t, jEnd - 1);
       if ((j < a.P) != past)
         continue;
-      const float *kr = keyRow(a.pastK, a.k, bh, a.P, a.Sk, j, D);
-      const float *vr = keyRow(a.pastV, a.v, bh, a.P, a.Sk, j, Dv);
+      const float *kr =
+          keyRow(a.pastK, a.k, b, hk, a.Hk, a.P, a.Sk, j, D, a.tokenMajor);
+      const float *vr =
+          keyRow(a.pastV, a.v, b, hk, a.Hk, a.P, a.Sk, j, Dv, a.tokenMajor);
 #pragma unroll
       for (int e = 0; e < NI; ++e) {
         const int d = lane + 32 * e;
@@ -598,17 +604,20 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   if (chunk == 0 && i == 0 && h % group == 0) {
     if (a.presentK)
       for (int64_t e = threadIdx.x; e < a.Sk * D; e += kAttnThreads)
-        a.presentK[(bh * T + a.P) * D + e] = a.k[bh * a.Sk * D + e];
+        a.presentK[(bh * T + a.P) * D + e] =
+            a.k[headRow(a.tokenMajor, b, hk, e / D, a.Hk, a.Sk) * D + e % D];
     if (a.presentV)
       for (int64_t e = threadIdx.x; e < a.Sk * Dv; e += kAttnThreads)
-        a.presentV[(bh * T + a.P) * Dv + e] = a.v[bh * a.Sk * Dv + e];
+        a.presentV[(bh * T + a.P) * Dv + e] =
+            a.v[headRow(a.tokenMajor, b, hk, e / Dv, a.Hk, a.Sk) * Dv +
+                e % Dv];
   }
   const int64_t mRow = b * a.mStr[0] + h * a.mStr[1] + i * a.mStr[2];
   float q[NI];
 #pragma unroll
   for (int e = 0; e < NI; ++e) {
     const int d = lane + 32 * e;
-    q[e] = d < D ? a.q[row * D + d] : 0.0f;
+    q[e] = d < D ? a.q[qRow * D + d] : 0.0f;
   }
   // The warp's running softmax state.
   float m = -INFINITY, l = 0.0f, acc[NI];
@@ -705,7 +714,7 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
       if (wm[w] != -INFINITY)
         num += expf(wm[w] - M) * wacc[w][d];
     if (single)
-      a.out[row * Dv + d] = M != M ? M : (M == -INFINITY ? 0.0f : num / L);
+      a.out[qRow * Dv + d] = M != M ? M : (M == -INFINITY ? 0.0f : num / L);
     else
       part[2 + d] = num;
   }
@@ -739,7 +748,7 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
         if (!nan && MM != -INFINITY)
           for (int c = 0; c < nChunks; ++c)
             num += cw[c] * cluster.map_shared_rank(own, c)[2 + d];
-        a.out[row * Dv + d] = nan ? NAN : (MM == -INFINITY ? 0.0f : num / den);
+        a.out[qRow * Dv + d] = nan ? NAN : (MM == -INFINITY ? 0.0f : num / den);
       }
     }
     cluster.sync(); // block 0 has read every block's shared memory
@@ -782,7 +791,7 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
             num += cw[c0 + u] * v[u];
       }
     }
-    a.out[row * Dv + d] = nan ? NAN : (MM == -INFINITY ? 0.0f : num / den);
+    a.out[qRow * Dv + d] = nan ? NAN : (MM == -INFINITY ? 0.0f : num / den);
   }
 }
 

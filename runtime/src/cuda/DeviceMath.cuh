@@ -39,6 +39,15 @@ inline int blocksFor(int64_t n, int threads = kBlock) {
   return int(std::min<int64_t>(std::max<int64_t>(b, 1), 65535 * 8));
 }
 
+/// The index of row i of head h, batch b, in a [B, H, S, .] tensor, or in
+/// a [B, S, H, .] one (`tokenMajor`): times the row's width, its first
+/// element.
+__host__ __device__ __forceinline__ int64_t headRow(bool tokenMajor, int64_t b,
+                                                    int64_t h, int64_t i,
+                                                    int64_t H, int64_t S) {
+  return tokenMajor ? (b * S + i) * H + h : (b * H + h) * S + i;
+}
+
 __device__ __forceinline__ float toFloat(float v) { return v; }
 __device__ __forceinline__ float toFloat(__half v) { return __half2float(v); }
 __device__ __forceinline__ float toFloat(__nv_bfloat16 v) {

@@ -519,17 +519,20 @@ __global__ void softmaxKernel(const float *x, int64_t width, float *y) {
     out[i] = expf(row[i] - m) * inv;
 }
 
-/// present[bh, 0:P] = past[bh], present[bh, P:T] = cur[bh] (rows of width).
+/// present[bh, 0:P] = past[bh], present[bh, P:T] = cur[bh] (rows of width;
+/// cur [B, H, S, width], or [B, S, H, width] where `tokenMajor`).
 __global__ void presentKernel(const float *past, const float *cur, int64_t BH,
-                              int64_t P, int64_t S, int64_t width,
-                              float *present) {
+                              int64_t H, int64_t P, int64_t S, int64_t width,
+                              bool tokenMajor, float *present) {
   pdlTrigger();
   const int64_t T = P + S, n = BH * T * width;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t e = i % width, t = (i / width) % T, bh = i / (width * T);
-    present[i] = t < P ? past[(bh * P + t) * width + e]
-                       : cur[(bh * S + (t - P)) * width + e];
+    present[i] =
+        t < P ? past[(bh * P + t) * width + e]
+              : cur[headRow(tokenMajor, bh / H, bh % H, t - P, H, S) * width +
+                    e];
   }
 }
 
@@ -541,11 +544,14 @@ __global__ void attentionKernel(PrefillAttention a) {
   float *qs = smem, *sc = smem + a.D;
   const int64_t row = blockIdx.x;
   const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
-  const int64_t bh = b * a.Hk + h / (a.Hq / a.Hk);
-  const float *key = a.k + bh * a.T * a.D;
-  const float *val = a.v + bh * a.T * a.Dv;
+  const int64_t hk = h / (a.Hq / a.Hk);
+  const int64_t qRow = headRow(a.tokenMajor, b, h, i, a.Hq, a.Sq);
+  const float *key = a.k + headRow(a.kvTokenMajor, b, hk, 0, a.Hk, a.T) * a.D;
+  const float *val = a.v + headRow(a.kvTokenMajor, b, hk, 0, a.Hk, a.T) * a.Dv;
+  const int64_t kStep = a.kvTokenMajor ? a.Hk * a.D : a.D,
+                vStep = a.kvTokenMajor ? a.Hk * a.Dv : a.Dv;
   for (int64_t d = threadIdx.x; d < a.D; d += blockDim.x)
-    qs[d] = a.q[row * a.D + d];
+    qs[d] = a.q[qRow * a.D + d];
   __syncthreads();
   int64_t jEnd = a.T;
   if (a.causal)
@@ -558,7 +564,7 @@ __global__ void attentionKernel(PrefillAttention a) {
             warps = blockDim.x >> 5;
   float m = -INFINITY;
   for (int64_t j = warp; j < jEnd; j += warps) {
-    const float *kr = key + j * a.D;
+    const float *kr = key + j * kStep;
     float s = 0.0f;
     for (int64_t d = lane; d < a.D; d += 32)
       s += qs[d] * kr[d];
@@ -572,7 +578,7 @@ __global__ void attentionKernel(PrefillAttention a) {
     m = fmaxf(m, s);
   }
   m = blockReduce<true>(m); // synchronises: sc is complete
-  float *o = a.out + row * a.Dv;
+  float *o = a.out + qRow * a.Dv;
   if (m == -INFINITY || m != m) {
     for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x)
       o[d] = m != m ? m : 0.0f;
@@ -588,7 +594,7 @@ __global__ void attentionKernel(PrefillAttention a) {
   for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
     float acc = 0.0f;
     for (int64_t j = 0; j < jEnd; ++j)
-      acc += sc[j] * val[j * a.Dv + d];
+      acc += sc[j] * val[j * vStep + d];
     o[d] = acc * inv;
   }
 }
@@ -1201,9 +1207,9 @@ bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
 
 bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                const Tensor *mask, const Tensor *pastK, const Tensor *pastV,
-               float scale, bool causal, int outSlot, Tensor &out,
-               int presentKSlot, Tensor *presentK, int presentVSlot,
-               Tensor *presentV) {
+               float scale, bool causal, ops::HeadLayout layout, int outSlot,
+               Tensor &out, int presentKSlot, Tensor *presentK,
+               int presentVSlot, Tensor *presentV) {
   Device &d = dev(ctx);
   const char *op = "attention";
   if (!requireF32(ctx, op, "q", q) || !requireF32(ctx, op, "k", k) ||
@@ -1213,12 +1219,14 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
       (mask && !checkTensor(ctx, op, "mask", *mask)))
     return false;
   AttentionDims dims;
-  if (!attentionDims(ctx, q, k, v, mask, pastK, pastV, dims))
+  if (!attentionDims(ctx, q, k, v, mask, pastK, pastV, layout, dims))
     return false;
   const int64_t B = dims.B, Hq = dims.Hq, Sq = dims.Sq, D = dims.D,
                 Hk = dims.Hk, Sk = dims.Sk, Dv = dims.Dv, P = dims.P,
                 T = dims.T;
-  const int64_t oshape[4] = {B, Hq, Sq, Dv};
+  const bool tokenMajor = dims.tokenMajor;
+  const int64_t oshape[4] = {B, tokenMajor ? Sq : Hq, tokenMajor ? Hq : Sq,
+                             Dv};
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, DType::f32, 4, oshape))
     return false;
@@ -1246,6 +1254,7 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   da.Dv = Dv;
   da.scale = scale;
   da.causal = causal;
+  da.tokenMajor = tokenMajor;
   const bool decode = Sq <= kGemvRowsTokens && decodeAttentionSupported(D, Dv) &&
                       decodeAttentionRows(da) <= kGemvCounters;
   // A past that is the runtime's device cache already holds rows 0..P-1
@@ -1274,7 +1283,20 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     src = p.as<float>();
     if (p.numel() == 0 || !d.launching() || pastIsCache)
       return true;
-    if (!decode) {
+    if (!decode && tokenMajor && P == 0) {
+      // A prompt's token-major keys: the present is their transpose to
+      // [B, Hk, Sk, width], one strided copy.
+      Strided s;
+      s.rank = 4;
+      const int64_t shape[4] = {B, Hk, Sk, width},
+                    stride[4] = {Sk * Hk * width, width, Hk * width, 1};
+      for (int i = 0; i < 4; ++i) {
+        s.shape[i] = shape[i];
+        s.stride[i] = stride[i];
+      }
+      return stridedCopy(ctx, d, s, cur, p);
+    }
+    if (!decode && !tokenMajor) {
       // A prompt's present: two pitched copies (the past's rows, then the
       // new ones, into every head's [T, width] block), which run near the
       // copy bandwidth where the kernel's per-element indexing did not
@@ -1298,9 +1320,10 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                                      cudaMemcpyDeviceToDevice, d.stream),
                    "attention (present)");
     }
+    // Decode, or a token-major prompt after a past.
     presentKernel<<<blocksFor(p.numel()), kBlock, 0, d.stream>>>(
-        past ? past->as<float>() : nullptr, cur.as<float>(), B * Hk, P, Sk,
-        width, p.as<float>());
+        past ? past->as<float>() : nullptr, cur.as<float>(), B * Hk, Hk, P, Sk,
+        width, tokenMajor, p.as<float>());
     return launched(ctx, "attention (present)");
   };
   if (presentK && !writePresent(pastK, k, presentKSlot, presentK, D, keys))
@@ -1344,6 +1367,9 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   pa.scale = scale;
   pa.causal = causal;
   pa.out = r.as<float>();
+  pa.tokenMajor = tokenMajor;
+  // The keys and values are the token-major new ones, or the present's.
+  pa.kvTokenMajor = tokenMajor && keys == k.as<float>();
   // Tiles of 64 query rows, keys streamed (flash): on the tensor cores in
   // the 16-bit type of the model's weights, whose prompt GEMMs round their
   // inputs to it too; fp32 otherwise.

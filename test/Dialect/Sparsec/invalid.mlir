@@ -234,6 +234,32 @@ func.func @attention_rank(%q: tensor<4x1x64xf32>) -> tensor<4x1x64xf32> {
 
 // -----
 
+func.func @attention_token_major_result(%q: tensor<1x8x4x64xf32>) -> tensor<1x4x8x64xf32> {
+  // expected-error @+1 {{result must be [B, Sq, H, Dv]}}
+  %o = sparsec.attention %q, %q, %q {resultSegmentSizes = array<i32: 1, 0, 0>, token_major} : (tensor<1x8x4x64xf32>, tensor<1x8x4x64xf32>, tensor<1x8x4x64xf32>) -> tensor<1x4x8x64xf32>
+  return %o : tensor<1x4x8x64xf32>
+}
+
+// -----
+
+func.func @attention_token_major_heads(%q: tensor<1x8x4x64xf32>, %k: tensor<1x8x2x64xf32>) -> tensor<1x8x4x64xf32> {
+  // expected-error @+1 {{query, key and value disagree on batch or heads}}
+  %o = sparsec.attention %q, %k, %k {resultSegmentSizes = array<i32: 1, 0, 0>, token_major} : (tensor<1x8x4x64xf32>, tensor<1x8x2x64xf32>, tensor<1x8x2x64xf32>) -> tensor<1x8x4x64xf32>
+  return %o : tensor<1x8x4x64xf32>
+}
+
+// -----
+
+// The cache stays [B, H, P, D] with token-major keys: a past laid out as
+// the new keys are is refused.
+func.func @attention_token_major_past(%q: tensor<1x1x4x64xf32>, %p: tensor<1x8x4x64xf32>) -> tensor<1x1x4x64xf32> {
+  // expected-error @+1 {{past and present keys and values must be [B, H, P, D] with the new keys' batch, heads and head size}}
+  %o, %pk, %pv = sparsec.attention %q, %q, %q past(%p, %p) {resultSegmentSizes = array<i32: 1, 1, 1>, token_major} : (tensor<1x1x4x64xf32>, tensor<1x1x4x64xf32>, tensor<1x1x4x64xf32>, tensor<1x8x4x64xf32>, tensor<1x8x4x64xf32>) -> (tensor<1x1x4x64xf32>, tensor<1x8x4x64xf32>, tensor<1x8x4x64xf32>)
+  return %o : tensor<1x1x4x64xf32>
+}
+
+// -----
+
 func.func @attention_present(%q: tensor<1x4x1x64xf32>, %p: tensor<1x4x8x64xf32>) -> tensor<1x4x1x64xf32> {
   // expected-error @+1 {{present_key/present_value results exist exactly when past is given}}
   %o = sparsec.attention %q, %q, %q past(%p, %p) {resultSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>, tensor<1x4x8x64xf32>, tensor<1x4x8x64xf32>) -> tensor<1x4x1x64xf32>

@@ -36,7 +36,8 @@ func.func @layers(%x: tensor<?x?x8xf32>, %ids: tensor<?x?xi64>) -> tensor<?x?x16
 
 // CHECK-LABEL: func.func @attention
 func.func @attention(%q: tensor<1x4x1x64xf32>, %k: tensor<1x4x1x64xf32>, %v: tensor<1x4x1x64xf32>,
-                     %m: tensor<1x1x1x9xf32>, %pk: tensor<1x4x8x64xf32>, %pv: tensor<1x4x8x64xf32>)
+                     %m: tensor<1x1x1x9xf32>, %pk: tensor<1x4x8x64xf32>, %pv: tensor<1x4x8x64xf32>,
+                     %shape: tensor<4xi64>)
     -> (tensor<1x4x1x64xf32>, tensor<1x4x9x64xf32>, tensor<1x4x9x64xf32>) {
   // CHECK: sparsec.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} past(%{{.*}}, %{{.*}}) {causal, resultSegmentSizes = array<i32: 1, 1, 1>, scale = 1.250000e-01 : f32}
   %o, %ck, %cv = sparsec.attention %q, %k, %v mask %m past(%pk, %pv) {causal, resultSegmentSizes = array<i32: 1, 1, 1>, scale = 0.125 : f32}
@@ -45,6 +46,13 @@ func.func @attention(%q: tensor<1x4x1x64xf32>, %k: tensor<1x4x1x64xf32>, %v: ten
   // CHECK: sparsec.attention %{{.*}}, %{{.*}}, %{{.*}} {resultSegmentSizes = array<i32: 1, 0, 0>}
   %o2 = sparsec.attention %q, %k, %v {resultSegmentSizes = array<i32: 1, 0, 0>}
       : (tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>, tensor<1x4x1x64xf32>) -> tensor<1x4x1x64xf32>
+  // Token-major: q, k, v and the result [B, S, H, D] (one new token and
+  // heads of 4 here), the past and present [B, H, P, D].
+  // CHECK: sparsec.attention %{{.*}}, %{{.*}}, %{{.*}} past(%{{.*}}, %{{.*}}) {resultSegmentSizes = array<i32: 1, 1, 1>, token_major} : (tensor<1x1x4x64xf32>
+  %t = sparsec.reshape %q, %shape : tensor<1x4x1x64xf32>, tensor<4xi64> -> tensor<1x1x4x64xf32>
+  %o3, %tk, %tv = sparsec.attention %t, %t, %t past(%pk, %pv) {resultSegmentSizes = array<i32: 1, 1, 1>, token_major}
+      : (tensor<1x1x4x64xf32>, tensor<1x1x4x64xf32>, tensor<1x1x4x64xf32>, tensor<1x4x8x64xf32>, tensor<1x4x8x64xf32>)
+      -> (tensor<1x1x4x64xf32>, tensor<1x4x9x64xf32>, tensor<1x4x9x64xf32>)
   return %o, %ck, %cv : tensor<1x4x1x64xf32>, tensor<1x4x9x64xf32>, tensor<1x4x9x64xf32>
 }
 

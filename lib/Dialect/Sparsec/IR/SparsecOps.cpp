@@ -500,17 +500,22 @@ LogicalResult FlattenOp::verify() {
 LogicalResult AttentionOp::verify() {
   auto q = getQuery().getType(), k = getKey().getType(),
        v = getValue().getType();
+  // Where the heads and the sequence lie in query, key, value and result.
+  const bool tokenMajor = getTokenMajor();
+  const unsigned hd = tokenMajor ? 2 : 1, sd = tokenMajor ? 1 : 2;
+  const char *layout = tokenMajor ? "[B, S, H, D]" : "[B, H, S, D]";
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4)
-    return emitOpError("query, key and value must be [B, H, S, D]");
+    return emitOpError("query, key and value must be ") << layout;
   if (!compatibleDims(q.getDimSize(3), k.getDimSize(3)))
     return emitOpError("query and key head sizes differ: ")
            << dimStr(q.getDimSize(3)) << " vs " << dimStr(k.getDimSize(3));
-  if (!compatibleDims(k.getDimSize(2), v.getDimSize(2)))
+  if (!compatibleDims(k.getDimSize(sd), v.getDimSize(sd)))
     return emitOpError("key and value sequence lengths differ");
-  for (int i = 0; i < 2; ++i)
-    if (!compatibleDims(q.getDimSize(i), k.getDimSize(i)) ||
-        !compatibleDims(q.getDimSize(i), v.getDimSize(i)))
-      return emitOpError("query, key and value disagree on batch or heads");
+  if (!compatibleDims(q.getDimSize(0), k.getDimSize(0)) ||
+      !compatibleDims(q.getDimSize(0), v.getDimSize(0)) ||
+      !compatibleDims(q.getDimSize(hd), k.getDimSize(hd)) ||
+      !compatibleDims(q.getDimSize(hd), v.getDimSize(hd)))
+    return emitOpError("query, key and value disagree on batch or heads");
   bool hasPast = static_cast<bool>(getPastKey());
   if (hasPast != static_cast<bool>(getPastValue()))
     return emitOpError("past_key and past_value must be given together");
@@ -518,13 +523,32 @@ LogicalResult AttentionOp::verify() {
       hasPast != static_cast<bool>(getPresentValue()))
     return emitOpError(
         "present_key/present_value results exist exactly when past is given");
+  if (hasPast) {
+    // The cache is [B, H, P, D] in either layout.
+    auto cacheMatches = [&](Type t, RankedTensorType cur) {
+      auto c = dyn_cast<RankedTensorType>(t);
+      return c && c.getRank() == 4 &&
+             compatibleDims(c.getDimSize(0), cur.getDimSize(0)) &&
+             compatibleDims(c.getDimSize(1), cur.getDimSize(hd)) &&
+             compatibleDims(c.getDimSize(3), cur.getDimSize(3));
+    };
+    if (!cacheMatches(getPastKey().getType(), k) ||
+        !cacheMatches(getPastValue().getType(), v) ||
+        !cacheMatches(getPresentKey().getType(), k) ||
+        !cacheMatches(getPresentValue().getType(), v))
+      return emitOpError("past and present keys and values must be [B, H, P, "
+                         "D] with the new keys' batch, heads and head size");
+  }
   if (Value mask = getMask())
     if (rankedType(mask).getRank() > 4)
       return emitOpError("mask must broadcast to [B, H, Sq, Sk]");
   auto r = getResult().getType();
-  if (r.getRank() != 4 || !compatibleDims(r.getDimSize(2), q.getDimSize(2)) ||
+  if (r.getRank() != 4 || !compatibleDims(r.getDimSize(0), q.getDimSize(0)) ||
+      !compatibleDims(r.getDimSize(hd), q.getDimSize(hd)) ||
+      !compatibleDims(r.getDimSize(sd), q.getDimSize(sd)) ||
       !compatibleDims(r.getDimSize(3), v.getDimSize(3)))
-    return emitOpError("result must be [B, H, Sq, Dv]");
+    return emitOpError("result must be ")
+           << (tokenMajor ? "[B, Sq, H, Dv]" : "[B, H, Sq, Dv]");
   return success();
 }
 

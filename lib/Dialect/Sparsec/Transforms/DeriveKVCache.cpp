@@ -161,9 +161,11 @@ struct DeriveKVCachePass
       return b.getArrayAttr({b.getStringAttr("batch"), b.getStringAttr(""),
                              b.getStringAttr(seq), b.getStringAttr("")});
     };
-    auto cacheType = [](Value v) {
+    // [batch, H, past_seq, D] whatever the new keys' layout.
+    auto cacheType = [](AttentionOp a, Value v) {
       auto t = cast<RankedTensorType>(v.getType());
-      return RankedTensorType::get({ShapedType::kDynamic, t.getDimSize(1),
+      return RankedTensorType::get({ShapedType::kDynamic,
+                                    t.getDimSize(a.getTokenMajor() ? 2 : 1),
                                     ShapedType::kDynamic, t.getDimSize(3)},
                                    t.getElementType());
     };
@@ -172,7 +174,8 @@ struct DeriveKVCachePass
     for (auto [i, a] : llvm::enumerate(attentions)) {
       std::string prefix = "past_key_values." + std::to_string(i) + ".";
       unsigned at = func.getNumArguments();
-      RankedTensorType kType = cacheType(a.getKey()), vType = cacheType(a.getValue());
+      RankedTensorType kType = cacheType(a, a.getKey()),
+                       vType = cacheType(a, a.getValue());
       auto attrs = [&](StringRef kind) {
         return b.getDictionaryAttr(
             {b.getNamedAttr("sparsec.name", b.getStringAttr(prefix + kind.str())),
@@ -187,7 +190,8 @@ struct DeriveKVCachePass
           ob, a.getLoc(), a.getResult().getType(), kType, vType, a.getQuery(),
           a.getKey(), a.getValue(), causal ? Value() : a.getMask(),
           func.getArgument(at), func.getArgument(at + 1), a.getScaleAttr(),
-          causal ? UnitAttr::get(ctx) : a.getCausalAttr());
+          causal ? UnitAttr::get(ctx) : a.getCausalAttr(),
+          a.getTokenMajorAttr());
       a.getResult().replaceAllUsesWith(cached.getResult());
       a->erase();
       presents.push_back(cached.getPresentKey());

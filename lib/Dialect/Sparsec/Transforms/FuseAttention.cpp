@@ -125,11 +125,10 @@ struct ScoresSoftmaxContext : OpRewritePattern<MatMulOp> {
     }
 
     auto attn = AttentionOp::create(
-        rewriter, op.getLoc(), op.getType(),
-        pastK ? ck.getType() : Type(), pastK ? cv.getType() : Type(), q, k,
-        v, mask, pastK, pastV,
+        rewriter, op.getLoc(), op.getType(), pastK ? ck.getType() : Type(),
+        pastK ? cv.getType() : Type(), q, k, v, mask, pastK, pastV,
         rewriter.getF32FloatAttr(static_cast<float>(scale)),
-        /*causal=*/UnitAttr());
+        /*causal=*/UnitAttr(), /*token_major=*/UnitAttr());
     rewriter.replaceOp(op, attn.getResult());
     if (pastK) {
       rewriter.replaceAllUsesWith(ck.getResult(), attn.getPresentKey());

@@ -84,17 +84,24 @@ bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
 bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
              Tensor &out);
 
+/// How attention's q, k, v and output are laid out: [B, H, S, D], or
+/// [B, S, H, D] (a projection's output split into heads, before a transpose:
+/// the IR's `token_major`). The past and present are [B, H, P, D] in both.
+enum class HeadLayout : uint8_t { headMajor, tokenMajor };
+
 /// Scaled dot-product attention. q [B, H, Sq, D]; k, v [B, H, Sk, D] (new
-/// tokens). With pastK/pastV ([B, H, P, D]) the attended keys/values are
-/// concat(past, new) on axis 2, written to presentK/presentV (slots given);
-/// otherwise presentK/presentV are null. mask (optional, f32 additive)
-/// broadcasts to [B, H, Sq, P + Sk]. causal: query i (of Sq) may attend
-/// key j iff j <= i + (P + Sk - Sq). Output [B, H, Sq, Dv].
+/// tokens), or all three [B, S, H, D] with HeadLayout::tokenMajor. With
+/// pastK/pastV ([B, H, P, D]) the attended keys/values are concat(past,
+/// new) on the sequence axis, written to presentK/presentV ([B, H, P + Sk,
+/// D], slots given); otherwise presentK/presentV are null. mask (optional,
+/// f32 additive or bool) broadcasts to [B, H, Sq, P + Sk]. causal: query i
+/// (of Sq) may attend key j iff j <= i + (P + Sk - Sq). Output [B, H, Sq,
+/// Dv], or [B, Sq, H, Dv] with tokenMajor.
 bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                const Tensor *mask, const Tensor *pastK, const Tensor *pastV,
-               float scale, bool causal, int outSlot, Tensor &out,
-               int presentKSlot, Tensor *presentK, int presentVSlot,
-               Tensor *presentV);
+               float scale, bool causal, HeadLayout layout, int outSlot,
+               Tensor &out, int presentKSlot, Tensor *presentK,
+               int presentVSlot, Tensor *presentV);
 
 /// table [V, D] f32, ids int64/int32 of any shape -> ids.shape + [D].
 /// Fails naming the offending id if an id is outside [0, V).

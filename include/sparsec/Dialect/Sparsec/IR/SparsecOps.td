@@ -303,6 +303,12 @@ def Sparsec_AttentionOp : Sparsec_Op<"attention",
     (`[B, H, P + Sk, D]`). `mask` is additive and broadcasts to
     `[B, H, Sq, P + Sk]`; `causal` adds the causal mask. Scores are
     `scale * q . k^T`.
+
+    With `token_major` the query, key, value and result are laid out
+    `[B, S, H, D]` instead (a projection's output split into heads, before
+    the transpose a model applies to it; `sparsec-fold-head-transposes`
+    folds those transposes into the attention). The past and present keep
+    `[B, H, P, D]`, the cache's layout.
     ```mlir
     %o = sparsec.attention %q, %k, %v mask %m {scale = 1.0 : f32}
          : (tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>,
@@ -315,7 +321,7 @@ def Sparsec_AttentionOp : Sparsec_Op<"attention",
                        Optional<Sparsec_FloatTensor>:$past_key,
                        Optional<Sparsec_FloatTensor>:$past_value,
                        DefaultValuedAttr<F32Attr, "1.0">:$scale,
-                       UnitAttr:$causal);
+                       UnitAttr:$causal, UnitAttr:$token_major);
   let results = (outs Sparsec_FloatTensor:$result,
                       Optional<Sparsec_FloatTensor>:$present_key,
                       Optional<Sparsec_FloatTensor>:$present_value);

@@ -519,6 +519,38 @@ def DeriveKVCachePass : Pass<"sparsec-derive-kv-cache", "mlir::ModuleOp"> {
   ];
 }
 
+def FoldHeadTransposesPass : Pass<"sparsec-fold-head-transposes",
+                                  "mlir::ModuleOp"> {
+  let summary = "The transposes around an attention folded into its layout";
+  let description = [{
+    A transformer splits each projection into heads, `[B, S, H, D]`, and
+    transposes it to `[B, H, S, D]` for the attention, whose output it
+    transposes back before the output projection. On a prompt each of the
+    four transposes is a copy of a whole activation. Where an attention's
+    query, key and value are all `transpose` with permutation `[0, 2, 1,
+    3]` and its result's only use is such a transpose, the attention is
+    made `token_major` over the transposes' inputs and its result replaces
+    the last transpose; transposes left without uses are erased. Before:
+    ```mlir
+    %q = sparsec.transpose %qs {permutation = array<i64: 0, 2, 1, 3>} : ...
+    %k = sparsec.transpose %ks {permutation = array<i64: 0, 2, 1, 3>} : ...
+    %v = sparsec.transpose %vs {permutation = array<i64: 0, 2, 1, 3>} : ...
+    %a = sparsec.attention %q, %k, %v mask %m : ...
+    %o = sparsec.transpose %a {permutation = array<i64: 0, 2, 1, 3>} : ...
+    ```
+    After:
+    ```mlir
+    %o = sparsec.attention %qs, %ks, %vs mask %m {token_major} : ...
+    ```
+    The past and present keys and values keep `[B, H, P, D]`. Attentions
+    matched only in part, or whose operations are placed on different
+    devices, are left as they are.
+  }];
+  let statistics = [
+    Statistic<"numFolded", "num-folded", "Attentions made token-major">,
+  ];
+}
+
 def PartitionHotColdPass : Pass<"sparsec-partition-hot-cold", "mlir::ModuleOp"> {
   let summary = "Place each FFN's hot neurons on the GPU and the rest on the CPU under a memory budget";
   let description = [{

@@ -38,6 +38,11 @@ struct PrefillAttention {
   float scale = 1.0f;
   bool causal = false; // query i sees keys up to i + T - Sq
   float *out = nullptr; // [B, Hq, Sq, Dv]; a row that sees no key is 0
+  /// q and out are [B, Sq, Hq, .] instead (ops::HeadLayout::tokenMajor).
+  bool tokenMajor = false;
+  /// k and v are [B, T, Hk, .] instead (the new keys of a token-major
+  /// attention without a past).
+  bool kvTokenMajor = false;
 };
 
 /// The arithmetic of a prompt attention: fp32 on the CUDA cores, or the

@@ -197,6 +197,9 @@ struct DecodeAttention {
   /// an early launch requests its first pass's past rows before it waits
   /// for the kernel before, so they stream while that kernel finishes.
   bool pastReady = false;
+  /// q, k, v and out are [B, S, H, .] (ops::HeadLayout::tokenMajor); the
+  /// past and present stay [B, Hk, P, .].
+  bool tokenMajor = false;
 };
 
 /// Whether decodeAttention handles these head sizes (D, Dv <= 128).

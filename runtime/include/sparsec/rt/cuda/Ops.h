@@ -163,13 +163,13 @@ bool pool(Context &ctx, ops::Pool kind, const Tensor &x, const int64_t *kernel,
 /// one); float32. naxes == 0 reduces over all dims.
 bool reduce(Context &ctx, ops::Reduce kind, const Tensor &x, int naxes,
             const int64_t *axes, bool keepdims, int outSlot, Tensor &out);
-/// One fused kernel: scores, mask, causal limit, softmax and P.V per query
-/// row; present = concat(past, new) written first.
+/// ops::attention on the device: present = concat(past, new) written
+/// first, then the decode kernel (a few query rows) or the prompt's.
 bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                const Tensor *mask, const Tensor *pastK, const Tensor *pastV,
-               float scale, bool causal, int outSlot, Tensor &out,
-               int presentKSlot, Tensor *presentK, int presentVSlot,
-               Tensor *presentV);
+               float scale, bool causal, ops::HeadLayout layout, int outSlot,
+               Tensor &out, int presentKSlot, Tensor *presentK,
+               int presentVSlot, Tensor *presentV);
 /// `ids` is a host tensor (checked on the host, then uploaded at `site`).
 bool embedding(Context &ctx, const Tensor &table, const Tensor &ids, int site,
                int outSlot, Tensor &out);
