@@ -1436,6 +1436,23 @@ TEST_P(OpsTest, AttentionSkipsKeysTheMaskHides) {
     }
 }
 
+/// Random operands of one attention call: q [B, Hq, Sq, D], the new keys
+/// and values [B, Hk, Sk, D or Dv] and a past [B, Hk, P, D or Dv].
+struct AttentionOperands {
+  Owned q, k, v, pk, pv;
+};
+AttentionOperands randomAttention(int64_t B, int64_t Hq, int64_t Hk, int64_t Sq,
+                                  int64_t Sk, int64_t P, int64_t D, int64_t Dv,
+                                  uint32_t &seed) {
+  AttentionOperands o;
+  o.q = randomTensor(DType::f32, {B, Hq, Sq, D}, seed++);
+  o.k = randomTensor(DType::f32, {B, Hk, Sk, D}, seed++);
+  o.v = randomTensor(DType::f32, {B, Hk, Sk, Dv}, seed++);
+  o.pk = randomTensor(DType::f32, {B, Hk, P, D}, seed++);
+  o.pv = randomTensor(DType::f32, {B, Hk, P, Dv}, seed++);
+  return o;
+}
+
 TEST_P(OpsTest, Attention) {
   struct Case {
     int64_t B, Hq, Hk, Sq, Sk, P, D, Dv;
@@ -1460,11 +1477,8 @@ TEST_P(OpsTest, Attention) {
   uint32_t seed = 1100;
   for (const Case &c : cases) {
     const int64_t T = c.P + c.Sk;
-    Owned q = randomTensor(DType::f32, {c.B, c.Hq, c.Sq, c.D}, seed++);
-    Owned k = randomTensor(DType::f32, {c.B, c.Hk, c.Sk, c.D}, seed++);
-    Owned v = randomTensor(DType::f32, {c.B, c.Hk, c.Sk, c.Dv}, seed++);
-    Owned pk = randomTensor(DType::f32, {c.B, c.Hk, c.P, c.D}, seed++);
-    Owned pv = randomTensor(DType::f32, {c.B, c.Hk, c.P, c.Dv}, seed++);
+    auto [q, k, v, pk, pv] =
+        randomAttention(c.B, c.Hq, c.Hk, c.Sq, c.Sk, c.P, c.D, c.Dv, seed);
     Owned mask;
     if (c.maskKind == 1)
       mask = randomTensor(DType::f32, {c.Sq, T}, seed++, -3, 1);
@@ -1561,11 +1575,8 @@ TEST_P(OpsTest, AttentionTokenMajorMatchesHeadMajor) {
     SCOPED_TRACE("case B" + std::to_string(c.B) + " Sq" + std::to_string(c.Sq) +
                  " P" + std::to_string(c.P));
     const int64_t T = c.P + c.Sk;
-    Owned q = randomTensor(DType::f32, {c.B, c.Hq, c.Sq, c.D}, seed++);
-    Owned k = randomTensor(DType::f32, {c.B, c.Hk, c.Sk, c.D}, seed++);
-    Owned v = randomTensor(DType::f32, {c.B, c.Hk, c.Sk, c.Dv}, seed++);
-    Owned pk = randomTensor(DType::f32, {c.B, c.Hk, c.P, c.D}, seed++);
-    Owned pv = randomTensor(DType::f32, {c.B, c.Hk, c.P, c.Dv}, seed++);
+    auto [q, k, v, pk, pv] =
+        randomAttention(c.B, c.Hq, c.Hk, c.Sq, c.Sk, c.P, c.D, c.Dv, seed);
     Owned mask = randomTensor(DType::f32, {c.Sq, T}, seed++, -3, 1);
     Owned qt = swapMiddle(q), kt = swapMiddle(k), vt = swapMiddle(v);
     const float scale = 1.0f / std::sqrt(float(c.D));
