@@ -96,45 +96,37 @@ struct PlanMemoryPass
       in = std::max(in, it->second);
     }
 
-    // A sparse FFN, down(up(x)) with the up projection output-sparse over
-    // an active set and the down projection input-sparse: the CUDA backend
-    // computes both in one call (the emitter's fusedDown, with the
-    // predictor too), whose kernels write the down projection's base while
-    // x is still read. So x stays live until the down projection, and x
-    // and the up projection's result through a residual add after it
-    // (folded into the down projection), whose result may then take
-    // neither's memory.
+    // The FFNs the CUDA backend computes in one call, whose kernels write
+    // the down projection's base while earlier values are still read: those
+    // stay live until the down projection, and through a residual add after
+    // it (which the backend folds into the down projection), so that
+    // neither result takes their memory.
     for (Operation &op : body) {
       auto down = dyn_cast<SparseLinearOp>(op);
-      if (!down || down.getSparseDim() != SparseDim::input || down.getActive())
-        continue;
-      auto up = down.getInput().getDefiningOp<SparseLinearOp>();
-      if (!up || up.getSparseDim() != SparseDim::output || !up.getActive() ||
-          !up->hasOneUse())
+      if (!down || down.getSparseDim() != SparseDim::input)
         continue;
       int64_t until = position[&op];
       if (down->hasOneUse() && isa<AddOp>(*down->getUsers().begin()))
         until = std::max(until, position[*down->getUsers().begin()]);
-      for (Value v : {Value(up.getInput()), Value(up.getResult())}) {
-        int64_t &end = lastUse[v];
-        end = std::max(end, until);
+      auto keepLive = [&](std::initializer_list<Value> values) {
+        for (Value v : values) {
+          int64_t &end = lastUse[v];
+          end = std::max(end, until);
+        }
+      };
+      // A sparse FFN, down(up(x)), the up projection output-sparse over an
+      // active set (the emitter's fusedDown, with the predictor too): x and
+      // the up projection's result.
+      if (auto up = down.getInput().getDefiningOp<SparseLinearOp>()) {
+        if (!down.getActive() && up.getSparseDim() == SparseDim::output &&
+            up.getActive() && up->hasOneUse())
+          keepLive({up.getInput(), up.getResult()});
+        continue;
       }
-    }
-
-    // A gated MLP, down(gate * up) with the up projection output-sparse
-    // over a mask: the CUDA backend computes the up projection, the
-    // product and the down projection together (cuda::gatedFfn), the up
-    // kernel writing the down projection's base while the product still
-    // needs the gate. So the up projection's input and mask, the gate and
-    // the up projection stay live until the down projection, which then
-    // takes none of their memory; they and the product stay live through a
-    // residual add after it, which the backend folds into the down
-    // projection (its result may not take the product's memory either).
-    for (Operation &op : body) {
-      auto down = dyn_cast<SparseLinearOp>(op);
-      auto mul = down && down.getSparseDim() == SparseDim::input
-                     ? down.getInput().getDefiningOp<MulOp>()
-                     : MulOp();
+      // A gated MLP, down(gate * up), the up projection output-sparse over
+      // a mask of the gate (cuda::gatedFfn): the up projection's input and
+      // mask, the gate, the up projection and the product.
+      auto mul = down.getInput().getDefiningOp<MulOp>();
       if (!mul)
         continue;
       for (Value factor : mul->getOperands()) {
@@ -151,14 +143,8 @@ struct PlanMemoryPass
         auto compare = mask.getDefiningOp<CompareOp>();
         if (!compare || compare.getLhs() != gate)
           continue;
-        int64_t until = position[&op];
-        if (down->hasOneUse() && isa<AddOp>(*down->getUsers().begin()))
-          until = std::max(until, position[*down->getUsers().begin()]);
-        for (Value v : {gate, factor, Value(up.getInput()), Value(up.getActive()),
-                        Value(mul.getResult())}) {
-          int64_t &end = lastUse[v];
-          end = std::max(end, until);
-        }
+        keepLive(
+            {gate, factor, up.getInput(), up.getActive(), mul.getResult()});
         break;
       }
     }
