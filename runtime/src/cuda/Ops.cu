@@ -1273,8 +1273,10 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   // by normal launches before any kernel of this step: an early launch
   // may read it before waiting for the kernel before.
   da.pastReady = pastIsCache && d.prefetchPast;
+  // `str`: cur's {batch, head, position} strides (AttentionDims).
   auto writePresent = [&](const Tensor *past, const Tensor &cur, int slot,
-                          Tensor *present, int64_t width, const float *&src) {
+                          Tensor *present, int64_t width, const int64_t *str,
+                          const float *&src) {
     const int64_t shape[4] = {B, Hk, T, width};
     Tensor p;
     if (!allocate(ctx, d, slot, p, DType::f32, 4, shape))
@@ -1284,15 +1286,14 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     if (p.numel() == 0 || !d.launching() || pastIsCache)
       return true;
     if (!decode && tokenMajor && P == 0) {
-      // A prompt's token-major keys: the present is their transpose to
-      // [B, Hk, Sk, width], one strided copy.
+      // A prompt's token-major keys: the present is [B, Hk, Sk, width]
+      // read at the keys' own strides (str), one strided copy.
       Strided s;
       s.rank = 4;
-      const int64_t shape[4] = {B, Hk, Sk, width},
-                    stride[4] = {Sk * Hk * width, width, Hk * width, 1};
+      const int64_t shape[4] = {B, Hk, Sk, width};
       for (int i = 0; i < 4; ++i) {
         s.shape[i] = shape[i];
-        s.stride[i] = stride[i];
+        s.stride[i] = i < 3 ? str[i] : 1;
       }
       return stridedCopy(ctx, d, s, cur, p);
     }
@@ -1326,9 +1327,11 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
         width, tokenMajor, p.as<float>());
     return launched(ctx, "attention (present)");
   };
-  if (presentK && !writePresent(pastK, k, presentKSlot, presentK, D, keys))
+  if (presentK &&
+      !writePresent(pastK, k, presentKSlot, presentK, D, dims.kStr, keys))
     return false;
-  if (presentV && !writePresent(pastV, v, presentVSlot, presentV, Dv, vals))
+  if (presentV &&
+      !writePresent(pastV, v, presentVSlot, presentV, Dv, dims.vStr, vals))
     return false;
   if (P > 0 && (!presentK || !presentV))
     return ctx.fail("attention: a past needs present outputs");
