@@ -49,6 +49,8 @@ void sparsec::buildRaisePipeline(OpPassManager &pm,
   pm.addPass(createRaiseEmbeddingPass());
   pm.addPass(createFuseLayerNormPass());
   pm.addPass(createFuseGeluPass());
+  if (options.fuseRotary)
+    pm.addPass(createFuseRotaryPass());
   pm.addPass(createFuseLinearPass());
   pm.addPass(createFuseAttentionPass());
   WidenHalfPassOptions widen;

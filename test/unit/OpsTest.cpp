@@ -1277,6 +1277,49 @@ TEST_P(OpsTest, RmsNorm) {
   expectFail(rmsNorm(ctx, x, g, 1e-6f, 11, y), "rms_norm");
 }
 
+TEST_P(OpsTest, Rotary) {
+  uint32_t seed = 950;
+  // x shape, cos/sin shape: broadcast over heads, a decode row, a rank-2
+  // table over batch and heads, and a broadcast last dim.
+  const std::pair<Shape, Shape> cases[] = {{{2, 3, 5, 8}, {2, 1, 5, 8}},
+                                           {{1, 4, 1, 128}, {1, 1, 1, 128}},
+                                           {{2, 3, 7, 6}, {7, 6}},
+                                           {{3, 2, 10}, {3, 2, 1}},
+                                           {{2, 0, 4}, {1, 4}}};
+  for (DType t : {DType::f32, DType::f64, DType::f16})
+    for (const auto &[xs, ts] : cases) {
+      Owned x = randomTensor(t, xs, seed++);
+      Owned c = randomTensor(t, ts, seed++, -1, 1);
+      Owned sn = randomTensor(t, ts, seed++, -1, 1);
+      Tensor y;
+      ASSERT_TRUE(rotary(ctx, x, c, sn, 12, y)) << ctx.error;
+      expectShape(y, xs);
+      const int64_t D = xs.back(), h = D / 2;
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const Shape idx = unravel(i, xs);
+        const int64_t j = idx.back();
+        // rotate_half(x)[j]: -x[j + h] in the first half, x[j - h] after.
+        const double rot = j < h ? -at(x, i + h) : at(x, i - h);
+        const double ref = at(x, i) * at(c, bcastOffset(c, idx)) +
+                           rot * at(sn, bcastOffset(sn, idx));
+        ASSERT_NEAR(at(y, i), ref, 4 * tolFor(t, ref))
+            << dtypeName(t) << " element " << i;
+      }
+    }
+  Owned x = randomTensor(DType::f32, {2, 8}, 1);
+  Owned odd = randomTensor(DType::f32, {2, 7}, 1);
+  Owned wide = randomTensor(DType::f32, {3, 8}, 1);
+  Owned row = randomTensor(DType::f32, {1, 8}, 1);
+  Owned half = randomTensor(DType::f16, {2, 8}, 1);
+  Owned ids = randomTensor(DType::i64, {2, 8}, 1);
+  Tensor y;
+  expectFail(rotary(ctx, odd, odd, odd, 12, y), "rotary");
+  expectFail(rotary(ctx, x, wide, wide, 12, y), "rotary");
+  expectFail(rotary(ctx, x, x, row, 12, y), "rotary");
+  expectFail(rotary(ctx, x, half, half, 12, y), "rotary");
+  expectFail(rotary(ctx, ids, ids, ids, 12, y), "rotary");
+}
+
 TEST_P(OpsTest, Softmax) {
   uint32_t seed = 1000;
   for (DType t : {DType::f32, DType::f64, DType::f16})

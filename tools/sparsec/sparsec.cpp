@@ -257,6 +257,12 @@ cl::opt<bool> foldHeadTransposes(
              "into the attention's layout (sparsec-fold-head-transposes; "
              "=false keeps them as copies)"),
     cl::init(true), cl::sub(compileCmd), cl::cat(category));
+cl::opt<bool> fuseRotary(
+    "fuse-rotary",
+    cl::desc("Compute each rotate-half rotary embedding as one op "
+             "(sparsec-fuse-rotary; =false keeps the slices, products and "
+             "sum)"),
+    cl::init(true), cl::sub(importCmd), cl::sub(compileCmd), cl::cat(category));
 cl::opt<bool> listOps("list-ops",
                       cl::desc("Print the supported ONNX op types and exit"),
                       cl::sub(importCmd), cl::cat(category));
@@ -367,6 +373,7 @@ OwningOpRef<ModuleOp> importAndRaise(MLIRContext &context, sparsec::Phase stop,
     sparsec::RaisePipelineOptions raiseOptions;
     raiseOptions.dims = llvm::ArrayRef<std::string>(dims);
     raiseOptions.widenAll = widenAll;
+    raiseOptions.fuseRotary = fuseRotary;
     sparsec::buildRaisePipeline(pm, raiseOptions);
     if (failed(pm.run(*module)))
       return nullptr;

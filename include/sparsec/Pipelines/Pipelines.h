@@ -33,10 +33,16 @@ struct RaisePipelineOptions
                      "sparsity passes); otherwise only its products and "
                      "attention run in float32"),
       llvm::cl::init(false)};
+  Option<bool> fuseRotary{
+      *this, "fuse-rotary",
+      llvm::cl::desc("Raise rotate-half rotary embeddings to sparsec.rotary "
+                     "(sparsec-fuse-rotary)"),
+      llvm::cl::init(true)};
 };
 
 /// raise: shape inference and folding of the shape arithmetic, then the
-/// fusion pattern sets (embedding, layer_norm, gelu, linear, attention).
+/// fusion pattern sets (embedding, layer_norm, gelu, rotary, linear,
+/// attention).
 void buildRaisePipeline(mlir::OpPassManager &pm,
                         const RaisePipelineOptions &options);
 

@@ -815,6 +815,10 @@ LogicalResult Emitter::emitHostOp(Operation *op) {
                     name(l.getScale()) + ", " +
                     floatLiteral(l.getEpsilon().convertToFloat(), true));
       })
+      .Case([&](RotaryOp r) {
+        return emitCall(op, "rotary(ctx, " + name(r.getInput()) + ", " +
+                                name(r.getCos()) + ", " + name(r.getSin()));
+      })
       .Case([&](SoftmaxOp s) {
         return emitCall(op, "softmax(ctx, " + name(s.getInput()) + ", " +
                                 std::to_string(static_cast<int64_t>(s.getAxis())));
@@ -1328,6 +1332,10 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
         return call("rmsNorm(ctx, " + dv(l.getInput()) + ", " +
                     dv(l.getScale()) + ", " +
                     floatLiteral(l.getEpsilon().convertToFloat(), true));
+      })
+      .Case([&](RotaryOp r) {
+        return call("rotary(ctx, " + dv(r.getInput()) + ", " + dv(r.getCos()) +
+                    ", " + dv(r.getSin()));
       })
       .Case([&](SoftmaxOp s) {
         return call("softmax(ctx, " + dv(s.getInput()) + ", " +

@@ -404,6 +404,12 @@ inline void contiguousStrides(int rank, const int64_t *shape,
   }
 }
 
+/// Checks rotary's operand shapes (see ops::rotary; each backend checks
+/// the dtypes) and sets `strides` to cos and sin's element strides over
+/// x's dims, 0 where they broadcast.
+bool rotaryStrides(Context &ctx, const Tensor &x, const Tensor &cos,
+                   const Tensor &sin, int64_t *strides);
+
 /// The dims of scaled dot-product attention's operands (see ops::attention),
 /// checked (with the mask's dtype: float32 or bool), the mask's strides over
 /// [B, Hq, Sq, T] (0 on broadcast dims), and the element strides of q, k, v

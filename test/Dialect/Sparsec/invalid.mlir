@@ -474,3 +474,43 @@ func.func @split_sizes(%a: tensor<2x?xf32>) -> (tensor<2x1xf32>, tensor<2x2xf32>
   %y:2 = sparsec.split %a {axis = 1 : i64, sizes = array<i64: -1, 2>} : tensor<2x?xf32> -> tensor<2x1xf32>, tensor<2x2xf32>
   return %y#0, %y#1 : tensor<2x1xf32>, tensor<2x2xf32>
 }
+
+// -----
+
+func.func @rotary_odd(%x: tensor<2x7xf32>, %c: tensor<2x7xf32>) -> tensor<2x7xf32> {
+  // expected-error @+1 {{the last dimension (7) must be even}}
+  %y = sparsec.rotary %x, %c, %c : tensor<2x7xf32>, tensor<2x7xf32> -> tensor<2x7xf32>
+  return %y : tensor<2x7xf32>
+}
+
+// -----
+
+func.func @rotary_widens(%x: tensor<1x8xf32>, %c: tensor<3x8xf32>) -> tensor<1x8xf32> {
+  // expected-error @+1 {{cos and sin 'tensor<3x8xf32>' must broadcast to the input 'tensor<1x8xf32>'}}
+  %y = sparsec.rotary %x, %c, %c : tensor<1x8xf32>, tensor<3x8xf32> -> tensor<1x8xf32>
+  return %y : tensor<1x8xf32>
+}
+
+// -----
+
+func.func @rotary_rank(%x: tensor<8xf32>, %c: tensor<1x8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{cos and sin 'tensor<1x8xf32>' must broadcast to the input 'tensor<8xf32>'}}
+  %y = sparsec.rotary %x, %c, %c : tensor<8xf32>, tensor<1x8xf32> -> tensor<8xf32>
+  return %y : tensor<8xf32>
+}
+
+// -----
+
+func.func @rotary_dtype(%x: tensor<2x8xf32>, %c: tensor<2x8xf16>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{cos and sin must have the input's element type}}
+  %y = sparsec.rotary %x, %c, %c : tensor<2x8xf32>, tensor<2x8xf16> -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
+
+// -----
+
+func.func @rotary_sin_type(%x: tensor<2x8xf32>, %c: tensor<2x8xf32>, %s: tensor<1x8xf32>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{'sparsec.rotary' op failed to verify that all of {cos, sin} have same type}}
+  %y = "sparsec.rotary"(%x, %c, %s) : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<1x8xf32>) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}

@@ -161,3 +161,14 @@ func.func @layer_norm_dynamic(%x: tensor<2x?x16xf32>, %g: tensor<?x16xf32>) -> t
   %y = sparsec.layer_norm %x, %g {axis = 1 : i64} : tensor<2x?x16xf32>, tensor<?x16xf32> -> tensor<2x?x16xf32>
   return %y : tensor<2x?x16xf32>
 }
+
+// Rotary tables broadcast over heads ([B, 1, S, D]) or over batch and
+// heads ([S, D]).
+// CHECK-LABEL: func.func @rotary
+func.func @rotary(%x: tensor<?x4x?x8xf32>, %c: tensor<?x1x?x8xf32>, %s: tensor<?x1x?x8xf32>, %t: tensor<5x8xf16>, %h: tensor<2x4x5x8xf16>) -> (tensor<?x4x?x8xf32>, tensor<2x4x5x8xf16>) {
+  // CHECK: sparsec.rotary %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x4x?x8xf32>, tensor<?x1x?x8xf32> -> tensor<?x4x?x8xf32>
+  %y = sparsec.rotary %x, %c, %s : tensor<?x4x?x8xf32>, tensor<?x1x?x8xf32> -> tensor<?x4x?x8xf32>
+  // CHECK: sparsec.rotary %{{.*}}, %{{.*}}, %{{.*}} : tensor<2x4x5x8xf16>, tensor<5x8xf16> -> tensor<2x4x5x8xf16>
+  %z = sparsec.rotary %h, %t, %t : tensor<2x4x5x8xf16>, tensor<5x8xf16> -> tensor<2x4x5x8xf16>
+  return %y, %z : tensor<?x4x?x8xf32>, tensor<2x4x5x8xf16>
+}

@@ -481,6 +481,26 @@ LogicalResult RmsNormOp::verify() {
   return success();
 }
 
+LogicalResult RotaryOp::verify() {
+  auto x = getInput().getType(), c = getCos().getType();
+  if (x.getElementType() != c.getElementType())
+    return emitOpError("cos and sin must have the input's element type");
+  if (x.getRank() < 1)
+    return emitOpError("input must have rank >= 1");
+  int64_t d = x.getShape().back();
+  if (!ShapedType::isDynamic(d) && d % 2 != 0)
+    return emitOpError("the last dimension (") << d << ") must be even";
+  SmallVector<int64_t> shape;
+  if (c.getRank() > x.getRank() ||
+      failed(broadcastShapes({x.getShape(), c.getShape()}, shape)) ||
+      !llvm::all_of(llvm::zip_equal(shape, x.getShape()), [](auto p) {
+        return compatibleDims(std::get<0>(p), std::get<1>(p));
+      }))
+    return emitOpError("cos and sin ")
+           << c << " must broadcast to the input " << x;
+  return success();
+}
+
 LogicalResult SoftmaxOp::verify() {
   return verifiedAxis(*this, static_cast<int64_t>(getAxis()),
                       getType().getRank());

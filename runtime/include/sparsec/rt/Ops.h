@@ -83,6 +83,12 @@ bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
              int outSlot, Tensor &out);
 bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
              Tensor &out);
+/// Rotate-half rotary embedding: with h half of x's last dim (even),
+/// y[.., i] = x[.., i] cos[.., i] - x[.., i + h] sin[.., i] for i < h and
+/// x[.., i] cos[.., i] + x[.., i - h] sin[.., i] for i >= h. cos and sin
+/// (one shape) broadcast to x. f32, f64, or f16 computed in f32.
+bool rotary(Context &ctx, const Tensor &x, const Tensor &cos, const Tensor &sin,
+            int outSlot, Tensor &out);
 
 /// How attention's q, k, v and output are laid out: [B, H, S, D], or
 /// [B, S, H, D] (a projection's output split into heads, before a transpose:

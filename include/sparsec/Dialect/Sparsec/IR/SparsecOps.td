@@ -283,6 +283,32 @@ def Sparsec_RmsNormOp : Sparsec_Op<"rms_norm",
   let hasVerifier = 1;
 }
 
+def Sparsec_RotaryOp : Sparsec_Op<"rotary",
+    [Pure, AllTypesMatch<["input", "result"]>, AllTypesMatch<["cos", "sin"]>]> {
+  let summary = "rotary position embedding, rotate-half form";
+  let description = [{
+    With `h` half the last dimension of `input`:
+    `y[..., i] = x[..., i] * cos[..., i] - x[..., i + h] * sin[..., i]` for
+    `i < h`, and `x[..., i] * cos[..., i] + x[..., i - h] * sin[..., i]`
+    for `i >= h`. That is `x * cos + rotate_half(x) * sin`, the form of
+    LLaMA, NeoX and most rotary exports (`sparsec-fuse-rotary` raises it).
+    `cos` and `sin` broadcast to `input` (numpy rules), typically
+    `[B, 1, S, D]` against queries or keys `[B, H, S, D]`.
+    ```mlir
+    %y = sparsec.rotary %q, %cos, %sin
+         : tensor<?x32x?x128xf32>, tensor<?x1x?x128xf32> -> tensor<?x32x?x128xf32>
+    ```
+  }];
+  let arguments = (ins Sparsec_FloatTensor:$input, Sparsec_FloatTensor:$cos,
+                       Sparsec_FloatTensor:$sin);
+  let results = (outs Sparsec_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $cos `,` $sin attr-dict `:` type($input) `,` type($cos) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Sparsec_SoftmaxOp : Sparsec_Op<"softmax", [Pure, SameOperandsAndResultType]> {
   let summary = "softmax along one axis";
   let arguments = (ins Sparsec_FloatTensor:$input,

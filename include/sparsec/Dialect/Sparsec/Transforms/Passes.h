@@ -26,6 +26,7 @@ void populateFuseLinearPatterns(mlir::RewritePatternSet &patterns);
 void populateFuseLayerNormPatterns(mlir::RewritePatternSet &patterns);
 void populateFuseGeluPatterns(mlir::RewritePatternSet &patterns);
 void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns);
+void populateFuseRotaryPatterns(mlir::RewritePatternSet &patterns);
 void populateRaiseEmbeddingPatterns(mlir::RewritePatternSet &patterns);
 
 /// Refines result types of every op in `module` from its operands; returns

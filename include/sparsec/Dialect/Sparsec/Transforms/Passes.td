@@ -231,6 +231,35 @@ def FuseGeluPass : Pass<"sparsec-fuse-gelu", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseRotaryPass : Pass<"sparsec-fuse-rotary", "mlir::ModuleOp"> {
+  let summary = "x * cos + rotate_half(x) * sin -> sparsec.rotary";
+  let description = [{
+    Recognises the rotate-half rotary embedding of LLaMA-style exports:
+    the halves of `x`'s last dimension (two slices, or one split), the
+    second negated and concatenated before the first, times `sin`, plus
+    `x * cos`, multiplications and the sum in either operand order. Six
+    elementwise ops (and their intermediate tensors) become one. Before:
+    ```mlir
+    %a = sparsec.slice %x, %c0, %h, %last, %one ...
+    %b = sparsec.slice %x, %h, %end, %last, %one ...
+    %n = sparsec.neg %b ...
+    %r = sparsec.concat %n, %a {axis = -1 : i64} ...
+    %p = sparsec.mul %x, %cos ...
+    %q = sparsec.mul %r, %sin ...
+    %y = sparsec.add %p, %q ...
+    ```
+    After:
+    ```mlir
+    %y = sparsec.rotary %x, %cos, %sin ...
+    ```
+    The interleaved form (GPT-J's rotate-every-two) and partial rotary
+    (over a slice of the head) are left as they are.
+  }];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "Number of rotary ops formed">,
+  ];
+}
+
 def FuseAttentionPass : Pass<"sparsec-fuse-attention", "mlir::ModuleOp"> {
   let summary = "Score matmul, mask, softmax, context matmul -> sparsec.attention";
   let description = [{

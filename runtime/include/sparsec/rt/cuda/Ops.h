@@ -135,6 +135,9 @@ bool rmsNorm(Context &ctx, const Tensor &x, const Tensor &scale, float epsilon,
              int outSlot, Tensor &out);
 bool softmax(Context &ctx, const Tensor &x, int64_t axis, int outSlot,
              Tensor &out);
+/// ops::rotary over float32 device tensors.
+bool rotary(Context &ctx, const Tensor &x, const Tensor &cos, const Tensor &sin,
+            int outSlot, Tensor &out);
 /// A batch norm applied in a convolution's epilogue (ops::ConvNorm).
 using ops::ConvNorm;
 /// N-d convolution, NCHW, float32 (1 to 3 spatial dims, groups, pads,
