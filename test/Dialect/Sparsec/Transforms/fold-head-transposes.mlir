@@ -78,3 +78,61 @@ func.func @placed(%qs: tensor<1x?x4x8xf32>) -> tensor<1x?x4x8xf32> {
   %o = sparsec.transpose %a {permutation = array<i64: 0, 2, 1, 3>} : tensor<1x4x?x8xf32> -> tensor<1x?x4x8xf32>
   return %o : tensor<1x?x4x8xf32>
 }
+
+// -----
+
+// LLaMA's layer: q and k are rotary embeddings of the head-split
+// projections. The rotations move before the head swap, over the tables
+// seen token-major ([B, 1, S, D] -> [B, S, 1, D], a view at run time; a
+// rank-2 [S, D] table is first given unit leading dims).
+// CHECK-LABEL: func.func @rotary
+// CHECK-SAME: (%[[Q:[a-z0-9]+]]: tensor<?x?x4x8xf32>, %[[K:[a-z0-9]+]]: tensor<?x?x4x8xf32>, %[[V:[a-z0-9]+]]: tensor<?x?x4x8xf32>, %[[C:[a-z0-9]+]]: tensor<?x1x?x8xf32>, %[[S:[a-z0-9]+]]: tensor<?x1x?x8xf32>, %[[T:[a-z0-9]+]]: tensor<5x8xf32>)
+// CHECK-DAG: %[[CT:.*]] = sparsec.transpose %[[C]] {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x1x?x8xf32> -> tensor<?x?x1x8xf32>
+// CHECK-DAG: %[[ST:.*]] = sparsec.transpose %[[S]] {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x1x?x8xf32> -> tensor<?x?x1x8xf32>
+// CHECK-DAG: %[[QR:.*]] = sparsec.rotary %[[Q]], %[[CT]], %[[ST]] : tensor<?x?x4x8xf32>, tensor<?x?x1x8xf32> -> tensor<?x?x4x8xf32>
+// CHECK-DAG: %[[TU:.*]] = sparsec.unsqueeze %[[T]] {axes = array<i64: 0, 1>} : tensor<5x8xf32> -> tensor<1x1x5x8xf32>
+// CHECK-DAG: %[[TT:.*]] = sparsec.transpose %[[TU]] {permutation = array<i64: 0, 2, 1, 3>} : tensor<1x1x5x8xf32> -> tensor<1x5x1x8xf32>
+// CHECK-DAG: %[[KR:.*]] = sparsec.rotary %[[K]], %[[TT]], %[[TT]] : tensor<?x?x4x8xf32>, tensor<1x5x1x8xf32> -> tensor<?x?x4x8xf32>
+// CHECK: %[[O:.*]] = sparsec.attention %[[QR]], %[[KR]], %[[V]] {{{.*}}token_major} : (tensor<?x?x4x8xf32>, tensor<?x?x4x8xf32>, tensor<?x?x4x8xf32>) -> tensor<?x?x4x8xf32>
+// CHECK-NOT: sparsec.transpose %[[Q]]
+// CHECK-NOT: sparsec.transpose %[[K]]
+// CHECK: return %[[O]]
+func.func @rotary(%qs: tensor<?x?x4x8xf32>, %ks: tensor<?x?x4x8xf32>,
+                  %vs: tensor<?x?x4x8xf32>, %cos: tensor<?x1x?x8xf32>,
+                  %sin: tensor<?x1x?x8xf32>, %t: tensor<5x8xf32>)
+    -> tensor<?x?x4x8xf32> {
+  %q = sparsec.transpose %qs {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x?x4x8xf32> -> tensor<?x4x?x8xf32>
+  %k = sparsec.transpose %ks {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x?x4x8xf32> -> tensor<?x4x?x8xf32>
+  %v = sparsec.transpose %vs {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x?x4x8xf32> -> tensor<?x4x?x8xf32>
+  %qr = sparsec.rotary %q, %cos, %sin : tensor<?x4x?x8xf32>, tensor<?x1x?x8xf32> -> tensor<?x4x?x8xf32>
+  %kr = sparsec.rotary %k, %t, %t : tensor<?x4x?x8xf32>, tensor<5x8xf32> -> tensor<?x4x?x8xf32>
+  %a = sparsec.attention %qr, %kr, %v {causal, resultSegmentSizes = array<i32: 1, 0, 0>, scale = 0.5 : f32} : (tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>) -> tensor<?x4x?x8xf32>
+  %o = sparsec.transpose %a {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x4x?x8xf32> -> tensor<?x?x4x8xf32>
+  return %o : tensor<?x?x4x8xf32>
+}
+
+// -----
+
+// Left alone: a table that varies by head ([B, H, S, D]) would need a
+// real copy; a rotary with another use; a rotated value.
+// CHECK-LABEL: func.func @rotary_kept
+// CHECK-NOT: token_major
+// CHECK: return
+func.func @rotary_kept(%qs: tensor<?x?x4x8xf32>, %ks: tensor<?x?x4x8xf32>,
+                       %vs: tensor<?x?x4x8xf32>, %cos: tensor<?x4x?x8xf32>,
+                       %c1: tensor<?x1x?x8xf32>)
+    -> (tensor<?x?x4x8xf32>, tensor<?x?x4x8xf32>, tensor<?x4x?x8xf32>, tensor<?x?x4x8xf32>) {
+  %q = sparsec.transpose %qs {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x?x4x8xf32> -> tensor<?x4x?x8xf32>
+  %k = sparsec.transpose %ks {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x?x4x8xf32> -> tensor<?x4x?x8xf32>
+  %v = sparsec.transpose %vs {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x?x4x8xf32> -> tensor<?x4x?x8xf32>
+  %qr = sparsec.rotary %q, %cos, %cos : tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32> -> tensor<?x4x?x8xf32>
+  %a = sparsec.attention %qr, %k, %v {causal, resultSegmentSizes = array<i32: 1, 0, 0>, scale = 0.5 : f32} : (tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>) -> tensor<?x4x?x8xf32>
+  %o = sparsec.transpose %a {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x4x?x8xf32> -> tensor<?x?x4x8xf32>
+  %kr = sparsec.rotary %k, %c1, %c1 : tensor<?x4x?x8xf32>, tensor<?x1x?x8xf32> -> tensor<?x4x?x8xf32>
+  %b = sparsec.attention %q, %kr, %v {causal, resultSegmentSizes = array<i32: 1, 0, 0>, scale = 0.5 : f32} : (tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>) -> tensor<?x4x?x8xf32>
+  %p = sparsec.transpose %b {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x4x?x8xf32> -> tensor<?x?x4x8xf32>
+  %vr = sparsec.rotary %v, %c1, %c1 : tensor<?x4x?x8xf32>, tensor<?x1x?x8xf32> -> tensor<?x4x?x8xf32>
+  %c = sparsec.attention %q, %k, %vr {causal, resultSegmentSizes = array<i32: 1, 0, 0>, scale = 0.5 : f32} : (tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>) -> tensor<?x4x?x8xf32>
+  %r = sparsec.transpose %c {permutation = array<i64: 0, 2, 1, 3>} : tensor<?x4x?x8xf32> -> tensor<?x?x4x8xf32>
+  return %o, %p, %kr, %r : tensor<?x?x4x8xf32>, tensor<?x?x4x8xf32>, tensor<?x4x?x8xf32>, tensor<?x?x4x8xf32>
+}

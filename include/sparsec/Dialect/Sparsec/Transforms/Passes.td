@@ -571,9 +571,14 @@ def FoldHeadTransposesPass : Pass<"sparsec-fold-head-transposes",
     ```mlir
     %o = sparsec.attention %qs, %ks, %vs mask %m {token_major} : ...
     ```
-    The past and present keys and values keep `[B, H, P, D]`. Attentions
-    matched only in part, or whose operations are placed on different
-    devices, are left as they are.
+    A query or key that is the `sparsec.rotary` of such a transpose (a
+    LLaMA-style layer; its only use the attention) folds too: the rotation
+    moves before the head swap, over its cos and sin tables seen
+    token-major (`[B, 1, S, D]` transposed to `[B, S, 1, D]`, a view at run
+    time; a table that varies by head is left alone). The past and present
+    keys and values keep `[B, H, P, D]`. Attentions matched only in part,
+    or whose operations are placed on different devices, are left as they
+    are.
   }];
   let statistics = [
     Statistic<"numFolded", "num-folded", "Attentions made token-major">,
