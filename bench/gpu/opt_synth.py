@@ -697,6 +697,11 @@ def cmd_bench(args):
                      f"here (builds: {', '.join(builds) or 'none'})")
         libs[name] = path
     cache = {}
+    if args.onnx:  # another model's weights (e.g. llama_synth.py's)
+        import onnx
+        from onnx import numpy_helper
+        for init in onnx.load(args.onnx).graph.initializer:
+            cache[init.name] = numpy_helper.to_array(init)
 
     def source(n):
         if n not in cache:
@@ -988,6 +993,8 @@ def main():
     b.add_argument("--density", type=float, default=0.1)
     b.add_argument("--no-compile", action="store_true")
     b.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
+    b.add_argument("--onnx", help="take the weights from this ONNX file's initializers "
+                   "(a model other than the OPT shapes; use with --no-torch)")
     b.add_argument("--only", help="build names, comma-separated")
     b.add_argument("--variant", action="append",
                    help="also run each build with LABEL:VAR=VALUE[,VAR=VALUE] (a "
