@@ -7,6 +7,7 @@
 #include "sparsec/rt/Runtime.h"
 
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 namespace sparsec::rt {
@@ -139,9 +140,16 @@ Buffer::~Buffer() { std::free(data_); }
 bool Buffer::ensure(size_t bytes) {
   if (bytes <= capacity_ && data_)
     return true;
+  // A buffer that grows again (a slot holding a KV cache's present, one
+  // position longer each decode step) takes a quarter more, as the CUDA
+  // runtime's do: a step then reallocates, copies into and faults in fresh
+  // pages once in many steps instead of every step.
+  size_t want = bytes;
+  if (data_ && bytes <= std::numeric_limits<size_t>::max() - bytes / 4)
+    want = bytes + bytes / 4;
   // Round up to the alignment so that kernels may read whole vectors at the
   // end; an empty request still yields a valid pointer.
-  size_t rounded = (bytes + 63) & ~size_t(63);
+  size_t rounded = (want + 63) & ~size_t(63);
   if (rounded < bytes)
     return false; // Overflow.
   if (rounded == 0)
