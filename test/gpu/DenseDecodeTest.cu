@@ -918,14 +918,42 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   } maths[] = {{PromptMath::f32, "fp32", 2e-5},
                {PromptMath::f16, "fp16 mma", 4e-3},
                {PromptMath::bf16, "bf16 mma", 3.2e-2}};
+  // Token-major keys without a past: on the tensor cores the rounding
+  // also writes them head-major in fp32 (a prompt's present), which must
+  // equal k and v; fp32 arithmetic refuses the copies.
+  float *copies = nullptr;
+  if (tokenMajor && P == 0) {
+    CHECK_CUDA(cudaMalloc(&copies, sizeof(float) * (k.size() + v.size())));
+    a.kCopy = copies;
+    a.vCopy = copies + k.size();
+    const cudaError_t refused =
+        prefillAttention(a, PromptMath::f32, scratch, nullptr);
+    report(refused == cudaErrorInvalidValue,
+           "prefillAttention refuses present copies in fp32", 0.0);
+  }
   for (const auto &m : maths) {
     CHECK_CUDA(cudaMemset(out, 0xff, sizeof(float) * outs)); // NaNs
     CHECK_CUDA(cudaMemset(scratch, 0xff, scratchBytes)); // NaNs
-    CHECK_CUDA(prefillAttention(a, m.math, scratch, nullptr));
+    PrefillAttention run = a;
+    if (m.math == PromptMath::f32)
+      run.kCopy = run.vCopy = nullptr;
+    if (run.kCopy)
+      CHECK_CUDA(cudaMemset(copies, 0xff, sizeof(float) * (k.size() + v.size())));
+    CHECK_CUDA(prefillAttention(run, m.math, scratch, nullptr));
     CHECK_CUDA(cudaDeviceSynchronize());
     std::vector<float> got = download(out, outs);
     if (tokenMajor)
       got = swapMiddle(got, B, Sq, Hq, Dv);
+    if (run.kCopy) {
+      const std::vector<float> kc = download(copies, k.size()),
+                               vc = download(copies + k.size(), v.size());
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "prefillAttention %s B=%d Hq=%d Hk=%d Sq=%d D=%d Dv=%d: "
+                    "the presents written with the rounding equal k and v",
+                    m.name, B, Hq, Hk, Sq, D, Dv);
+      report(kc == k && vc == v, line, 0.0);
+    }
     double us = 0;
     if (timed) {
       cudaEvent_t e0, e1;
@@ -934,7 +962,7 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
       std::vector<double> runs;
       for (int rep = 0; rep < 5; ++rep) {
         CHECK_CUDA(cudaEventRecord(e0));
-        CHECK_CUDA(prefillAttention(a, m.math, scratch, nullptr));
+        CHECK_CUDA(prefillAttention(run, m.math, scratch, nullptr));
         CHECK_CUDA(cudaEventRecord(e1));
         CHECK_CUDA(cudaEventSynchronize(e1));
         float ms = 0;
@@ -960,7 +988,7 @@ void prefillAttentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   for (const void *p : {static_cast<const void *>(a.q), static_cast<const void *>(a.k),
                         static_cast<const void *>(a.v), static_cast<const void *>(a.maskF),
                         static_cast<const void *>(a.maskB), static_cast<const void *>(out),
-                        static_cast<const void *>(scratch)})
+                        static_cast<const void *>(scratch), static_cast<const void *>(copies)})
     if (p)
       cudaFree(const_cast<void *>(p));
 }

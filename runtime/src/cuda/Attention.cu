@@ -453,23 +453,30 @@ __device__ __forceinline__ void stageRows(E *dst, int ld, const float *src,
 /// `padded` (a multiple of 8) elements: the keys and values of a
 /// tensor-core prompt attention, rounded once for all the query tiles that
 /// read them and copied from there into shared memory 16 bytes at a time.
-/// With `tokenMajor` x is [B, T, H, width] (y is [B, H, T, padded] always).
-template <typename E>
-__global__ void roundRowsKernel(const float *x, int64_t rows, int width,
+/// Block row blockIdx.y is head bh (of H) of batch bh / H: its T rows, from
+/// x [B, H, T, width], or [B, T, H, width] with `tokenMajor`, into y [B, H,
+/// T, padded], and as they are in fp32 into `copy` [B, H, T, width] where
+/// that is not null (a prompt's present). I: the index type of the T x
+/// padded / 8 pieces of a head.
+template <typename E, typename I>
+__global__ void roundRowsKernel(const float *x, I T, int64_t H, int width,
                                 int padded, bool quads, E *y, bool tokenMajor,
-                                int64_t T, int64_t H) {
+                                float *copy) {
   pdlTrigger();
-  const int pieces = padded / 8;
-  const int64_t n = rows * pieces;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / pieces;
-    const int c = int(i % pieces) * 8;
-    const int64_t from =
-        tokenMajor ? headRow(true, r / T / H, r / T % H, r % T, H, T) : r;
-    const float *p = x + from * width + c;
+  const int64_t bh = blockIdx.y;
+  // Row j of the head: x + (first + j * step) * width.
+  const int64_t first = tokenMajor ? headRow(true, bh / H, bh % H, 0, H, T)
+                                   : bh * int64_t(T),
+                step = tokenMajor ? H : 1;
+  const I pieces = I(padded / 8), n = T * pieces;
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n;
+       i += I(gridDim.x) * blockDim.x) {
+    const I j = i / pieces;
+    const int c = int(i - j * pieces) * 8;
+    const float *p = x + (first + int64_t(j) * step) * width + c;
     float f[8];
-    if (quads && c + 8 <= width) {
+    const bool whole = quads && c + 8 <= width;
+    if (whole) {
       const float4 lo = reinterpret_cast<const float4 *>(p)[0],
                    hi = reinterpret_cast<const float4 *>(p)[1];
       f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w;
@@ -479,9 +486,22 @@ __global__ void roundRowsKernel(const float *x, int64_t rows, int width,
       for (int e = 0; e < 8; ++e)
         f[e] = c + e < width ? p[e] : 0.0f;
     }
+    const int64_t r = bh * int64_t(T) + j;
     *reinterpret_cast<uint4 *>(y + r * padded + c) =
         make_uint4(pack2<E>(f[0], f[1]), pack2<E>(f[2], f[3]),
                    pack2<E>(f[4], f[5]), pack2<E>(f[6], f[7]));
+    if (copy) {
+      float *q = copy + r * width + c;
+      if (whole) {
+        reinterpret_cast<float4 *>(q)[0] = make_float4(f[0], f[1], f[2], f[3]);
+        reinterpret_cast<float4 *>(q)[1] = make_float4(f[4], f[5], f[6], f[7]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (c + e < width)
+            q[e] = f[e];
+      }
+    }
   }
 }
 
@@ -754,19 +774,28 @@ cudaError_t launchMma(const PrefillAttention &a, const int4 *spans,
   const int64_t rows = a.B * a.Hk * a.T;
   E *kh = static_cast<E *>(scratch);
   E *vh = kh + rows * dp;
-  auto round = [&](const float *x, int width, int padded, E *y) {
-    const int64_t n = rows * (padded / 8);
-    const unsigned blocks =
-        unsigned(std::min<int64_t>((n + 255) / 256, 65535));
-    roundRowsKernel<E><<<blocks, 256, 0, stream>>>(
-        x, rows, width, padded, width % 4 == 0 && aligned16(x), y,
-        a.kvTokenMajor, a.T, a.Hk);
+  // A block row a head (B * Hk <= B * Hq <= 65535).
+  auto round = [&](const float *x, int width, int padded, E *y, float *copy) {
+    const int64_t n = a.T * (padded / 8);
+    const dim3 grid(unsigned(std::min<int64_t>((n + 255) / 256, 4096)),
+                    unsigned(a.B * a.Hk));
+    const bool quads = width % 4 == 0 && aligned16(x) &&
+                       (!copy || aligned16(copy));
+    if (n <= INT_MAX)
+      roundRowsKernel<E, uint32_t><<<grid, 256, 0, stream>>>(
+          x, uint32_t(a.T), a.Hk, width, padded, quads, y, a.kvTokenMajor,
+          copy);
+    else
+      roundRowsKernel<E, int64_t><<<grid, 256, 0, stream>>>(
+          x, a.T, a.Hk, width, padded, quads, y, a.kvTokenMajor, copy);
     return cudaGetLastError();
   };
   if (rows > 0) {
-    if (cudaError_t e = round(a.k, int(a.D), dp, kh); e != cudaSuccess)
+    if (cudaError_t e = round(a.k, int(a.D), dp, kh, a.kCopy);
+        e != cudaSuccess)
       return e;
-    if (cudaError_t e = round(a.v, int(a.Dv), dvp, vh); e != cudaSuccess)
+    if (cudaError_t e = round(a.v, int(a.Dv), dvp, vh, a.vCopy);
+        e != cudaSuccess)
       return e;
   }
   if (a.D <= 64 && a.Dv <= 64)
@@ -806,7 +835,8 @@ cudaError_t prefillAttention(const PrefillAttention &a, PromptMath math,
   if (!prefillAttentionSupported(a.D, a.Dv) || a.Hk <= 0 || a.Hq % a.Hk != 0 ||
       a.B * a.Hq > 65535 || a.Sq < 0 || a.T < 0 || a.T > INT_MAX ||
       queryTiles(a) > 65535 ||
-      (prefillAttentionScratchBytes(a, math) && !scratch))
+      (prefillAttentionScratchBytes(a, math) && !scratch) ||
+      ((a.kCopy || a.vCopy) && math == PromptMath::f32))
     return cudaErrorInvalidValue;
   if (a.B * a.Hq * a.Sq == 0 || a.Dv == 0)
     return cudaSuccess;

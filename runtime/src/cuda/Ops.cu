@@ -1273,6 +1273,22 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   // by normal launches before any kernel of this step: an early launch
   // may read it before waiting for the kernel before.
   da.pastReady = pastIsCache && d.prefetchPast;
+  // A prompt's attention: tiles of 64 query rows, keys streamed (flash),
+  // on the tensor cores in the 16-bit type of the model's weights, whose
+  // prompt GEMMs round their inputs to it too; fp32 otherwise.
+  using PA = Device::PromptAttention;
+  const bool flash =
+      d.promptAttention != PA::rows && prefillAttentionSupported(D, Dv);
+  const PromptMath math = d.promptAttention == PA::fp32 ? PromptMath::f32
+                          : ctx.bf16Weights             ? PromptMath::bf16
+                          : ctx.f16Weights              ? PromptMath::f16
+                                                        : PromptMath::f32;
+  // A token-major prompt without a past on the tensor cores: the kernel
+  // that rounds the new keys and values writes the presents too, on the
+  // one read of them.
+  // (prefillAttention computes nothing for empty values.)
+  const bool presentByRounding = !decode && tokenMajor && P == 0 && flash &&
+                                 math != PromptMath::f32 && Dv > 0;
   // `str`: cur's {batch, head, position} strides (AttentionDims).
   auto writePresent = [&](const Tensor *past, const Tensor &cur, int slot,
                           Tensor *present, int64_t width, const int64_t *str,
@@ -1284,6 +1300,8 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     *present = p;
     src = p.as<float>();
     if (p.numel() == 0 || !d.launching() || pastIsCache)
+      return true;
+    if (presentByRounding)
       return true;
     if (!decode && tokenMajor && P == 0) {
       // A prompt's token-major keys: the present is [B, Hk, Sk, width]
@@ -1371,18 +1389,15 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   pa.causal = causal;
   pa.out = r.as<float>();
   pa.tokenMajor = tokenMajor;
+  if (presentByRounding) {
+    pa.k = k.as<float>();
+    pa.v = v.as<float>();
+    pa.kCopy = presentK ? presentK->as<float>() : nullptr;
+    pa.vCopy = presentV ? presentV->as<float>() : nullptr;
+  }
   // The keys and values are the token-major new ones, or the present's.
-  pa.kvTokenMajor = tokenMajor && keys == k.as<float>();
-  // Tiles of 64 query rows, keys streamed (flash): on the tensor cores in
-  // the 16-bit type of the model's weights, whose prompt GEMMs round their
-  // inputs to it too; fp32 otherwise.
-  using PA = Device::PromptAttention;
-  if (d.promptAttention != PA::rows && prefillAttentionSupported(D, Dv)) {
-    const PromptMath math =
-        d.promptAttention == PA::fp32 ? PromptMath::f32
-        : ctx.bf16Weights            ? PromptMath::bf16
-        : ctx.f16Weights             ? PromptMath::f16
-                                     : PromptMath::f32;
+  pa.kvTokenMajor = tokenMajor && pa.k == k.as<float>();
+  if (flash) {
     if (!d.ensure(ctx, d.attentionScratch, prefillAttentionScratchBytes(pa, math),
                   "attention key spans"))
       return false;

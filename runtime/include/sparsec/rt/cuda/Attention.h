@@ -43,6 +43,10 @@ struct PrefillAttention {
   /// k and v are [B, T, Hk, .] instead (the new keys of a token-major
   /// attention without a past).
   bool kvTokenMajor = false;
+  /// Where not null, k (v) is also written there in fp32 as [B, Hk, T, D]
+  /// (Dv) by the kernel that rounds it: a prompt's present, made from
+  /// token-major keys on their one read. Tensor-core arithmetic only.
+  float *kCopy = nullptr, *vCopy = nullptr;
 };
 
 /// The arithmetic of a prompt attention: fp32 on the CUDA cores, or the
