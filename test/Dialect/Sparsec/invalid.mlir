@@ -242,10 +242,18 @@ func.func @attention_token_major_result(%q: tensor<1x8x4x64xf32>) -> tensor<1x4x
 
 // -----
 
-func.func @attention_token_major_heads(%q: tensor<1x8x4x64xf32>, %k: tensor<1x8x2x64xf32>) -> tensor<1x8x4x64xf32> {
+func.func @attention_token_major_heads(%q: tensor<1x8x3x64xf32>, %k: tensor<1x8x2x64xf32>) -> tensor<1x8x3x64xf32> {
+  // expected-error @+1 {{query heads (3) must be a multiple of the key and value heads (2)}}
+  %o = sparsec.attention %q, %k, %k {resultSegmentSizes = array<i32: 1, 0, 0>, token_major} : (tensor<1x8x3x64xf32>, tensor<1x8x2x64xf32>, tensor<1x8x2x64xf32>) -> tensor<1x8x3x64xf32>
+  return %o : tensor<1x8x3x64xf32>
+}
+
+// -----
+
+func.func @attention_kv_heads(%q: tensor<1x4x8x64xf32>, %k: tensor<1x2x8x64xf32>, %v: tensor<1x4x8x64xf32>) -> tensor<1x4x8x64xf32> {
   // expected-error @+1 {{query, key and value disagree on batch or heads}}
-  %o = sparsec.attention %q, %k, %k {resultSegmentSizes = array<i32: 1, 0, 0>, token_major} : (tensor<1x8x4x64xf32>, tensor<1x8x2x64xf32>, tensor<1x8x2x64xf32>) -> tensor<1x8x4x64xf32>
-  return %o : tensor<1x8x4x64xf32>
+  %o = sparsec.attention %q, %k, %v {resultSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1x4x8x64xf32>, tensor<1x2x8x64xf32>, tensor<1x4x8x64xf32>) -> tensor<1x4x8x64xf32>
+  return %o : tensor<1x4x8x64xf32>
 }
 
 // -----

@@ -172,3 +172,14 @@ func.func @rotary(%x: tensor<?x4x?x8xf32>, %c: tensor<?x1x?x8xf32>, %s: tensor<?
   %z = sparsec.rotary %h, %t, %t : tensor<2x4x5x8xf16>, tensor<5x8xf16> -> tensor<2x4x5x8xf16>
   return %y, %z : tensor<?x4x?x8xf32>, tensor<2x4x5x8xf16>
 }
+
+// Grouped-query attention: 8 query heads over 2 key/value heads, cached
+// with the key/value heads, in both layouts.
+// CHECK-LABEL: func.func @attention_gqa
+func.func @attention_gqa(%q: tensor<1x8x?x64xf32>, %k: tensor<1x2x?x64xf32>, %pk: tensor<1x2x?x64xf32>, %qt: tensor<1x?x8x64xf32>, %kt: tensor<1x?x2x64xf32>) -> (tensor<1x8x?x64xf32>, tensor<1x2x?x64xf32>, tensor<1x?x8x64xf32>) {
+  // CHECK: sparsec.attention %{{.*}}, %{{.*}}, %{{.*}} past(%{{.*}}, %{{.*}}) {{.*}} -> (tensor<1x8x?x64xf32>, tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>)
+  %o, %nk, %nv = sparsec.attention %q, %k, %k past(%pk, %pk) {causal, resultSegmentSizes = array<i32: 1, 1, 1>} : (tensor<1x8x?x64xf32>, tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>) -> (tensor<1x8x?x64xf32>, tensor<1x2x?x64xf32>, tensor<1x2x?x64xf32>)
+  // CHECK: sparsec.attention %{{.*}}, %{{.*}}, %{{.*}} {{.*}}token_major{{.*}} -> tensor<1x?x8x64xf32>
+  %t = sparsec.attention %qt, %kt, %kt {causal, resultSegmentSizes = array<i32: 1, 0, 0>, token_major} : (tensor<1x?x8x64xf32>, tensor<1x?x2x64xf32>, tensor<1x?x2x64xf32>) -> tensor<1x?x8x64xf32>
+  return %o, %nk, %t : tensor<1x8x?x64xf32>, tensor<1x2x?x64xf32>, tensor<1x?x8x64xf32>
+}

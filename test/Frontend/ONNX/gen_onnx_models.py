@@ -740,6 +740,17 @@ def case_rope_decoder_kv():
     return _rope_decoder(with_past=True)
 
 
+def case_rope_decoder_gqa():
+    # rope_decoder with grouped-query attention: 4 query heads of 4 over 2
+    # key/value heads, repeated before the attention (LLaMA's repeat_kv).
+    return _rope_decoder(with_past=False, d=16, ffn=32, heads=4, kv_heads=2)
+
+
+def case_rope_decoder_gqa_kv():
+    # The same with a cache of 2 heads (Optimum's convention).
+    return _rope_decoder(with_past=True, d=16, ffn=32, heads=4, kv_heads=2)
+
+
 def case_gated_lm():
     # rope_decoder with two layers at a byte-level vocabulary (text
     # calibration works) and wider gated MLPs whose gates (of rank 4) have a
@@ -776,7 +787,7 @@ def _rope_decoder(with_past, d=8, ffn=16, vocab=16, gate_bias=None, **kw):
 
 def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5,
                   gate_bias=None, gate_rank=4, gate_noise=0.0, squared=False,
-                  cap=None):
+                  cap=None, kv_heads=None):
     """The LLaMA-style decoder of rope_decoder with `layers` layers.
 
     Projections are standard normal times `scale`. With `gate_bias`, each
@@ -787,12 +798,17 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
     gated product (the up weights stay in the model, unused); with `cap` it
     is down(Clip(gate(x), 0, cap)) (a capped ReLU, as ReLU6). Layer 0's names are
     those of the one-layer model; layer i > 0 prefixes nodes with 'l{i}_'
-    and suffixes weights with '_{i}'.
+    and suffixes weights with '_{i}'. With `kv_heads` (dividing `heads`) the
+    keys and values have that many heads (grouped-query attention), cached
+    so, and are repeated to `heads` before the attention as LLaMA's
+    repeat_kv exports (Unsqueeze, Expand, Reshape).
     """
     hd = d // heads
+    kvh = kv_heads or heads
+    kv = kvh * hd
     scale = np.float32(scale)
     inits = [init("tok", f32(vocab, d)), init("wq", f32(d, d) * scale),
-             init("wk", f32(d, d) * scale), init("wv", f32(d, d) * scale),
+             init("wk", f32(d, kv) * scale), init("wv", f32(d, kv) * scale),
              init("wo", f32(d, d) * scale), init("wg", f32(d, ffn) * scale),
              init("wu", f32(d, ffn) * scale), init("wd", f32(ffn, d) * scale),
              init("wlm", f32(d, vocab)), init("n1", 1 + 0.1 * f32(d)),
@@ -815,11 +831,16 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
              init("neg_big", np.array(-1e4, np.float32)),
              init("zero", np.array(0.0, np.float32))]
     for i in range(1, layers):
-        for w, shape in (("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)),
+        for w, shape in (("wq", (d, d)), ("wk", (d, kv)), ("wv", (d, kv)), ("wo", (d, d)),
                          ("wg", (d, ffn)), ("wu", (d, ffn)), ("wd", (ffn, d))):
             inits.append(init(f"{w}_{i}", f32(*shape) * scale))
         for w in ("n1", "n2"):
             inits.append(init(f"{w}_{i}", 1 + 0.1 * f32(d)))
+    if kvh != heads:
+        inits += [init("kv_heads_shape", np.array([0, 0, kvh, hd], np.int64)),
+                  init("axis_2", np.array([2], np.int64)),
+                  init("repeat_shape", np.array([1, kvh, heads // kvh, 1, hd], np.int64)),
+                  init("repeated_shape", np.array([0, heads, -1, hd], np.int64))]
     nodes = []
 
     def node(op, ins, outs, **kw):
@@ -842,9 +863,17 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
         node("Mul", [out + "_rh", "sin"], [out + "_s"])
         node("Add", [out + "_c", out + "_s"], [out])
 
-    def split_heads(x, out):
-        node("Reshape", [x, "heads_shape"], [out + "_r"])
+    def split_heads(x, out, shape="heads_shape"):
+        node("Reshape", [x, shape], [out + "_r"])
         node("Transpose", [out + "_r"], [out], perm=[0, 2, 1, 3])
+
+    def repeat_kv(x, out):  # [B, kvh, T, hd] -> [B, heads, T, hd]
+        if kvh == heads:
+            node("Identity", [x], [out])
+            return
+        node("Unsqueeze", [x, "axis_2"], [out + "_u"])
+        node("Expand", [out + "_u", "repeat_shape"], [out + "_e"])
+        node("Reshape", [out + "_e", "repeated_shape"], [out])
 
     node("Gather", ["tok", "input_ids"], ["x0"], axis=0)
     # Rotary tables: [batch, 1, seq, hd].
@@ -891,17 +920,18 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
         rms(x, w("n1"), n("h1"))
         for name, weight in (("q", "wq"), ("k", "wk"), ("v", "wv")):
             node("MatMul", [n("h1"), w(weight)], [n(name + "_p")])
-            split_heads(n(name + "_p"), n(name + "_h"))
+            split_heads(n(name + "_p"), n(name + "_h"),
+                        "heads_shape" if name == "q" or kvh == heads else "kv_heads_shape")
         rotate(n("q_h"), n("q_rot"))
         rotate(n("k_h"), n("k_new"))
         if with_past:
             node("Concat", [past_k, n("k_new")], [f"present.{i}.key"], axis=2)
             node("Concat", [past_v, n("v_h")], [f"present.{i}.value"], axis=2)
-            node("Identity", [f"present.{i}.key"], [n("k_rot")])
-            node("Identity", [f"present.{i}.value"], [n("v_all")])
+            repeat_kv(f"present.{i}.key", n("k_rot"))
+            repeat_kv(f"present.{i}.value", n("v_all"))
         else:
-            node("Identity", [n("k_new")], [n("k_rot")])
-            node("Identity", [n("v_h")], [n("v_all")])
+            repeat_kv(n("k_new"), n("k_rot"))
+            repeat_kv(n("v_h"), n("v_all"))
         node("Transpose", [n("k_rot")], [n("k_t")], perm=[0, 1, 3, 2])
         node("MatMul", [n("q_rot"), n("k_t")], [n("qk")])
         node("Mul", [n("qk"), "scale"], [n("qk_s")])
@@ -951,8 +981,8 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
     if with_past:
         for i in range(layers):
             for kind in ("key", "value"):
-                inputs.append(vi(f"past_key_values.{i}.{kind}", F, ["batch", heads, "past_seq", hd]))
-                outputs.append(vi(f"present.{i}.{kind}", F, ["batch", heads, "total_seq", hd]))
+                inputs.append(vi(f"past_key_values.{i}.{kind}", F, ["batch", kvh, "past_seq", hd]))
+                outputs.append(vi(f"present.{i}.{kind}", F, ["batch", kvh, "total_seq", hd]))
     return model(nodes, inputs, outputs, inits)
 
 

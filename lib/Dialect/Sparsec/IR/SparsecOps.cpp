@@ -533,9 +533,16 @@ LogicalResult AttentionOp::verify() {
     return emitOpError("key and value sequence lengths differ");
   if (!compatibleDims(q.getDimSize(0), k.getDimSize(0)) ||
       !compatibleDims(q.getDimSize(0), v.getDimSize(0)) ||
-      !compatibleDims(q.getDimSize(hd), k.getDimSize(hd)) ||
-      !compatibleDims(q.getDimSize(hd), v.getDimSize(hd)))
+      !compatibleDims(k.getDimSize(hd), v.getDimSize(hd)))
     return emitOpError("query, key and value disagree on batch or heads");
+  // Grouped-query attention: each key/value head serves a group of query
+  // heads.
+  const int64_t hq = q.getDimSize(hd), hk = k.getDimSize(hd);
+  if (!ShapedType::isDynamic(hq) && !ShapedType::isDynamic(hk) &&
+      (hk == 0 || hq % hk != 0))
+    return emitOpError("query heads (")
+           << hq << ") must be a multiple of the key and value heads (" << hk
+           << ")";
   bool hasPast = static_cast<bool>(getPastKey());
   if (hasPast != static_cast<bool>(getPastValue()))
     return emitOpError("past_key and past_value must be given together");

@@ -22,6 +22,37 @@ bool isRank4(Value v) {
   return cast<RankedTensorType>(v.getType()).getRank() == 4;
 }
 
+/// Grouped-query attention's repeat_kv: reshape(expand(unsqueeze(x, 2)))
+/// taking x [B, Hk, S, D] to [B, Hk * n, S, D], each head n times in a
+/// row. Returns x, or null.
+Value repeatedHeads(Value v) {
+  auto r = defOp<ReshapeOp>(v);
+  auto e = r ? defOp<ExpandOp>(r.getInput()) : ExpandOp();
+  auto u = e ? defOp<UnsqueezeOp>(e.getInput()) : UnsqueezeOp();
+  if (!u || u.getAxes() != ArrayRef<int64_t>{2})
+    return {};
+  Value x = u.getInput();
+  auto xt = cast<RankedTensorType>(x.getType());
+  auto et = cast<RankedTensorType>(e.getType());
+  auto rt = cast<RankedTensorType>(r.getType());
+  if (xt.getRank() != 4 || et.getRank() != 5 || rt.getRank() != 4)
+    return {};
+  auto same = [](int64_t a, int64_t b) {
+    return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+  };
+  const int64_t hk = xt.getDimSize(1), n = et.getDimSize(2),
+                d = xt.getDimSize(3);
+  // Only the inserted dim grows; the reshape merges it into the heads.
+  if (ShapedType::isDynamic(hk) || ShapedType::isDynamic(n) ||
+      ShapedType::isDynamic(d) || et.getDimSize(1) != hk ||
+      et.getDimSize(4) != d || !same(et.getDimSize(0), xt.getDimSize(0)) ||
+      !same(et.getDimSize(3), xt.getDimSize(2)) || rt.getDimSize(1) != hk * n ||
+      rt.getDimSize(3) != d || !same(rt.getDimSize(0), xt.getDimSize(0)) ||
+      !same(rt.getDimSize(2), xt.getDimSize(2)))
+    return {};
+  return x;
+}
+
 /// matmul(softmax(q . transpose(k) [* s | / s] [+ mask]), v) -> attention.
 struct ScoresSoftmaxContext : OpRewritePattern<MatMulOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -110,6 +141,14 @@ struct ScoresSoftmaxContext : OpRewritePattern<MatMulOp> {
                 .getResult();
         rewriter.setInsertionPoint(op);
       }
+    }
+
+    // Grouped-query attention: keys and values repeated over the query
+    // heads of their group are read once per group by the attention.
+    Value kGroup = repeatedHeads(k), vGroup = repeatedHeads(v);
+    if (kGroup && vGroup) {
+      k = kGroup;
+      v = vGroup;
     }
 
     // KV cache convention: keys/values are concat(past, new) on axis 2.

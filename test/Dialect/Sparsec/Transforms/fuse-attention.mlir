@@ -57,3 +57,54 @@ func.func @wrong_axis(%q: tensor<1x4x8x16xf32>, %k: tensor<1x4x8x16xf32>, %v: te
   %o = sparsec.matmul %p, %v : tensor<1x4x8x8xf32>, tensor<1x4x8x16xf32> -> tensor<1x4x8x16xf32>
   return %o : tensor<1x4x8x16xf32>
 }
+
+// -----
+
+// Grouped-query attention (LLaMA's repeat_kv): the cache and the new keys
+// have 2 heads, repeated to the 4 query heads by unsqueeze, expand and
+// reshape after the concatenation. The attention takes the 2-head keys
+// and values and their cache; the repeats go.
+// CHECK-LABEL: func.func @gqa_kv
+// CHECK-SAME: (%[[Q:[a-z0-9]+]]: tensor<1x4x1x16xf32>, %[[K:[a-z0-9]+]]: tensor<1x2x1x16xf32>, %[[V:[a-z0-9]+]]: tensor<1x2x1x16xf32>, %[[PK:[a-z0-9]+]]: tensor<1x2x7x16xf32>, %[[PV:[a-z0-9]+]]: tensor<1x2x7x16xf32>)
+// CHECK: %[[O:.*]], %[[NK:.*]], %[[NV:.*]] = sparsec.attention %[[Q]], %[[K]], %[[V]] past(%[[PK]], %[[PV]]) {{.*}} : (tensor<1x4x1x16xf32>, tensor<1x2x1x16xf32>, tensor<1x2x1x16xf32>, tensor<1x2x7x16xf32>, tensor<1x2x7x16xf32>) -> (tensor<1x4x1x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>)
+// CHECK-NOT: sparsec.expand
+// CHECK: return %[[O]], %[[NK]], %[[NV]]
+func.func @gqa_kv(%q: tensor<1x4x1x16xf32>, %kn: tensor<1x2x1x16xf32>, %vn: tensor<1x2x1x16xf32>,
+                  %pk: tensor<1x2x7x16xf32>, %pv: tensor<1x2x7x16xf32>)
+    -> (tensor<1x4x1x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>) {
+  %k = sparsec.concat %pk, %kn {axis = 2 : i64} : (tensor<1x2x7x16xf32>, tensor<1x2x1x16xf32>) -> tensor<1x2x8x16xf32>
+  %v = sparsec.concat %pv, %vn {axis = 2 : i64} : (tensor<1x2x7x16xf32>, tensor<1x2x1x16xf32>) -> tensor<1x2x8x16xf32>
+  %rep = sparsec.constant dense<[1, 2, 2, 1, 16]> : tensor<5xi64>
+  %back = sparsec.constant dense<[0, 4, -1, 16]> : tensor<4xi64>
+  %ku = sparsec.unsqueeze %k {axes = array<i64: 2>} : tensor<1x2x8x16xf32> -> tensor<1x2x1x8x16xf32>
+  %ke = sparsec.expand %ku, %rep : tensor<1x2x1x8x16xf32>, tensor<5xi64> -> tensor<1x2x2x8x16xf32>
+  %kr = sparsec.reshape %ke, %back : tensor<1x2x2x8x16xf32>, tensor<4xi64> -> tensor<1x4x8x16xf32>
+  %vu = sparsec.unsqueeze %v {axes = array<i64: 2>} : tensor<1x2x8x16xf32> -> tensor<1x2x1x8x16xf32>
+  %ve = sparsec.expand %vu, %rep : tensor<1x2x1x8x16xf32>, tensor<5xi64> -> tensor<1x2x2x8x16xf32>
+  %vr = sparsec.reshape %ve, %back : tensor<1x2x2x8x16xf32>, tensor<4xi64> -> tensor<1x4x8x16xf32>
+  %kt = sparsec.transpose %kr {permutation = array<i64: 0, 1, 3, 2>} : tensor<1x4x8x16xf32> -> tensor<1x4x16x8xf32>
+  %s = sparsec.matmul %q, %kt : tensor<1x4x1x16xf32>, tensor<1x4x16x8xf32> -> tensor<1x4x1x8xf32>
+  %p = sparsec.softmax %s {axis = 3 : i64} : tensor<1x4x1x8xf32>
+  %o = sparsec.matmul %p, %vr : tensor<1x4x1x8xf32>, tensor<1x4x8x16xf32> -> tensor<1x4x1x16xf32>
+  return %o, %k, %v : tensor<1x4x1x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>
+}
+
+// -----
+
+// A repeat that interleaves (the expanded dim is not the one after the
+// heads) is not repeat_kv: the keys stay repeated and the cache outside.
+// CHECK-LABEL: func.func @not_repeat_kv
+// CHECK: sparsec.expand
+// CHECK: sparsec.attention %{{.*}}, %{{.*}}, %{{.*}} {{{.*}}} : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> tensor<1x4x8x16xf32>
+func.func @not_repeat_kv(%q: tensor<1x4x8x16xf32>, %k: tensor<1x2x8x16xf32>) -> tensor<1x4x8x16xf32> {
+  %rep = sparsec.constant dense<[1, 2, 1, 8, 16]> : tensor<5xi64>
+  %back = sparsec.constant dense<[0, 4, -1, 16]> : tensor<4xi64>
+  %ku = sparsec.unsqueeze %k {axes = array<i64: 1>} : tensor<1x2x8x16xf32> -> tensor<1x1x2x8x16xf32>
+  %ke = sparsec.expand %ku, %rep : tensor<1x1x2x8x16xf32>, tensor<5xi64> -> tensor<1x2x2x8x16xf32>
+  %kr = sparsec.reshape %ke, %back : tensor<1x2x2x8x16xf32>, tensor<4xi64> -> tensor<1x4x8x16xf32>
+  %kt = sparsec.transpose %kr {permutation = array<i64: 0, 1, 3, 2>} : tensor<1x4x8x16xf32> -> tensor<1x4x16x8xf32>
+  %s = sparsec.matmul %q, %kt : tensor<1x4x8x16xf32>, tensor<1x4x16x8xf32> -> tensor<1x4x8x8xf32>
+  %p = sparsec.softmax %s {axis = 3 : i64} : tensor<1x4x8x8xf32>
+  %o = sparsec.matmul %p, %kr : tensor<1x4x8x8xf32>, tensor<1x4x8x16xf32> -> tensor<1x4x8x16xf32>
+  return %o : tensor<1x4x8x16xf32>
+}

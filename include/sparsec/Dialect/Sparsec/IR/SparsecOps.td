@@ -322,8 +322,10 @@ def Sparsec_AttentionOp : Sparsec_Op<"attention",
     [Pure, AttrSizedOperandSegments, AttrSizedResultSegments]> {
   let summary = "scaled dot-product attention with mask and optional KV cache";
   let description = [{
-    `query` is `[B, H, Sq, D]`, `key` and `value` `[B, H, Sk, D]` (the new
-    tokens' keys and values). With `past_key`/`past_value` (`[B, H, P, D]`)
+    `query` is `[B, H, Sq, D]`, `key` and `value` `[B, Hk, Sk, D]` (the new
+    tokens' keys and values); `H` is a multiple of `Hk`, each key/value
+    head serving `H / Hk` consecutive query heads (grouped-query
+    attention; `Hk == H` is the usual case). The cache has `Hk` heads. With `past_key`/`past_value` (`[B, H, P, D]`)
     the keys and values attended to are the concatenation along the
     sequence axis, returned as `present_key`/`present_value`
     (`[B, H, P + Sk, D]`). `mask` is additive and broadcasts to

@@ -267,7 +267,10 @@ def FuseAttentionPass : Pass<"sparsec-fuse-attention", "mlir::ModuleOp"> {
     `[B, H, S, D]` tensors, absorbs a scalar scale applied to `q` before
     the head split, and folds `concat(past, new)` keys/values (the KV-cache
     export convention) into the op's `past` operands and `present`
-    results. Before:
+    results. Keys and values repeated over groups of query heads
+    (grouped-query attention, exported as LLaMA's repeat_kv: unsqueeze at
+    axis 2, expand, reshape) are taken before the repeat, with their
+    cache: the op reads each key/value head for its group. Before:
     ```mlir
     %kt = sparsec.transpose %k {permutation = array<i64: 0, 1, 3, 2>} ...
     %s = sparsec.matmul %q, %kt ...
