@@ -135,6 +135,8 @@ GENERATED = {
     "rope_nc_kv": ("rope_decoder", ["--kv-cache"]),
     # Grouped-query attention: 4 query heads over 2 cached key/value heads.
     "rope_gqa_kv": ("rope_decoder_gqa_kv", []),
+    # Heads of 16: the rotary kernel's float4 path.
+    "rope_h16_kv": ("rope_decoder_h16_kv", []),
     "gated_kv": ("gated_lm_kv", []),
     "gated_kv_exact": ("gated_lm_kv", ["--sparsity=exact"]),
     "gated_kv_pred": ("gated_lm_kv", ["--sparsity=predicted"]),
@@ -888,7 +890,7 @@ def run(args):
                            f"{ENV_LABELS[tuple(env)] if env else ''}: "
                            f"{'equal to' if got == want else 'differ from'} ONNX Runtime's; "
                            + (stats[-1] if stats else ""))
-    for name in ("rope_kv", "rope_nc", "rope_gqa_kv"):
+    for name in ("rope_kv", "rope_nc", "rope_gqa_kv", "rope_h16_kv"):
         if os.path.isdir(os.path.join(args.dir, "cases", "ort_" + name)):
             check_case(args, res, name, "ort_" + name, 1e-4, 1e-5, " (rotary)")
     # Convolutional networks against ONNX Runtime: fp32 and fp16 weights.

@@ -751,6 +751,13 @@ def case_rope_decoder_gqa_kv():
     return _rope_decoder(with_past=True, d=16, ffn=32, heads=4, kv_heads=2)
 
 
+def case_rope_decoder_h16_kv():
+    # rope_decoder_kv with heads of 16 (2 over d 32): rotary half rows of
+    # whole 16-byte pieces, which the CUDA kernel moves four floats at a
+    # time.
+    return _rope_decoder(with_past=True, d=32, ffn=32, heads=2)
+
+
 def case_gated_lm():
     # rope_decoder with two layers at a byte-level vocabulary (text
     # calibration works) and wider gated MLPs whose gates (of rank 4) have a
