@@ -24,15 +24,20 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "test", "Frontend", "ONNX"))
 import gen_onnx_models as gen  # noqa: E402
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
+def add_shape_args(ap):
+    """The decoder's shape options (llama_torch.py takes the same)."""
     ap.add_argument("--d", type=int, default=2048)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--ffn", type=int, default=5632)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--vocab", type=int, default=8192)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    add_shape_args(ap)
     args = ap.parse_args()
     if args.d % args.heads or (args.d // args.heads) % 2:
         sys.exit("error: --d must be --heads times an even head size")

@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from llama_synth import add_shape_args
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
@@ -25,11 +27,7 @@ def main():
     ap.add_argument("--prompt-ids", required=True)
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--d", type=int, default=2048)
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument("--ffn", type=int, default=5632)
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--vocab", type=int, default=8192)
+    add_shape_args(ap)
     args = ap.parse_args()
 
     import onnx
