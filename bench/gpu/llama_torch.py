@@ -47,7 +47,7 @@ def main():
         return base if i == 0 else f"{base}_{i}"
 
     def t(a, transpose=False):
-        a = torch.from_numpy(np.ascontiguousarray(a.T if transpose else a))
+        a = torch.from_numpy(np.array(a.T if transpose else a))  # writable
         return a.to(torch.float32)
     with torch.no_grad():
         m = model.model
