@@ -404,6 +404,18 @@ inline void contiguousStrides(int rank, const int64_t *shape,
   }
 }
 
+/// `t`'s element strides over `rank` dims it broadcasts to (numpy
+/// alignment: its dims are the last t.rank), 0 on the dims it lacks or has
+/// as 1.
+inline void broadcastStridesOf(const Tensor &t, int rank, int64_t *strides) {
+  int64_t own[kMaxRank];
+  contiguousStrides(t.rank, t.shape, own);
+  for (int d = 0; d < rank; ++d) {
+    const int td = d - (rank - t.rank);
+    strides[d] = td < 0 || t.shape[td] == 1 ? 0 : own[td];
+  }
+}
+
 /// Checks rotary's operand shapes (see ops::rotary; each backend checks
 /// the dtypes) and sets `strides` to cos and sin's element strides over
 /// x's dims, 0 where they broadcast.
@@ -529,15 +541,8 @@ inline BroadcastPlan makeBroadcastPlan(int rank, const int64_t *shape, int nin,
   p.nin = nin;
   // Per operand strides aligned to the output dims (0 where broadcast).
   int64_t full[BroadcastPlan::kMaxOperands][kMaxRank];
-  for (int i = 0; i < nin; ++i) {
-    const Tensor &t = *inputs[i];
-    int64_t own[kMaxRank];
-    contiguousStrides(t.rank, t.shape, own);
-    for (int d = 0; d < rank; ++d) {
-      int td = d - (rank - t.rank);
-      full[i][d] = (td < 0 || t.shape[td] == 1) ? 0 : own[td];
-    }
-  }
+  for (int i = 0; i < nin; ++i)
+    broadcastStridesOf(*inputs[i], rank, full[i]);
   // Drop size-1 dims, then merge dims that are contiguous for all operands.
   int r = 0;
   p.total = 1;

@@ -63,12 +63,7 @@ bool detail::rotaryStrides(Context &ctx, const Tensor &x, const Tensor &cos,
   if (!fits)
     return ctx.fail("rotary: cos and sin " + cos.describe() +
                     " do not broadcast to the input " + x.describe());
-  int64_t own[kMaxRank];
-  contiguousStrides(cos.rank, cos.shape, own);
-  for (int d = 0; d < x.rank; ++d) {
-    const int td = d - (x.rank - cos.rank);
-    strides[d] = td < 0 || cos.shape[td] == 1 ? 0 : own[td];
-  }
+  broadcastStridesOf(cos, x.rank, strides);
   return true;
 }
 

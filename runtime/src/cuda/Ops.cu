@@ -186,15 +186,8 @@ void broadcastStrides(Broadcast &b, int rank, const int64_t *shape,
   b.rank = rank;
   for (int d = 0; d < rank; ++d)
     b.shape[d] = shape[d];
-  for (int k = 0; k < n; ++k) {
-    int64_t own[kMaxRank];
-    contiguousStrides(ts[k]->rank, ts[k]->shape, own);
-    for (int d = 0; d < rank; ++d) {
-      int td = d - (rank - ts[k]->rank);
-      b.stride[k][d] =
-          td < 0 || ts[k]->shape[td] == 1 ? 0 : own[td];
-    }
-  }
+  for (int k = 0; k < n; ++k)
+    ops::detail::broadcastStridesOf(*ts[k], rank, b.stride[k]);
 }
 
 //===----------------------------------------------------------------------===//
