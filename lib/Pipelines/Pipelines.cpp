@@ -47,6 +47,7 @@ void sparsec::buildRaisePipeline(OpPassManager &pm,
   pm.addPass(createInferShapesPass(inferOptions));
   pm.addPass(createFoldConstantsPass());
   pm.addPass(createRaiseEmbeddingPass());
+  pm.addPass(createGatherToSlicePass());
   pm.addPass(createFuseLayerNormPass());
   pm.addPass(createFuseGeluPass());
   if (options.fuseRotary)

@@ -63,6 +63,28 @@ def FoldConstantsPass : Pass<"sparsec-fold-constants", "mlir::ModuleOp"> {
   ];
 }
 
+def GatherToSlicePass : Pass<"sparsec-gather-to-slice", "mlir::ModuleOp"> {
+  let summary = "Gather of a constant run of indices -> sparsec.slice";
+  let description = [{
+    A gather whose indices are a constant run of consecutive positions (a
+    1-D run, or one scalar index) selects a slice of its axis: exporters
+    write `x[..., [i], :]` (Falcon's fused q/k/v projection picking its one
+    key and value head) and `x[..., i, :]` so. The gather becomes a slice,
+    followed for a scalar index by a squeeze of the axis. Negative indices
+    count from the end; a run mixing signs needs the axis's size. Only
+    floating-point data is rewritten (integer gathers are shape arithmetic).
+    ```mlir
+    %k = sparsec.gather %qkv, %c {axis = 2 : i64} : tensor<?x?x6x4xf32>, tensor<1xi64> -> tensor<?x?x1x4xf32>
+    ```
+    with `%c = dense<[-2]>` becomes
+    ```mlir
+    %k = sparsec.slice %qkv, %start, %end, %axes, %steps : (...) -> tensor<?x?x1x4xf32>
+    ```
+    with starts [4], ends [5], axes [2] and steps [1] (the size 6 is known).
+  }];
+  let dependentDialects = ["::sparsec::SparsecDialect"];
+}
+
 def WidenHalfPass : Pass<"sparsec-widen-half", "mlir::ModuleOp"> {
   let summary = "Run float16/bfloat16 matrix products and attention in float32";
   let description = [{
