@@ -26,6 +26,11 @@ agreement also reported):
   * exact sparsity: sparse == dense on the GPU, and greedy 64 bytes equal to
     ref_greedy_64.bin (KV cache and no-cache), dense too;
   * predicted sparsity: greedy agreement with the reference (reported);
+  * generated decoders (gen_onnx_models.py: LLaMA-style with rotary
+    embeddings and grouped-query attention, gated and squared-ReLU MLPs,
+    Falcon-style parallel attention and MLP with one key/value head):
+    greedy ids as ONNX Runtime's, and the rotary and Falcon builds' logits
+    and presents against ONNX Runtime on random ids;
   * CUDA graphs: `model eval` over 128-byte chunks (one signature, so
     replays from the third chunk on) agrees with the x86 build's top-1;
     hybrid builds decode the same bytes with graph segments as eagerly;
@@ -137,6 +142,12 @@ GENERATED = {
     "rope_gqa_kv": ("rope_decoder_gqa_kv", []),
     # Heads of 16: the rotary kernel's float4 path.
     "rope_h16_kv": ("rope_decoder_h16_kv", []),
+    # Falcon-style: parallel attention and MLP, one cached key/value head
+    # picked from a fused q/k/v projection, a ReLU MLP 60-70 % at 0.
+    "falcon_kv": ("falcon_decoder_kv", []),
+    "falcon_nc_kv": ("falcon_decoder", ["--kv-cache"]),
+    "falcon_kv_exact": ("falcon_decoder_kv", ["--sparsity=exact"]),
+    "falcon_kv_pred": ("falcon_decoder_kv", ["--sparsity=predicted"]),
     "gated_kv": ("gated_lm_kv", []),
     "gated_kv_exact": ("gated_lm_kv", ["--sparsity=exact"]),
     "gated_kv_pred": ("gated_lm_kv", ["--sparsity=predicted"]),
@@ -319,7 +330,7 @@ def prepare(args):
         # The rotary layers' logits (and a cache's presents, rotated keys
         # included) against ONNX Runtime's on random ids, for the builds
         # compiled as exported.
-        if case.startswith("rope_decoder") and not extra:
+        if case.startswith(("rope_decoder", "falcon_decoder")) and not extra:
             dims = {"batch": 2, "seq": 7, "past_seq": 3, "total_seq": 10}
             inputs = gen_inputs(onnx_path, dims, 0, 16)
             sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
@@ -881,16 +892,18 @@ def run(args):
                 r = run_binary(args, name, "generate", "--prompt-ids",
                                os.path.join(refs, f"rope_{prompt}.npy"),
                                "--max-new-tokens", str(ROPE_TOKENS), env=env)
-                # gated_lm* and relu2_lm have a byte vocabulary: one row
-                # streams raw bytes, a batch prints lines of ids.
-                got = ids_of(r.stdout, len(want) == 1 and name.startswith(("gated", "relu2")))
+                # gated_lm*, relu2_lm and falcon_decoder* have a byte
+                # vocabulary: one row streams raw bytes, a batch prints lines
+                # of ids.
+                got = ids_of(r.stdout, len(want) == 1 and
+                             name.startswith(("gated", "relu2", "falcon")))
                 stats = r.stderr.decode(errors="replace").strip().splitlines()
                 res.record(r.returncode == 0 and got == want,
                            f"{name} greedy {ROPE_TOKENS} ids, {len(want)} prompt(s)"
                            f"{ENV_LABELS[tuple(env)] if env else ''}: "
                            f"{'equal to' if got == want else 'differ from'} ONNX Runtime's; "
                            + (stats[-1] if stats else ""))
-    for name in ("rope_kv", "rope_nc", "rope_gqa_kv", "rope_h16_kv"):
+    for name in ("rope_kv", "rope_nc", "rope_gqa_kv", "rope_h16_kv", "falcon_kv"):
         if os.path.isdir(os.path.join(args.dir, "cases", "ort_" + name)):
             check_case(args, res, name, "ort_" + name, 1e-4, 1e-5, " (rotary)")
     # Convolutional networks against ONNX Runtime: fp32 and fp16 weights.

@@ -993,6 +993,165 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
     return model(nodes, inputs, outputs, inits)
 
 
+def case_falcon_decoder():
+    # A ReLU-fied Falcon-style decoder as torch exports it (no cache): one
+    # LayerNormalization feeding both the attention and the MLP (parallel
+    # residual: x + attn + mlp), q, k and v from one fused projection
+    # reshaped to [batch, seq, heads + 2, hd] and picked by a Slice (q) and
+    # Gathers of one index (k, v: multi-query attention, one key/value head
+    # that the score and context MatMuls broadcast over the query heads),
+    # rotary embeddings, and a bias-free ReLU MLP. d 16, 4 heads of 4,
+    # FFN 64, two layers, a byte-level vocabulary.
+    return falcon_decoder(with_past=False)
+
+
+def case_falcon_decoder_kv():
+    # The same with Optimum's cache convention (one key/value head cached).
+    return falcon_decoder(with_past=True)
+
+
+def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=0.5,
+                   ffn_bias=-1.0):
+    """A Falcon-7B-style decoder (parallel attention and MLP, multi-query).
+
+    Projections are standard normal times `scale`; the up projection's
+    ReLU sees a bias around `ffn_bias` through a rank-4 weight, so most of
+    its outputs are 0 and a low-rank predictor finds the rest, as in
+    gated_lm. Layer 0's names are unprefixed; layer i > 0 prefixes nodes
+    with 'l{i}_' and suffixes weights with '_{i}'.
+    """
+    hd = d // heads
+    scale = np.float32(scale)
+    inits = [init("tok", f32(vocab, d)), init("wlm", f32(d, vocab)),
+             init("gf", 1 + 0.1 * f32(d)), init("bf", 0.1 * f32(d)),
+             init("inv_freq", (1.0 / 10000 ** (np.arange(0, hd, 2) / hd)).astype(np.float32)),
+             init("qkv_shape", np.array([0, 0, heads + 2, hd], np.int64)),
+             init("model_shape", np.array([0, 0, d], np.int64)),
+             init("axis_last", np.array([-1], np.int64)),
+             init("axis_1", np.array([1], np.int64)),
+             init("axis_0", np.array([0], np.int64)),
+             init("axis_2", np.array([2], np.int64)),
+             init("q_end", np.array([-2], np.int64)),
+             init("k_index", np.array([-2], np.int64)),
+             init("v_index", np.array([-1], np.int64)),
+             init("half0", np.array([0], np.int64)),
+             init("half1", np.array([hd // 2], np.int64)),
+             init("half2", np.array([hd], np.int64)),
+             init("i0", np.array(0, np.int64)), init("i1", np.array(1, np.int64)),
+             init("i2", np.array(2, np.int64)), init("one", np.array(1.0, np.float32)),
+             init("axes_12", np.array([1, 2], np.int64)),
+             init("scale", np.array(1 / np.sqrt(hd), np.float32)),
+             init("neg_big", np.array(-1e4, np.float32)),
+             init("zero", np.array(0.0, np.float32))]
+    for i in range(layers):
+        sfx = "" if i == 0 else f"_{i}"
+        low = (f32(d, 4) @ f32(4, ffn)) / 2.0 * scale
+        inits += [init("g" + sfx, 1 + 0.1 * f32(d)), init("b" + sfx, 0.1 * f32(d)),
+                  init("wqkv" + sfx, f32(d, (heads + 2) * hd) * scale),
+                  init("wo" + sfx, f32(d, d) * scale),
+                  init("wup" + sfx, low.astype(np.float32)),
+                  init("bup" + sfx, np.full(ffn, ffn_bias, np.float32) + 0.1 * f32(ffn)),
+                  init("wdown" + sfx, f32(ffn, d) * scale)]
+    nodes = []
+
+    def node(op, ins, outs, **kw):
+        nodes.append(helper.make_node(op, ins, outs, name=outs[0] + "_node", **kw))
+
+    def rotate(x, out):  # x * cos + rotate_half(x) * sin
+        node("Slice", [x, "half0", "half1", "axis_last"], [out + "_a"])
+        node("Slice", [x, "half1", "half2", "axis_last"], [out + "_b"])
+        node("Neg", [out + "_b"], [out + "_nb"])
+        node("Concat", [out + "_nb", out + "_a"], [out + "_rh"], axis=-1)
+        node("Mul", [x, "cos"], [out + "_c"])
+        node("Mul", [out + "_rh", "sin"], [out + "_s"])
+        node("Add", [out + "_c", out + "_s"], [out])
+
+    node("Gather", ["tok", "input_ids"], ["x0"], axis=0)
+    node("Cast", ["position_ids"], ["pos_f"], to=TensorProto.FLOAT)
+    node("Unsqueeze", ["pos_f", "axis_last"], ["pos_u"])
+    node("Mul", ["pos_u", "inv_freq"], ["freqs"])
+    node("Concat", ["freqs", "freqs"], ["angles"], axis=-1)
+    node("Cos", ["angles"], ["cos_t"])
+    node("Sin", ["angles"], ["sin_t"])
+    node("Unsqueeze", ["cos_t", "axis_1"], ["cos"])
+    node("Unsqueeze", ["sin_t", "axis_1"], ["sin"])
+    node("Shape", ["input_ids"], ["ids_shape"])
+    node("Gather", ["ids_shape", "i1"], ["seq"], axis=0)
+    if with_past:
+        node("Shape", ["past_key_values.0.key"], ["past_shape"])
+        node("Gather", ["past_shape", "i2"], ["past"], axis=0)
+    else:
+        node("Identity", ["i0"], ["past"])
+    node("Add", ["past", "seq"], ["total"])
+    node("Range", ["past", "total", "i1"], ["query_steps"])
+    node("Range", ["i0", "total", "i1"], ["key_steps"])
+    node("Unsqueeze", ["query_steps", "axis_1"], ["rows"])
+    node("Unsqueeze", ["key_steps", "axis_0"], ["cols"])
+    node("Greater", ["cols", "rows"], ["future"])
+    node("Where", ["future", "neg_big", "zero"], ["causal_only"])
+    if with_past:
+        node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT)
+        node("Sub", ["one", "mask_f"], ["unmasked"])
+        node("Mul", ["unmasked", "neg_big"], ["pad"])
+        node("Unsqueeze", ["pad", "axes_12"], ["pad4"])
+        node("Add", ["causal_only", "pad4"], ["causal"])
+    else:
+        node("Identity", ["causal_only"], ["causal"])
+    x = "x0"
+    for i in range(layers):
+        def n(name, i=i):
+            return name if i == 0 else f"l{i}_{name}"
+
+        def w(name, i=i):
+            return name if i == 0 else f"{name}_{i}"
+        node("LayerNormalization", [x, w("g"), w("b")], [n("ln")], axis=-1, epsilon=1e-5)
+        node("MatMul", [n("ln"), w("wqkv")], [n("qkv")])
+        node("Reshape", [n("qkv"), "qkv_shape"], [n("qkv4")])
+        node("Slice", [n("qkv4"), "half0", "q_end", "axis_2"], [n("q_s")])
+        node("Gather", [n("qkv4"), "k_index"], [n("k_s")], axis=2)
+        node("Gather", [n("qkv4"), "v_index"], [n("v_s")], axis=2)
+        for name in ("q", "k", "v"):
+            node("Transpose", [n(name + "_s")], [n(name + "_h")], perm=[0, 2, 1, 3])
+        rotate(n("q_h"), n("q_rot"))
+        rotate(n("k_h"), n("k_new"))
+        if with_past:
+            node("Concat", [f"past_key_values.{i}.key", n("k_new")], [f"present.{i}.key"], axis=2)
+            node("Concat", [f"past_key_values.{i}.value", n("v_h")], [f"present.{i}.value"], axis=2)
+            k_all, v_all = f"present.{i}.key", f"present.{i}.value"
+        else:
+            k_all, v_all = n("k_new"), n("v_h")
+        node("Transpose", [k_all], [n("k_t")], perm=[0, 1, 3, 2])
+        node("MatMul", [n("q_rot"), n("k_t")], [n("qk")])
+        node("Mul", [n("qk"), "scale"], [n("qk_s")])
+        node("Add", [n("qk_s"), "causal"], [n("qk_m")])
+        node("Softmax", [n("qk_m")], [n("probs")], axis=-1)
+        node("MatMul", [n("probs"), v_all], [n("ctx")])
+        node("Transpose", [n("ctx")], [n("ctx_t")], perm=[0, 2, 1, 3])
+        node("Reshape", [n("ctx_t"), "model_shape"], [n("ctx_m")])
+        node("MatMul", [n("ctx_m"), w("wo")], [n("attn")])
+        # The MLP reads the same norm (parallel attention and MLP).
+        node("MatMul", [n("ln"), w("wup")], [n("up_mm")])
+        node("Add", [n("up_mm"), w("bup")], [n("up")])
+        node("Relu", [n("up")], [n("act")])
+        node("MatMul", [n("act"), w("wdown")], [n("mlp")])
+        node("Add", [n("mlp"), n("attn")], [n("both")])
+        node("Add", [n("both"), x], [n("x1")])
+        x = n("x1")
+    node("LayerNormalization", [x, "gf", "bf"], ["hf"], axis=-1, epsilon=1e-5)
+    node("MatMul", ["hf", "wlm"], ["logits"])
+    inputs = [vi("input_ids", I64, ["batch", "seq"])]
+    outputs = [vi("logits", F, ["batch", "seq", vocab])]
+    if with_past:
+        inputs.append(vi("attention_mask", I64, ["batch", "total_seq"]))
+    inputs.append(vi("position_ids", I64, ["batch", "seq"]))
+    if with_past:
+        for i in range(layers):
+            for kind in ("key", "value"):
+                inputs.append(vi(f"past_key_values.{i}.{kind}", F, ["batch", 1, "past_seq", hd]))
+                outputs.append(vi(f"present.{i}.{kind}", F, ["batch", 1, "total_seq", hd]))
+    return model(nodes, inputs, outputs, inits)
+
+
 def case_mixed_dtypes():
     # MatMul of a float32 input by a float64 weight: ONNX's MatMul takes one
     # element type T for both inputs, so the model is invalid.
