@@ -652,6 +652,35 @@ def torch_generate_static(model, prompt, new):
     return (new - 1) / (t_all - t_one), toks
 
 
+SDPA_MODES = ("default", "no-cudnn")
+
+
+def sdpa_modes(arg):
+    """The eager runs' attention backends: PyTorch's choice ("default"), and
+    its choice with cuDNN's SDPA kernels turned off ("no-cudnn"). Where
+    PyTorch picks cuDNN's attention (fp16 with a mask), each new key length
+    builds a new cuDNN plan, tens of ms, so a decode step, whose length is
+    new every step, measures the plan build rather than the step."""
+    return SDPA_MODES if arg == "both" else (arg,)
+
+
+class sdpa_backend:
+    """Context: PyTorch's SDPA backend choice per `mode` (SDPA_MODES)."""
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def __enter__(self):
+        import torch
+        self.was = torch.backends.cuda.cudnn_sdp_enabled()
+        if self.mode == "no-cudnn":
+            torch.backends.cuda.enable_cudnn_sdp(False)
+
+    def __exit__(self, *exc):
+        import torch
+        torch.backends.cuda.enable_cudnn_sdp(self.was)
+
+
 def sweep_prompts(args):
     """(batch, prompt length, ids [batch, length]) of the batch sweep: random
     prompts, the same for sparsec and PyTorch."""
@@ -812,17 +841,21 @@ def cmd_bench(args):
         print(f"device read bandwidth: {read_bandwidth() / 1e12:.2f} TB/s (torch.sum over "
               "4 GiB of fp16, best of 5)", flush=True)
         model = hf_model(cfg, args.density)
-        tps, ttft, toks = torch_decode(model, prompt.tolist(), args.new)
-        same = sum(a == b for a, b in zip(toks, ref_tokens or []))
-        print(f"pytorch eager (transformers OPTForCausalLM, fp16): decode {tps:.1f} "
-              f"tokens/s, time to first token {ttft * 1e3:.1f} ms; greedy tokens equal to "
-              f"sparsec dense: {same}/{len(toks)}", flush=True)
-        # The batch / prompt sweep with the same random prompts as sparsec's.
-        for bsz, plen, ids in sweep_prompts(args):
-            tps, ttft, _ = torch_decode(model, ids.tolist(), args.sweep_new)
-            print(f"sweep pytorch eager batch {bsz} prompt {plen}: decode "
-                  f"{tps * bsz:.1f} tokens/s ({tps:.1f} steps/s), time to first token "
-                  f"{ttft * 1e3:.1f} ms", flush=True)
+        print(f"pytorch attention: {model.config._attn_implementation}", flush=True)
+        for mode in sdpa_modes(args.torch_sdpa):
+            with sdpa_backend(mode):
+                tps, ttft, toks = torch_decode(model, prompt.tolist(), args.new)
+                same = sum(a == b for a, b in zip(toks, ref_tokens or []))
+                print(f"pytorch eager (transformers OPTForCausalLM, fp16, SDPA {mode}): "
+                      f"decode {tps:.1f} tokens/s, time to first token {ttft * 1e3:.1f} ms; "
+                      f"greedy tokens equal to sparsec dense: {same}/{len(toks)}", flush=True)
+                # The batch / prompt sweep with the same random prompts as
+                # sparsec's.
+                for bsz, plen, ids in sweep_prompts(args):
+                    tps, ttft, _ = torch_decode(model, ids.tolist(), args.sweep_new)
+                    print(f"sweep pytorch eager (SDPA {mode}) batch {bsz} prompt {plen}: "
+                          f"decode {tps * bsz:.1f} tokens/s ({tps:.1f} steps/s), time to "
+                          f"first token {ttft * 1e3:.1f} ms", flush=True)
         if not args.no_compile:
             tps, toks = torch_generate_static(model, prompt.tolist(), args.new)
             same = sum(a == b for a, b in zip(toks, ref_tokens or []))
@@ -993,6 +1026,9 @@ def main():
     b.add_argument("--density", type=float, default=0.1)
     b.add_argument("--no-compile", action="store_true")
     b.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
+    b.add_argument("--torch-sdpa", default="both", choices=SDPA_MODES + ("both",),
+                   help="PyTorch eager's attention backends: its default choice, cuDNN's "
+                   "SDPA off, or both (default), each a run")
     b.add_argument("--onnx", help="take the weights from this ONNX file's initializers "
                    "(a model other than the OPT shapes; use with --no-torch)")
     b.add_argument("--only", help="build names, comma-separated")
