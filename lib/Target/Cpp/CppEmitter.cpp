@@ -1381,6 +1381,12 @@ LogicalResult Emitter::emitDeviceOp(Operation *op) {
                     ", " + arr + ", " +
                     std::to_string(static_cast<int64_t>(c.getAxis())));
       })
+      .Case([&](ExpandOp e) -> LogicalResult {
+        auto shape = hostOperand(e.getShape(), "expand's shape");
+        if (failed(shape))
+          return failure();
+        return call("expand(ctx, " + dv(e.getInput()) + ", " + *shape);
+      })
       .Case([&](SliceOp s) -> LogicalResult {
         SmallVector<std::string> params;
         // (Named arrays: a ValueRange over a braced list in the loop header

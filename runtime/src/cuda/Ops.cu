@@ -1669,6 +1669,39 @@ bool slice(Context &ctx, const Tensor &data, const Tensor &starts,
   return stridedCopy(ctx, d, s, data, r);
 }
 
+bool expand(Context &ctx, const Tensor &x, const Tensor &shapeT, int outSlot,
+            Tensor &out) {
+  Device &d = dev(ctx);
+  std::vector<int64_t> req;
+  if (!checkTensor(ctx, "expand", "input", x) ||
+      !ops::detail::readShape(ctx, "expand", shapeT, req))
+    return false;
+  for (int64_t v : req)
+    if (v < 0)
+      return ctx.fail("expand: invalid shape " + shapeString(int(req.size()), req.data()));
+  int rank = 0;
+  int64_t shape[kMaxRank];
+  if (!broadcastShapes(x.rank, x.shape, int(req.size()), req.data(), rank,
+                       shape))
+    return ctx.fail("expand: cannot broadcast " + x.describe() + " to " +
+                    shapeString(int(req.size()), req.data()));
+  // A strided copy whose broadcast dims have stride 0.
+  Strided s;
+  s.rank = rank;
+  int64_t own[kMaxRank];
+  contiguousStrides(x.rank, x.shape, own);
+  for (int i = 0; i < rank; ++i) {
+    const int xi = i - (rank - x.rank);
+    s.shape[i] = shape[i];
+    s.stride[i] = (xi < 0 || x.shape[xi] == 1) ? 0 : own[xi];
+  }
+  Tensor r;
+  if (!allocate(ctx, d, outSlot, r, x.dtype, rank, shape))
+    return false;
+  out = r;
+  return stridedCopy(ctx, d, s, x, r);
+}
+
 //===----------------------------------------------------------------------===//
 // Sparse ops
 //===----------------------------------------------------------------------===//

@@ -1010,22 +1010,36 @@ def case_falcon_decoder_kv():
     return falcon_decoder(with_past=True)
 
 
+def case_falcon40_decoder_kv():
+    # falcon_decoder_kv in Falcon-40B's layout: 8 heads in 2 groups, each
+    # group's key and value head broadcast over its 4 query heads before the
+    # cache (which holds all 8), separate attention and MLP norms.
+    return falcon_decoder(with_past=True, d=32, heads=8, kv_groups=2)
+
+
 def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=0.5,
-                   ffn_bias=-1.0):
+                   ffn_bias=-1.0, kv_groups=None):
     """A Falcon-7B-style decoder (parallel attention and MLP, multi-query).
 
     Projections are standard normal times `scale`; the up projection's
     ReLU sees a bias around `ffn_bias` through a rank-4 weight, so most of
     its outputs are 0 and a low-rank predictor finds the rest, as in
     gated_lm. Layer 0's names are unprefixed; layer i > 0 prefixes nodes
-    with 'l{i}_' and suffixes weights with '_{i}'.
+    with 'l{i}_' and suffixes weights with '_{i}'. With `kv_groups`, the
+    layout of Falcon-40B's new decoder architecture: separate norms for the
+    attention and the MLP, the fused projection reshaped to [batch, seq,
+    groups, heads / groups + 2, hd], each group's key and value broadcast
+    (Expand) to its query heads and flattened with them to [batch, seq,
+    heads, hd]; the cache then holds every head, as the export's does.
     """
     hd = d // heads
     scale = np.float32(scale)
     inits = [init("tok", f32(vocab, d)), init("wlm", f32(d, vocab)),
              init("gf", 1 + 0.1 * f32(d)), init("bf", 0.1 * f32(d)),
              init("inv_freq", (1.0 / 10000 ** (np.arange(0, hd, 2) / hd)).astype(np.float32)),
-             init("qkv_shape", np.array([0, 0, heads + 2, hd], np.int64)),
+             init("qkv_shape", np.array([0, 0, heads + 2, hd], np.int64)
+                  if kv_groups is None else
+                  np.array([0, 0, kv_groups, heads // kv_groups + 2, hd], np.int64)),
              init("model_shape", np.array([0, 0, d], np.int64)),
              init("axis_last", np.array([-1], np.int64)),
              init("axis_1", np.array([1], np.int64)),
@@ -1043,15 +1057,21 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
              init("scale", np.array(1 / np.sqrt(hd), np.float32)),
              init("neg_big", np.array(-1e4, np.float32)),
              init("zero", np.array(0.0, np.float32))]
+    if kv_groups is not None:
+        inits += [init("heads_shape", np.array([0, 0, heads, hd], np.int64)),
+                  init("axis_3", np.array([3], np.int64))]
+    qkv_width = (heads + 2) * hd if kv_groups is None else (heads + 2 * kv_groups) * hd
     for i in range(layers):
         sfx = "" if i == 0 else f"_{i}"
         low = (f32(d, 4) @ f32(4, ffn)) / 2.0 * scale
         inits += [init("g" + sfx, 1 + 0.1 * f32(d)), init("b" + sfx, 0.1 * f32(d)),
-                  init("wqkv" + sfx, f32(d, (heads + 2) * hd) * scale),
+                  init("wqkv" + sfx, f32(d, qkv_width) * scale),
                   init("wo" + sfx, f32(d, d) * scale),
                   init("wup" + sfx, low.astype(np.float32)),
                   init("bup" + sfx, np.full(ffn, ffn_bias, np.float32) + 0.1 * f32(ffn)),
                   init("wdown" + sfx, f32(ffn, d) * scale)]
+        if kv_groups is not None:
+            inits += [init("gm" + sfx, 1 + 0.1 * f32(d)), init("bm" + sfx, 0.1 * f32(d))]
     nodes = []
 
     def node(op, ins, outs, **kw):
@@ -1107,9 +1127,19 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
         node("LayerNormalization", [x, w("g"), w("b")], [n("ln")], axis=-1, epsilon=1e-5)
         node("MatMul", [n("ln"), w("wqkv")], [n("qkv")])
         node("Reshape", [n("qkv"), "qkv_shape"], [n("qkv4")])
-        node("Slice", [n("qkv4"), "half0", "q_end", "axis_2"], [n("q_s")])
-        node("Gather", [n("qkv4"), "k_index"], [n("k_s")], axis=2)
-        node("Gather", [n("qkv4"), "v_index"], [n("v_s")], axis=2)
+        if kv_groups is None:
+            node("Slice", [n("qkv4"), "half0", "q_end", "axis_2"], [n("q_s")])
+            node("Gather", [n("qkv4"), "k_index"], [n("k_s")], axis=2)
+            node("Gather", [n("qkv4"), "v_index"], [n("v_s")], axis=2)
+        else:  # [B, T, groups, per + 2, hd]: broadcast k and v over the group
+            node("Slice", [n("qkv4"), "half0", "q_end", "axis_3"], [n("q_g")])
+            node("Gather", [n("qkv4"), "k_index"], [n("k_g")], axis=3)
+            node("Gather", [n("qkv4"), "v_index"], [n("v_g")], axis=3)
+            node("Shape", [n("q_g")], [n("q_g_shape")])
+            for name in ("k", "v"):
+                node("Expand", [n(name + "_g"), n("q_g_shape")], [n(name + "_e")])
+                node("Reshape", [n(name + "_e"), "heads_shape"], [n(name + "_s")])
+            node("Reshape", [n("q_g"), "heads_shape"], [n("q_s")])
         for name in ("q", "k", "v"):
             node("Transpose", [n(name + "_s")], [n(name + "_h")], perm=[0, 2, 1, 3])
         rotate(n("q_h"), n("q_rot"))
@@ -1129,8 +1159,14 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
         node("Transpose", [n("ctx")], [n("ctx_t")], perm=[0, 2, 1, 3])
         node("Reshape", [n("ctx_t"), "model_shape"], [n("ctx_m")])
         node("MatMul", [n("ctx_m"), w("wo")], [n("attn")])
-        # The MLP reads the same norm (parallel attention and MLP).
-        node("MatMul", [n("ln"), w("wup")], [n("up_mm")])
+        # The MLP reads the same norm (parallel attention and MLP), or its
+        # own in the new architecture.
+        mlp_in = n("ln")
+        if kv_groups is not None:
+            node("LayerNormalization", [x, w("gm"), w("bm")], [n("ln_mlp")], axis=-1,
+                 epsilon=1e-5)
+            mlp_in = n("ln_mlp")
+        node("MatMul", [mlp_in, w("wup")], [n("up_mm")])
         node("Add", [n("up_mm"), w("bup")], [n("up")])
         node("Relu", [n("up")], [n("act")])
         node("MatMul", [n("act"), w("wdown")], [n("mlp")])
@@ -1147,8 +1183,10 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
     if with_past:
         for i in range(layers):
             for kind in ("key", "value"):
-                inputs.append(vi(f"past_key_values.{i}.{kind}", F, ["batch", 1, "past_seq", hd]))
-                outputs.append(vi(f"present.{i}.{kind}", F, ["batch", 1, "total_seq", hd]))
+                cached = 1 if kv_groups is None else heads
+                inputs.append(vi(f"past_key_values.{i}.{kind}", F,
+                                 ["batch", cached, "past_seq", hd]))
+                outputs.append(vi(f"present.{i}.{kind}", F, ["batch", cached, "total_seq", hd]))
     return model(nodes, inputs, outputs, inits)
 
 

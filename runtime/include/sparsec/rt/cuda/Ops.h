@@ -198,6 +198,10 @@ bool concat(Context &ctx, int n, const Tensor *const *inputs, int64_t axis,
 bool slice(Context &ctx, const Tensor &data, const Tensor &starts,
            const Tensor &ends, const Tensor &axes, const Tensor &steps,
            int outSlot, Tensor &out);
+/// ONNX Expand: x broadcast to the host int64 `shape` (bidirectionally, as
+/// ONNX's), as a copy.
+bool expand(Context &ctx, const Tensor &x, const Tensor &shape, int outSlot,
+            Tensor &out);
 
 //===----------------------------------------------------------------------===//
 // Activation sparsity (decode: at most 8 tokens use the neuron-granular
