@@ -783,6 +783,56 @@ def case_relu2_lm():
                          squared=True)
 
 
+def _rotate(node, x, out):
+    """x * cos + rotate_half(x) * sin, rotate_half by Slice, Neg and Concat."""
+    node("Slice", [x, "half0", "half1", "axis_last"], [out + "_a"])
+    node("Slice", [x, "half1", "half2", "axis_last"], [out + "_b"])
+    node("Neg", [out + "_b"], [out + "_nb"])
+    node("Concat", [out + "_nb", out + "_a"], [out + "_rh"], axis=-1)
+    node("Mul", [x, "cos"], [out + "_c"])
+    node("Mul", [out + "_rh", "sin"], [out + "_s"])
+    node("Add", [out + "_c", out + "_s"], [out])
+
+
+def _rope_tables_and_mask(node, with_past):
+    """The rotary tables `cos` and `sin` ([batch, 1, seq, hd], from
+    position_ids) and the additive mask `causal` ([seq, past + seq]: -1e4
+    where a key follows the query; with a cache, plus (1 - attention_mask)
+    * -1e4 over [batch, 1, 1, total]), as the decoder cases export them."""
+    # Rotary tables: [batch, 1, seq, hd].
+    node("Cast", ["position_ids"], ["pos_f"], to=TensorProto.FLOAT)
+    node("Unsqueeze", ["pos_f", "axis_last"], ["pos_u"])
+    node("Mul", ["pos_u", "inv_freq"], ["freqs"])
+    node("Concat", ["freqs", "freqs"], ["angles"], axis=-1)
+    node("Cos", ["angles"], ["cos_t"])
+    node("Sin", ["angles"], ["sin_t"])
+    node("Unsqueeze", ["cos_t", "axis_1"], ["cos"])
+    node("Unsqueeze", ["sin_t", "axis_1"], ["sin"])
+    # Causal mask [seq, past + seq]: -1e4 where a key follows the query.
+    node("Shape", ["input_ids"], ["ids_shape"])
+    node("Gather", ["ids_shape", "i1"], ["seq"], axis=0)
+    if with_past:
+        node("Shape", ["past_key_values.0.key"], ["past_shape"])
+        node("Gather", ["past_shape", "i2"], ["past"], axis=0)
+    else:
+        node("Identity", ["i0"], ["past"])
+    node("Add", ["past", "seq"], ["total"])
+    node("Range", ["past", "total", "i1"], ["query_steps"])
+    node("Range", ["i0", "total", "i1"], ["key_steps"])
+    node("Unsqueeze", ["query_steps", "axis_1"], ["rows"])
+    node("Unsqueeze", ["key_steps", "axis_0"], ["cols"])
+    node("Greater", ["cols", "rows"], ["future"])
+    node("Where", ["future", "neg_big", "zero"], ["causal_only"])
+    if with_past:  # padding: (1 - mask) * -1e4 over [batch, 1, 1, total]
+        node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT)
+        node("Sub", ["one", "mask_f"], ["unmasked"])
+        node("Mul", ["unmasked", "neg_big"], ["pad"])
+        node("Unsqueeze", ["pad", "axes_12"], ["pad4"])
+        node("Add", ["causal_only", "pad4"], ["causal"])
+    else:
+        node("Identity", ["causal_only"], ["causal"])
+
+
 def _rope_decoder(with_past, d=8, ffn=16, vocab=16, gate_bias=None, **kw):
     # A ReLU-fied LLaMA-style decoder layer as exporters write it: RMS norms
     # spelled out (Pow, ReduceMean, Sqrt, Div), rotary position embeddings
@@ -861,15 +911,6 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
         node("Div", [x, out + "_r"], [out + "_n"])
         node("Mul", [out + "_n", w], [out])
 
-    def rotate(x, out):  # x * cos + rotate_half(x) * sin
-        node("Slice", [x, "half0", "half1", "axis_last"], [out + "_a"])
-        node("Slice", [x, "half1", "half2", "axis_last"], [out + "_b"])
-        node("Neg", [out + "_b"], [out + "_nb"])
-        node("Concat", [out + "_nb", out + "_a"], [out + "_rh"], axis=-1)
-        node("Mul", [x, "cos"], [out + "_c"])
-        node("Mul", [out + "_rh", "sin"], [out + "_s"])
-        node("Add", [out + "_c", out + "_s"], [out])
-
     def split_heads(x, out, shape="heads_shape"):
         node("Reshape", [x, shape], [out + "_r"])
         node("Transpose", [out + "_r"], [out], perm=[0, 2, 1, 3])
@@ -883,38 +924,7 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
         node("Reshape", [out + "_e", "repeated_shape"], [out])
 
     node("Gather", ["tok", "input_ids"], ["x0"], axis=0)
-    # Rotary tables: [batch, 1, seq, hd].
-    node("Cast", ["position_ids"], ["pos_f"], to=TensorProto.FLOAT)
-    node("Unsqueeze", ["pos_f", "axis_last"], ["pos_u"])
-    node("Mul", ["pos_u", "inv_freq"], ["freqs"])
-    node("Concat", ["freqs", "freqs"], ["angles"], axis=-1)
-    node("Cos", ["angles"], ["cos_t"])
-    node("Sin", ["angles"], ["sin_t"])
-    node("Unsqueeze", ["cos_t", "axis_1"], ["cos"])
-    node("Unsqueeze", ["sin_t", "axis_1"], ["sin"])
-    # Causal mask [seq, past + seq]: -1e4 where a key follows the query.
-    node("Shape", ["input_ids"], ["ids_shape"])
-    node("Gather", ["ids_shape", "i1"], ["seq"], axis=0)
-    if with_past:
-        node("Shape", ["past_key_values.0.key"], ["past_shape"])
-        node("Gather", ["past_shape", "i2"], ["past"], axis=0)
-    else:
-        node("Identity", ["i0"], ["past"])
-    node("Add", ["past", "seq"], ["total"])
-    node("Range", ["past", "total", "i1"], ["query_steps"])
-    node("Range", ["i0", "total", "i1"], ["key_steps"])
-    node("Unsqueeze", ["query_steps", "axis_1"], ["rows"])
-    node("Unsqueeze", ["key_steps", "axis_0"], ["cols"])
-    node("Greater", ["cols", "rows"], ["future"])
-    node("Where", ["future", "neg_big", "zero"], ["causal_only"])
-    if with_past:  # padding: (1 - mask) * -1e4 over [batch, 1, 1, total]
-        node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT)
-        node("Sub", ["one", "mask_f"], ["unmasked"])
-        node("Mul", ["unmasked", "neg_big"], ["pad"])
-        node("Unsqueeze", ["pad", "axes_12"], ["pad4"])
-        node("Add", ["causal_only", "pad4"], ["causal"])
-    else:
-        node("Identity", ["causal_only"], ["causal"])
+    _rope_tables_and_mask(node, with_past)
     x = "x0"
     for i in range(layers):
         def n(name, i=i):  # a node's output in layer i
@@ -929,8 +939,8 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
             node("MatMul", [n("h1"), w(weight)], [n(name + "_p")])
             split_heads(n(name + "_p"), n(name + "_h"),
                         "heads_shape" if name == "q" or kvh == heads else "kv_heads_shape")
-        rotate(n("q_h"), n("q_rot"))
-        rotate(n("k_h"), n("k_new"))
+        _rotate(node, n("q_h"), n("q_rot"))
+        _rotate(node, n("k_h"), n("k_new"))
         if with_past:
             node("Concat", [past_k, n("k_new")], [f"present.{i}.key"], axis=2)
             node("Concat", [past_v, n("v_h")], [f"present.{i}.value"], axis=2)
@@ -1077,46 +1087,8 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
     def node(op, ins, outs, **kw):
         nodes.append(helper.make_node(op, ins, outs, name=outs[0] + "_node", **kw))
 
-    def rotate(x, out):  # x * cos + rotate_half(x) * sin
-        node("Slice", [x, "half0", "half1", "axis_last"], [out + "_a"])
-        node("Slice", [x, "half1", "half2", "axis_last"], [out + "_b"])
-        node("Neg", [out + "_b"], [out + "_nb"])
-        node("Concat", [out + "_nb", out + "_a"], [out + "_rh"], axis=-1)
-        node("Mul", [x, "cos"], [out + "_c"])
-        node("Mul", [out + "_rh", "sin"], [out + "_s"])
-        node("Add", [out + "_c", out + "_s"], [out])
-
     node("Gather", ["tok", "input_ids"], ["x0"], axis=0)
-    node("Cast", ["position_ids"], ["pos_f"], to=TensorProto.FLOAT)
-    node("Unsqueeze", ["pos_f", "axis_last"], ["pos_u"])
-    node("Mul", ["pos_u", "inv_freq"], ["freqs"])
-    node("Concat", ["freqs", "freqs"], ["angles"], axis=-1)
-    node("Cos", ["angles"], ["cos_t"])
-    node("Sin", ["angles"], ["sin_t"])
-    node("Unsqueeze", ["cos_t", "axis_1"], ["cos"])
-    node("Unsqueeze", ["sin_t", "axis_1"], ["sin"])
-    node("Shape", ["input_ids"], ["ids_shape"])
-    node("Gather", ["ids_shape", "i1"], ["seq"], axis=0)
-    if with_past:
-        node("Shape", ["past_key_values.0.key"], ["past_shape"])
-        node("Gather", ["past_shape", "i2"], ["past"], axis=0)
-    else:
-        node("Identity", ["i0"], ["past"])
-    node("Add", ["past", "seq"], ["total"])
-    node("Range", ["past", "total", "i1"], ["query_steps"])
-    node("Range", ["i0", "total", "i1"], ["key_steps"])
-    node("Unsqueeze", ["query_steps", "axis_1"], ["rows"])
-    node("Unsqueeze", ["key_steps", "axis_0"], ["cols"])
-    node("Greater", ["cols", "rows"], ["future"])
-    node("Where", ["future", "neg_big", "zero"], ["causal_only"])
-    if with_past:
-        node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT)
-        node("Sub", ["one", "mask_f"], ["unmasked"])
-        node("Mul", ["unmasked", "neg_big"], ["pad"])
-        node("Unsqueeze", ["pad", "axes_12"], ["pad4"])
-        node("Add", ["causal_only", "pad4"], ["causal"])
-    else:
-        node("Identity", ["causal_only"], ["causal"])
+    _rope_tables_and_mask(node, with_past)
     x = "x0"
     for i in range(layers):
         def n(name, i=i):
@@ -1142,8 +1114,8 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
             node("Reshape", [n("q_g"), "heads_shape"], [n("q_s")])
         for name in ("q", "k", "v"):
             node("Transpose", [n(name + "_s")], [n(name + "_h")], perm=[0, 2, 1, 3])
-        rotate(n("q_h"), n("q_rot"))
-        rotate(n("k_h"), n("k_new"))
+        _rotate(node, n("q_h"), n("q_rot"))
+        _rotate(node, n("k_h"), n("k_new"))
         if with_past:
             node("Concat", [f"past_key_values.{i}.key", n("k_new")], [f"present.{i}.key"], axis=2)
             node("Concat", [f"past_key_values.{i}.value", n("v_h")], [f"present.{i}.value"], axis=2)
