@@ -527,12 +527,8 @@ bool expand(Context &ctx, const Tensor &x, const Tensor &shapeT, int outSlot,
   Tensor res;
   if (!allocateOut(ctx, "expand", outSlot, res, x.dtype, rank, shape))
     return false;
-  int64_t own[kMaxRank], str[kMaxRank];
-  contiguousStrides(x.rank, x.shape, own);
-  for (int d = 0; d < rank; ++d) {
-    int xd = d - (rank - x.rank);
-    str[d] = (xd < 0 || x.shape[xd] == 1) ? 0 : own[xd];
-  }
+  int64_t str[kMaxRank];
+  broadcastStridesOf(x, rank, str);
   if (res.numel() != 0)
     stridedCopy(ctx, res, x.data, rank, shape, str);
   out = res;

@@ -1688,13 +1688,9 @@ bool expand(Context &ctx, const Tensor &x, const Tensor &shapeT, int outSlot,
   // A strided copy whose broadcast dims have stride 0.
   Strided s;
   s.rank = rank;
-  int64_t own[kMaxRank];
-  contiguousStrides(x.rank, x.shape, own);
-  for (int i = 0; i < rank; ++i) {
-    const int xi = i - (rank - x.rank);
+  for (int i = 0; i < rank; ++i)
     s.shape[i] = shape[i];
-    s.stride[i] = (xi < 0 || x.shape[xi] == 1) ? 0 : own[xi];
-  }
+  ops::detail::broadcastStridesOf(x, rank, s.stride);
   Tensor r;
   if (!allocate(ctx, d, outSlot, r, x.dtype, rank, shape))
     return false;

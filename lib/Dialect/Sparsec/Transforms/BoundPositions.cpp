@@ -180,11 +180,9 @@ SmallVector<Interval> evaluateOp(Operation *op, Get get) {
   if (auto cumsum = dyn_cast<CumSumOp>(op)) {
     auto in = dyn_cast<RankedTensorType>(cumsum.getInput().getType());
     Interval a = get(cumsum.getInput());
-    int64_t axis = cumsum.getAxis();
     if (!a.known || !in)
       return one({});
-    if (axis < 0)
-      axis += in.getRank();
+    const int64_t axis = normalizeAxis(cumsum.getAxis(), in.getRank());
     if (axis < 0 || axis >= in.getRank() || in.isDynamicDim(axis))
       return one({});
     // Each element sums k of the inputs, k in [1, n] ([0, n - 1] exclusive).

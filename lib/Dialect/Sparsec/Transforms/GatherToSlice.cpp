@@ -76,9 +76,7 @@ struct GatherRunToSlice : OpRewritePattern<GatherOp> {
     if (!isa<FloatType>(dataType.getElementType()))
       return rewriter.notifyMatchFailure(op, "not a float tensor");
     const int64_t rank = dataType.getRank();
-    int64_t axis = op.getAxis();
-    if (axis < 0)
-      axis += rank;
+    const int64_t axis = normalizeAxis(op.getAxis(), rank);
     if (axis < 0 || axis >= rank)
       return rewriter.notifyMatchFailure(op, "axis out of range");
     SmallVector<int64_t> ids;
