@@ -333,7 +333,7 @@ def prepare(args):
         # The rotary layers' logits (and a cache's presents, rotated keys
         # included) against ONNX Runtime's on random ids, for the builds
         # compiled as exported.
-        if case.startswith(("rope_decoder", "falcon_decoder", "falcon40")) and not extra:
+        if case.startswith(("rope_decoder", "falcon")) and not extra:
             dims = {"batch": 2, "seq": 7, "past_seq": 3, "total_seq": 10}
             inputs = gen_inputs(onnx_path, dims, 0, 16)
             sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
@@ -906,8 +906,7 @@ def run(args):
                            f"{ENV_LABELS[tuple(env)] if env else ''}: "
                            f"{'equal to' if got == want else 'differ from'} ONNX Runtime's; "
                            + (stats[-1] if stats else ""))
-    for name in ("rope_kv", "rope_nc", "rope_gqa_kv", "rope_h16_kv", "falcon_kv",
-                 "falcon40_kv"):
+    for name in GENERATED:  # the builds prepare() made ONNX Runtime cases for
         if os.path.isdir(os.path.join(args.dir, "cases", "ort_" + name)):
             check_case(args, res, name, "ort_" + name, 1e-4, 1e-5, " (rotary)")
     # Convolutional networks against ONNX Runtime: fp32 and fp16 weights.

@@ -783,6 +783,21 @@ def case_relu2_lm():
                          squared=True)
 
 
+def _rope_constants(hd):
+    """The constants _rotate and _rope_tables_and_mask read (the rotate-half
+    slice bounds, the mask's indices and values) and the attention's score
+    scale, for heads of `hd`."""
+    return [init("half0", np.array([0], np.int64)),
+            init("half1", np.array([hd // 2], np.int64)),
+            init("half2", np.array([hd], np.int64)),
+            init("i0", np.array(0, np.int64)), init("i1", np.array(1, np.int64)),
+            init("i2", np.array(2, np.int64)), init("one", np.array(1.0, np.float32)),
+            init("axes_12", np.array([1, 2], np.int64)),
+            init("scale", np.array(1 / np.sqrt(hd), np.float32)),
+            init("neg_big", np.array(-1e4, np.float32)),
+            init("zero", np.array(0.0, np.float32))]
+
+
 def _rotate(node, x, out):
     """x * cos + rotate_half(x) * sin, rotate_half by Slice, Neg and Concat."""
     node("Slice", [x, "half0", "half1", "axis_last"], [out + "_a"])
@@ -878,15 +893,7 @@ def llama_decoder(with_past, d=8, ffn=16, vocab=16, heads=2, layers=1, scale=0.5
              init("axis_last", np.array([-1], np.int64)),
              init("axis_1", np.array([1], np.int64)),
              init("axis_0", np.array([0], np.int64)),
-             init("half0", np.array([0], np.int64)),
-             init("half1", np.array([hd // 2], np.int64)),
-             init("half2", np.array([hd], np.int64)),
-             init("i0", np.array(0, np.int64)), init("i1", np.array(1, np.int64)),
-             init("i2", np.array(2, np.int64)), init("one", np.array(1.0, np.float32)),
-             init("axes_12", np.array([1, 2], np.int64)),
-             init("scale", np.array(1 / np.sqrt(hd), np.float32)),
-             init("neg_big", np.array(-1e4, np.float32)),
-             init("zero", np.array(0.0, np.float32))]
+             *_rope_constants(hd)]
     for i in range(1, layers):
         for w, shape in (("wq", (d, d)), ("wk", (d, kv)), ("wv", (d, kv)), ("wo", (d, d)),
                          ("wg", (d, ffn)), ("wu", (d, ffn)), ("wd", (ffn, d))):
@@ -1058,15 +1065,7 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
              init("q_end", np.array([-2], np.int64)),
              init("k_index", np.array([-2], np.int64)),
              init("v_index", np.array([-1], np.int64)),
-             init("half0", np.array([0], np.int64)),
-             init("half1", np.array([hd // 2], np.int64)),
-             init("half2", np.array([hd], np.int64)),
-             init("i0", np.array(0, np.int64)), init("i1", np.array(1, np.int64)),
-             init("i2", np.array(2, np.int64)), init("one", np.array(1.0, np.float32)),
-             init("axes_12", np.array([1, 2], np.int64)),
-             init("scale", np.array(1 / np.sqrt(hd), np.float32)),
-             init("neg_big", np.array(-1e4, np.float32)),
-             init("zero", np.array(0.0, np.float32))]
+             *_rope_constants(hd)]
     if kv_groups is not None:
         inits += [init("heads_shape", np.array([0, 0, heads, hd], np.int64)),
                   init("axis_3", np.array([3], np.int64))]
