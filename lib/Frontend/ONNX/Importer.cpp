@@ -1033,8 +1033,20 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
   }
   func::ReturnOp::create(builder, fileLoc, results);
   func.setFunctionType(builder.getFunctionType(argTypes, finalTypes));
-  for (auto [i, out] : llvm::enumerate(graph.output()))
+  for (auto [i, out] : llvm::enumerate(graph.output())) {
     func.setResultAttr(i, "sparsec.name", builder.getStringAttr(out.name()));
+    // The export's names of its output dims (`model info` shows them),
+    // where it gives a shape of the result's rank.
+    const auto &tensor = out.type().tensor_type();
+    auto type = dyn_cast<RankedTensorType>(finalTypes[i]);
+    if (!tensor.has_shape() || !type ||
+        tensor.shape().dim_size() != type.getRank())
+      continue;
+    SmallVector<Attribute> dimNames;
+    for (const auto &d : tensor.shape().dim())
+      dimNames.push_back(builder.getStringAttr(d.dim_param()));
+    func.setResultAttr(i, "sparsec.dims", builder.getArrayAttr(dimNames));
+  }
 
   if (failed(mlir::verify(*module)))
     return nullptr;

@@ -1647,8 +1647,8 @@ void Emitter::emitDescription(func::FuncOp func) {
       }
     return std::max<int64_t>(limit, 0);
   };
-  auto io = [&](StringRef var, TypeRange types, auto nameOf, auto dimNamesOf,
-                auto flagOf) {
+  auto io = [&](StringRef var, TypeRange types, bool inputs, auto nameOf,
+                auto dimNamesOf, auto flagOf) {
     os << "const IODesc " << var << "[] = {\n";
     for (auto [i, t] : llvm::enumerate(types)) {
       auto type = cast<RankedTensorType>(t);
@@ -1659,15 +1659,16 @@ void Emitter::emitDescription(func::FuncOp func) {
             dimNames && d < static_cast<int64_t>(dimNames.size())
                 ? cast<StringAttr>(dimNames[d]).getValue().str()
                 : "";
-        if (type.isDynamicDim(d) && dname.empty())
+        if (type.isDynamicDim(d) && dname.empty() && inputs)
           dname = "dim" + std::to_string(d);
         dims.push_back(std::to_string(
             type.isDynamicDim(d) ? -1 : type.getDimSize(d)));
         dn.push_back(quoted(dname));
         auto it = options.maxDims.find(dname);
-        maxes.push_back(!type.isDynamicDim(d) ? std::to_string(type.getDimSize(d))
-                        : it != options.maxDims.end() ? std::to_string(it->second)
-                                                      : "-1");
+        maxes.push_back(
+            !type.isDynamicDim(d) ? std::to_string(type.getDimSize(d))
+            : inputs && it != options.maxDims.end() ? std::to_string(it->second)
+                                                    : "-1");
       }
       auto join = [](ArrayRef<std::string> v) {
         std::string s;
@@ -1684,23 +1685,28 @@ void Emitter::emitDescription(func::FuncOp func) {
     }
     os << "};\n";
   };
-  io("kInputs", func.getArgumentTypes(),
-     [&](unsigned i) {
-       auto n = func.getArgAttrOfType<StringAttr>(i, "sparsec.name");
-       return n ? n.getValue().str() : "input" + std::to_string(i);
-     },
-     [&](unsigned i) {
-       return func.getArgAttrOfType<ArrayAttr>(i, "sparsec.dims");
-     },
-     deviceValues);
-  // Output dims: dynamic ones are named after no input dim; the runtime
-  // only reports them.
-  io("kOutputs", func.getResultTypes(),
-     [&](unsigned i) {
-       auto n = func.getResultAttrOfType<StringAttr>(i, "sparsec.name");
-       return n ? n.getValue().str() : "output" + std::to_string(i);
-     },
-     [&](unsigned) { return ArrayAttr(); }, [](unsigned) { return false; });
+  io(
+      "kInputs", func.getArgumentTypes(), /*inputs=*/true,
+      [&](unsigned i) {
+        auto n = func.getArgAttrOfType<StringAttr>(i, "sparsec.name");
+        return n ? n.getValue().str() : "input" + std::to_string(i);
+      },
+      [&](unsigned i) {
+        return func.getArgAttrOfType<ArrayAttr>(i, "sparsec.dims");
+      },
+      deviceValues);
+  // Output dims: the export's names (`model info` shows them; the runtime
+  // binds and bounds only the inputs'), unnamed ones shown as "?".
+  io(
+      "kOutputs", func.getResultTypes(), /*inputs=*/false,
+      [&](unsigned i) {
+        auto n = func.getResultAttrOfType<StringAttr>(i, "sparsec.name");
+        return n ? n.getValue().str() : "output" + std::to_string(i);
+      },
+      [&](unsigned i) {
+        return func.getResultAttrOfType<ArrayAttr>(i, "sparsec.dims");
+      },
+      [](unsigned) { return false; });
 
   auto slotBytes = module->getAttrOfType<DenseI64ArrayAttr>("sparsec.slot_bytes");
   ArrayRef<int64_t> sizes = slotBytes ? slotBytes.asArrayRef() : ArrayRef<int64_t>();

@@ -205,7 +205,8 @@ struct DeriveKVCachePass
       if (failed(func.insertResult(
               at, v.getType(),
               b.getDictionaryAttr(
-                  {b.getNamedAttr("sparsec.name", b.getStringAttr(name))}))))
+                  {b.getNamedAttr("sparsec.name", b.getStringAttr(name)),
+                   b.getNamedAttr("sparsec.dims", dims("past_seq + seq"))}))))
         return func.emitError("cannot add the cache outputs");
       ret->insertOperands(ret->getNumOperands(), v);
     }

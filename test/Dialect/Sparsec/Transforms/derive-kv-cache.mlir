@@ -7,7 +7,7 @@
 // CHECK-SAME: %[[MASK:[a-z0-9]+]]: tensor<?x?xi64> {sparsec.name = "attention_mask"}
 // CHECK-SAME: %[[PK:[a-z0-9]+]]: tensor<?x2x?x4xf32> {sparsec.dims = ["batch", "", "past_seq", ""], sparsec.name = "past_key_values.0.key"}
 // CHECK-SAME: %[[PV:[a-z0-9]+]]: tensor<?x2x?x4xf32> {sparsec.dims = ["batch", "", "past_seq", ""], sparsec.name = "past_key_values.0.value"}
-// CHECK-SAME: -> (tensor<?x2x?x4xf32> {sparsec.name = "logits"}, tensor<?x2x?x4xf32> {sparsec.name = "present.0.key"}, tensor<?x2x?x4xf32> {sparsec.name = "present.0.value"})
+// CHECK-SAME: -> (tensor<?x2x?x4xf32> {sparsec.name = "logits"}, tensor<?x2x?x4xf32> {sparsec.dims = ["batch", "", "past_seq + seq", ""], sparsec.name = "present.0.key"}, tensor<?x2x?x4xf32> {sparsec.dims = ["batch", "", "past_seq + seq", ""], sparsec.name = "present.0.value"})
 // CHECK: %[[O:[a-z0-9_]+]], %[[K:[a-z0-9_]+]], %[[V:[a-z0-9_]+]] = sparsec.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} past(%[[PK]], %[[PV]])
 // CHECK: return %[[O]], %[[K]], %[[V]]
 func.func @main(%ids: tensor<?x?xi64> {sparsec.name = "input_ids"},
