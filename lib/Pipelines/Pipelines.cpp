@@ -54,6 +54,7 @@ void sparsec::buildRaisePipeline(OpPassManager &pm,
     pm.addPass(createFuseRotaryPass());
   pm.addPass(createFuseLinearPass());
   pm.addPass(createFuseAttentionPass());
+  pm.addPass(createGroupKVHeadsPass());
   WidenHalfPassOptions widen;
   widen.all = options.widenAll;
   pm.addPass(createWidenHalfPass(widen));

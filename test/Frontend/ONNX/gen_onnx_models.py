@@ -1027,6 +1027,12 @@ def case_falcon_decoder_kv():
     return falcon_decoder(with_past=True)
 
 
+def case_falcon40_decoder():
+    # falcon_decoder in Falcon-40B's layout (no cache): 8 heads in 2 groups,
+    # each group's key and value head broadcast over its 4 query heads.
+    return falcon_decoder(with_past=False, d=32, heads=8, kv_groups=2)
+
+
 def case_falcon40_decoder_kv():
     # falcon_decoder_kv in Falcon-40B's layout: 8 heads in 2 groups, each
     # group's key and value head broadcast over its 4 query heads before the

@@ -85,6 +85,32 @@ def GatherToSlicePass : Pass<"sparsec-gather-to-slice", "mlir::ModuleOp"> {
   let dependentDialects = ["::sparsec::SparsecDialect"];
 }
 
+def GroupKVHeadsPass : Pass<"sparsec-group-kv-heads", "mlir::ModuleOp"> {
+  let summary = "Keys and values broadcast over their group's query heads -> grouped-query attention";
+  let description = [{
+    Falcon-40B's layout splits its fused projection into `[B, S, G, R + 2,
+    D]` (G groups of R query heads with one key and one value head each)
+    and broadcasts each group's key and value over its R query heads
+    (Expand) before the head transpose and the rotary embedding, so the
+    attention, and a cache `sparsec-derive-kv-cache` makes for it, would
+    hold R copies of every key and value head. Where an attention without
+    a past reads keys and values of that form,
+    ```mlir
+    %e = sparsec.expand %k5, %s : tensor<?x?x2x1x4xf32>, tensor<5xi64> -> tensor<?x?x2x4x4xf32>
+    %r = sparsec.reshape %e, %c : tensor<?x?x2x4x4xf32>, tensor<4xi64> -> tensor<?x?x8x4xf32>
+    %t = sparsec.transpose %r {permutation = array<i64: 0, 2, 1, 3>} : ...
+    %k = sparsec.rotary %t, %cos, %sin : ...
+    ```
+    it reads the G groups instead (`squeeze` of the unit axis, the head
+    transpose, and the rotary over the G heads; its tables must not vary
+    by head): grouped-query attention, each key/value head serving R
+    consecutive query heads, exactly the heads the broadcast made. An
+    attention with a past is a KV-cache export's, whose cache interface
+    holds every head, and is left alone.
+  }];
+  let dependentDialects = ["::sparsec::SparsecDialect"];
+}
+
 def WidenHalfPass : Pass<"sparsec-widen-half", "mlir::ModuleOp"> {
   let summary = "Run float16/bfloat16 matrix products and attention in float32";
   let description = [{
