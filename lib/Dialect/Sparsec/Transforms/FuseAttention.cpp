@@ -37,18 +37,17 @@ Value repeatedHeads(Value v) {
   auto rt = cast<RankedTensorType>(r.getType());
   if (xt.getRank() != 4 || et.getRank() != 5 || rt.getRank() != 4)
     return {};
-  auto same = [](int64_t a, int64_t b) {
-    return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
-  };
   const int64_t hk = xt.getDimSize(1), n = et.getDimSize(2),
                 d = xt.getDimSize(3);
   // Only the inserted dim grows; the reshape merges it into the heads.
   if (ShapedType::isDynamic(hk) || ShapedType::isDynamic(n) ||
       ShapedType::isDynamic(d) || et.getDimSize(1) != hk ||
-      et.getDimSize(4) != d || !same(et.getDimSize(0), xt.getDimSize(0)) ||
-      !same(et.getDimSize(3), xt.getDimSize(2)) || rt.getDimSize(1) != hk * n ||
-      rt.getDimSize(3) != d || !same(rt.getDimSize(0), xt.getDimSize(0)) ||
-      !same(rt.getDimSize(2), xt.getDimSize(2)))
+      et.getDimSize(4) != d ||
+      !compatibleDims(et.getDimSize(0), xt.getDimSize(0)) ||
+      !compatibleDims(et.getDimSize(3), xt.getDimSize(2)) ||
+      rt.getDimSize(1) != hk * n || rt.getDimSize(3) != d ||
+      !compatibleDims(rt.getDimSize(0), xt.getDimSize(0)) ||
+      !compatibleDims(rt.getDimSize(2), xt.getDimSize(2)))
     return {};
   return x;
 }

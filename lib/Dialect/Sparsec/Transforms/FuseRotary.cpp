@@ -101,12 +101,13 @@ struct RotateHalf : OpRewritePattern<AddOp> {
       auto byCos = defOp<MulOp>(a), bySin = defOp<MulOp>(b);
       if (!byCos || !bySin)
         continue;
-      auto rot = matchEither(bySin.getLhs(), bySin.getRhs(), [](Value v) {
-        return rotatedHalves(v) != nullptr;
+      Value x;
+      auto rot = matchEither(bySin.getLhs(), bySin.getRhs(), [&](Value v) {
+        return static_cast<bool>(x = rotatedHalves(v));
       });
       if (!rot)
         continue;
-      Value x = rotatedHalves(rot->first), sin = rot->second;
+      Value sin = rot->second;
       auto cos = matchEither(byCos.getLhs(), byCos.getRhs(),
                              [&](Value v) { return v == x; });
       if (!cos || cos->second.getType() != sin.getType() ||

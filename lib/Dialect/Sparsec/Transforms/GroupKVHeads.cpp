@@ -31,10 +31,6 @@ using namespace mlir;
 using namespace sparsec;
 
 namespace {
-bool sameDim(int64_t a, int64_t b) {
-  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
-}
-
 /// True when `table` (a rotary's cos or sin, broadcast against [B, H, S,
 /// D]) holds one row for every head: rank below 3, or a unit head dim.
 bool headInvariant(Value table) {
@@ -84,8 +80,8 @@ std::optional<Broadcast> matchBroadcast(Value v) {
       rt.getDimSize(2) != m.g * m.r || rt.getDimSize(3) != d)
     return std::nullopt;
   for (int64_t i : {0, 1})
-    if (!sameDim(xt.getDimSize(i), et.getDimSize(i)) ||
-        !sameDim(et.getDimSize(i), rt.getDimSize(i)))
+    if (!compatibleDims(xt.getDimSize(i), et.getDimSize(i)) ||
+        !compatibleDims(et.getDimSize(i), rt.getDimSize(i)))
       return std::nullopt;
   m.groups = expand.getInput();
   return m;

@@ -33,6 +33,12 @@ inline int64_t normalizeAxis(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+/// True when two dims may be equal: either is dynamic, or they are.
+inline bool compatibleDims(int64_t a, int64_t b) {
+  return mlir::ShapedType::isDynamic(a) || mlir::ShapedType::isDynamic(b) ||
+         a == b;
+}
+
 /// The most elements (2^48) a shape computed from constants may have to be
 /// taken as a static type; past it the importer and ConstantOfShape's
 /// inference reject the shape (compile hung on 2^63 elements).
