@@ -151,6 +151,10 @@ GENERATED = {
     # Falcon-40B's layout: keys and values broadcast over their group's
     # query heads on the device (Expand), a cache of all 8 heads.
     "falcon40_kv": ("falcon40_decoder_kv", []),
+    # Exported without a cache: the attention reads the 2 group heads
+    # (sparsec-group-kv-heads), and the derived cache holds 2 heads.
+    "falcon40_nc": ("falcon40_decoder", []),
+    "falcon40_nc_kv": ("falcon40_decoder", ["--kv-cache"]),
     "gated_kv": ("gated_lm_kv", []),
     "gated_kv_exact": ("gated_lm_kv", ["--sparsity=exact"]),
     "gated_kv_pred": ("gated_lm_kv", ["--sparsity=predicted"]),
