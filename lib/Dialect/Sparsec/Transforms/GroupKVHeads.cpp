@@ -145,6 +145,31 @@ struct GroupKVHeadsPass
     patterns.add<AttendToGroups>(&getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       return signalPassFailure();
+    // A KV-cache export of this layout caches every copy: say once what
+    // the export without a cache would save.
+    AttentionOp first;
+    int64_t count = 0, g = 0, h = 0;
+    getOperation().walk([&](AttentionOp a) {
+      std::optional<Broadcast> k = matchBroadcast(a.getKey()),
+                               v = matchBroadcast(a.getValue());
+      if (!a.getPastKey() || !k || !v || k->g != v->g || k->r != v->r)
+        return;
+      if (!count++) {
+        first = a;
+        g = k->g;
+        h = k->g * k->r;
+      }
+    });
+    if (!first)
+      return;
+    InFlightDiagnostic remark = first.emitRemark();
+    remark << count << (count == 1 ? " attention caches" : " attentions cache")
+           << " all " << h << " heads of keys and values that are " << g
+           << " groups broadcast over their query heads; the model's export "
+              "without a cache, compiled with --kv-cache, caches "
+           << g << " heads a layer";
+    if (auto name = dyn_cast<NameLoc>(first.getLoc()))
+      remark << " (first: node '" << name.getName().getValue() << "')";
   }
 };
 } // namespace

@@ -106,7 +106,9 @@ def GroupKVHeadsPass : Pass<"sparsec-group-kv-heads", "mlir::ModuleOp"> {
     by head): grouped-query attention, each key/value head serving R
     consecutive query heads, exactly the heads the broadcast made. An
     attention with a past is a KV-cache export's, whose cache interface
-    holds every head, and is left alone.
+    holds every head, and is left alone; a remark says how many such
+    attentions cache all heads and how few the export without a cache
+    would (compiled with `--kv-cache`).
   }];
   let dependentDialects = ["::sparsec::SparsecDialect"];
 }
