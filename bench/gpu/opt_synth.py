@@ -594,6 +594,9 @@ def hf_model(cfg, density, device="cuda"):
                      enable_bias=True, dropout=0.0, attention_dropout=0.0)
     with torch.device("meta"):
         model = OPTForCausalLM(conf)
+    # Every parameter made first, PACK_THREADS at a time (make memoises).
+    with concurrent.futures.ThreadPoolExecutor(PACK_THREADS) as pool:
+        list(pool.map(lambda n: make(n, cfg, density), param_names(cfg)))
     sd = {}
     t = lambda n: torch.from_numpy(make(n, cfg, density))
     dec = "model.decoder."
