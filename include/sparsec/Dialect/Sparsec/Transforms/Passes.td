@@ -101,7 +101,10 @@ def GroupKVHeadsPass : Pass<"sparsec-group-kv-heads", "mlir::ModuleOp"> {
     %t = sparsec.transpose %r {permutation = array<i64: 0, 2, 1, 3>} : ...
     %k = sparsec.rotary %t, %cos, %sin : ...
     ```
-    it reads the G groups instead (`squeeze` of the unit axis, the head
+    and the broadcast provably keeps the batch and sequence dims (its
+    shape a constant of 1s there, or the shape of a slice of the same data
+    as the keys, cut on neither dim: Falcon's `broadcast_to(key,
+    query.shape)`), it reads the G groups instead (`squeeze` of the unit axis, the head
     transpose, and the rotary over the G heads; its tables must not vary
     by head): grouped-query attention, each key/value head serving R
     consecutive query heads, exactly the heads the broadcast made. An
