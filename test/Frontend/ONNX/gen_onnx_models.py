@@ -1033,6 +1033,13 @@ def case_falcon40_decoder():
     return falcon_decoder(with_past=False, d=32, heads=8, kv_groups=2)
 
 
+def case_falcon40_decoder_view():
+    # falcon40_decoder with transformers' reshape after each head transpose
+    # (`transpose(1, 2).reshape(batch, heads, q_len, hd)`, batch and q_len
+    # from the query split's shape), as its Falcon exports write it.
+    return falcon_decoder(with_past=False, d=32, heads=8, kv_groups=2, view_heads=True)
+
+
 def case_falcon40_decoder_kv():
     # falcon_decoder_kv in Falcon-40B's layout: 8 heads in 2 groups, each
     # group's key and value head broadcast over its 4 query heads before the
@@ -1041,7 +1048,7 @@ def case_falcon40_decoder_kv():
 
 
 def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=0.5,
-                   ffn_bias=-1.0, kv_groups=None):
+                   ffn_bias=-1.0, kv_groups=None, view_heads=False):
     """A Falcon-7B-style decoder (parallel attention and MLP, multi-query).
 
     Projections are standard normal times `scale`; the up projection's
@@ -1054,6 +1061,13 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
     groups, heads / groups + 2, hd], each group's key and value broadcast
     (Expand) to its query heads and flattened with them to [batch, seq,
     heads, hd]; the cache then holds every head, as the export's does.
+    With `view_heads`, each head transpose is followed by transformers'
+    `.reshape(batch, heads, q_len, hd)`, batch and q_len read from the
+    query split's shape (Shape, Gather, Unsqueeze, Concat): a copy of the
+    same shape that only an analysis of where the dims come from can drop;
+    and with `kv_groups` the split and the flattening of the groups are
+    torch's `view(batch, seq, -1, per + 2, hd)` and `flatten(2, 3)`, targets
+    that start with the tensor's own dims and infer one.
     """
     hd = d // heads
     scale = np.float32(scale)
@@ -1075,6 +1089,16 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
     if kv_groups is not None:
         inits += [init("heads_shape", np.array([0, 0, heads, hd], np.int64)),
                   init("axis_3", np.array([3], np.int64))]
+    if view_heads:
+        inits += [init("view_heads", np.array([heads], np.int64)),
+                  init("view_kv_heads", np.array([heads if kv_groups else 1], np.int64)),
+                  init("view_hd", np.array([hd], np.int64)),
+                  init("index_0", np.array(0, np.int64)), init("index_1", np.array(1, np.int64)),
+                  init("view_lead_start", np.array([0], np.int64)),
+                  init("view_lead_end", np.array([2], np.int64)),
+                  init("view_infer", np.array([-1], np.int64)),
+                  init("view_per", np.array([heads // kv_groups + 2 if kv_groups else heads + 2],
+                                            np.int64))]
     qkv_width = (heads + 2) * hd if kv_groups is None else (heads + 2 * kv_groups) * hd
     for i in range(layers):
         sfx = "" if i == 0 else f"_{i}"
@@ -1103,7 +1127,19 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
             return name if i == 0 else f"{name}_{i}"
         node("LayerNormalization", [x, w("g"), w("b")], [n("ln")], axis=-1, epsilon=1e-5)
         node("MatMul", [n("ln"), w("wqkv")], [n("qkv")])
-        node("Reshape", [n("qkv"), "qkv_shape"], [n("qkv4")])
+        def lead_dims_then(x, rest, out):
+            # torch's view(batch, seq, *rest) / flatten(2, 3): the target
+            # starts with x's own first two dims, read from its shape.
+            node("Shape", [x], [out + "_shape"])
+            node("Slice", [out + "_shape", "view_lead_start", "view_lead_end"],
+                 [out + "_lead"])
+            node("Concat", [out + "_lead"] + rest, [out + "_target"], axis=0)
+            node("Reshape", [x, out + "_target"], [out])
+
+        if view_heads and kv_groups is not None:
+            lead_dims_then(n("qkv"), ["view_infer", "view_per", "view_hd"], n("qkv4"))
+        else:
+            node("Reshape", [n("qkv"), "qkv_shape"], [n("qkv4")])
         if kv_groups is None:
             node("Slice", [n("qkv4"), "half0", "q_end", "axis_2"], [n("q_s")])
             node("Gather", [n("qkv4"), "k_index"], [n("k_s")], axis=2)
@@ -1115,10 +1151,27 @@ def falcon_decoder(with_past, d=16, ffn=64, vocab=256, heads=4, layers=2, scale=
             node("Shape", [n("q_g")], [n("q_g_shape")])
             for name in ("k", "v"):
                 node("Expand", [n(name + "_g"), n("q_g_shape")], [n(name + "_e")])
-                node("Reshape", [n(name + "_e"), "heads_shape"], [n(name + "_s")])
-            node("Reshape", [n("q_g"), "heads_shape"], [n("q_s")])
+                if view_heads:
+                    lead_dims_then(n(name + "_e"), ["view_infer", "view_hd"], n(name + "_s"))
+                else:
+                    node("Reshape", [n(name + "_e"), "heads_shape"], [n(name + "_s")])
+            if view_heads:
+                lead_dims_then(n("q_g"), ["view_infer", "view_hd"], n("q_s"))
+            else:
+                node("Reshape", [n("q_g"), "heads_shape"], [n("q_s")])
         for name in ("q", "k", "v"):
-            node("Transpose", [n(name + "_s")], [n(name + "_h")], perm=[0, 2, 1, 3])
+            if not view_heads:
+                node("Transpose", [n(name + "_s")], [n(name + "_h")], perm=[0, 2, 1, 3])
+                continue
+            node("Transpose", [n(name + "_s")], [n(name + "_t0")], perm=[0, 2, 1, 3])
+            if name == "q":  # batch and q_len of the query split
+                node("Shape", [n("q_s")], [n("q_shape")])
+                for dim, idx in (("b", "index_0"), ("len", "index_1")):
+                    node("Gather", [n("q_shape"), idx], [n("q_" + dim)], axis=0)
+                    node("Unsqueeze", [n("q_" + dim), "axis_0"], [n("q_" + dim + "_1")])
+            node("Concat", [n("q_b_1"), "view_heads" if name == "q" else "view_kv_heads",
+                            n("q_len_1"), "view_hd"], [n(name + "_view")], axis=0)
+            node("Reshape", [n(name + "_t0"), n(name + "_view")], [n(name + "_h")])
         _rotate(node, n("q_h"), n("q_rot"))
         _rotate(node, n("k_h"), n("k_new"))
         if with_past:

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "sparsec/Dialect/Sparsec/IR/DimAnalysis.h"
 #include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
 
 #include "mlir/IR/Matchers.h"
@@ -347,8 +348,38 @@ OpFoldResult GatherOp::fold(FoldAdaptor adaptor) {
   return gatherElements(data, linear, getType());
 }
 
+/// True when every entry of `op`'s target is provably its input's dim at
+/// that index (ONNX's 0, the same static size, or a dim of the same origin;
+/// at most one -1, which then infers that dim too): the reshape copies.
+static bool keepsShape(ReshapeOp op) {
+  auto type = cast<RankedTensorType>(op.getType());
+  std::optional<SmallVector<ShapeEntry>> entries = shapeEntries(op.getShape());
+  if (!entries || static_cast<int64_t>(entries->size()) != type.getRank())
+    return false;
+  int inferred = 0;
+  for (auto [i, e] : llvm::enumerate(*entries)) {
+    const int64_t d = static_cast<int64_t>(i);
+    if (e.kind == ShapeEntry::Constant) {
+      if ((e.constant == 0 && !op.getAllowzero()) ||
+          (!type.isDynamicDim(d) && e.constant == type.getDimSize(d)))
+        continue;
+      if (e.constant == -1 && ++inferred == 1)
+        continue;
+      return false;
+    }
+    if (e.kind != ShapeEntry::Dim ||
+        !sameDim(e.dim.value, e.dim.index, op.getInput(), d))
+      return false;
+  }
+  return true;
+}
+
 OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
   if (getInput().getType() == getType() && getType().hasStaticShape())
+    return getInput();
+  // `x.transpose(1, 2).reshape(batch, heads, q_len, hd)` (Falcon's heads):
+  // the target read from other tensors' shapes, dynamic batch and length.
+  if (getInput().getType() == getType() && keepsShape(*this))
     return getInput();
   if (DenseElementsAttr in = asDense(adaptor.getInput()))
     if (foldable(getType()))

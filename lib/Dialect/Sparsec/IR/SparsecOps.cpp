@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "sparsec/Dialect/Sparsec/IR/DimAnalysis.h"
 #include "sparsec/Dialect/Sparsec/IR/Sparsec.h"
 
 #include "mlir/IR/Builders.h"
@@ -733,6 +734,58 @@ LogicalResult ReshapeOp::verify() {
   return success();
 }
 
+/// The size of a reshape's -1 (entry `inferIdx` of `target`) where the
+/// input's dynamic dims cancel: each other target entry is a constant, a
+/// copy of the input's dim (ONNX's 0) or a dim provably equal to one of the
+/// input's (DimAnalysis.h), and the input's dims left over are static.
+/// `flatten(2, 3)` of [batch, seq, G, R, D] exports as a reshape to
+/// [batch, seq, -1, D] with batch and seq read from the input's shape:
+/// the -1 is G * R whatever batch and seq are.
+static std::optional<int64_t> inferredDim(Value input, Value target,
+                                          bool allowzero, int64_t inferIdx) {
+  std::optional<SmallVector<ShapeEntry>> entries = shapeEntries(target);
+  auto in = rankedType(input);
+  if (!entries)
+    return std::nullopt;
+  SmallVector<bool> used(in.getRank(), false);
+  int64_t divisor = 1;
+  for (auto [i, e] : llvm::enumerate(*entries)) {
+    const int64_t d = static_cast<int64_t>(i);
+    if (d == inferIdx)
+      continue;
+    if (e.kind == ShapeEntry::Constant && e.constant == 0 && !allowzero) {
+      if (d >= in.getRank() || used[d])
+        return std::nullopt;
+      used[d] = true;
+      continue;
+    }
+    if (e.kind == ShapeEntry::Constant && e.constant > 0) {
+      divisor *= e.constant;
+      continue;
+    }
+    if (e.kind != ShapeEntry::Dim)
+      return std::nullopt;
+    int64_t match = -1;
+    for (int64_t j = 0; j < in.getRank() && match < 0; ++j)
+      if (!used[j] && in.isDynamicDim(j) &&
+          sameDim(e.dim.value, e.dim.index, input, j))
+        match = j;
+    if (match < 0)
+      return std::nullopt;
+    used[match] = true;
+  }
+  int64_t rest = 1;
+  for (int64_t j = 0; j < in.getRank(); ++j) {
+    if (used[j])
+      continue;
+    if (in.isDynamicDim(j) || !mulWithinStaticLimit(rest, in.getDimSize(j)))
+      return std::nullopt;
+  }
+  if (divisor <= 0 || rest % divisor != 0)
+    return std::nullopt;
+  return rest / divisor;
+}
+
 LogicalResult ReshapeOp::inferReturnTypeComponents(
     MLIRContext *, std::optional<Location> loc, ReshapeOp::Adaptor adaptor,
     SmallVectorImpl<ShapedTypeComponents> &inferred) {
@@ -791,6 +844,11 @@ LogicalResult ReshapeOp::inferReturnTypeComponents(
   if (inferIdx >= 0 && in.hasStaticShape() && known > 0 &&
       in.getNumElements() % known == 0)
     shape[inferIdx] = in.getNumElements() / known;
+  if (inferIdx >= 0 && ShapedType::isDynamic(shape[inferIdx]))
+    if (std::optional<int64_t> v =
+            inferredDim(adaptor.getInput(), adaptor.getShape(),
+                        adaptor.getAllowzero(), inferIdx))
+      shape[inferIdx] = *v;
   inferred.emplace_back(shape, in.getElementType());
   return success();
 }

@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "MatchUtils.h"
+#include "sparsec/Dialect/Sparsec/IR/DimAnalysis.h"
 #include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
 
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -37,56 +38,6 @@ bool headInvariant(Value table) {
   auto t = cast<RankedTensorType>(table.getType());
   return t.getRank() <= 4 &&
          (t.getRank() < 3 || t.getDimSize(t.getRank() - 3) == 1);
-}
-
-/// The axes a slice cuts (normalized to `rank`), or nothing when they are
-/// not a constant.
-std::optional<SmallVector<int64_t>> slicedAxes(SliceOp s, int64_t rank) {
-  DenseElementsAttr axes;
-  if (!matchPattern(s.getAxes(), m_Constant(&axes)))
-    return std::nullopt;
-  SmallVector<int64_t> out;
-  for (const APInt &a : axes.getValues<APInt>())
-    out.push_back(normalizeAxis(a.getSExtValue(), rank));
-  return out;
-}
-
-/// True when `expand` provably keeps its input's dims 0 and 1 (only a
-/// later axis is broadcast): its shape is a constant whose entries there
-/// are 1 or the input's static dims, or the shape of a tensor cut from the
-/// same data as the input by slices of neither dim (Falcon-40B's
-/// `broadcast_to(key, query.shape)`, key and query both slices of the
-/// fused projection).
-bool keepsLeadingDims(ExpandOp expand) {
-  auto xt = cast<RankedTensorType>(expand.getInput().getType());
-  DenseElementsAttr shape;
-  if (matchPattern(expand.getShape(), m_Constant(&shape))) {
-    SmallVector<int64_t> s;
-    for (const APInt &v : shape.getValues<APInt>())
-      s.push_back(v.getSExtValue());
-    if (static_cast<int64_t>(s.size()) != xt.getRank())
-      return false;
-    for (int64_t i : {0, 1})
-      if (s[i] != 1 && s[i] != xt.getDimSize(i))
-        return false;
-    return true;
-  }
-  auto of = defOp<ShapeOp>(expand.getShape());
-  if (!of || of.getStart() != 0 || of.getEnd())
-    return false;
-  if (of.getInput() == expand.getInput())
-    return true;
-  auto a = defOp<SliceOp>(of.getInput()), b = defOp<SliceOp>(expand.getInput());
-  if (!a || !b || a.getData() != b.getData())
-    return false;
-  const int64_t rank = xt.getRank();
-  for (SliceOp s : {a, b}) {
-    std::optional<SmallVector<int64_t>> axes = slicedAxes(s, rank);
-    if (!axes ||
-        llvm::any_of(*axes, [](int64_t x) { return x == 0 || x == 1; }))
-      return false;
-  }
-  return true;
 }
 
 /// A key or value head operand of an attention written as the broadcast of
@@ -133,8 +84,12 @@ std::optional<Broadcast> matchBroadcast(Value v) {
     if (!compatibleDims(xt.getDimSize(i), et.getDimSize(i)) ||
         !compatibleDims(et.getDimSize(i), rt.getDimSize(i)))
       return std::nullopt;
-  if (!keepsLeadingDims(expand))
-    return std::nullopt;
+  // The broadcast keeps the batch and sequence dims (a shape from an
+  // unrelated tensor could broadcast a batch of 1): Falcon's
+  // broadcast_to(key, query.shape), key and query cut from one tensor.
+  for (int64_t i : {0, 1})
+    if (!sameDim(expand.getResult(), i, expand.getInput(), i))
+      return std::nullopt;
   m.groups = expand.getInput();
   return m;
 }
