@@ -31,7 +31,8 @@ for c in elementwise gemm_mlp matmul_ffn layernorm_decomposed layernorm gelu_erf
          shapes mask_arith attention cnn reduce18 large_constant gemm_general \
          variadic_max layernorm_stats unsupported control_flow inconsistent \
          gather_weight split18_uneven int_relu int_matmul two_dims hostile_names \
-         positions rope_decoder_kv mixed_dtypes gated_lm_kv; do
+         positions rope_decoder_kv mixed_dtypes gated_lm_kv falcon_decoder_kv \
+         falcon40_decoder_kv falcon40_decoder_view; do
   [ -f "$CORPUS/$c.onnx" ] || python3 "$GEN" "$c" "$CORPUS/$c.onnx"
 done
 MODELS=${MODELS:-$ROOT/../shared/models}

@@ -17,8 +17,8 @@ using namespace sparsec;
 namespace {
 /// Bounds the chains followed (reshape and expand targets lead into the
 /// shapes of other tensors, whose dims are followed in turn).
-constexpr int kMaxDepth = 6;
-constexpr int kMaxSteps = 256;
+constexpr int kMaxDepth = 3;
+constexpr int kMaxSteps = 64;
 
 std::optional<SmallVector<int64_t>> constantInts(Value v) {
   DenseElementsAttr attr;
