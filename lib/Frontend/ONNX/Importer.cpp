@@ -866,13 +866,35 @@ OwningOpRef<ModuleOp> Importer::run(onnx::ModelProto &model,
     if (failed(checkRanksForInference(context, model, fileLoc)))
       return nullptr;
     // ONNX reports inconsistent shapes by throwing; keep the message.
-    auto infer = [&](int strict) {
-      onnx::ShapeInferenceOptions opts(/*check_type=*/false, strict,
-                                       /*data_prop=*/true);
+    auto infer = [&](int strict, bool dataProp = true) {
+      onnx::ShapeInferenceOptions opts(/*check_type=*/false, strict, dataProp);
       onnx::shape_inference::InferShapes(model,
                                          onnx::OpSchemaRegistry::Instance(),
                                          opts);
     };
+    // libonnx 1.12's data propagation through Shape dereferences the type
+    // of an input whose own inference failed (a Slice, Gather, Transpose,
+    // Concat or Unsqueeze given an axis out of range, read by a Shape): a
+    // crash before the aggregated error is thrown. A strict pass without
+    // data propagation reports those errors first; the model's value infos
+    // are put back after it.
+    {
+      onnx::GraphProto &g = *model.mutable_graph();
+      const auto valueInfo = g.value_info();
+      const auto graphOutputs = g.output();
+      try {
+        infer(/*strict=*/1, /*dataProp=*/false);
+      } catch (const std::exception &e) {
+        StringRef message = StringRef(e.what()).trim();
+        if (!onlyUnevenSplits(message, opset)) {
+          emitError(fileLoc)
+              << "inconsistent shapes in '" << sourceName << "': " << message;
+          return nullptr;
+        }
+      }
+      *g.mutable_value_info() = valueInfo;
+      *g.mutable_output() = graphOutputs;
+    }
     try {
       infer(/*strict=*/1);
     } catch (const std::exception &e) {

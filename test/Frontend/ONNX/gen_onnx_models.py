@@ -533,6 +533,18 @@ def case_layernorm_bad_axis():
                  [init("g", f32(8))], opset=17)
 
 
+def case_bad_axis_then_shape():
+    # Found by scripts/fuzz-importer.sh: a node whose ONNX inference fails
+    # on an axis out of range (Slice, Gather, Transpose, Concat, Unsqueeze),
+    # read by a Shape. libonnx 1.12's data propagation through the Shape
+    # dereferenced the failed node's missing type and crashed.
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["s"], name="bad_slice"),
+             helper.make_node("Shape", ["s"], ["y"], name="shape_of_it")]
+    inits = [init("starts", np.array([0], np.int64)), init("ends", np.array([-2], np.int64)),
+             init("axes", np.array([3], np.int64))]
+    return model(nodes, [vi("x", F, ["a", "b"])], [vi("y", I64, [None])], inits)
+
+
 def case_cumsum_bad_axis():
     nodes = [helper.make_node("CumSum", ["x", "ax"], ["y"], name="bad_cumsum")]
     return model(nodes, [vi("x", F, [2, 8])], [vi("y", F, [2, 8])],
