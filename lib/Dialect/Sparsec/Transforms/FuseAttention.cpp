@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "MatchUtils.h"
+#include "sparsec/Dialect/Sparsec/IR/DimAnalysis.h"
 #include "sparsec/Dialect/Sparsec/Transforms/Passes.h"
 
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -39,13 +40,14 @@ Value repeatedHeads(Value v) {
     return {};
   const int64_t hk = xt.getDimSize(1), n = et.getDimSize(2),
                 d = xt.getDimSize(3);
-  // Only the inserted dim grows; the reshape merges it into the heads.
+  // Only the inserted dim grows (the batch and sequence provably kept: a
+  // shape from an unrelated tensor could broadcast a batch of 1); the
+  // reshape merges it into the heads.
   if (ShapedType::isDynamic(hk) || ShapedType::isDynamic(n) ||
       ShapedType::isDynamic(d) || et.getDimSize(1) != hk ||
-      et.getDimSize(4) != d ||
-      !compatibleDims(et.getDimSize(0), xt.getDimSize(0)) ||
-      !compatibleDims(et.getDimSize(3), xt.getDimSize(2)) ||
-      rt.getDimSize(1) != hk * n || rt.getDimSize(3) != d ||
+      et.getDimSize(4) != d || !sameDim(e.getResult(), 0, x, 0) ||
+      !sameDim(e.getResult(), 3, x, 2) || rt.getDimSize(1) != hk * n ||
+      rt.getDimSize(3) != d ||
       !compatibleDims(rt.getDimSize(0), xt.getDimSize(0)) ||
       !compatibleDims(rt.getDimSize(2), xt.getDimSize(2)))
     return {};

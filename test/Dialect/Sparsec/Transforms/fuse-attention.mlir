@@ -108,3 +108,25 @@ func.func @not_repeat_kv(%q: tensor<1x4x8x16xf32>, %k: tensor<1x2x8x16xf32>) -> 
   %o = sparsec.matmul %p, %kr : tensor<1x4x8x8xf32>, tensor<1x4x8x16xf32> -> tensor<1x4x8x16xf32>
   return %o : tensor<1x4x8x16xf32>
 }
+
+// -----
+
+// repeat_kv whose expand takes its batch and length from an unrelated
+// tensor (dynamic): a batch of 1 could be broadcast, so the keys are not
+// taken as 2 groups; the attention reads the repeated 4 heads.
+// CHECK-LABEL: func.func @repeat_shape_unrelated
+// CHECK: sparsec.expand
+// CHECK: sparsec.attention %{{.*}}, %{{.*}}, %{{.*}} {{{.*}}} : (tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>) -> tensor<?x4x?x16xf32>
+func.func @repeat_shape_unrelated(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                                  %other: tensor<?x2x2x?x16xf32>) -> tensor<?x4x?x16xf32> {
+  %rep = sparsec.shape %other : tensor<?x2x2x?x16xf32> -> tensor<5xi64>
+  %back = sparsec.constant dense<[0, 4, -1, 16]> : tensor<4xi64>
+  %ku = sparsec.unsqueeze %k {axes = array<i64: 2>} : tensor<?x2x?x16xf32> -> tensor<?x2x1x?x16xf32>
+  %ke = sparsec.expand %ku, %rep : tensor<?x2x1x?x16xf32>, tensor<5xi64> -> tensor<?x2x2x?x16xf32>
+  %kr = sparsec.reshape %ke, %back : tensor<?x2x2x?x16xf32>, tensor<4xi64> -> tensor<?x4x?x16xf32>
+  %kt = sparsec.transpose %kr {permutation = array<i64: 0, 1, 3, 2>} : tensor<?x4x?x16xf32> -> tensor<?x4x16x?xf32>
+  %s = sparsec.matmul %q, %kt : tensor<?x4x?x16xf32>, tensor<?x4x16x?xf32> -> tensor<?x4x?x?xf32>
+  %p = sparsec.softmax %s {axis = 3 : i64} : tensor<?x4x?x?xf32>
+  %o = sparsec.matmul %p, %kr : tensor<?x4x?x?xf32>, tensor<?x4x?x16xf32> -> tensor<?x4x?x16xf32>
+  return %o : tensor<?x4x?x16xf32>
+}
