@@ -130,3 +130,35 @@ func.func @repeat_shape_unrelated(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16x
   %o = sparsec.matmul %p, %kr : tensor<?x4x?x?xf32>, tensor<?x4x?x16xf32> -> tensor<?x4x?x16xf32>
   return %o : tensor<?x4x?x16xf32>
 }
+
+// -----
+
+// repeat_kv as transformers writes it (`x[:, :, None].expand(batch, hk, n,
+// slen, hd).reshape(batch, hk * n, slen, hd)`, batch and slen read from
+// the keys' own shape): the dims are provably the keys', so the attention
+// reads the 2 key heads.
+// CHECK-LABEL: func.func @repeat_shape_own
+// CHECK-NOT: sparsec.expand
+// CHECK: sparsec.attention %{{.*}}, %arg1, %arg1 {{{.*}}} : (tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>) -> tensor<?x4x?x16xf32>
+func.func @repeat_shape_own(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>) -> tensor<?x4x?x16xf32> {
+  %sh = sparsec.shape %k : tensor<?x2x?x16xf32> -> tensor<4xi64>
+  %i0 = sparsec.constant dense<0> : tensor<i64>
+  %i2 = sparsec.constant dense<2> : tensor<i64>
+  %b = sparsec.gather %sh, %i0 : tensor<4xi64>, tensor<i64> -> tensor<i64>
+  %l = sparsec.gather %sh, %i2 : tensor<4xi64>, tensor<i64> -> tensor<i64>
+  %bu = sparsec.unsqueeze %b {axes = array<i64: 0>} : tensor<i64> -> tensor<1xi64>
+  %lu = sparsec.unsqueeze %l {axes = array<i64: 0>} : tensor<i64> -> tensor<1xi64>
+  %c2 = sparsec.constant dense<2> : tensor<1xi64>
+  %c4 = sparsec.constant dense<4> : tensor<1xi64>
+  %c16 = sparsec.constant dense<16> : tensor<1xi64>
+  %rep = sparsec.concat %bu, %c2, %c2, %lu, %c16 {axis = 0 : i64} : (tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<5xi64>
+  %back = sparsec.concat %bu, %c4, %lu, %c16 {axis = 0 : i64} : (tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<4xi64>
+  %ku = sparsec.unsqueeze %k {axes = array<i64: 2>} : tensor<?x2x?x16xf32> -> tensor<?x2x1x?x16xf32>
+  %ke = sparsec.expand %ku, %rep : tensor<?x2x1x?x16xf32>, tensor<5xi64> -> tensor<?x2x2x?x16xf32>
+  %kr = sparsec.reshape %ke, %back : tensor<?x2x2x?x16xf32>, tensor<4xi64> -> tensor<?x4x?x16xf32>
+  %kt = sparsec.transpose %kr {permutation = array<i64: 0, 1, 3, 2>} : tensor<?x4x?x16xf32> -> tensor<?x4x16x?xf32>
+  %s = sparsec.matmul %q, %kt : tensor<?x4x?x16xf32>, tensor<?x4x16x?xf32> -> tensor<?x4x?x?xf32>
+  %p = sparsec.softmax %s {axis = 3 : i64} : tensor<?x4x?x?xf32>
+  %o = sparsec.matmul %p, %kr : tensor<?x4x?x?xf32>, tensor<?x4x?x16xf32> -> tensor<?x4x?x16xf32>
+  return %o : tensor<?x4x?x16xf32>
+}
