@@ -20,17 +20,6 @@ namespace {
 constexpr int kMaxDepth = 3;
 constexpr int kMaxSteps = 64;
 
-std::optional<SmallVector<int64_t>> constantInts(Value v) {
-  DenseElementsAttr attr;
-  if (!v || !matchPattern(v, m_Constant(&attr)) ||
-      !isa<IntegerType>(attr.getElementType()))
-    return std::nullopt;
-  SmallVector<int64_t> out;
-  for (const APInt &x : attr.getValues<APInt>())
-    out.push_back(x.getSExtValue());
-  return out;
-}
-
 /// The static length of a 1-D (1 for a scalar) tensor.
 std::optional<int64_t> vectorLength(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
@@ -65,7 +54,7 @@ std::optional<SmallVector<ShapeEntry>> entriesOf(Value shape, int depth) {
   SmallVector<ShapeEntry> unknown(static_cast<size_t>(*n));
   if (depth > kMaxDepth)
     return unknown;
-  if (std::optional<SmallVector<int64_t>> c = constantInts(shape)) {
+  if (std::optional<SmallVector<int64_t>> c = getConstantInts(shape)) {
     SmallVector<ShapeEntry> out;
     for (int64_t x : *c)
       out.push_back({ShapeEntry::Constant, x, {}});
@@ -116,7 +105,7 @@ std::optional<SmallVector<ShapeEntry>> entriesOf(Value shape, int depth) {
   if (auto g = dyn_cast<GatherOp>(op)) {
     std::optional<SmallVector<ShapeEntry>> data =
         entriesOf(g.getData(), depth + 1);
-    std::optional<SmallVector<int64_t>> idx = constantInts(g.getIndices());
+    std::optional<SmallVector<int64_t>> idx = getConstantInts(g.getIndices());
     if (!data || !idx || normalizeAxis(g.getAxis(), 1) != 0 ||
         static_cast<int64_t>(idx->size()) != *n)
       return unknown;
@@ -134,8 +123,10 @@ std::optional<SmallVector<ShapeEntry>> entriesOf(Value shape, int depth) {
   if (auto s = dyn_cast<SliceOp>(op)) {
     std::optional<SmallVector<ShapeEntry>> data =
         entriesOf(s.getData(), depth + 1);
-    auto starts = constantInts(s.getStarts()), ends = constantInts(s.getEnds()),
-         axes = constantInts(s.getAxes()), steps = constantInts(s.getSteps());
+    auto starts = getConstantInts(s.getStarts()),
+         ends = getConstantInts(s.getEnds()),
+         axes = getConstantInts(s.getAxes()),
+         steps = getConstantInts(s.getSteps());
     if (!data || !starts || !ends || !axes || !steps || starts->size() != 1 ||
         ends->size() != 1 || axes->size() != 1 || steps->size() != 1 ||
         normalizeAxis((*axes)[0], 1) != 0 || (*steps)[0] != 1)
@@ -151,7 +142,7 @@ std::optional<SmallVector<ShapeEntry>> entriesOf(Value shape, int depth) {
 
 /// The normalized constant axes of a slice, or nothing.
 std::optional<SmallVector<int64_t>> slicedAxes(SliceOp s) {
-  std::optional<SmallVector<int64_t>> axes = constantInts(s.getAxes());
+  std::optional<SmallVector<int64_t>> axes = getConstantInts(s.getAxes());
   if (!axes)
     return std::nullopt;
   const int64_t rank = cast<ShapedType>(s.getData().getType()).getRank();

@@ -46,7 +46,7 @@ static LogicalResult broadcastShapes(ArrayRef<ArrayRef<int64_t>> shapes,
 }
 
 /// Reads a constant 1-D integer operand (a shape or axes vector).
-static std::optional<SmallVector<int64_t>> getConstantInts(Value v) {
+std::optional<SmallVector<int64_t>> sparsec::getConstantInts(Value v) {
   DenseIntElementsAttr attr;
   if (!v || !matchPattern(v, m_Constant(&attr)))
     return std::nullopt;

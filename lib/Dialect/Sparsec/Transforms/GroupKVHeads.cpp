@@ -80,15 +80,12 @@ std::optional<Broadcast> matchBroadcast(Value v) {
       et.getDimSize(2) != m.g || et.getDimSize(4) != d ||
       rt.getDimSize(2) != m.g * m.r || rt.getDimSize(3) != d)
     return std::nullopt;
-  for (int64_t i : {0, 1})
-    if (!compatibleDims(xt.getDimSize(i), et.getDimSize(i)) ||
-        !compatibleDims(et.getDimSize(i), rt.getDimSize(i)))
-      return std::nullopt;
   // The broadcast keeps the batch and sequence dims (a shape from an
   // unrelated tensor could broadcast a batch of 1): Falcon's
   // broadcast_to(key, query.shape), key and query cut from one tensor.
   for (int64_t i : {0, 1})
-    if (!sameDim(expand.getResult(), i, expand.getInput(), i))
+    if (!sameDim(expand.getResult(), i, expand.getInput(), i) ||
+        !compatibleDims(et.getDimSize(i), rt.getDimSize(i)))
       return std::nullopt;
   m.groups = expand.getInput();
   return m;
@@ -117,6 +114,17 @@ Value groupHeads(PatternRewriter &rewriter, Broadcast m) {
   return r;
 }
 
+/// The keys and values of `a` as broadcasts of the same G groups over R
+/// heads each (the values unrotated), or nothing.
+std::optional<std::pair<Broadcast, Broadcast>>
+groupedKeysValues(AttentionOp a) {
+  std::optional<Broadcast> k = matchBroadcast(a.getKey()),
+                           v = matchBroadcast(a.getValue());
+  if (!k || !v || v->rotary || k->g != v->g || k->r != v->r)
+    return std::nullopt;
+  return std::make_pair(*k, *v);
+}
+
 struct AttendToGroups : OpRewritePattern<AttentionOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(AttentionOp op,
@@ -126,16 +134,16 @@ struct AttendToGroups : OpRewritePattern<AttentionOp> {
                                          "a cache interface holds every head");
     if (op.getTokenMajor())
       return rewriter.notifyMatchFailure(op, "token-major");
-    std::optional<Broadcast> k = matchBroadcast(op.getKey()),
-                             v = matchBroadcast(op.getValue());
-    if (!k || !v || v->rotary || k->g != v->g || k->r != v->r)
+    auto kv = groupedKeysValues(op);
+    if (!kv)
       return rewriter.notifyMatchFailure(
           op, "keys and values are not broadcast groups");
+    auto &[k, v] = *kv;
     auto qt = cast<RankedTensorType>(op.getQuery().getType());
-    if (qt.getRank() != 4 || qt.getDimSize(1) != k->g * k->r)
+    if (qt.getRank() != 4 || qt.getDimSize(1) != k.g * k.r)
       return rewriter.notifyMatchFailure(op, "query heads differ");
     rewriter.setInsertionPoint(op);
-    Value key = groupHeads(rewriter, *k), value = groupHeads(rewriter, *v);
+    Value key = groupHeads(rewriter, k), value = groupHeads(rewriter, v);
     rewriter.modifyOpInPlace(op, [&] {
       op.getKeyMutable().set(key);
       op.getValueMutable().set(value);
@@ -157,14 +165,13 @@ struct GroupKVHeadsPass
     AttentionOp first;
     int64_t count = 0, g = 0, h = 0;
     getOperation().walk([&](AttentionOp a) {
-      std::optional<Broadcast> k = matchBroadcast(a.getKey()),
-                               v = matchBroadcast(a.getValue());
-      if (!a.getPastKey() || !k || !v || k->g != v->g || k->r != v->r)
+      auto kv = a.getPastKey() ? groupedKeysValues(a) : std::nullopt;
+      if (!kv)
         return;
       if (!count++) {
         first = a;
-        g = k->g;
-        h = k->g * k->r;
+        g = kv->first.g;
+        h = kv->first.g * kv->first.r;
       }
     });
     if (!first)

@@ -43,6 +43,9 @@ struct ShapeEntry {
   DimRef dim;
 };
 
+/// The values of an integer constant (a shape vector, axes, indices).
+std::optional<llvm::SmallVector<int64_t>> getConstantInts(mlir::Value v);
+
 /// The entries of `shape`, a 1-D (or scalar) i64 tensor of static length,
 /// seen through constants, Shape, Gather and Slice of a shape, Unsqueeze,
 /// Squeeze and Concat; nothing when its length is not static.
