@@ -2,8 +2,9 @@
 //
 // Part of the sparsec project.
 //
-// SPARSEC_CUDA_PDL, SPARSEC_CUDA_SPLIT, SPARSEC_CUDA_UP and
-// SPARSEC_CUDA_PIT_MMA parsing and the cut points of a step (runtime/src/cuda/Switches.h), which need no GPU.
+// SPARSEC_CUDA_PDL, SPARSEC_CUDA_SPLIT, SPARSEC_CUDA_UP, SPARSEC_CUDA_PIT_MMA
+// and SPARSEC_CUDA_PIT parsing, where PIT applies and the cut points of a
+// step (runtime/src/cuda/Switches.h), which need no GPU.
 //
 //===----------------------------------------------------------------------===//
 
@@ -159,4 +160,44 @@ TEST(CudaSwitches, PitMmaFromEnvironment) {
     setenv("SPARSEC_CUDA_PIT_MMA", saved.c_str(), 1);
   else
     unsetenv("SPARSEC_CUDA_PIT_MMA");
+}
+
+TEST(CudaSwitches, PitUse) {
+  PitUse use = PitUse::fill;
+  ASSERT_TRUE(parsePitUse("always", use));
+  EXPECT_EQ(use, PitUse::always);
+  ASSERT_TRUE(parsePitUse("0", use));
+  EXPECT_EQ(use, PitUse::never);
+  ASSERT_TRUE(parsePitUse("fill", use));
+  EXPECT_EQ(use, PitUse::fill);
+  for (const char *bad : {"", "1", "on", "Always", "fill,always"}) {
+    use = PitUse::never;
+    EXPECT_FALSE(parsePitUse(bad, use)) << bad;
+    EXPECT_EQ(use, PitUse::never) << "left untouched: " << bad;
+  }
+}
+
+TEST(CudaSwitches, PitFillsGpu) {
+  // OPT-6.7B's down projection (N 4096) on 132 SMs at 32-token tiles of
+  // 256 columns (16 output blocks): a decode batch of 16 and a 128-token
+  // prompt are 16 and 64 blocks, cuBLAS's; 9 token blocks fill the GPU.
+  EXPECT_FALSE(pitFillsGpu(16, 4096, 32, 256, 132));
+  EXPECT_FALSE(pitFillsGpu(128, 4096, 32, 256, 132));
+  EXPECT_FALSE(pitFillsGpu(256, 4096, 32, 256, 132));
+  EXPECT_TRUE(pitFillsGpu(257, 4096, 32, 256, 132));
+  EXPECT_TRUE(pitFillsGpu(16 * 1024, 4096, 32, 256, 132));
+  // 128 columns (columns 0, the runtime's default width): 32 output blocks.
+  EXPECT_FALSE(pitFillsGpu(128, 4096, 32, 0, 132));
+  EXPECT_TRUE(pitFillsGpu(129, 4096, 32, 0, 132));
+  EXPECT_TRUE(pitFillsGpu(129, 4096, 32, 128, 132));
+  // 16-token tiles: twice the token blocks; a partial block counts.
+  EXPECT_FALSE(pitFillsGpu(64, 4096, 16, 0, 132));
+  EXPECT_TRUE(pitFillsGpu(65, 4096, 16, 0, 132));
+  // opt-byte-s (N 256): a 71-token prompt is 3 x 2 blocks.
+  EXPECT_FALSE(pitFillsGpu(71, 256, 32, 0, 132));
+  // Degenerate shapes and SM counts.
+  EXPECT_FALSE(pitFillsGpu(0, 4096, 32, 0, 132));
+  EXPECT_FALSE(pitFillsGpu(512, 0, 32, 0, 132));
+  EXPECT_FALSE(pitFillsGpu(512, 4096, 0, 0, 132));
+  EXPECT_TRUE(pitFillsGpu(1, 1, 32, 0, 0));
 }

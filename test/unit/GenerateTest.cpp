@@ -81,6 +81,7 @@ std::vector<int64_t> reference(std::vector<int64_t> seq, int64_t maxNew) {
 struct Trace {
   int runs = 0, aheadRuns = 0, pickInputs = 0, grows = 0;
   int positionChecks = 0; // runs whose position_ids were checked
+  int exactRuns = 0;      // runs marked Context::exactFfn
   size_t maxOutstanding = 0; // steps queued and not yet waited for
   std::vector<int64_t> capacities; // initCache's
   // Runs marked Context::warmup: their sequence lengths and past lengths.
@@ -212,6 +213,9 @@ struct World {
   bool keepsPicks = true; // the device honours Context::argmaxAlso
   bool leaky = false;      // attention also sees masked entries
   float decodeNoise = 0;   // decode steps' logits scaled by 1 + this
+  // Decode steps not marked Context::exactFfn: logits scaled by 1 + this
+  // more (a predicted build's FFNs, which the prompt computes exactly).
+  float predictedNoise = 0;
   bool bf16 = false;       // the run binds bfloat16 weights
   Trace trace;
 };
@@ -252,6 +256,8 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
     ++world->trace.positionChecks;
   }
   ++world->trace.runs;
+  world->trace.exactRuns += ctx.exactFfn;
+  const bool exact = ctx.exactFfn;
   ctx.bf16Weights |= world->bf16;
   if (ctx.warmup)
     world->trace.warmups.emplace_back(n, past);
@@ -323,8 +329,10 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
         float *row = logits.data() + (b * n + i) * kVocab;
         // (A decode step's rounding differs from the prompt's: all its
         // logits by a factor, which keeps their order.)
-        const float factor =
-            n == 1 && past > 0 ? 1.0f + world->decodeNoise : 1.0f;
+        const float factor = n == 1 && past > 0
+                                 ? 1.0f + world->decodeNoise +
+                                       (exact ? 0.0f : world->predictedNoise)
+                                 : 1.0f;
         for (int64_t t = 0; t < kVocab; ++t)
           row[t] = -float((t - next + kVocab) % kVocab) * factor;
         if (pickRows)
@@ -477,6 +485,7 @@ protected:
     w.keepsPicks = keepsPicks;
     w.leaky = leaky;
     w.decodeNoise = decodeNoise;
+    w.predictedNoise = predictedNoise;
     w.bf16 = bf16Weights;
     ModelDesc desc{};
     desc.name = "toy";
@@ -525,6 +534,7 @@ protected:
   /// Whether the toy takes position_ids (checked against the mask).
   bool withPositions = false;
   float decodeNoise = 0; // World::decodeNoise of the next generate()
+  float predictedNoise = 0; // World::predictedNoise of the next generate()
   bool bf16Weights = false;
 };
 
@@ -696,6 +706,34 @@ TEST_F(GenerateTest, CacheCheckAllowsForBfloat16Rounding) {
   ASSERT_EQ(far.status, 0) << far.err;
   EXPECT_NE(far.err.find("does not ignore"), std::string::npos) << far.err;
   EXPECT_EQ(far.out, bf.out);
+}
+
+TEST_F(GenerateTest, CacheCheckComputesFfnsExactly) {
+  // A predicted build: decode steps differ from the prompt run by 2 % of
+  // the largest logit (the predictor's dropped neurons), where the prompt
+  // computes its FFNs exactly. The check's run is marked
+  // Context::exactFfn, so it compares the cache alone and passes; no other
+  // run is marked. The same bytes as on the host.
+  const std::vector<std::string> args = {"--prompt", "sparse",
+                                         "--max-new-tokens", "8"};
+  predictedNoise = 2e-2f;
+  MainResult host = generate(/*device=*/false, /*ahead=*/false, args);
+  ASSERT_EQ(host.status, 0) << host.err;
+  EXPECT_EQ(w.trace.exactRuns, 0);
+  for (bool ahead : {false, true}) {
+    MainResult dev = generate(/*device=*/true, ahead, args);
+    ASSERT_EQ(dev.status, 0) << dev.err;
+    EXPECT_EQ(dev.err.find("does not ignore"), std::string::npos) << dev.err;
+    EXPECT_EQ(w.trace.exactRuns, 1);
+    EXPECT_EQ(w.trace.runs, 2 + 7); // the prompt, the check, 7 decode steps
+    EXPECT_EQ(dev.out, host.out);
+  }
+  // Were the check a predicted step too, it would fail (2e-2 > 1e-3).
+  decodeNoise = 2e-2f;
+  predictedNoise = 0;
+  MainResult off = generate(/*device=*/true, /*ahead=*/false, args);
+  ASSERT_EQ(off.status, 0) << off.err;
+  EXPECT_NE(off.err.find("does not ignore"), std::string::npos) << off.err;
 }
 
 TEST_F(GenerateTest, SamplingNeverLaunchesAhead) {

@@ -710,7 +710,10 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         if (queue)
           ctx.argmaxAlso = logitsOutput;
         ctx.launchAhead = overlap;
+        // As the prompt's: the check compares the cache, not a predictor.
+        ctx.exactFfn = true;
         const bool checked = step(len - 1, true, len);
+        ctx.exactFfn = false;
         ctx.launchAhead = false;
         ctx.argmaxAlso = -1;
         if (!checked)

@@ -475,6 +475,15 @@ Device *device(Context &ctx) {
     d->fuseNorms = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_GATED_FUSE"))
     d->fuseGated = std::strcmp(p, "0") != 0;
+  if (const char *p = std::getenv("SPARSEC_CUDA_BATCHED_PREDICT"))
+    d->batchedPredict = std::strcmp(p, "0") != 0;
+  if (const char *p = std::getenv("SPARSEC_CUDA_PIT")) {
+    if (!parsePitUse(p, d->pitUse))
+      std::fprintf(stderr,
+                   "sparsec: warning: SPARSEC_CUDA_PIT='%s' ignored (fill, "
+                   "always or 0)\n",
+                   p);
+  }
   if (const char *p = std::getenv("SPARSEC_CUDA_SPLIT"))
     if (!(d->splitsSet = parseSplitDivisors(p, d->splitDivisors)))
       std::fprintf(stderr,
@@ -1439,6 +1448,7 @@ std::string signature(const Context &ctx, const Device &d,
   // Which output comes back as its argmax (a graph may make the pick), and
   // how many cache appends the step starts with (its first graph's nodes).
   put(int64_t(ctx.argmaxOutput) << 32 | uint32_t(ctx.argmaxAlso));
+  key.push_back(char(ctx.exactFfn)); // its FFNs' kernels differ
   put(int64_t(d.pendingAppends.size()));
   if (!base)
     key.push_back(char(d.parity));

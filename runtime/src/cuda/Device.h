@@ -383,6 +383,17 @@ struct Device : Context::Backend {
   /// product and the down projection; SPARSEC_CUDA_GATED_FUSE=0 runs the
   /// three ops as separate calls (zero fill, base kernel, segmented set).
   bool fuseGated = true;
+  /// A predicted FFN emitted with its predictor (predictFfn) computes
+  /// exactly, without the predictor, over more rows than a decode batch
+  /// (kMaxTokens; batchedFfnExact in Ops.cu); a predictor of its own (a
+  /// hybrid build's CPU part) keeps selecting;
+  /// SPARSEC_CUDA_BATCHED_PREDICT=1 runs the predictor's GEMMs and masks
+  /// the up projection by its selection there too.
+  bool batchedPredict = false;
+  /// Where a down projection's PIT plan applies (Switches.h): by default
+  /// where its grid fills the GPU at least once, else the dense GEMM;
+  /// SPARSEC_CUDA_PIT=always wherever the plan says, =0 nowhere.
+  PitUse pitUse = PitUse::fill;
   /// The decode attention over a KV cache requests its first pass's past
   /// rows before it waits for the kernel before (DecodeAttention::pastReady).
   bool prefetchPast = true;

@@ -1990,6 +1990,18 @@ bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,
   return true;
 }
 
+namespace {
+/// Whether a down projection of M rows and N outputs takes its PIT plan.
+/// The compiler plans for a prompt of `--pit-tokens` rows; a short prompt
+/// or a decode batch above kMaxTokens gives a grid of a few blocks, where
+/// cuBLAS is faster (pitFillsGpu).
+bool pitWorthwhile(const Device &d, int64_t M, int64_t N, PitPlan pit) {
+  if (d.pitUse != PitUse::fill)
+    return d.pitUse == PitUse::always;
+  return pitFillsGpu(M, N, pit.tile, pit.columns, multiprocessorCount());
+}
+} // namespace
+
 bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                        const Tensor *bias, const IndexSet &index, PitPlan pit,
                        const Tensor *residual, int outSlot, Tensor &out) {
@@ -2016,7 +2028,7 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
   };
   const int tile = pit.tile;
   if (M > kMaxTokens && (w.dtype == DType::f16 || w.dtype == DType::bf16) &&
-      pitSupported(M, K, N, tile, w.data) &&
+      pitSupported(M, K, N, tile, w.data) && pitWorthwhile(d, M, N, pit) &&
       (reinterpret_cast<uintptr_t>(r.data) & 15) == 0) {
     // PIT: gather each block of `tile` tokens' active neurons (rounded to
     // W's 16-bit type), then dense tensor-core tiles over those rows. The
@@ -2051,7 +2063,11 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                                    : pit16(__half())) &&
            (fold || addResidual());
   }
-  if (index.site < 0 || index.tokens != M || index.neurons != K || M > kMaxTokens)
+  // Above a decode batch cuBLAS(Lt) adds the residual as the GEMM's C.
+  if (M > kMaxTokens)
+    return gemm(ctx, d, x.as<float>(), M, K, w, false, N, b, Activation::none,
+                r.as<float>(), res);
+  if (index.site < 0 || index.tokens != M || index.neurons != K)
     return gemm(ctx, d, x.as<float>(), M, K, w, false, N, b, Activation::none,
                 r.as<float>()) &&
            addResidual();
@@ -2322,12 +2338,62 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
                        bDown, pit, residual, outSlot, out, h, nullptr);
 }
 
+namespace {
+/// A predicted FFN of more than a decode batch of rows (a prompt, a decode
+/// batch above kMaxTokens), or of a run marked Context::exactFfn, computed
+/// exactly: the up projection with its
+/// activation as one GEMM, then the down projection over the result's
+/// actual zeros (PIT, or the dense GEMM). The batched path reads every up
+/// row whatever the predictor selects, so its GEMMs, threshold and mask
+/// would only add work (and, for a long prompt, [rows, FFN] float32
+/// logits a site) and drop neurons that fired. The mask is allocated but
+/// not written: the emitter fuses a predictor into the FFN only where the
+/// up projection is its mask's one reader.
+bool batchedFfnExact(Context &ctx, const Tensor &x, const Tensor &w2,
+                     int maskSlot, Tensor &mask, IndexSet &index,
+                     const Tensor &wUp, const Tensor *bUp, Activation act,
+                     int hSlot, const Tensor &wDown, const Tensor *bDown,
+                     PitPlan pit, const Tensor *residual, int outSlot,
+                     Tensor &out, Tensor &h) {
+  Device &d = dev(ctx);
+  LinearShape up;
+  if (!linearOperands(ctx, "sparse_linear", x, wUp, bUp, true, up))
+    return false;
+  if (w2.rank != 2 || w2.shape[1] != up.N)
+    return ctx.fail("predict: " + w2.describe() + " does not select among " +
+                    std::to_string(up.N) + " neurons");
+  Tensor m, hr;
+  if (!allocateLastDim(ctx, d, maskSlot, x, up.N, DType::b1, m) ||
+      !allocateLastDim(ctx, d, hSlot, x, up.N, DType::f32, hr))
+    return false;
+  mask = m;
+  h = hr;
+  index = IndexSet{};
+  index.neurons = int(up.N);
+  index.tokens = int(up.M);
+  return gemm(ctx, d, x.as<float>(), up.M, up.K, wUp, true, up.N, up.bias, act,
+              hr.as<float>()) &&
+         sparseLinearInput(ctx, hr, wDown, bDown, IndexSet{}, pit, residual,
+                           outSlot, out);
+}
+
+/// Rows of x (its last dim K).
+int64_t rowsOf(const Tensor &x) {
+  const int64_t K = x.rank ? x.shape[x.rank - 1] : 1;
+  return K ? x.numel() / K : 0;
+}
+} // namespace
+
 bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
                 const Tensor &w2, const Tensor *pBias, float threshold,
                 int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
                 const Tensor &wUp, const Tensor *bUp, Activation act, int hSlot,
                 const Tensor &wDown, const Tensor *bDown, PitPlan pit,
                 const Tensor *residual, int outSlot, Tensor &out, Tensor &h) {
+  if ((rowsOf(x) > kMaxTokens || ctx.exactFfn) && !dev(ctx).batchedPredict)
+    return requireF32(ctx, "predict", "input", x) &&
+           batchedFfnExact(ctx, x, w2, maskSlot, mask, index, wUp, bUp, act,
+                           hSlot, wDown, bDown, pit, residual, outSlot, out, h);
   DeferredPredict pred;
   return predictImpl(ctx, x, w1, w2, pBias, threshold, indexSite, maskSlot,
                      mask, index, &pred) &&
@@ -2364,7 +2430,8 @@ bool predictFfnNorm(Context &ctx, const Tensor &normIn, const Tensor &scale,
   // first. A decode step holds the predictor back, and sparseFfnImpl
   // launches the norm (or takes it into predictUp).
   const int64_t M = norm.width ? normIn.numel() / norm.width : 0;
-  if (M > kMaxTokens || norm.width != w1.shape[0])
+  if (M > kMaxTokens || norm.width != w1.shape[0] ||
+      (ctx.exactFfn && !d.batchedPredict))
     return norm.launch(ctx, d) &&
            predictFfn(ctx, x, w1, w2, pBias, threshold, indexSite, maskSlot,
                       mask, index, wUp, bUp, act, hSlot, wDown, bDown, pit,

@@ -4,7 +4,8 @@
 //
 // Parsing of the experiment switches a CUDA model reads at start-up
 // (SPARSEC_CUDA_PDL, SPARSEC_CUDA_SPLIT, SPARSEC_CUDA_UP,
-// SPARSEC_CUDA_PIT_MMA) and the cut points of a step, in plain C++ so that
+// SPARSEC_CUDA_PIT_MMA, SPARSEC_CUDA_PIT), where PIT's plan applies and
+// the cut points of a step, in plain C++ so that
 // the unit tests check them without a GPU (internal).
 //
 //===----------------------------------------------------------------------===//
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -88,6 +90,42 @@ inline bool pitMmaFromEnvironment(bool &warpgroup) {
                "wgmma)\n",
                p);
   return false;
+}
+
+/// Where a down projection's PIT plan applies (SPARSEC_CUDA_PIT): `fill`
+/// (the default) where its grid fills the GPU (pitFillsGpu), `always`
+/// wherever the compiler planned it, `never` nowhere.
+enum class PitUse { fill, always, never };
+
+/// SPARSEC_CUDA_PIT: "fill", "always" or "0". False, with `use` untouched,
+/// for anything else.
+inline bool parsePitUse(const std::string &value, PitUse &use) {
+  if (value == "fill")
+    use = PitUse::fill;
+  else if (value == "always")
+    use = PitUse::always;
+  else if (value == "0")
+    use = PitUse::never;
+  else
+    return false;
+  return true;
+}
+
+/// Whether PIT's grid for M rows in token blocks of `tile` and N outputs in
+/// blocks of `columns` (0: 128) holds at least one block per SM. Each
+/// block streams its token block's rows of W through one SM; with fewer
+/// blocks than SMs PIT cannot reach the bandwidth cuBLAS reaches reading
+/// W once (on an H100, K 16384 and N 4096 at 16 rows: 3.2x slower than
+/// cuBLAS at 50 % micro-tile sparsity, 6.3x on a dense input; docs/GPU.md,
+/// "PIT on short inputs"). A short prompt or a decode batch above 8 tokens
+/// gives such grids.
+inline bool pitFillsGpu(int64_t M, int64_t N, int tile, int columns,
+                        int multiprocessors) {
+  if (M <= 0 || N <= 0 || tile <= 0)
+    return false;
+  const int64_t width = columns > 0 ? columns : 128;
+  return (M + tile - 1) / tile * ((N + width - 1) / width) >=
+         std::max(1, multiprocessors);
 }
 
 /// The cut divisors of a long step by default: before allocation n/32 and

@@ -383,6 +383,12 @@ struct Context {
   /// count it as a sighting of its shapes when it decides which steps to
   /// capture as CUDA graphs. x86 ignores it.
   bool warmup = false;
+  /// The run computes predicted FFNs exactly, without their predictors,
+  /// whatever its rows: `generate`'s check of the device cache re-runs a
+  /// prompt token as a decode step and compares it with the prompt's
+  /// logits, whose FFNs a device backend computes exactly above a decode
+  /// batch (docs/GPU.md, "PIT on short inputs"). x86 ignores it.
+  bool exactFfn = false;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
   /// slot if needed). Returns false (and records an error) on failure.
