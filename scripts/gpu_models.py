@@ -598,7 +598,8 @@ class Results:
 # PIT builds: opt-byte-s's prompts give PIT grids of a few blocks, which the
 # runtime leaves to cuBLAS by default (docs/GPU.md, "PIT on short
 # inputs"); their checks force the compiler's plan so that PIT's kernels
-# run, and the default is checked besides.
+# run (nc17_pit's and nc17_pit256's prompt logits are checked by default
+# too).
 PIT_BUILDS = ("nc17_pit", "nc17_pit256", "nc17_pit_bf16", "kv_pit", "kv_pit_bf16")
 PIT_FORCED = {"SPARSEC_CUDA_PIT": "always"}
 

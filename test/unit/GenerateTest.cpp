@@ -213,8 +213,9 @@ struct World {
   bool keepsPicks = true; // the device honours Context::argmaxAlso
   bool leaky = false;      // attention also sees masked entries
   float decodeNoise = 0;   // decode steps' logits scaled by 1 + this
-  // Decode steps not marked Context::exactFfn: logits scaled by 1 + this
-  // more (a predicted build's FFNs, which the prompt computes exactly).
+  // Runs of at most 8 rows not marked Context::exactFfn: logits scaled by
+  // 1 + this more (a predicted build's FFNs on a CUDA device, which
+  // computes more rows exactly).
   float predictedNoise = 0;
   bool bf16 = false;       // the run binds bfloat16 weights
   Trace trace;
@@ -231,6 +232,7 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
   const Tensor &ids = in[0], &mask = in[1], &pastK = in[2], &pastV = in[3];
   const int64_t B = ids.shape[0], n = ids.shape[1], past = pastK.shape[2];
   const int64_t total = past + n;
+  const bool exact = ctx.exactFfn || B * n > 8;
   if (mask.shape[0] != B || mask.shape[1] != total || pastV.shape[2] != past ||
       pastK.shape[0] != B || pastK.shape[1] != 1)
     return ctx.fail("toy: inconsistent input shapes");
@@ -257,7 +259,6 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
   }
   ++world->trace.runs;
   world->trace.exactRuns += ctx.exactFfn;
-  const bool exact = ctx.exactFfn;
   ctx.bf16Weights |= world->bf16;
   if (ctx.warmup)
     world->trace.warmups.emplace_back(n, past);
@@ -329,10 +330,9 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
         float *row = logits.data() + (b * n + i) * kVocab;
         // (A decode step's rounding differs from the prompt's: all its
         // logits by a factor, which keeps their order.)
-        const float factor = n == 1 && past > 0
-                                 ? 1.0f + world->decodeNoise +
-                                       (exact ? 0.0f : world->predictedNoise)
-                                 : 1.0f;
+        const float factor =
+            (n == 1 && past > 0 ? 1.0f + world->decodeNoise : 1.0f) *
+            (exact ? 1.0f : 1.0f + world->predictedNoise);
         for (int64_t t = 0; t < kVocab; ++t)
           row[t] = -float((t - next + kVocab) % kVocab) * factor;
         if (pickRows)
@@ -709,25 +709,31 @@ TEST_F(GenerateTest, CacheCheckAllowsForBfloat16Rounding) {
 }
 
 TEST_F(GenerateTest, CacheCheckComputesFfnsExactly) {
-  // A predicted build: decode steps differ from the prompt run by 2 % of
-  // the largest logit (the predictor's dropped neurons), where the prompt
-  // computes its FFNs exactly. The check's run is marked
-  // Context::exactFfn, so it compares the cache alone and passes; no other
-  // run is marked. The same bytes as on the host.
+  // A predicted build: runs of up to 8 rows differ by 2 % of the largest
+  // logit (the predictor's dropped neurons) unless marked
+  // Context::exactFfn; more rows are exact anyway. The prompt and the
+  // check's run are marked, so the check compares the cache alone and
+  // passes, for a prompt of 6 rows (which would predict) and of 2 x 6;
+  // no decode step is marked. The same bytes as on the host.
+  predictedNoise = 2e-2f;
+  const std::string ids = promptFile({{1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1}});
+  for (const std::vector<std::string> &args :
+       {std::vector<std::string>{"--prompt", "sparse", "--max-new-tokens", "8"},
+        std::vector<std::string>{"--prompt-ids", ids, "--max-new-tokens",
+                                 "8"}}) {
+    MainResult host = generate(/*device=*/false, /*ahead=*/false, args);
+    ASSERT_EQ(host.status, 0) << host.err;
+    for (bool ahead : {false, true}) {
+      MainResult dev = generate(/*device=*/true, ahead, args);
+      ASSERT_EQ(dev.status, 0) << dev.err;
+      EXPECT_EQ(dev.err.find("does not ignore"), std::string::npos) << dev.err;
+      EXPECT_EQ(w.trace.exactRuns, 2); // the prompt and the check
+      EXPECT_EQ(w.trace.runs, 2 + 7);  // the prompt, the check, 7 steps
+      EXPECT_EQ(dev.out, host.out);
+    }
+  }
   const std::vector<std::string> args = {"--prompt", "sparse",
                                          "--max-new-tokens", "8"};
-  predictedNoise = 2e-2f;
-  MainResult host = generate(/*device=*/false, /*ahead=*/false, args);
-  ASSERT_EQ(host.status, 0) << host.err;
-  EXPECT_EQ(w.trace.exactRuns, 0);
-  for (bool ahead : {false, true}) {
-    MainResult dev = generate(/*device=*/true, ahead, args);
-    ASSERT_EQ(dev.status, 0) << dev.err;
-    EXPECT_EQ(dev.err.find("does not ignore"), std::string::npos) << dev.err;
-    EXPECT_EQ(w.trace.exactRuns, 1);
-    EXPECT_EQ(w.trace.runs, 2 + 7); // the prompt, the check, 7 decode steps
-    EXPECT_EQ(dev.out, host.out);
-  }
   // Were the check a predicted step too, it would fail (2e-2 > 1e-3).
   decodeNoise = 2e-2f;
   predictedNoise = 0;

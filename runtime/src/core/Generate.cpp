@@ -666,7 +666,13 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       // The whole prompt first, then one token at a time with a cache (the
       // whole sequence without one).
       int64_t past = cache.empty() || generated == 0 ? 0 : len - 1;
-      if (!step(past, false))
+      // The prompt computes its FFNs exactly (Context::exactFfn; a device
+      // backend does so anyway above a decode batch), as the device
+      // cache's check below does: both sides of that comparison alike.
+      ctx.exactFfn = generated == 0;
+      const bool ran = step(past, false);
+      ctx.exactFfn = false;
+      if (!ran)
         return reportError(where + error);
       if (generated == 0) {
         // The first token comes from the prompt's logits, before the
@@ -710,7 +716,8 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         if (queue)
           ctx.argmaxAlso = logitsOutput;
         ctx.launchAhead = overlap;
-        // As the prompt's: the check compares the cache, not a predictor.
+        // Exact as the prompt's: the check compares the cache, not a
+        // predictor.
         ctx.exactFfn = true;
         const bool checked = step(len - 1, true, len);
         ctx.exactFfn = false;

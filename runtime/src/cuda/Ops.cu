@@ -2063,7 +2063,9 @@ bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                                    : pit16(__half())) &&
            (fold || addResidual());
   }
-  // Above a decode batch cuBLAS(Lt) adds the residual as the GEMM's C.
+  // Above a decode batch cuBLAS(Lt) adds the residual as the GEMM's C
+  // (gemm's GEMV paths, which take no residual, stop at kGemvRows).
+  static_assert(kGemvRows <= kMaxTokens, "a GEMV would drop the residual");
   if (M > kMaxTokens)
     return gemm(ctx, d, x.as<float>(), M, K, w, false, N, b, Activation::none,
                 r.as<float>(), res);

@@ -384,10 +384,11 @@ struct Context {
   /// capture as CUDA graphs. x86 ignores it.
   bool warmup = false;
   /// The run computes predicted FFNs exactly, without their predictors,
-  /// whatever its rows: `generate`'s check of the device cache re-runs a
-  /// prompt token as a decode step and compares it with the prompt's
-  /// logits, whose FFNs a device backend computes exactly above a decode
-  /// batch (docs/GPU.md, "PIT on short inputs"). x86 ignores it.
+  /// whatever its rows (a device backend does so anyway above a decode
+  /// batch: docs/GPU.md, "PIT on short inputs"). `generate` marks the
+  /// prompt and its check of the device cache, which re-runs a prompt
+  /// token as a decode step and compares it with the prompt's logits.
+  /// x86 ignores it.
   bool exactFfn = false;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the

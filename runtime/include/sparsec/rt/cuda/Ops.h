@@ -252,8 +252,10 @@ bool nonzeroIndex(Context &ctx, const Tensor &x, int indexSite,
 /// x's non-zero neurons), plus `residual` (x's rows by N, or null: a
 /// residual add folded in). Inputs of more than a decode batch run as `pit`
 /// says (PIT micro-tiles, whose epilogue adds the bias and the residual,
-/// when the weight is fp16; else the dense GEMM). SPARSEC_PIT_SORTED=1
-/// makes the PIT index order deterministic (sorted).
+/// when the weight is fp16 or bf16) where PIT's grid fills the GPU
+/// (pitFillsGpu; SPARSEC_CUDA_PIT), else the dense GEMM with the residual
+/// as its C. SPARSEC_PIT_SORTED=1 makes the PIT index order deterministic
+/// (sorted).
 bool sparseLinearInput(Context &ctx, const Tensor &x, const Tensor &w,
                        const Tensor *bias, const IndexSet &index, PitPlan pit,
                        const Tensor *residual, int outSlot, Tensor &out);
@@ -273,7 +275,12 @@ bool sparseFfn(Context &ctx, const Tensor &x, const Tensor &wUp,
 /// its set, for an FFN whose predictor reads the up projection's input x:
 /// a decode step of 1 or 2 tokens launches predictUp (the predictor's
 /// selection and the up projection in one kernel) and the down projection,
-/// three kernels instead of four; anything else runs predict and sparseFfn.
+/// three kernels instead of four; other decode steps run predict and
+/// sparseFfn. More rows than a decode batch, or a run marked
+/// Context::exactFfn, compute the FFN exactly without the predictor (the
+/// up GEMM, then sparseLinearInput over its zeros), leaving `mask` and
+/// `index` unwritten; SPARSEC_CUDA_BATCHED_PREDICT=1 runs predict and
+/// sparseFfn there too.
 bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
                 const Tensor &w2, const Tensor *pBias, float threshold,
                 int indexSite, int maskSlot, Tensor &mask, IndexSet &index,
