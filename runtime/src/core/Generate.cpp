@@ -443,13 +443,18 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
     inputs[size_t(idsInput)] =
         Tensor{stepIds.data(), DType::i64, 2, {batch, end - first}};
   };
-  // (Over tokens [first, end); end -1: every token.)
-  auto step = [&](int64_t first, bool padded, int64_t end = -1) -> bool {
+  // (Over tokens [first, end); end -1: every token. `exact`: the run is
+  // marked Context::exactFfn.)
+  auto step = [&](int64_t first, bool padded, int64_t end = -1,
+                  bool exact = false) -> bool {
     const int64_t len = end < 0 ? int64_t(tokens.size()) : end;
     setIds(first, len);
     const int64_t n = len - first;
     setPast(padded, first, len);
-    if (!runOnce(desc, ctx, inputs.data(), outputs, error))
+    ctx.exactFfn = exact;
+    const bool ran = runOnce(desc, ctx, inputs.data(), outputs, error);
+    ctx.exactFfn = false;
+    if (!ran)
       return false;
     return checkOutputs(n, padded ? capacity + 1 : len) && readLogits(n);
   };
@@ -669,10 +674,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       // The prompt computes its FFNs exactly (Context::exactFfn; a device
       // backend does so anyway above a decode batch), as the device
       // cache's check below does: both sides of that comparison alike.
-      ctx.exactFfn = generated == 0;
-      const bool ran = step(past, false);
-      ctx.exactFfn = false;
-      if (!ran)
+      if (!step(past, false, -1, /*exact=*/generated == 0))
         return reportError(where + error);
       if (generated == 0) {
         // The first token comes from the prompt's logits, before the
@@ -718,9 +720,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         ctx.launchAhead = overlap;
         // Exact as the prompt's: the check compares the cache, not a
         // predictor.
-        ctx.exactFfn = true;
-        const bool checked = step(len - 1, true, len);
-        ctx.exactFfn = false;
+        const bool checked = step(len - 1, true, len, /*exact=*/true);
         ctx.launchAhead = false;
         ctx.argmaxAlso = -1;
         if (!checked)

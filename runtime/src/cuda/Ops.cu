@@ -2379,10 +2379,11 @@ bool batchedFfnExact(Context &ctx, const Tensor &x, const Tensor &w2,
                            outSlot, out);
 }
 
-/// Rows of x (its last dim K).
-int64_t rowsOf(const Tensor &x) {
-  const int64_t K = x.rank ? x.shape[x.rank - 1] : 1;
-  return K ? x.numel() / K : 0;
+/// Whether a predicted FFN over `rows` rows takes batchedFfnExact: more
+/// than a decode batch, or a run marked Context::exactFfn, unless
+/// SPARSEC_CUDA_BATCHED_PREDICT keeps the predictor.
+bool ffnExact(Context &ctx, int64_t rows) {
+  return (rows > kMaxTokens || ctx.exactFfn) && !dev(ctx).batchedPredict;
 }
 } // namespace
 
@@ -2392,7 +2393,8 @@ bool predictFfn(Context &ctx, const Tensor &x, const Tensor &w1,
                 const Tensor &wUp, const Tensor *bUp, Activation act, int hSlot,
                 const Tensor &wDown, const Tensor *bDown, PitPlan pit,
                 const Tensor *residual, int outSlot, Tensor &out, Tensor &h) {
-  if ((rowsOf(x) > kMaxTokens || ctx.exactFfn) && !dev(ctx).batchedPredict)
+  const int64_t K = x.rank ? x.shape[x.rank - 1] : 1;
+  if (ffnExact(ctx, K ? x.numel() / K : 0))
     return requireF32(ctx, "predict", "input", x) &&
            batchedFfnExact(ctx, x, w2, maskSlot, mask, index, wUp, bUp, act,
                            hSlot, wDown, bDown, pit, residual, outSlot, out, h);
@@ -2432,8 +2434,7 @@ bool predictFfnNorm(Context &ctx, const Tensor &normIn, const Tensor &scale,
   // first. A decode step holds the predictor back, and sparseFfnImpl
   // launches the norm (or takes it into predictUp).
   const int64_t M = norm.width ? normIn.numel() / norm.width : 0;
-  if (M > kMaxTokens || norm.width != w1.shape[0] ||
-      (ctx.exactFfn && !d.batchedPredict))
+  if (M > kMaxTokens || norm.width != w1.shape[0] || ffnExact(ctx, M))
     return norm.launch(ctx, d) &&
            predictFfn(ctx, x, w1, w2, pBias, threshold, indexSite, maskSlot,
                       mask, index, wUp, bUp, act, hSlot, wDown, bDown, pit,
