@@ -48,6 +48,7 @@ agreement also reported):
 """
 import argparse
 import glob
+import re
 import os
 import shutil
 import subprocess
@@ -387,6 +388,12 @@ def prepare(args):
     z = np.load(os.path.join(opt, "ref_kv_step.npz"))
     save_case(args.out, "ref_kv_step", {k: z[k] for k in z.files if k in names},
               {k: z[k] for k in z.files if k not in names})
+    # The same step with the past given in float16 (a CUDA model's past
+    # inputs take it: IODesc::attentionPast; widened before the attention).
+    save_case(args.out, "ref_kv_step_f16past",
+              {k: z[k].astype(np.float16) if k.startswith("past_key_values.") else z[k]
+               for k in z.files if k in names},
+              {k: z[k] for k in z.files if k not in names})
     for mlp, output in (("alexa_v0.1", "13"), ("hey_rhasspy_v0.1", "39")):
         base = os.path.join(mdl, "mlp", mlp)
         save_case(args.out, mlp, {"onnx::Flatten_0": np.load(base + ".in.0.npy")},
@@ -669,6 +676,9 @@ def run(args):
                    " (24 prompt rows" + (", predicted FFNs exact)" if name == "kv_pred"
                                          else ")"))
     check_case(args, res, "kv_f16", "ref_kv_step", 2e-2, 5e-2, " (fp16 weights)")
+    for name in ("kv", "kv_f16"):
+        check_case(args, res, name, "ref_kv_step_f16past", 2e-2, 5e-2,
+                   " (the past given in float16)")
     check_case(args, res, "kv_f16_fold", "ref_kv_step", 2e-2, 5e-2,
                " (fp16 weights, norms folded)")
     check_case(args, res, "nc17_bf16", "ref_prompt", *BF16_TOL, " (bf16 weights)")
@@ -796,6 +806,39 @@ def run(args):
                    "kv_f16 greedy picks on the device: graphs replayed "
                    f"({replayed[0].split(':', 1)[-1].strip() if replayed else 'none'}); "
                    f"{len(notes)} graph notes" + (f"; {notes[0]}" if notes else ""))
+    # The 16-bit device KV cache (SPARSEC_CUDA_KV_CACHE=f16): float16 where
+    # the weights are fp16 or bf16 and every past input is read only by
+    # attention ops (the binary's IODesc::attentionPast), float32 otherwise
+    # and by default. The profile's count of float16 caches must say which,
+    # the cache's check must pass both ways, and the bytes are set against
+    # the float32 cache's and the reference (float16 rounds every cached
+    # key and value). `want`: whether the caches are float16 when asked
+    # (None: not checked, a hybrid build's CPU attention).
+    def kv_caches(r):
+        m = re.search(rb"KV caches: (\d+), (\d+) of them float16", r.stderr)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+    for name, want in (("kv", False), ("kv_f16", True), ("kv_pred_f16", True),
+                       ("kv_bf16", True), ("kv_hy30_f16", None)):
+        if name not in have:
+            continue
+        half = greedy64(name, {"SPARSEC_CUDA_PROFILE": "1", "SPARSEC_CUDA_KV_CACHE": "f16"})
+        full = greedy64(name, {"SPARSEC_CUDA_PROFILE": "1"})
+        hc, fc = kv_caches(half), kv_caches(full)
+        fell_back = any(b"does not ignore masked past entries" in r.stderr
+                        for r in (half, full))
+        kind_ok = (hc is not None and fc is not None and hc[0] > 0 and fc[1] == 0 and
+                   (want is None or hc[1] == (hc[0] if want else 0)))
+        same = lambda a, b: sum(x == y for x, y in zip(a, b))
+        res.record(half.returncode == 0 and full.returncode == 0 and kind_ok and
+                   not fell_back,
+                   f"{name} KV cache: {hc[1] if hc else '?'} of {hc[0] if hc else '?'} "
+                   f"caches float16 with SPARSEC_CUDA_KV_CACHE=f16, "
+                   f"{fc[1] if fc else '?'} by default"
+                   + ("; the cache's check FAILED" if fell_back else "") +
+                   f"; greedy 64 bytes {same(half.stdout, expect)}/64 equal to "
+                   f"ref_greedy_64.bin ({same(full.stdout, expect)}/64 with the float32 "
+                   f"cache), {same(half.stdout, full.stdout)}/64 to the float32 cache's")
+
     def batch_of_prompt(b):
         """The reference prompt repeated b times (an ids file)."""
         path = os.path.join(args.dir, f"batch{b}_ids.npy")

@@ -716,10 +716,12 @@ std::vector<float> swapMiddle(const std::vector<float> &x, int B, int A, int C,
 
 /// decodeAttention against the host. `tokenMajor`: q, the new keys and
 /// values and the output are [B, S, H, .] (the present stays [B, H, T, .]).
+/// `halfPast`: the past keys and values are float16 (a 16-bit KV cache);
+/// the host reference takes the same rounded values.
 void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
                    Mask maskKind, bool causal, std::mt19937 &rng,
                    bool early = false, bool pastReady = false,
-                   bool tokenMajor = false) {
+                   bool tokenMajor = false, bool halfPast = false) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   const int Sk = Sq, T = P + Sk;
   std::vector<float> q(size_t(B) * Hq * Sq * D), pk(size_t(B) * Hk * P * D),
@@ -728,6 +730,13 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   for (auto *vec : {&q, &pk, &pv, &k, &v})
     for (float &e : *vec)
       e = g(rng);
+  std::vector<__half> pkh, pvh;
+  if (halfPast)
+    for (auto [from, to] : {std::pair{&pk, &pkh}, std::pair{&pv, &pvh}})
+      for (float &e : *from) {
+        to->push_back(__float2half_rn(e));
+        e = __half2float(to->back());
+      }
   std::vector<float> maskF;
   std::vector<uint8_t> maskB;
   randomMasks(B, Sq, T, rng, maskF, maskB);
@@ -760,8 +769,13 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   float *dqk = upload(qk);
   a.q = dqk;
   a.k = dqk + q.size();
-  a.pastK = P ? upload(pk) : nullptr;
-  a.pastV = P ? upload(pv) : nullptr;
+  if (halfPast && P) {
+    a.pastKHalf = reinterpret_cast<const uint16_t *>(upload(pkh));
+    a.pastVHalf = reinterpret_cast<const uint16_t *>(upload(pvh));
+  } else {
+    a.pastK = P ? upload(pk) : nullptr;
+    a.pastV = P ? upload(pv) : nullptr;
+  }
   a.v = upload(tokenMajor ? swapMiddle(v, B, Hk, Sk, Dv) : v);
   a.pastReady = pastReady;
   if (maskKind == Mask::additive)
@@ -821,15 +835,18 @@ void attentionCase(int B, int Hq, int Hk, int Sq, int P, int D, int Dv,
   bool countersZero = std::all_of(cnt.begin(), cnt.end(), [](int c) { return c == 0; });
   char line[200];
   std::snprintf(line, sizeof line,
-                "decodeAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d%s%s%s",
+                "decodeAttention B=%d Hq=%d Hk=%d Sq=%d P=%d D=%d Dv=%d mask=%s causal=%d%s%s%s%s",
                 B, Hq, Hk, Sq, P, D, Dv,
                 maskKind == Mask::none ? "none" : maskKind == Mask::additive ? "additive" : "bool",
                 causal, early ? " early launch" : "",
                 pastReady ? ", past prefetched" : "",
-                tokenMajor ? ", token-major" : "");
+                tokenMajor ? ", token-major" : "",
+                halfPast ? ", fp16 past" : "");
   report(err < 2e-5 && presentErr == 0 && countersZero, line, std::max(err, presentErr));
   for (const void *p : {static_cast<const void *>(dqk), static_cast<const void *>(a.pastK),
                         static_cast<const void *>(a.pastV),
+                        static_cast<const void *>(a.pastKHalf),
+                        static_cast<const void *>(a.pastVHalf),
                         static_cast<const void *>(a.v), static_cast<const void *>(a.maskF),
                         static_cast<const void *>(a.maskB)})
     if (p)
@@ -1330,6 +1347,15 @@ int main() {
   attentionCase(2, 8, 2, 1, 257, 64, 64, Mask::additive, false, rng, false, false, true);
   attentionCase(2, 4, 4, 3, 100, 64, 32, Mask::boolean, true, rng, false, false, true);
   attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::additive, true, rng, true, true, true);
+  // A float16 past (a 16-bit KV cache), widened as it is loaded: one and
+  // several passes, cluster and memory merges, GQA, 3 elements a lane,
+  // early with the past prefetched, token-major, batch 16, no past.
+  attentionCase(1, 32, 32, 1, 255, 128, 128, Mask::none, false, rng, false, false, false, true);
+  attentionCase(1, 32, 32, 1, 2046, 128, 128, Mask::additive, false, rng, false, false, false, true);
+  attentionCase(2, 8, 2, 1, 600, 80, 80, Mask::boolean, false, rng, true, true, false, true);
+  attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::additive, true, rng, true, true, true, true);
+  attentionCase(16, 32, 32, 1, 1040, 128, 128, Mask::additive, false, rng, true, true, true, true);
+  attentionCase(1, 4, 4, 1, 0, 64, 64, Mask::none, false, rng, true, true, false, true);
   // NaN scores: the last key of a warp's group followed by keys past the
   // end (5 of 6), inside a group (2 of 6), in a later chunk (300 of 501).
   attentionNaNCase(5, 5, rng);

@@ -177,6 +177,19 @@ TEST(CudaSwitches, PitUse) {
   }
 }
 
+TEST(CudaSwitches, KvCache) {
+  bool half = false;
+  ASSERT_TRUE(parseKvCache("f16", half));
+  EXPECT_TRUE(half);
+  ASSERT_TRUE(parseKvCache("f32", half));
+  EXPECT_FALSE(half);
+  for (const char *bad : {"", "0", "1", "fp16", "F16", "half"}) {
+    half = true;
+    EXPECT_FALSE(parseKvCache(bad, half)) << bad;
+    EXPECT_TRUE(half) << "left untouched: " << bad;
+  }
+}
+
 TEST(CudaSwitches, PitFillsGpu) {
   // OPT-6.7B's down projection (N 4096) on 132 SMs at 32-token tiles of
   // 256 columns (16 output blocks): a decode batch of 16 and a 128-token

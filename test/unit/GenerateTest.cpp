@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "RunMain.h"
+#include "sparsec/rt/Half.h"
 #include "sparsec/rt/Runtime.h"
 
 #include "gtest/gtest.h"
@@ -84,6 +85,8 @@ struct Trace {
   int exactRuns = 0;      // runs marked Context::exactFfn
   size_t maxOutstanding = 0; // steps queued and not yet waited for
   std::vector<int64_t> capacities; // initCache's
+  std::vector<bool> narrow;        // initCache's
+  int halfPastRuns = 0;            // runs given a float16 device cache
   // Runs marked Context::warmup: their sequence lengths and past lengths.
   std::vector<std::pair<int64_t, int64_t>> warmups;
 };
@@ -93,10 +96,29 @@ struct FakeDevice : Context::Backend {
   explicit FakeDevice(Trace &trace) : trace(trace) {}
   bool keepsResidentOutputs() const override { return true; }
 
+  /// float32, or float16 where initCache was asked to narrow it (as the
+  /// CUDA backend keeps a cache the model also reads in 16 bits).
   struct Cache {
     std::vector<float> data;
+    std::vector<uint16_t> half;
+    bool narrow = false;
     int64_t shape[4] = {};
+    void *ptr() {
+      return narrow ? static_cast<void *>(half.data())
+                    : static_cast<void *>(data.data());
+    }
+    void set(size_t i, float v) {
+      if (narrow)
+        half[i] = floatToHalf(v);
+      else
+        data[i] = v;
+    }
   };
+  /// Element i of a float32 or float16 tensor.
+  static float at(const Tensor &t, int64_t i) {
+    return t.dtype == DType::f16 ? halfToFloat(t.as<uint16_t>()[i])
+                                 : t.as<float>()[i];
+  }
   std::vector<Cache> caches;
   // Device slots of the outputs (resident ones are views of them).
   std::vector<std::vector<float>> present;
@@ -154,29 +176,35 @@ struct FakeDevice : Context::Backend {
     return true;
   }
   bool initCache(Context &ctx, int id, const Tensor &src, int64_t count,
-                 int64_t capacity, Tensor &cache) override {
+                 int64_t capacity, bool narrow, Tensor &cache) override {
     drain(); // an allocation waits for the device
     if (src.rank != 4 || count > src.shape[2] || capacity < count)
       return ctx.fail("fake device: bad initCache");
     trace.capacities.push_back(capacity);
+    trace.narrow.push_back(narrow);
     if (size_t(id) >= caches.size())
       caches.resize(size_t(id) + 1);
     Cache &c = caches[size_t(id)];
     const int64_t B = src.shape[0], H = src.shape[1];
+    const size_t n = size_t(B * H * capacity * kHeadDim);
+    // A new buffer (a grown cache's view reads the old one).
+    Cache fresh;
+    fresh.narrow = narrow;
+    (narrow ? fresh.half.resize(n) : fresh.data.resize(n));
     // Unused entries hold a marker the mask must hide (id % 2: K or V).
-    c.data.resize(size_t(B * H * capacity * kHeadDim));
-    for (size_t e = 0; e < c.data.size(); e += kHeadDim)
-      std::copy(id % 2 ? kUnusedValue : kUnusedKey,
-                (id % 2 ? kUnusedValue : kUnusedKey) + kHeadDim,
-                c.data.begin() + int64_t(e));
+    for (size_t e = 0; e < n; ++e)
+      fresh.set(e, (id % 2 ? kUnusedValue : kUnusedKey)[e % kHeadDim]);
     const int64_t shape[4] = {B, H, capacity, kHeadDim};
-    std::copy(shape, shape + 4, c.shape);
-    const float *s = src.as<float>();
+    std::copy(shape, shape + 4, fresh.shape);
     for (int64_t r = 0; r < B * H; ++r)
-      std::copy(s + r * src.shape[2] * kHeadDim,
-                s + (r * src.shape[2] + count) * kHeadDim,
-                c.data.begin() + r * capacity * kHeadDim);
-    cache = Tensor{c.data.data(), DType::f32, 4, {B, H, capacity, kHeadDim}};
+      for (int64_t e = 0; e < count * kHeadDim; ++e)
+        fresh.set(size_t(r * capacity * kHeadDim + e),
+                  at(src, r * src.shape[2] * kHeadDim + e));
+    c = std::move(fresh);
+    cache = Tensor{c.ptr(),
+                   narrow ? DType::f16 : DType::f32,
+                   4,
+                   {B, H, capacity, kHeadDim}};
     return true;
   }
   bool appendCache(Context &ctx, int id, const Tensor &src, int64_t from,
@@ -191,8 +219,8 @@ struct FakeDevice : Context::Backend {
       Cache &c = caches[size_t(id)];
       for (int64_t r = 0; r < c.shape[0] * c.shape[1]; ++r)
         for (int64_t e = 0; e < kHeadDim; ++e)
-          c.data[size_t((r * c.shape[2] + to) * kHeadDim + e)] =
-              s[(r * srcLen + from) * kHeadDim + e];
+          c.set(size_t((r * c.shape[2] + to) * kHeadDim + e),
+                s[(r * srcLen + from) * kHeadDim + e]);
     });
     return true;
   }
@@ -201,9 +229,11 @@ struct FakeDevice : Context::Backend {
     drain();
     ++trace.grows;
     Cache old = caches[size_t(id)];
-    Tensor view{old.data.data(), DType::f32, 4,
+    Tensor view{old.ptr(),
+                old.narrow ? DType::f16 : DType::f32,
+                4,
                 {old.shape[0], old.shape[1], old.shape[2], old.shape[3]}};
-    return initCache(ctx, id, view, valid, capacity, cache);
+    return initCache(ctx, id, view, valid, capacity, old.narrow, cache);
   }
 };
 
@@ -270,8 +300,8 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
   auto isDevice = [&](const Tensor &t) {
     if (!d)
       return false;
-    for (const FakeDevice::Cache &c : d->caches)
-      if (t.data == c.data.data())
+    for (FakeDevice::Cache &c : d->caches)
+      if (t.data == c.ptr())
         return true;
     return false;
   };
@@ -284,10 +314,14 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
   std::vector<int64_t> maskNow = snapshot(mask, int64_t{});
   std::vector<float> kNow, vNow;
   if (!isDevice(pastK)) {
+    if (pastK.dtype != DType::f32 || pastV.dtype != DType::f32)
+      return ctx.fail("toy: a host past must be float32");
     kNow = snapshot(pastK, float{});
     vNow = snapshot(pastV, float{});
   }
-  const float *kDev = pastK.as<float>(), *vDev = pastV.as<float>();
+  // A device cache: float32 or float16 (read when the work runs).
+  const Tensor kDev = pastK, vDev = pastV;
+  world->trace.halfPastRuns += pastK.dtype == DType::f16;
   const bool argmax = ctx.argmaxOutput == 0 && d;
   // Context::argmaxAlso: the logits come back and the picks stay too.
   const bool keep = !argmax && ctx.argmaxAlso == 0 && d && world->keepsPicks;
@@ -296,8 +330,12 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
   auto compute = [=](std::vector<float> &logits, std::vector<float> &k,
                      std::vector<float> &v, std::vector<int64_t> *pickRows) {
     const int64_t *idv = picksIn ? d->picks.data() : idsNow.data();
-    const float *pk = kNow.empty() ? kDev : kNow.data();
-    const float *pv = vNow.empty() ? vDev : vNow.data();
+    auto pk = [&](int64_t i) {
+      return kNow.empty() ? FakeDevice::at(kDev, i) : kNow[size_t(i)];
+    };
+    auto pv = [&](int64_t i) {
+      return vNow.empty() ? FakeDevice::at(vDev, i) : vNow[size_t(i)];
+    };
     logits.assign(size_t(B * n * kVocab), 0.0f);
     k.assign(size_t(B * total * kHeadDim), 0.0f);
     v.assign(size_t(B * total * kHeadDim), 0.0f);
@@ -307,9 +345,9 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
       for (int64_t j = 0; j < past; ++j)
         for (int64_t e = 0; e < kHeadDim; ++e) {
           k[size_t((b * total + j) * kHeadDim + e)] =
-              pk[(b * past + j) * kHeadDim + e];
+              pk((b * past + j) * kHeadDim + e);
           v[size_t((b * total + j) * kHeadDim + e)] =
-              pv[(b * past + j) * kHeadDim + e];
+              pv((b * past + j) * kHeadDim + e);
         }
       for (int64_t i = 0; i < n; ++i) {
         const int64_t tok = idv[b * n + i];
@@ -446,6 +484,31 @@ const IODesc kToyInputsNarrow[] = {
     {"input_ids", DType::i64, 2, {-1, -1}, {"batch", "seq"}, {-1, -1}, true,
      kVocab - 1},
     kToyInputsHost[1], kToyInputsHost[2], kToyInputsHost[3]};
+// Past inputs that only attention ops read (IODesc::attentionPast): the
+// device may keep their caches in float16. Both, or only the keys.
+const IODesc kToyPastKeyHalf = {"past_key_values.0.key",
+                                DType::f32,
+                                4,
+                                {-1, 1, -1, kHeadDim},
+                                {"batch", "", "past", ""},
+                                {-1, 1, -1, kHeadDim},
+                                false,
+                                0,
+                                true};
+const IODesc kToyInputsHalf[] = {kToyInputsAhead[0],
+                                 kToyInputsHost[1],
+                                 kToyPastKeyHalf,
+                                 {"past_key_values.0.value",
+                                  DType::f32,
+                                  4,
+                                  {-1, 1, -1, kHeadDim},
+                                  {"batch", "", "past", ""},
+                                  {-1, 1, -1, kHeadDim},
+                                  false,
+                                  0,
+                                  true}};
+const IODesc kToyInputsHalfKeys[] = {kToyInputsAhead[0], kToyInputsHost[1],
+                                     kToyPastKeyHalf, kToyInputsHost[3]};
 // The same with LLaMA-style position_ids.
 const IODesc kToyInputsHostPos[] = {
     kToyInputsHost[0], kToyInputsHost[1], kToyInputsHost[2], kToyInputsHost[3],
@@ -490,7 +553,9 @@ protected:
     ModelDesc desc{};
     desc.name = "toy";
     desc.numInputs = withPositions ? 5 : 4;
-    desc.inputs = withPositions ? (ahead ? kToyInputsAheadPos : kToyInputsHostPos)
+    desc.inputs = inputs ? inputs
+                  : withPositions
+                      ? (ahead ? kToyInputsAheadPos : kToyInputsHostPos)
                   : !ahead      ? kToyInputsHost
                   : narrowTable ? kToyInputsNarrow
                                 : kToyInputsAhead;
@@ -533,6 +598,8 @@ protected:
   int64_t positions = 0;
   /// Whether the toy takes position_ids (checked against the mask).
   bool withPositions = false;
+  /// The toy's inputs, where not chosen by generate()'s arguments.
+  const IODesc *inputs = nullptr;
   float decodeNoise = 0; // World::decodeNoise of the next generate()
   float predictedNoise = 0; // World::predictedNoise of the next generate()
   bool bf16Weights = false;
@@ -740,6 +807,39 @@ TEST_F(GenerateTest, CacheCheckComputesFfnsExactly) {
   MainResult off = generate(/*device=*/true, /*ahead=*/false, args);
   ASSERT_EQ(off.status, 0) << off.err;
   EXPECT_NE(off.err.find("does not ignore"), std::string::npos) << off.err;
+}
+
+TEST_F(GenerateTest, HalfDeviceCacheWhereEveryPastIsMarked) {
+  // Past inputs marked IODesc::attentionPast: generate asks for narrow
+  // caches, the device keeps them in float16 and passes them back as
+  // float16 inputs, which the input check accepts for marked inputs. The
+  // toy's values are exact in float16: the same bytes as the host, and
+  // the cache check passes.
+  const std::vector<std::string> args = {"--prompt", "sparse",
+                                         "--max-new-tokens", "20"};
+  MainResult host = generate(/*device=*/false, /*ahead=*/false, args);
+  ASSERT_EQ(host.status, 0) << host.err;
+  inputs = kToyInputsHalf;
+  for (bool ahead : {false, true}) {
+    MainResult dev = generate(/*device=*/true, ahead, args);
+    ASSERT_EQ(dev.status, 0) << dev.err;
+    EXPECT_EQ(dev.out, host.out);
+    EXPECT_EQ(dev.err.find("does not ignore"), std::string::npos) << dev.err;
+    ASSERT_FALSE(w.trace.narrow.empty());
+    for (bool n : w.trace.narrow)
+      EXPECT_TRUE(n);
+    EXPECT_EQ(w.trace.halfPastRuns, 1 + 19); // the check and 19 steps
+  }
+  // Only the keys marked: no cache is narrowed (an attention reads its
+  // past keys and values in one type).
+  inputs = kToyInputsHalfKeys;
+  MainResult keys = generate(/*device=*/true, /*ahead=*/true, args);
+  ASSERT_EQ(keys.status, 0) << keys.err;
+  EXPECT_EQ(keys.out, host.out);
+  ASSERT_FALSE(w.trace.narrow.empty());
+  for (bool n : w.trace.narrow)
+    EXPECT_FALSE(n);
+  EXPECT_EQ(w.trace.halfPastRuns, 0);
 }
 
 TEST_F(GenerateTest, SamplingNeverLaunchesAhead) {

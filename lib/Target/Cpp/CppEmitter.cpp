@@ -1635,6 +1635,28 @@ void Emitter::emitDescription(func::FuncOp func) {
              return isa<ShapeOp>(u) || (lookupTable(use) && !placedOnCpu(u));
            });
   };
+  // CUDA: a float32 input that only device attention ops read, as their
+  // past keys or values (Shape reads dims only), which read float16 too:
+  // the runtime may keep a KV cache passed as it in 16 bits.
+  auto attentionPast = [&](unsigned i) {
+    if (!cuda())
+      return false;
+    Value arg = func.getArgument(i);
+    auto type = cast<RankedTensorType>(arg.getType());
+    return type.getElementType().isF32() && !arg.use_empty() &&
+           llvm::all_of(arg.getUses(), [&](OpOperand &use) {
+             Operation *u = use.getOwner();
+             if (isa<ShapeOp>(u))
+               return true;
+             auto a = dyn_cast<AttentionOp>(u);
+             if (!a || placedOnCpu(u))
+               return false;
+             auto is = [&](MutableOperandRange r) {
+               return !r.empty() && &r[0] == &use;
+             };
+             return is(a.getPastKeyMutable()) || is(a.getPastValueMutable());
+           });
+  };
   // Its values must be below every table's rows: the smallest (0 where
   // a table's rows are not static).
   auto valueLimit = [&](unsigned i) -> int64_t {
@@ -1647,8 +1669,9 @@ void Emitter::emitDescription(func::FuncOp func) {
       }
     return std::max<int64_t>(limit, 0);
   };
+  // flagOf(i): deviceValues; pastOf(i): attentionPast.
   auto io = [&](StringRef var, TypeRange types, bool inputs, auto nameOf,
-                auto dimNamesOf, auto flagOf) {
+                auto dimNamesOf, auto flagOf, auto pastOf) {
     os << "const IODesc " << var << "[] = {\n";
     for (auto [i, t] : llvm::enumerate(types)) {
       auto type = cast<RankedTensorType>(t);
@@ -1681,6 +1704,8 @@ void Emitter::emitDescription(func::FuncOp func) {
          << join(dims) << "}, {" << (dn.empty() ? "nullptr" : join(dn))
          << "}, {" << join(maxes) << "}"
          << (flagOf(i) ? ", true, " + std::to_string(valueLimit(i)) : "")
+         << (pastOf(i) ? std::string(flagOf(i) ? "" : ", false, 0") + ", true"
+                       : "")
          << "},\n";
     }
     os << "};\n";
@@ -1694,7 +1719,7 @@ void Emitter::emitDescription(func::FuncOp func) {
       [&](unsigned i) {
         return func.getArgAttrOfType<ArrayAttr>(i, "sparsec.dims");
       },
-      deviceValues);
+      deviceValues, attentionPast);
   // Output dims: the export's names (`model info` shows them; the runtime
   // binds and bounds only the inputs'), unnamed ones shown as "?".
   io(
@@ -1706,7 +1731,7 @@ void Emitter::emitDescription(func::FuncOp func) {
       [&](unsigned i) {
         return func.getResultAttrOfType<ArrayAttr>(i, "sparsec.dims");
       },
-      [](unsigned) { return false; });
+      [](unsigned) { return false; }, [](unsigned) { return false; });
 
   auto slotBytes = module->getAttrOfType<DenseI64ArrayAttr>("sparsec.slot_bytes");
   ArrayRef<int64_t> sizes = slotBytes ? slotBytes.asArrayRef() : ArrayRef<int64_t>();

@@ -67,7 +67,7 @@ bool Context::allocate(int slot, Tensor &t, DType dtype, int rank,
 }
 
 bool Context::Backend::initCache(Context &ctx, int, const Tensor &, int64_t,
-                                 int64_t, Tensor &) {
+                                 int64_t, bool, Tensor &) {
   return ctx.fail("this backend has no device cache");
 }
 bool Context::Backend::appendCache(Context &ctx, int, const Tensor &, int64_t,

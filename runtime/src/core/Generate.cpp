@@ -60,6 +60,8 @@ struct CacheSlot {
   int input = -1, output = -1; // indices into desc.inputs / desc.outputs
   int64_t heads = 0, headDim = 0;
   DType dtype = DType::f32; // the model's: float32, or float16 (host mode)
+  /// The input takes a float16 device cache too (IODesc::attentionPast).
+  bool narrow = false;
   std::vector<unsigned char> data; // [1, heads, len, headDim] (host mode)
   Tensor device;           // [1, heads, capacity, headDim] (device mode)
 };
@@ -136,6 +138,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       CacheSlot slot;
       slot.input = i;
       slot.dtype = io.dtype;
+      slot.narrow = io.attentionPast && io.dtype == DType::f32;
       slot.heads = io.dims[1];
       slot.headDim = io.dims[3];
       std::string present = "present." + name.substr(16);
@@ -158,6 +161,12 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                          "takes '" + name + "'");
     }
   }
+  // The device caches in 16 bits all or none (an attention reads its past
+  // keys and values in one type).
+  if (!std::all_of(cache.begin(), cache.end(),
+                   [](const CacheSlot &s) { return s.narrow; }))
+    for (CacheSlot &slot : cache)
+      slot.narrow = false;
   if (idsInput < 0 || desc.numOutputs < 1)
     return reportError("generate needs an input_ids input and a logits output");
   for (int o = 0; o < desc.numOutputs; ++o)
@@ -429,7 +438,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                    : slot.data.empty() ? static_cast<void *>(&emptyCache)
                                        : slot.data.data();
       inputs[size_t(slot.input)] =
-          Tensor{data, slot.dtype, 4,
+          Tensor{data,
+                 padded ? slot.device.dtype : slot.dtype,
+                 4,
                  {batch, slot.heads, padded ? capacity : first, slot.headDim}};
     }
   };
@@ -499,7 +510,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       for (CacheSlot &slot : cache)
         if (!ctx.backend->initCache(ctx, slot.input,
                                     outputs[size_t(slot.output)], 0,
-                                    plannedCapacity, slot.device))
+                                    plannedCapacity, slot.narrow, slot.device))
           return reportError("warm-up run: " + ctx.error);
     }
   }
@@ -696,9 +707,9 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         cached = len - 1;
         bool ok = true;
         for (CacheSlot &slot : cache)
-          ok = ok && ctx.backend->initCache(ctx, slot.input,
-                                            outputs[size_t(slot.output)],
-                                            cached, capacity, slot.device);
+          ok = ok && ctx.backend->initCache(
+                         ctx, slot.input, outputs[size_t(slot.output)], cached,
+                         capacity, slot.narrow, slot.device);
         if (!ok)
           return reportError(where + ctx.error);
         mark("device cache");

@@ -137,7 +137,10 @@ static std::string describeIO(const IODesc &io) {
 /// maximum; if not, `error` says which and how.
 static bool checkInputShape(const IODesc &io, const Tensor &t, std::string &error) {
   const std::string prefix = std::string("input '") + io.name + "'";
-  if (t.dtype != io.dtype) {
+  // An attention's past also reads float16 (a device's 16-bit KV cache).
+  const bool halfPast =
+      io.attentionPast && io.dtype == DType::f32 && t.dtype == DType::f16;
+  if (t.dtype != io.dtype && !halfPast) {
     error = prefix + ": expected " + dtypeName(io.dtype) + ", got " +
             dtypeName(t.dtype);
     return false;

@@ -553,7 +553,12 @@ __device__ __forceinline__ void chunkWeights(float mc, float lc, bool has,
 /// distributed shared memory instead: each leaves its partial result in
 /// its own shared memory, and after a cluster barrier block 0 reads them
 /// all (no scratch, no counter, no memory round trips for the merge).
-template <int NI, bool Cluster>
+/// HalfPast: the past rows are float16 (a.pastKHalf / pastVHalf, a
+/// runtime's 16-bit KV cache), widened as they are loaded (2-byte loads:
+/// a warp asks for a row in NI requests of 64 bytes, where the float32
+/// kernel's bring 128, so a step over a long float16 cache is slower than
+/// over a float32 one; docs/GPU.md, "A float16 KV cache").
+template <int NI, bool Cluster, bool HalfPast>
 __global__ void __launch_bounds__(kAttnThreads)
 decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
                       int *counters) {
@@ -583,6 +588,22 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
       const int64_t j = min(j0 + t, jEnd - 1);
       if ((j < a.P) != past)
         continue;
+      if constexpr (HalfPast) {
+        if (past) {
+          const int64_t r = (b * a.Hk + hk) * a.P + j;
+          const __half *kh =
+              reinterpret_cast<const __half *>(a.pastKHalf) + r * D;
+          const __half *vh =
+              reinterpret_cast<const __half *>(a.pastVHalf) + r * Dv;
+#pragma unroll
+          for (int e = 0; e < NI; ++e) {
+            const int d = lane + 32 * e;
+            kv[t][e] = d < D ? __half2float(kh[d]) : 0.0f;
+            vv[t][e] = d < Dv ? __half2float(vh[d]) : 0.0f;
+          }
+          continue;
+        }
+      }
       const float *kr =
           keyRow(a.pastK, a.k, b, hk, a.Hk, a.P, a.Sk, j, D, a.tokenMajor);
       const float *vr =
@@ -1186,10 +1207,10 @@ namespace {
 /// Launches the cluster variant of decodeAttentionKernel<NI>: each query
 /// row's `chunks` blocks one cluster. Returns false (nothing launched)
 /// where the GPU cannot schedule clusters of that size for the kernel.
-template <int NI>
+template <int NI, bool HalfPast>
 bool launchAttentionCluster(const DecodeAttention &a, dim3 grid, int passes,
                             cudaStream_t stream, bool early, cudaError_t &e) {
-  auto *kernel = decodeAttentionKernel<NI, true>;
+  auto *kernel = decodeAttentionKernel<NI, true, HalfPast>;
   // The largest cluster the kernel can have on this GPU (above 8 needs
   // the non-portable opt-in), queried once.
   static const int maxCluster = [&] {
@@ -1243,15 +1264,15 @@ bool attentionClusters() {
 /// (up to 512 keys) and the GPU can schedule the row's blocks as one
 /// cluster (up to 16 on an H200: 256 keys), they merge as a cluster;
 /// otherwise through memory.
-template <int NI>
+template <int NI, bool HalfPast>
 cudaError_t launchAttention(const DecodeAttention &a, dim3 grid, int passes,
                             float *scratch, int *counters, cudaStream_t stream,
                             bool early) {
   cudaError_t e = cudaSuccess;
   if (passes == 1 && attentionClusters() &&
-      launchAttentionCluster<NI>(a, grid, passes, stream, early, e))
+      launchAttentionCluster<NI, HalfPast>(a, grid, passes, stream, early, e))
     return e;
-  return launchKernel(decodeAttentionKernel<NI, false>, grid,
+  return launchKernel(decodeAttentionKernel<NI, false, HalfPast>, grid,
                       dim3{kAttnThreads}, 0, stream, early, a, passes, scratch,
                       counters);
 }
@@ -1263,8 +1284,10 @@ cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
   if (rows == 0 || a.Dv == 0)
     return cudaSuccess;
   if (!decodeAttentionSupported(a.D, a.Dv) || a.Hk <= 0 || a.Hq % a.Hk != 0 ||
-      (a.P > 0 && (!a.pastK || !a.pastV)))
+      (a.P > 0 && (a.pastKHalf ? !a.pastVHalf || a.pastK || a.pastV
+                               : !a.pastK || !a.pastV || a.pastVHalf)))
     return cudaErrorInvalidValue;
+  const bool half = a.P > 0 && a.pastKHalf;
   const int64_t chunks = attentionChunks(a);
   const int passes = attentionPasses(a);
   const dim3 grid{static_cast<unsigned>(rows), static_cast<unsigned>(chunks)};
@@ -1272,16 +1295,28 @@ cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
   cudaError_t e;
   switch (ni) {
   case 1:
-    e = launchAttention<1>(a, grid, passes, scratch, counters, stream, early);
+    e = half ? launchAttention<1, true>(a, grid, passes, scratch, counters,
+                                        stream, early)
+             : launchAttention<1, false>(a, grid, passes, scratch, counters,
+                                         stream, early);
     break;
   case 2:
-    e = launchAttention<2>(a, grid, passes, scratch, counters, stream, early);
+    e = half ? launchAttention<2, true>(a, grid, passes, scratch, counters,
+                                        stream, early)
+             : launchAttention<2, false>(a, grid, passes, scratch, counters,
+                                         stream, early);
     break;
   case 3:
-    e = launchAttention<3>(a, grid, passes, scratch, counters, stream, early);
+    e = half ? launchAttention<3, true>(a, grid, passes, scratch, counters,
+                                        stream, early)
+             : launchAttention<3, false>(a, grid, passes, scratch, counters,
+                                         stream, early);
     break;
   default:
-    e = launchAttention<4>(a, grid, passes, scratch, counters, stream, early);
+    e = half ? launchAttention<4, true>(a, grid, passes, scratch, counters,
+                                        stream, early)
+             : launchAttention<4, false>(a, grid, passes, scratch, counters,
+                                         stream, early);
     break;
   }
   return e != cudaSuccess ? e : cudaGetLastError();

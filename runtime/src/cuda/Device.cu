@@ -95,6 +95,18 @@ Device::~Device() {
                    "own)\n",
                    fusedEpilogues, lt.plansMade(), lt.plans(),
                    separateEpilogues);
+    size_t cacheCount = 0, halfCaches = 0, cacheBytes = 0;
+    for (const Cache &c : caches)
+      if (c.ptr) {
+        ++cacheCount;
+        halfCaches += c.dtype == DType::f16;
+        cacheBytes += c.bytes;
+      }
+    if (cacheCount > 0)
+      std::fprintf(stderr,
+                   "sparsec cuda profile: KV caches: %zu, %zu of them float16, "
+                   "%.1f MB\n",
+                   cacheCount, halfCaches, double(cacheBytes) / 1e6);
     const HybridTimes &h = hybrid;
     if (h.steps > 0)
       std::fprintf(stderr,
@@ -477,6 +489,13 @@ Device *device(Context &ctx) {
     d->fuseGated = std::strcmp(p, "0") != 0;
   if (const char *p = std::getenv("SPARSEC_CUDA_BATCHED_PREDICT"))
     d->batchedPredict = std::strcmp(p, "0") != 0;
+  if (const char *p = std::getenv("SPARSEC_CUDA_KV_CACHE")) {
+    if (!parseKvCache(p, d->halfCache))
+      std::fprintf(stderr,
+                   "sparsec: warning: SPARSEC_CUDA_KV_CACHE='%s' ignored (f16 "
+                   "or f32)\n",
+                   p);
+  }
   if (const char *p = std::getenv("SPARSEC_CUDA_PIT")) {
     if (!parsePitUse(p, d->pitUse))
       std::fprintf(stderr,
@@ -633,8 +652,9 @@ bool upload(Context &ctx, const Tensor &x, int site, Tensor &out) {
   // A device cache passed back as an input: already here.
   for (const Device::Cache &c : d.caches)
     if (c.ptr && x.data == c.ptr) {
-      if (x.rank != 4 || x.shape[0] != c.shape[0] || x.shape[1] != c.shape[1] ||
-          x.shape[2] > c.shape[2] || x.shape[3] != c.shape[3])
+      if (x.rank != 4 || x.dtype != c.dtype || x.shape[0] != c.shape[0] ||
+          x.shape[1] != c.shape[1] || x.shape[2] > c.shape[2] ||
+          x.shape[3] != c.shape[3])
         return ctx.fail("internal error: a device cache passed as " +
                         x.describe() + " does not match its buffer");
       out = x;
@@ -1186,17 +1206,39 @@ bool copyRows(Context &ctx, Device &d, void *dst, size_t dpitch,
                "moving KV cache entries");
 }
 
-bool checkPresent(Context &ctx, const Tensor &t) {
-  if (t.dtype != DType::f32 || t.rank != 4 || !t.data)
+bool checkPresent(Context &ctx, const Tensor &t, bool orHalf = false) {
+  if ((t.dtype != DType::f32 && !(orHalf && t.dtype == DType::f16)) ||
+      t.rank != 4 || !t.data)
     return ctx.fail("KV cache: expected a float32 [B, H, T, D] device tensor, "
                     "got " + t.describe());
   return true;
 }
+
+/// Rows of `width` elements from src (float32, or float16 where srcHalf)
+/// to dst (float16 where dstHalf), `pitch`es in elements: block (x, y)
+/// moves elements x * 1024 .. of row y.
+__global__ void cacheRowsKernel(void *dst, bool dstHalf, int64_t dstPitch,
+                                const void *src, bool srcHalf, int64_t srcPitch,
+                                int64_t width) {
+  const int64_t row = blockIdx.y;
+  for (int64_t e = int64_t(blockIdx.x) * 1024 + threadIdx.x;
+       e < min(width, int64_t(blockIdx.x + 1) * 1024); e += blockDim.x) {
+    const float v =
+        srcHalf ? __half2float(static_cast<const __half *>(src)[row * srcPitch + e])
+                : static_cast<const float *>(src)[row * srcPitch + e];
+    if (dstHalf)
+      static_cast<__half *>(dst)[row * dstPitch + e] = __float2half_rn(v);
+    else
+      static_cast<float *>(dst)[row * dstPitch + e] = v;
+  }
+}
 } // namespace
 
 bool Device::initCache(Context &ctx, int id, const Tensor &present,
-                       int64_t count, int64_t capacity, Tensor &cache) {
-  if (!checkPresent(ctx, present))
+                       int64_t count, int64_t capacity, bool narrow,
+                       Tensor &cache) {
+  // A float16 present: growCache's view of a float16 cache.
+  if (!checkPresent(ctx, present, /*orHalf=*/true))
     return false;
   if (id < 0 || count < 0 || count > present.shape[2] || capacity < count)
     return ctx.fail("KV cache: invalid entry count or capacity");
@@ -1204,7 +1246,12 @@ bool Device::initCache(Context &ctx, int id, const Tensor &present,
     caches.resize(size_t(id) + 1);
   Cache &c = caches[size_t(id)];
   const int64_t B = present.shape[0], H = present.shape[1], D = present.shape[3];
-  const size_t bytes = sizeof(float) * size_t(B * H * capacity * D);
+  // float16 where the model reads it so and the weights are 16-bit (the
+  // prompt's attention rounds keys and values to their type: fp16 range).
+  const bool half = narrow && halfCache && (ctx.f16Weights || ctx.bf16Weights);
+  const DType type = half ? DType::f16 : DType::f32;
+  const size_t es = half ? sizeof(uint16_t) : sizeof(float);
+  const size_t bytes = es * size_t(B * H * capacity * D);
   if (!flushAppends(ctx))
     return false;
   if (c.ptr)
@@ -1228,20 +1275,33 @@ bool Device::initCache(Context &ctx, int id, const Tensor &present,
   const int64_t shape[4] = {B, H, capacity, D};
   for (int i = 0; i < 4; ++i)
     c.shape[i] = shape[i];
+  c.dtype = type;
   // Zeros past the copied entries, not garbage: masked entries get
   // probability 0, and 0 * NaN would still poison P.V.
-  const size_t pitch = sizeof(float) * size_t(capacity * D);
-  if ((capacity > count &&
-       !check(ctx,
-              cudaMemset2DAsync(static_cast<float *>(c.ptr) + count * D, pitch,
-                                0, sizeof(float) * size_t((capacity - count) * D),
-                                size_t(B * H), stream),
-              "zeroing a KV cache")) ||
-      !copyRows(ctx, *this, c.ptr, sizeof(float) * capacity * D, present.data,
-                sizeof(float) * present.shape[2] * D, sizeof(float) * count * D,
-                size_t(B * H)))
+  const size_t pitch = es * size_t(capacity * D);
+  if (capacity > count &&
+      !check(ctx,
+             cudaMemset2DAsync(static_cast<char *>(c.ptr) + es * count * D,
+                               pitch, 0, es * size_t((capacity - count) * D),
+                               size_t(B * H), stream),
+             "zeroing a KV cache"))
     return false;
-  cache = Tensor{c.ptr, DType::f32, 4, {B, H, capacity, D}};
+  if (present.dtype == type) {
+    if (!copyRows(ctx, *this, c.ptr, pitch, present.data,
+                  es * present.shape[2] * D, es * count * D, size_t(B * H)))
+      return false;
+  } else if (count > 0 && B * H > 0) {
+    if (B * H > 65535)
+      return ctx.fail("KV cache: more than 65535 rows of heads");
+    const int64_t width = count * D;
+    cacheRowsKernel<<<dim3(unsigned((width + 1023) / 1024), unsigned(B * H)),
+                      256, 0, stream>>>(
+        c.ptr, half, capacity * D, present.data, present.dtype == DType::f16,
+        present.shape[2] * D, width);
+    if (!check(ctx, cudaGetLastError(), "moving KV cache entries"))
+      return false;
+  }
+  cache = Tensor{c.ptr, type, 4, {B, H, capacity, D}};
   return true;
 }
 
@@ -1250,10 +1310,11 @@ constexpr int kAppendBatch = 64;
 /// Up to kAppendBatch row moves; block b copies row b of the batch (the
 /// moves' rows numbered one after another).
 struct AppendBatch {
-  float *dst[kAppendBatch];
+  void *dst[kAppendBatch]; // float, or __half where dstHalf
   const float *src[kAppendBatch];
   int64_t dstPitch[kAppendBatch], srcPitch[kAppendBatch];
   int width[kAppendBatch];
+  bool dstHalf[kAppendBatch];
   int firstRow[kAppendBatch + 1];
   int count;
   int rowsEach; // every move's rows where they are equal (the caches of a
@@ -1283,8 +1344,14 @@ __global__ void appendRowsKernel(AppendBatch b) {
     }
   }
   const int r = row - b.firstRow[i];
-  float *d = b.dst[i] + int64_t(r) * b.dstPitch[i];
   const float *s = b.src[i] + int64_t(r) * b.srcPitch[i];
+  if (b.dstHalf[i]) {
+    __half *d = static_cast<__half *>(b.dst[i]) + int64_t(r) * b.dstPitch[i];
+    for (int e = threadIdx.x; e < b.width[i]; e += blockDim.x)
+      d[e] = __float2half_rn(s[e]);
+    return;
+  }
+  float *d = static_cast<float *>(b.dst[i]) + int64_t(r) * b.dstPitch[i];
   for (int e = threadIdx.x; e < b.width[i]; e += blockDim.x)
     d[e] = s[e];
 }
@@ -1305,6 +1372,7 @@ AppendBatch appendBatch(const std::vector<Device::PendingAppend> &pending,
     b.dstPitch[i] = p.dstPitch;
     b.srcPitch[i] = p.srcPitch;
     b.width[i] = p.width;
+    b.dstHalf[i] = p.dstHalf;
     b.firstRow[i] = rows;
     rows += p.rows;
   }
@@ -1395,7 +1463,9 @@ bool Device::appendCache(Context &ctx, int id, const Tensor &present,
   // Moved by the next step's flushAppends: the present stays untouched
   // until then (no device work runs between steps).
   PendingAppend a;
-  a.dst = static_cast<float *>(c.ptr) + dst * D;
+  a.dstHalf = c.dtype == DType::f16;
+  a.dst = static_cast<char *>(c.ptr) +
+          (a.dstHalf ? sizeof(uint16_t) : sizeof(float)) * size_t(dst * D);
   a.src = static_cast<const float *>(present.data) + src * D;
   a.dstPitch = c.shape[2] * D;
   a.srcPitch = present.shape[2] * D;
@@ -1415,9 +1485,11 @@ bool Device::growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
   dropGraphs(); // they may read the old buffer
   caches[size_t(id)].ptr = nullptr; // initCache must not free the old one
   caches[size_t(id)].bytes = 0;
-  Tensor view{old.ptr, DType::f32, 4,
+  Tensor view{old.ptr, old.dtype, 4,
               {old.shape[0], old.shape[1], old.shape[2], old.shape[3]}};
-  bool ok = initCache(ctx, id, view, valid, capacity, cache);
+  // The same type again (a float16 cache is one the model reads so).
+  bool ok = initCache(ctx, id, view, valid, capacity,
+                      old.dtype == DType::f16, cache);
   // cudaFree waits for the copy.
   cudaFree(old.ptr);
   return ok;

@@ -133,7 +133,7 @@ struct Device : Context::Backend {
   ~Device() override;
   bool keepsResidentOutputs() const override { return true; }
   bool initCache(Context &ctx, int id, const Tensor &present, int64_t count,
-                 int64_t capacity, Tensor &cache) override;
+                 int64_t capacity, bool narrow, Tensor &cache) override;
   bool appendCache(Context &ctx, int id, const Tensor &present, int64_t src,
                    int64_t dst) override;
   bool growCache(Context &ctx, int id, int64_t valid, int64_t capacity,
@@ -191,16 +191,25 @@ struct Device : Context::Backend {
     void *ptr = nullptr;
     size_t bytes = 0; // allocated (initCache reuses a buffer large enough)
     int64_t shape[4] = {};
+    DType dtype = DType::f32; // or f16 (halfCache)
   };
+  /// SPARSEC_CUDA_KV_CACHE=f16: a cache the model also reads in float16
+  /// (initCache's `narrow`) is kept in float16 where the weights are 16-bit
+  /// (half the memory; a prompt's attention on the tensor cores rounds its
+  /// keys and values to 16 bits too). Off by default: the decode attention
+  /// over a float16 past was measured slower than over a float32 one
+  /// (docs/GPU.md, "A float16 KV cache").
+  bool halfCache = false;
   std::vector<Cache> caches;
   /// appendCache's row moves, made by one kernel launch when the next step
   /// starts (flushAppends) instead of one copy each: a decode step appends
   /// to every layer's K and V cache.
   struct PendingAppend {
-    float *dst = nullptr;
+    void *dst = nullptr; // float, or __half where dstHalf
     const float *src = nullptr;
-    int64_t dstPitch = 0, srcPitch = 0; // floats between rows
-    int width = 0, rows = 0;            // floats per row, rows
+    int64_t dstPitch = 0, srcPitch = 0; // elements between rows
+    int width = 0, rows = 0;            // elements per row, rows
+    bool dstHalf = false;               // rounded to float16
   };
   std::vector<PendingAppend> pendingAppends;
   /// Launches the pending appends on `stream` (in order before anything
@@ -247,6 +256,9 @@ struct Device : Context::Backend {
   bool forked = false;
   cudaEvent_t join = nullptr;
   DeviceBuffer gemvPartials, halfInput, attentionScratch;
+  /// A float16 past that is not a device cache read by the decode kernel
+  /// (attention over a prompt after it, or a float16 input), widened.
+  DeviceBuffer widePast;
   /// Convolutions' im2col columns (Conv.cu), shared by the step's
   /// convolutions, which run one after another.
   DeviceBuffer convColumns;

@@ -512,6 +512,13 @@ __global__ void softmaxKernel(const float *x, int64_t width, float *y) {
     out[i] = expf(row[i] - m) * inv;
 }
 
+/// y[0:n] = float(x[0:n]).
+__global__ void widenKernel(const __half *x, float *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __half2float(x[i]);
+}
+
 /// present[bh, 0:P] = past[bh], present[bh, P:T] = cur[bh] (rows of width;
 /// cur [B, H, S, width], or [B, S, H, width] where `tokenMajor`).
 __global__ void presentKernel(const float *past, const float *cur, int64_t BH,
@@ -1205,12 +1212,24 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                int presentVSlot, Tensor *presentV) {
   Device &d = dev(ctx);
   const char *op = "attention";
+  // The past may be float16 too (IODesc::attentionPast: a device KV cache
+  // kept in 16 bits), both or neither.
+  auto requirePast = [&](const char *what, const Tensor &t) {
+    if (t.dtype == DType::f16)
+      return checkTensor(ctx, op, what, t);
+    return requireF32(ctx, op, what, t);
+  };
   if (!requireF32(ctx, op, "q", q) || !requireF32(ctx, op, "k", k) ||
       !requireF32(ctx, op, "v", v) ||
-      (pastK && !requireF32(ctx, op, "past_k", *pastK)) ||
-      (pastV && !requireF32(ctx, op, "past_v", *pastV)) ||
+      (pastK && !requirePast("past_k", *pastK)) ||
+      (pastV && !requirePast("past_v", *pastV)) ||
       (mask && !checkTensor(ctx, op, "mask", *mask)))
     return false;
+  const bool halfPast = pastK && pastK->dtype == DType::f16;
+  if (pastK && pastV && pastV->dtype != pastK->dtype)
+    return ctx.fail("attention: past_k is " + pastK->describe() +
+                    " and past_v " + pastV->describe() +
+                    ": one type for both");
   AttentionDims dims;
   if (!attentionDims(ctx, q, k, v, mask, pastK, pastV, layout, dims))
     return false;
@@ -1229,8 +1248,6 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
   // and the new keys where they are and writes the present's new rows.
   DecodeAttention da;
   da.q = q.as<float>();
-  da.pastK = P > 0 ? pastK->as<float>() : nullptr;
-  da.pastV = P > 0 ? pastV->as<float>() : nullptr;
   da.k = k.as<float>();
   da.v = v.as<float>();
   da.maskF = mask && mask->dtype == DType::f32 ? mask->as<float>() : nullptr;
@@ -1262,6 +1279,40 @@ bool attention(Context &ctx, const Tensor &q, const Tensor &k, const Tensor &v,
     return false;
   };
   const bool pastIsCache = isCache(pastK) && isCache(pastV);
+  // A float16 past: the decode kernel reads a device cache as it is; any
+  // other is widened first (the prompt's kernels and the present's copies
+  // read float32).
+  Tensor wideK, wideV;
+  if (halfPast && !pastIsCache) {
+    const size_t nk = size_t(pastK->numel()), nv = size_t(pastV->numel());
+    if (!d.ensure(ctx, d.widePast, sizeof(float) * (nk + nv),
+                  "a float16 past widened"))
+      return false;
+    float *wk = static_cast<float *>(d.widePast.ptr);
+    wideK = *pastK;
+    wideK.dtype = DType::f32;
+    wideK.data = wk;
+    wideV = *pastV;
+    wideV.dtype = DType::f32;
+    wideV.data = wk + nk;
+    if (d.launching())
+      for (auto [from, to] : {std::pair{pastK, &wideK}, std::pair{pastV, &wideV}})
+        if (to->numel() > 0) {
+          widenKernel<<<blocksFor(to->numel()), kBlock, 0, d.stream>>>(
+              from->as<__half>(), to->as<float>(), to->numel());
+          if (!launched(ctx, "attention (widening the past)"))
+            return false;
+        }
+    pastK = &wideK;
+    pastV = &wideV;
+  }
+  if (P > 0 && halfPast && pastIsCache) {
+    da.pastKHalf = pastK->as<uint16_t>();
+    da.pastVHalf = pastV->as<uint16_t>();
+  } else if (P > 0) {
+    da.pastK = pastK->as<float>();
+    da.pastV = pastV->as<float>();
+  }
   // The cache is written between steps only (flushAppends, initCache),
   // by normal launches before any kernel of this step: an early launch
   // may read it before waiting for the kernel before.

@@ -65,6 +65,17 @@ inline bool parseUpKernel(const std::string &value, bool &rowPerWarp) {
   return true;
 }
 
+/// SPARSEC_CUDA_KV_CACHE: "f16" (a KV cache the model also reads in
+/// float16 is kept in float16 where the weights are 16-bit) or "f32" (every
+/// cache float32, the default). False, with `half` untouched, for anything
+/// else.
+inline bool parseKvCache(const std::string &value, bool &half) {
+  if (value != "f16" && value != "f32")
+    return false;
+  half = value == "f16";
+  return true;
+}
+
 /// SPARSEC_CUDA_PIT_MMA: "wgmma" (PIT's 32-token default on Hopper's
 /// warpgroup MMAs, the default) or "sync" (on mma.sync). False, with
 /// `warpgroup` untouched, for anything else.

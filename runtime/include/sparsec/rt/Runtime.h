@@ -229,6 +229,11 @@ struct IODesc {
   /// device's greedy picks wider than that are not passed), or 0 where
   /// unknown.
   int64_t valueLimit = 0;
+  /// CUDA models: a float32 input that only device attention ops read, as
+  /// their past keys or values (Shape reads dims only). Those take a
+  /// float16 tensor too, so a runtime's KV cache passed back as this input
+  /// may be kept in 16 bits (Backend::initCache's `narrow`).
+  bool attentionPast = false;
 };
 
 struct Context;
@@ -312,9 +317,12 @@ struct Context {
     /// A fixed-capacity KV cache `id` in device memory, [B, H, capacity, D]
     /// float32, zero-filled, with its first `count` entries copied from
     /// `present` ([B, H, T, D], a resident output); `cache` views it and
-    /// may be passed as an input (no copy).
+    /// may be passed as an input (no copy). `narrow`: the input it is
+    /// passed as takes float16 too (IODesc::attentionPast), so the backend
+    /// may keep it in float16 (cache.dtype says which; appends round).
     virtual bool initCache(Context &ctx, int id, const Tensor &present,
-                           int64_t count, int64_t capacity, Tensor &cache);
+                           int64_t count, int64_t capacity, bool narrow,
+                           Tensor &cache);
     /// cache[:, :, dst] = present[:, :, src] (after the run that wrote it).
     virtual bool appendCache(Context &ctx, int id, const Tensor &present,
                              int64_t src, int64_t dst);

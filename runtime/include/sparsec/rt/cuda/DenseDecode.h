@@ -182,6 +182,9 @@ bool earlyLaunchSupported();
 struct DecodeAttention {
   const float *q = nullptr;                        // [B, Hq, Sq, D]
   const float *pastK = nullptr, *pastV = nullptr;  // [B, Hk, P, .] or null
+  /// Or a float16 past (the bits; a runtime's 16-bit KV cache): set these
+  /// instead of pastK / pastV.
+  const uint16_t *pastKHalf = nullptr, *pastVHalf = nullptr;
   const float *k = nullptr, *v = nullptr;          // [B, Hk, Sk, .]
   const float *maskF = nullptr;    // additive, over [B, Hq, Sq, T] by mStr
   const uint8_t *maskB = nullptr;  // or boolean (0 = masked out)
