@@ -87,6 +87,7 @@ struct Trace {
   std::vector<int64_t> capacities; // initCache's
   std::vector<bool> narrow;        // initCache's
   int halfPastRuns = 0;            // runs given a float16 device cache
+  int exactWarmups = 0;            // warm-up runs marked Context::exactFfn
   // Runs marked Context::warmup: their sequence lengths and past lengths.
   std::vector<std::pair<int64_t, int64_t>> warmups;
 };
@@ -290,8 +291,10 @@ bool toyRun(Context &ctx, const Tensor *in, Tensor *out) {
   ++world->trace.runs;
   world->trace.exactRuns += ctx.exactFfn;
   ctx.bf16Weights |= world->bf16;
-  if (ctx.warmup)
+  if (ctx.warmup) {
     world->trace.warmups.emplace_back(n, past);
+    world->trace.exactWarmups += ctx.exactFfn;
+  }
   const bool picksIn = d && ids.data == d->picks.data() && d->picked;
   world->trace.pickInputs += picksIn;
   if (ctx.launchAhead && d)
@@ -695,6 +698,8 @@ TEST_F(GenerateTest, WarmupRunChangesNothing) {
       const Warm expected =
           device ? Warm{{1, 0}, {int64_t(seq.size()), 0}} : Warm{{1, 0}};
       EXPECT_EQ(w.trace.warmups, expected);
+      // The run over the prompt computes its FFNs exactly, as the prompt.
+      EXPECT_EQ(w.trace.exactWarmups, device ? 1 : 0);
       if (device) {
         EXPECT_EQ(w.trace.runs, runs + 2);
         // The device caches are reserved in the warm-up at the capacity

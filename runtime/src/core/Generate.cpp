@@ -485,13 +485,17 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
   // (the batched path's first calls). Runs marked Context::warmup do not
   // count towards capturing a CUDA graph of their shape. Their outputs are
   // dropped.
+  // The run over the prompt computes its FFNs exactly, as the prompt does
+  // (Context::exactFfn): its first calls are the prompt's.
   if (opts.warmup > 0) {
-    auto warm = [&](int64_t n) -> bool {
+    auto warm = [&](int64_t n, bool exact) -> bool {
       setIds(0, n);
       setPast(false, 0, n);
       ctx.warmup = true;
+      ctx.exactFfn = exact;
       const bool ran = runOnce(desc, ctx, inputs.data(), outputs, error);
       ctx.warmup = false;
+      ctx.exactFfn = false;
       if (!ran)
         return false;
       if (ctx.backend && !ctx.backend->finishStep(ctx, ctx.runs)) {
@@ -500,7 +504,8 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       }
       return true;
     };
-    if (!warm(1) || (ctx.backend && promptLen > 1 && !warm(promptLen)))
+    if (!warm(1, false) ||
+        (ctx.backend && promptLen > 1 && !warm(promptLen, true)))
       return reportError("warm-up run: " + error);
     // The device caches' memory, allocated now rather than after the
     // first token (initCache below keeps a buffer large enough): the
