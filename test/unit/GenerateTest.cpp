@@ -510,6 +510,10 @@ const IODesc kToyInputsHalf[] = {kToyInputsAhead[0],
                                   false,
                                   0,
                                   true}};
+// The same with ids the device's picks are never passed as: each step
+// waited for.
+const IODesc kToyInputsHalfHost[] = {kToyInputsHost[0], kToyInputsHalf[1],
+                                     kToyInputsHalf[2], kToyInputsHalf[3]};
 const IODesc kToyInputsHalfKeys[] = {kToyInputsAhead[0], kToyInputsHost[1],
                                      kToyPastKeyHalf, kToyInputsHost[3]};
 // The same with LLaMA-style position_ids.
@@ -824,8 +828,8 @@ TEST_F(GenerateTest, HalfDeviceCacheWhereEveryPastIsMarked) {
                                          "--max-new-tokens", "20"};
   MainResult host = generate(/*device=*/false, /*ahead=*/false, args);
   ASSERT_EQ(host.status, 0) << host.err;
-  inputs = kToyInputsHalf;
   for (bool ahead : {false, true}) {
+    inputs = ahead ? kToyInputsHalf : kToyInputsHalfHost;
     MainResult dev = generate(/*device=*/true, ahead, args);
     ASSERT_EQ(dev.status, 0) << dev.err;
     EXPECT_EQ(dev.out, host.out);
@@ -834,6 +838,7 @@ TEST_F(GenerateTest, HalfDeviceCacheWhereEveryPastIsMarked) {
     for (bool n : w.trace.narrow)
       EXPECT_TRUE(n);
     EXPECT_EQ(w.trace.halfPastRuns, 1 + 19); // the check and 19 steps
+    EXPECT_EQ(w.trace.aheadRuns > 0, ahead);
   }
   // Only the keys marked: no cache is narrowed (an attention reads its
   // past keys and values in one type).

@@ -165,6 +165,7 @@ Device::~Device() {
   freeDev(halfInput);
   freeDev(normalisedInput);
   freeDev(attentionScratch);
+  freeDev(widePast);
   freeDev(argmaxIds);
   freeDev(argmaxScratch);
   for (PinnedBuffer &b : argmaxHost)
@@ -1209,8 +1210,9 @@ bool copyRows(Context &ctx, Device &d, void *dst, size_t dpitch,
 bool checkPresent(Context &ctx, const Tensor &t, bool orHalf = false) {
   if ((t.dtype != DType::f32 && !(orHalf && t.dtype == DType::f16)) ||
       t.rank != 4 || !t.data)
-    return ctx.fail("KV cache: expected a float32 [B, H, T, D] device tensor, "
-                    "got " + t.describe());
+    return ctx.fail(std::string("KV cache: expected a float32") +
+                    (orHalf ? " or float16" : "") +
+                    " [B, H, T, D] device tensor, got " + t.describe());
   return true;
 }
 
@@ -1246,9 +1248,11 @@ bool Device::initCache(Context &ctx, int id, const Tensor &present,
     caches.resize(size_t(id) + 1);
   Cache &c = caches[size_t(id)];
   const int64_t B = present.shape[0], H = present.shape[1], D = present.shape[3];
-  // float16 where the model reads it so and the weights are 16-bit (the
-  // prompt's attention rounds keys and values to their type: fp16 range).
-  const bool half = narrow && halfCache && (ctx.f16Weights || ctx.bf16Weights);
+  // float16 where the model reads it so and the weights are fp16: the
+  // prompt's attention rounds keys and values to fp16 already, so they
+  // are in its range. (A bf16 build's are rounded to bf16, whose range is
+  // float32's: beyond 65504 a float16 cache would hold infinities.)
+  const bool half = narrow && halfCache && ctx.f16Weights;
   const DType type = half ? DType::f16 : DType::f32;
   const size_t es = half ? sizeof(uint16_t) : sizeof(float);
   const size_t bytes = es * size_t(B * H * capacity * D);

@@ -194,11 +194,12 @@ struct Device : Context::Backend {
     DType dtype = DType::f32; // or f16 (halfCache)
   };
   /// SPARSEC_CUDA_KV_CACHE=f16: a cache the model also reads in float16
-  /// (initCache's `narrow`) is kept in float16 where the weights are 16-bit
+  /// (initCache's `narrow`) is kept in float16 where the weights are fp16
   /// (half the memory; a prompt's attention on the tensor cores rounds its
-  /// keys and values to 16 bits too). Off by default: the decode attention
-  /// over a float16 past was measured slower than over a float32 one
-  /// (docs/GPU.md, "A float16 KV cache").
+  /// keys and values to fp16 too; a bf16 build's keys need float32's
+  /// range). Off by default: the decode attention over a float16 past was
+  /// measured slower than over a float32 one (docs/GPU.md, "A float16 KV
+  /// cache").
   bool halfCache = false;
   std::vector<Cache> caches;
   /// appendCache's row moves, made by one kernel launch when the next step

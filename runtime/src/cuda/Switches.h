@@ -66,7 +66,7 @@ inline bool parseUpKernel(const std::string &value, bool &rowPerWarp) {
 }
 
 /// SPARSEC_CUDA_KV_CACHE: "f16" (a KV cache the model also reads in
-/// float16 is kept in float16 where the weights are 16-bit) or "f32" (every
+/// float16 is kept in float16 where the weights are fp16) or "f32" (every
 /// cache float32, the default). False, with `half` untouched, for anything
 /// else.
 inline bool parseKvCache(const std::string &value, bool &half) {
