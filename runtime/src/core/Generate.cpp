@@ -60,8 +60,6 @@ struct CacheSlot {
   int input = -1, output = -1; // indices into desc.inputs / desc.outputs
   int64_t heads = 0, headDim = 0;
   DType dtype = DType::f32; // the model's: float32, or float16 (host mode)
-  /// The input takes a float16 device cache too (IODesc::attentionPast).
-  bool narrow = false;
   std::vector<unsigned char> data; // [1, heads, len, headDim] (host mode)
   Tensor device;           // [1, heads, capacity, headDim] (device mode)
 };
@@ -138,7 +136,6 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       CacheSlot slot;
       slot.input = i;
       slot.dtype = io.dtype;
-      slot.narrow = io.attentionPast && io.dtype == DType::f32;
       slot.heads = io.dims[1];
       slot.headDim = io.dims[3];
       std::string present = "present." + name.substr(16);
@@ -161,12 +158,14 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
                          "takes '" + name + "'");
     }
   }
-  // The device caches in 16 bits all or none (an attention reads its past
-  // keys and values in one type).
-  if (!std::all_of(cache.begin(), cache.end(),
-                   [](const CacheSlot &s) { return s.narrow; }))
-    for (CacheSlot &slot : cache)
-      slot.narrow = false;
+  // The device caches may be kept in 16 bits where every past input takes
+  // a float16 cache too (IODesc::attentionPast): all or none, as an
+  // attention reads its past keys and values in one type.
+  const bool narrowCaches =
+      std::all_of(cache.begin(), cache.end(), [&](const CacheSlot &s) {
+        const IODesc &io = desc.inputs[s.input];
+        return io.attentionPast && io.dtype == DType::f32;
+      });
   if (idsInput < 0 || desc.numOutputs < 1)
     return reportError("generate needs an input_ids input and a logits output");
   for (int o = 0; o < desc.numOutputs; ++o)
@@ -515,7 +514,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
       for (CacheSlot &slot : cache)
         if (!ctx.backend->initCache(ctx, slot.input,
                                     outputs[size_t(slot.output)], 0,
-                                    plannedCapacity, slot.narrow, slot.device))
+                                    plannedCapacity, narrowCaches, slot.device))
           return reportError("warm-up run: " + ctx.error);
     }
   }
@@ -714,7 +713,7 @@ int commandGenerate(const Options &opts, const ModelDesc &desc,
         for (CacheSlot &slot : cache)
           ok = ok && ctx.backend->initCache(
                          ctx, slot.input, outputs[size_t(slot.output)], cached,
-                         capacity, slot.narrow, slot.device);
+                         capacity, narrowCaches, slot.device);
         if (!ok)
           return reportError(where + ctx.error);
         mark("device cache");

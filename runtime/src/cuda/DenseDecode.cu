@@ -1276,6 +1276,17 @@ cudaError_t launchAttention(const DecodeAttention &a, dim3 grid, int passes,
                       dim3{kAttnThreads}, 0, stream, early, a, passes, scratch,
                       counters);
 }
+
+/// launchAttention<NI> over a float16 past (`half`) or a float32 one.
+template <int NI>
+cudaError_t launchAttention(bool half, const DecodeAttention &a, dim3 grid,
+                            int passes, float *scratch, int *counters,
+                            cudaStream_t stream, bool early) {
+  return half ? launchAttention<NI, true>(a, grid, passes, scratch, counters,
+                                          stream, early)
+              : launchAttention<NI, false>(a, grid, passes, scratch, counters,
+                                           stream, early);
+}
 } // namespace
 
 cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
@@ -1295,28 +1306,20 @@ cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
   cudaError_t e;
   switch (ni) {
   case 1:
-    e = half ? launchAttention<1, true>(a, grid, passes, scratch, counters,
-                                        stream, early)
-             : launchAttention<1, false>(a, grid, passes, scratch, counters,
-                                         stream, early);
+    e = launchAttention<1>(half, a, grid, passes, scratch, counters, stream,
+                           early);
     break;
   case 2:
-    e = half ? launchAttention<2, true>(a, grid, passes, scratch, counters,
-                                        stream, early)
-             : launchAttention<2, false>(a, grid, passes, scratch, counters,
-                                         stream, early);
+    e = launchAttention<2>(half, a, grid, passes, scratch, counters, stream,
+                           early);
     break;
   case 3:
-    e = half ? launchAttention<3, true>(a, grid, passes, scratch, counters,
-                                        stream, early)
-             : launchAttention<3, false>(a, grid, passes, scratch, counters,
-                                         stream, early);
+    e = launchAttention<3>(half, a, grid, passes, scratch, counters, stream,
+                           early);
     break;
   default:
-    e = half ? launchAttention<4, true>(a, grid, passes, scratch, counters,
-                                        stream, early)
-             : launchAttention<4, false>(a, grid, passes, scratch, counters,
-                                         stream, early);
+    e = launchAttention<4>(half, a, grid, passes, scratch, counters, stream,
+                           early);
     break;
   }
   return e != cudaSuccess ? e : cudaGetLastError();

@@ -1254,7 +1254,7 @@ bool Device::initCache(Context &ctx, int id, const Tensor &present,
   // float32's: beyond 65504 a float16 cache would hold infinities.)
   const bool half = narrow && halfCache && ctx.f16Weights;
   const DType type = half ? DType::f16 : DType::f32;
-  const size_t es = half ? sizeof(uint16_t) : sizeof(float);
+  const size_t es = dtypeSize(type);
   const size_t bytes = es * size_t(B * H * capacity * D);
   if (!flushAppends(ctx))
     return false;
@@ -1271,8 +1271,7 @@ bool Device::initCache(Context &ctx, int id, const Tensor &present,
       cudaGetLastError();
       c.ptr = nullptr;
       c.bytes = 0;
-      return ctx.fail("CUDA: out of device memory for a KV cache of " +
-                      std::to_string(bytes) + " bytes" + freeMemoryNote());
+      return ctx.fail(outOfMemory(bytes, "a KV cache"));
     }
     c.bytes = bytes;
   }
@@ -1468,8 +1467,7 @@ bool Device::appendCache(Context &ctx, int id, const Tensor &present,
   // until then (no device work runs between steps).
   PendingAppend a;
   a.dstHalf = c.dtype == DType::f16;
-  a.dst = static_cast<char *>(c.ptr) +
-          (a.dstHalf ? sizeof(uint16_t) : sizeof(float)) * size_t(dst * D);
+  a.dst = static_cast<char *>(c.ptr) + dtypeSize(c.dtype) * size_t(dst * D);
   a.src = static_cast<const float *>(present.data) + src * D;
   a.dstPitch = c.shape[2] * D;
   a.srcPitch = present.shape[2] * D;
