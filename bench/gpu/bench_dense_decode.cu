@@ -26,7 +26,10 @@
 //              experiment: no norm kernels); and whole layers whose
 //              attention reads the cached past before or after its wait.
 //   attention  decodeAttention for one query row per head over a cache of
-//              T positions (fp32 keys and values).
+//              T positions (fp32 keys and values); with --only attention,
+//              batches of 1 and 16 rows over float32 and float16 caches
+//              (a runtime KV cache kept in 16 bits), each call reading
+//              another copy of the caches, so that none is in the L2.
 //   tiny       a kernel that touches d floats: what one more graph node
 //              costs; the greedy pick (argmaxRows) over 1 and 4 rows of
 //              logits.
@@ -38,6 +41,7 @@
 // checked against cuBLAS (exit 1 when a relative error passes 2e-3).
 //
 //   sparsec-bench-dense-decode [--shape 6.7b|1.3b] [--tokens M]
+//                              [--only attention] (fp32 / fp16 caches)
 //                              [--only layer]   (the chains alone)
 //                              [--only pick]    (the greedy pick alone)
 //
@@ -86,8 +90,11 @@ int main(int argc, char **argv) {
            .add("--only", only)
            .parse(argc, argv))
     return 1;
-  if (!only.empty() && only != "layer" && only != "pick") {
-    std::fprintf(stderr, "error: --only takes 'layer' or 'pick', not '%s'\n",
+  if (!only.empty() && only != "layer" && only != "pick" &&
+      only != "attention") {
+    std::fprintf(stderr,
+                 "error: --only takes 'layer', 'pick' or 'attention', not "
+                 "'%s'\n",
                  only.c_str());
     return 1;
   }
@@ -191,7 +198,7 @@ int main(int argc, char **argv) {
   // with the layer's two norm kernels and with its attention too (a whole
   // layer but the cache append), launched normally, with the norms and the
   // attention early and with everything early (the runtime's default).
-  if (only != "pick") {
+  if (only != "pick" && only != "attention") {
     const size_t layerW = size_t(4) * d * d + size_t(2) * f * d;
     std::vector<__half> lw(layerW);
     for (auto &v : lw)
@@ -483,6 +490,104 @@ int main(int argc, char **argv) {
       std::printf("| %d | %.1f | %.1f | %.2f |\n", T, us, mb, mb / us);
       cudaFree(scratch);
     }
+  }
+
+  // Decode attention over float32 and float16 caches, batches of 1 and 16
+  // (one query row per head and sequence), each call on another copy of
+  // the caches (at least 512 MB of them in all: none is in the L2).
+  if (only == "attention") {
+    std::printf("\nDecode attention, %d heads of %d, caches not in the L2:\n\n"
+                "| batch | positions | cache | us | cache MB | TB/s | max diff to fp32 |\n"
+                "|---:|---:|---|---:|---:|---:|---:|\n",
+                heads, head);
+    for (int B : {1, 16})
+      for (int T : {128, 1024, 2048}) {
+        const int64_t rows = int64_t(B) * heads, elems = rows * (T - 1) * head;
+        std::vector<float> kh(static_cast<size_t>(elems)),
+            vh(static_cast<size_t>(elems));
+        for (float &v : kh)
+          v = val(rng);
+        for (float &v : vh)
+          v = val(rng);
+        std::vector<__half> k16(kh.size()), v16(vh.size());
+        for (size_t i = 0; i < kh.size(); ++i) {
+          k16[i] = __float2half_rn(kh[i]);
+          v16[i] = __float2half_rn(vh[i]);
+        }
+        std::vector<float> qh(size_t(rows) * head);
+        for (float &v : qh)
+          v = val(rng);
+        float *dQ = upload(qh), *dNew = upload(qh);
+        float *out32 = alloc<float>(qh.size()), *out16 = alloc<float>(qh.size());
+        int *counters = alloc<int>(rows);
+        CHECK_CUDA(cudaMemset(counters, 0, sizeof(int) * rows));
+        std::vector<float> got[2];
+        double usOf[2] = {0, 0};
+        for (int half = 0; half < 2; ++half) {
+          const size_t bytes = (half ? 2 : 4) * 2 * size_t(elems);
+          const int copies = int(std::max<size_t>(1, (512u << 20) / bytes + 1));
+          std::vector<void *> ks, vs;
+          for (int c = 0; c < copies; ++c) {
+            if (half) {
+              ks.push_back(upload(k16));
+              vs.push_back(upload(v16));
+            } else {
+              ks.push_back(upload(kh));
+              vs.push_back(upload(vh));
+            }
+          }
+          DecodeAttention a;
+          a.q = dQ;
+          a.k = dNew;
+          a.v = dNew;
+          a.B = B;
+          a.Hq = a.Hk = heads;
+          a.Sq = a.Sk = 1;
+          a.P = T - 1;
+          a.D = a.Dv = head;
+          a.scale = 1.0f / std::sqrt(float(head));
+          a.out = half ? out16 : out32;
+          float *scratch = alloc<float>(decodeAttentionScratchBytes(a) / 4 + 1);
+          int next = 0;
+          auto use = [&](int c) {
+            if (half) {
+              a.pastKHalf = static_cast<const uint16_t *>(ks[size_t(c)]);
+              a.pastVHalf = static_cast<const uint16_t *>(vs[size_t(c)]);
+            } else {
+              a.pastK = static_cast<const float *>(ks[size_t(c)]);
+              a.pastV = static_cast<const float *>(vs[size_t(c)]);
+            }
+          };
+          const double us = timeUs(
+              [&] {
+                use(next);
+                next = (next + 1) % copies;
+                CHECK_CUDA(decodeAttention(a, scratch, counters, stream));
+              },
+              g, 4 * copies);
+          usOf[half] = us;
+          got[half] = download(a.out, qh.size());
+          const double mb = double(bytes) / 1e6;
+          std::printf("| %d | %d | %s | %.1f | %.1f | %.2f | |\n", B, T,
+                      half ? "fp16" : "fp32", us, mb, mb / us);
+          cudaFree(scratch);
+          for (void *p : ks)
+            cudaFree(p);
+          for (void *p : vs)
+            cudaFree(p);
+        }
+        double diff = 0;
+        for (size_t i = 0; i < got[0].size(); ++i)
+          diff = std::max(diff, double(std::fabs(got[0][i] - got[1][i])));
+        std::printf("| %d | %d | fp16 / fp32 | %.2fx faster | | | %.2e |\n", B, T,
+                    usOf[0] / usOf[1], diff);
+        cudaFree(dQ);
+        cudaFree(dNew);
+        cudaFree(out32);
+        cudaFree(out16);
+        cudaFree(counters);
+      }
+    return 0;
   }
 
   if (only.empty()) {

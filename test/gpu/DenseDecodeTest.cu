@@ -1356,6 +1356,8 @@ int main() {
   attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::additive, true, rng, true, true, true, true);
   attentionCase(16, 32, 32, 1, 1040, 128, 128, Mask::additive, false, rng, true, true, true, true);
   attentionCase(1, 4, 4, 1, 0, 64, 64, Mask::none, false, rng, true, true, false, true);
+  attentionCase(2, 8, 2, 1, 257, 64, 64, Mask::additive, false, rng, false, false, false, true);
+  attentionCase(1, 4, 4, 2, 100, 64, 32, Mask::boolean, true, rng, true, true, true, true);
   // NaN scores: the last key of a warp's group followed by keys past the
   // end (5 of 6), inside a group (2 of 6), in a later chunk (300 of 501).
   attentionNaNCase(5, 5, rng);
