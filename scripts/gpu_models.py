@@ -611,6 +611,11 @@ PIT_BUILDS = ("nc17_pit", "nc17_pit256", "nc17_pit_bf16", "kv_pit", "kv_pit_bf16
 PIT_FORCED = {"SPARSEC_CUDA_PIT": "always"}
 
 
+def case_logits(args, name, case):
+    """Where check_case keeps build `name`'s logits for `case`."""
+    return os.path.join(args.dir, name, "by_case", case + ".npy")
+
+
 def check_case(args, res, name, case, rtol, atol, label="", env=None):
     """Runs build `name` on the inputs of `case` and compares its outputs
     (the binary with `env` added to the environment)."""
@@ -628,6 +633,12 @@ def check_case(args, res, name, case, rtol, atol, label="", env=None):
         cmd += ["--reference", f"{n}={os.path.join(d, f)}"]
     r = subprocess.run(cmd, capture_output=True, text=True,
                        env=dict(os.environ, **env) if env else None)
+    # The case's logits kept apart for the sparse == dense comparisons (a
+    # later case overwrites results/; the last run of a case stays).
+    logits = os.path.join(args.dir, name, "results", "logits.npy")
+    if r.returncode == 0 and os.path.exists(logits):
+        os.makedirs(os.path.join(args.dir, name, "by_case"), exist_ok=True)
+        shutil.copyfile(logits, case_logits(args, name, case))
     lines = (r.stdout + r.stderr).strip().splitlines()
     res.record(r.returncode == 0,
                f"{name} {case}{label} (rtol {rtol}, atol {atol}): " +
@@ -691,7 +702,9 @@ def run(args):
 
     # Sparse == dense on the GPU (exact mode), same inputs: the 71-token
     # prompt (batched path) and one KV decode step (the neuron-granular
-    # kernels: summation order differs, so not bit-equal).
+    # kernels: summation order differs, so not bit-equal). Each pair is
+    # compared on the logits of one named case (the PIT builds' last
+    # ref_prompt run is the PIT-forced one).
     have = set(present(args))
     # PIT against the dense fp16 build: both round the activations and
     # weights to fp16 and sit about 0.02 from the fp32 reference (their
@@ -699,22 +712,24 @@ def run(args):
     # missed micro-tile would be off by whole activations. PIT on bf16
     # weights likewise against the dense bf16 build, within the bf16
     # builds' 1e-1.
-    for dense, sparse, what, tol in (("nc17", "nc17_exact", "71-token prompt", 1e-4),
-                                     ("kv", "kv_exact", "decode step", 1e-4),
-                                     ("nc17_f16", "nc17_pit",
-                                      "71-token prompt, PIT 32 x 1 vs dense fp16", 5e-2),
-                                     ("nc17_f16", "nc17_pit256",
-                                      "71-token prompt, PIT 32 x 1 at 256 columns "
-                                      "vs dense fp16", 5e-2),
-                                     ("kv_bf16", "kv_exact_bf16",
-                                      "decode step, bf16 weights", 1e-3),
-                                     ("nc17_bf16", "nc17_pit_bf16",
-                                      "71-token prompt, PIT 32 x 1 vs dense bf16",
-                                      BF16_TOL[0])):
+    for dense, sparse, case, what, tol in (
+            ("nc17", "nc17_exact", "ref_prompt", "71-token prompt", 1e-4),
+            ("kv", "kv_exact", "ref_kv_step", "decode step", 1e-4),
+            ("nc17_f16", "nc17_pit", "ref_prompt",
+             "71-token prompt, PIT 32 x 1 vs dense fp16", 5e-2),
+            ("nc17_f16", "nc17_pit256", "ref_prompt",
+             "71-token prompt, PIT 32 x 1 at 256 columns vs dense fp16", 5e-2),
+            ("kv_bf16", "kv_exact_bf16", "ref_kv_step", "decode step, bf16 weights", 1e-3),
+            ("nc17_bf16", "nc17_pit_bf16", "ref_prompt",
+             "71-token prompt, PIT 32 x 1 vs dense bf16", BF16_TOL[0])):
         if dense not in have or sparse not in have:
             continue
-        a = np.load(os.path.join(args.dir, dense, "results", "logits.npy"))
-        b = np.load(os.path.join(args.dir, sparse, "results", "logits.npy"))
+        pa, pb = case_logits(args, dense, case), case_logits(args, sparse, case)
+        if not os.path.exists(pa) or not os.path.exists(pb):
+            res.record(False, f"exact sparse vs dense, {what}: no {case} logits "
+                       f"from {dense if not os.path.exists(pa) else sparse}")
+            continue
+        a, b = np.load(pa), np.load(pb)
         if a.shape == b.shape:
             err = float(np.abs(a - b).max())
             res.record(err <= tol, f"exact sparse == dense on the GPU, {what}: "

@@ -1347,9 +1347,12 @@ int main() {
   attentionCase(2, 8, 2, 1, 257, 64, 64, Mask::additive, false, rng, false, false, true);
   attentionCase(2, 4, 4, 3, 100, 64, 32, Mask::boolean, true, rng, false, false, true);
   attentionCase(2, 4, 2, 2, 70, 30, 30, Mask::additive, true, rng, true, true, true);
-  // A float16 past (a 16-bit KV cache), widened as it is loaded: one and
-  // several passes, cluster and memory merges, GQA, 3 elements a lane,
-  // early with the past prefetched, token-major, batch 16, no past.
+  // A float16 past (a 16-bit KV cache), kept in pairs and widened as it
+  // is used: one and several passes, cluster and memory merges, GQA, 3
+  // elements a lane, early with the past prefetched, token-major, batch
+  // 16, no past, 64-wide heads (a 4-byte load a lane), Dv != D, and new
+  // rows on both sides of a block's key range (causal, 4 new rows from
+  // key 30: blocks of 32 keys).
   attentionCase(1, 32, 32, 1, 255, 128, 128, Mask::none, false, rng, false, false, false, true);
   attentionCase(1, 32, 32, 1, 2046, 128, 128, Mask::additive, false, rng, false, false, false, true);
   attentionCase(2, 8, 2, 1, 600, 80, 80, Mask::boolean, false, rng, true, true, false, true);
@@ -1358,6 +1361,8 @@ int main() {
   attentionCase(1, 4, 4, 1, 0, 64, 64, Mask::none, false, rng, true, true, false, true);
   attentionCase(2, 8, 2, 1, 257, 64, 64, Mask::additive, false, rng, false, false, false, true);
   attentionCase(1, 4, 4, 2, 100, 64, 32, Mask::boolean, true, rng, true, true, true, true);
+  attentionCase(1, 4, 4, 4, 30, 64, 64, Mask::additive, true, rng, false, false, false, true);
+  attentionCase(2, 4, 2, 5, 29, 32, 32, Mask::boolean, true, rng, true, true, true, true);
   // NaN scores: the last key of a warp's group followed by keys past the
   // end (5 of 6), inside a group (2 of 6), in a later chunk (300 of 501).
   attentionNaNCase(5, 5, rng);

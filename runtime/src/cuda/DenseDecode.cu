@@ -505,8 +505,11 @@ bool aligned16(const void *p) {
 
 constexpr int kAttnThreads = 128;
 constexpr int kAttnWarps = kAttnThreads / 32;
-constexpr int kAttnGroup = 4;                  // keys per warp and pass
-constexpr int kAttnKeys = kAttnWarps * kAttnGroup; // keys per block and pass
+/// Keys per warp and pass: 4 over a float32 past, 8 over a float16 one
+/// (the same bytes and registers: a warp has as much in flight).
+__host__ __device__ constexpr int attnGroup(bool halfPast) {
+  return halfPast ? 8 : 4;
+}
 constexpr int kAttnMaxChunks = 32;             // blocks per query row
 constexpr int kAttnMaxHead = 128;
 
@@ -518,6 +521,32 @@ keyRow(const float *past, const float *cur, int64_t b, int64_t hk, int64_t Hk,
        int64_t P, int64_t Sk, int64_t j, int64_t width, bool tokenMajor) {
   return j < P ? past + ((b * Hk + hk) * P + j) * width
                : cur + headRow(tokenMajor, b, hk, j - P, Hk, Sk) * width;
+}
+
+__device__ __forceinline__ bool alignedTo(const void *p, int bytes) {
+  return reinterpret_cast<uintptr_t>(p) % unsigned(bytes) == 0;
+}
+
+/// Elements lane * NI .. lane * NI + NI - 1 of a float16 row in one load
+/// (NI 1, 2 or 4; the row aligned to NI elements), kept as loaded: pairs
+/// of elements (the last pair's second half 0 where NI is odd).
+template <int NI>
+__device__ __forceinline__ void laneLoadPairs(const __half *row, int lane,
+                                              __half2 (&out)[(NI + 1) / 2]) {
+  if constexpr (NI == 2 || NI == 4) {
+    using Vec = std::conditional_t<NI == 4, uint2, unsigned>;
+    const Vec w = reinterpret_cast<const Vec *>(row)[lane];
+    const __half2 *h = reinterpret_cast<const __half2 *>(&w);
+#pragma unroll
+    for (int e = 0; e < NI / 2; ++e)
+      out[e] = h[e];
+  } else {
+    const __half zero = __float2half(0.0f);
+#pragma unroll
+    for (int e = 0; e < NI; e += 2)
+      out[e / 2] = __halves2half2(row[lane * NI + e],
+                                  e + 1 < NI ? row[lane * NI + e + 1] : zero);
+  }
 }
 
 /// Warp 0 of a row's merging block: lane c holds chunk c's (max, sum)
@@ -541,11 +570,12 @@ __device__ __forceinline__ void chunkWeights(float mc, float lc, bool has,
 }
 
 /// Grid (rows, chunks): block (row, c) handles keys [c * keys, (c + 1) *
-/// keys) of query row `row`, `keys` = 16 * passes. In each pass each warp
-/// takes 4 keys: lane l holds elements l, l + 32, ... of q and of the 4
-/// key and value rows (every load of the pass in flight at once, 128-byte
-/// coalesced per warp), the dots reduce by shuffles, and the warp keeps a
-/// running (max, sum, sum of p * v) over its passes (online softmax). The
+/// keys) of query row `row`, `keys` = 4 * G * passes. In each pass each
+/// warp takes G keys (attnGroup): each lane holds NI elements of q and of
+/// the G key and value rows (every load of the pass in flight at once;
+/// 128-byte coalesced a warp, or one request a row, below), the dots
+/// reduce by shuffles, and the warp keeps a running (max, sum, sum of p *
+/// v) over its passes (online softmax). The
 /// warps combine in shared memory; the block's partial result goes to
 /// scratch[row, c], and the last block of the row to finish merges them.
 /// NI = ceil(max(D, Dv) / 32) elements per lane. Cluster: the row's
@@ -554,17 +584,17 @@ __device__ __forceinline__ void chunkWeights(float mc, float lc, bool has,
 /// its own shared memory, and after a cluster barrier block 0 reads them
 /// all (no scratch, no counter, no memory round trips for the merge).
 /// HalfPast: the past rows are float16 (a.pastKHalf / pastVHalf, a
-/// runtime's 16-bit KV cache), widened as they are loaded. Lane l then
-/// holds elements l * NI .. l * NI + NI - 1 (not l, l + 32, ...), so that
-/// where a row is 32 * NI elements (`vecPast`: 64 or 128) each lane loads
-/// its part of a past row in one 4- or 8-byte load: a warp reads a row in
-/// one request, where 2-byte loads took NI requests of 64 bytes each and
-/// made a step slower than the float32 cache (OPT-6.7B, 1024-token
-/// prompts, H200).
+/// runtime's 16-bit KV cache): a warp takes twice the keys a pass, kept in
+/// registers as loaded and widened as used, so that it has the bytes in
+/// flight of a float32 pass. (With the float32 pass's 4 keys, a step over
+/// a float16 cache took as many memory round trips as over a float32 one,
+/// and was no faster.) The passes cover the past only; the new rows
+/// (float32, j >= P) follow them, a key a warp at a time.
 template <int NI, bool Cluster, bool HalfPast>
 __global__ void __launch_bounds__(kAttnThreads)
 decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
                       int *counters) {
+  constexpr int G = attnGroup(HalfPast), Keys = kAttnWarps * G;
   pdlTrigger();
   __shared__ float wm[kAttnWarps], wl[kAttnWarps];
   __shared__ float wacc[kAttnWarps][kAttnMaxHead];
@@ -581,71 +611,78 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
     jEnd = lim < 0 ? 0 : lim < T ? lim : T;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // Element e of the lane's share of a row (see HalfPast).
-  auto el = [&](int e) { return HalfPast ? lane * NI + e : lane + 32 * e; };
-  const bool vecPast =
-      HalfPast && (NI == 2 || NI == 4) && D == 32 * NI && Dv == 32 * NI &&
-      reinterpret_cast<uintptr_t>(a.pastKHalf) % (2 * NI) == 0 &&
-      reinterpret_cast<uintptr_t>(a.pastVHalf) % (2 * NI) == 0;
-  // A pass's key and value rows: warp keys j0 .. j0 + 3 (clamped to jEnd -
-  // 1; those past it are masked below), the past rows (j < P) or the new.
-  float kv[kAttnGroup][NI], vv[kAttnGroup][NI];
+  // Element e of the lane's share of a row: elements l, l + 32, ... of
+  // lane l (each of the NI loads of a row 128-byte coalesced); over a
+  // float16 past whose rows are 32 * NI elements (32, 64 or 128 wide
+  // heads), elements l * NI .. l * NI + NI - 1 instead, so that a lane
+  // loads its part of a past row in one 2-, 4- or 8-byte load (`vecPast`:
+  // a warp reads a row in one request, not NI of 64 bytes). (The same
+  // layout with 16-byte loads of a float32 past measured no faster: 1-2 %
+  // slower, H100.)
+  const bool vecPast = HalfPast && (NI == 1 || NI == 2 || NI == 4) &&
+                       D == 32 * NI && Dv == 32 * NI &&
+                       alignedTo(a.pastKHalf, 2 * NI) &&
+                       alignedTo(a.pastVHalf, 2 * NI);
+  auto el = [&](int e) { return vecPast ? lane * NI + e : lane + 32 * e; };
+  // The keys the passes cover: all, or over a float16 past only the past
+  // (the new rows, float32, follow the passes one at a time).
+  const int64_t jLim = HalfPast ? min(jEnd, a.P) : jEnd;
+  // A pass's key and value rows: warp keys j0 .. j0 + G - 1 (clamped to
+  // jLim - 1; those past it are masked below), the past rows (j < P) or
+  // the new; a float16 past's kept as loaded (pairs of elements), widened
+  // as they are used.
+  using Row = std::conditional_t<HalfPast, __half2[(NI + 1) / 2], float[NI]>;
+  Row kv[G], vv[G];
+  auto at = [](const Row &r, int e) -> float {
+    if constexpr (HalfPast)
+      return e % 2 ? __high2float(r[e / 2]) : __low2float(r[e / 2]);
+    else
+      return r[e];
+  };
   auto loadRows = [&](int pass, bool past) {
-    const int64_t j0 = (chunk * passes + pass) * kAttnKeys + warp * kAttnGroup;
+    const int64_t j0 = (chunk * passes + pass) * Keys + warp * G;
 #pragma unroll
-    for (int t = 0; t < kAttnGroup; ++t) {
-      const int64_t j = min(j0 + t, jEnd - 1);
+    for (int t = 0; t < G; ++t) {
+      const int64_t j = min(j0 + t, jLim - 1);
       if ((j < a.P) != past)
         continue;
       if constexpr (HalfPast) {
-        if (past) {
-          const int64_t r = (b * a.Hk + hk) * a.P + j;
-          const __half *kh =
-              reinterpret_cast<const __half *>(a.pastKHalf) + r * D;
-          const __half *vh =
-              reinterpret_cast<const __half *>(a.pastVHalf) + r * Dv;
-          if constexpr (NI == 2 || NI == 4) {
-            if (vecPast) {
-              using Vec = std::conditional_t<NI == 4, uint2, unsigned>;
-              const Vec kw = reinterpret_cast<const Vec *>(kh)[lane];
-              const Vec vw = reinterpret_cast<const Vec *>(vh)[lane];
-              const __half2 *k2 = reinterpret_cast<const __half2 *>(&kw);
-              const __half2 *v2 = reinterpret_cast<const __half2 *>(&vw);
-#pragma unroll
-              for (int e = 0; e < NI / 2; ++e) {
-                const float2 kf = __half22float2(k2[e]);
-                const float2 vf = __half22float2(v2[e]);
-                kv[t][2 * e] = kf.x;
-                kv[t][2 * e + 1] = kf.y;
-                vv[t][2 * e] = vf.x;
-                vv[t][2 * e + 1] = vf.y;
-              }
-              continue;
-            }
-          }
-#pragma unroll
-          for (int e = 0; e < NI; ++e) {
-            const int d = el(e);
-            kv[t][e] = d < D ? __half2float(kh[d]) : 0.0f;
-            vv[t][e] = d < Dv ? __half2float(vh[d]) : 0.0f;
-          }
+        const int64_t r = (b * a.Hk + hk) * a.P + j;
+        const __half *kh =
+            reinterpret_cast<const __half *>(a.pastKHalf) + r * D;
+        const __half *vh =
+            reinterpret_cast<const __half *>(a.pastVHalf) + r * Dv;
+        if (vecPast) {
+          laneLoadPairs<NI>(kh, lane, kv[t]);
+          laneLoadPairs<NI>(vh, lane, vv[t]);
           continue;
         }
-      }
-      const float *kr =
-          keyRow(a.pastK, a.k, b, hk, a.Hk, a.P, a.Sk, j, D, a.tokenMajor);
-      const float *vr =
-          keyRow(a.pastV, a.v, b, hk, a.Hk, a.P, a.Sk, j, Dv, a.tokenMajor);
+        const __half zero = __float2half(0.0f);
 #pragma unroll
-      for (int e = 0; e < NI; ++e) {
-        const int d = el(e);
-        kv[t][e] = d < D ? kr[d] : 0.0f;
-        vv[t][e] = d < Dv ? vr[d] : 0.0f;
+        for (int e = 0; e < NI; e += 2) {
+          const int d0 = el(e), d1 = el(e + 1);
+          const bool second = e + 1 < NI;
+          kv[t][e / 2] = __halves2half2(d0 < D ? kh[d0] : zero,
+                                        second && d1 < D ? kh[d1] : zero);
+          vv[t][e / 2] = __halves2half2(d0 < Dv ? vh[d0] : zero,
+                                        second && d1 < Dv ? vh[d1] : zero);
+        }
+      } else {
+        const float *kr =
+            keyRow(a.pastK, a.k, b, hk, a.Hk, a.P, a.Sk, j, D, a.tokenMajor);
+        const float *vr = keyRow(a.pastV, a.v, b, hk, a.Hk, a.P, a.Sk, j, Dv,
+                                 a.tokenMajor);
+#pragma unroll
+        for (int e = 0; e < NI; ++e) {
+          const int d = el(e);
+          kv[t][e] = d < D ? kr[d] : 0.0f;
+          vv[t][e] = d < Dv ? vr[d] : 0.0f;
+        }
       }
     }
   };
   // pastReady: the first pass's past rows are requested before the wait.
-  const bool prefetched = a.pastReady && jEnd > 0;
+  const bool prefetched = a.pastReady && jLim > 0;
   if (prefetched)
     loadRows(0, true);
   pdlWait(); // early launches: q, k, v come from the kernels before
@@ -674,20 +711,21 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   for (int e = 0; e < NI; ++e)
     acc[e] = 0.0f;
   for (int pass = 0; pass < passes; ++pass) {
-    const int64_t j0 = (chunk * passes + pass) * kAttnKeys + warp * kAttnGroup;
-    if (j0 >= jEnd)
+    const int64_t j0 = (chunk * passes + pass) * Keys + warp * G;
+    if (j0 >= jLim)
       break;
     // The mask entries are requested with the keys and values (one memory
     // round trip for all): off = past jEnd or masked out by a boolean mask.
     if (!(prefetched && pass == 0))
       loadRows(pass, true);
-    loadRows(pass, false);
-    float mk[kAttnGroup];
-    bool off[kAttnGroup];
+    if constexpr (!HalfPast)
+      loadRows(pass, false);
+    float mk[G];
+    bool off[G];
 #pragma unroll
-    for (int t = 0; t < kAttnGroup; ++t) {
-      const int64_t j = min(j0 + t, jEnd - 1); // past jEnd: masked below
-      off[t] = j0 + t >= jEnd;
+    for (int t = 0; t < G; ++t) {
+      const int64_t j = min(j0 + t, jLim - 1); // past jLim: masked below
+      off[t] = j0 + t >= jLim;
       mk[t] = 0.0f;
       if (!off[t]) {
         if (a.maskF)
@@ -696,14 +734,14 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
           off[t] = !a.maskB[mRow + j * a.mStr[3]];
       }
     }
-    float s[kAttnGroup];
+    float s[G];
     float mNew = m;
 #pragma unroll
-    for (int t = 0; t < kAttnGroup; ++t) {
+    for (int t = 0; t < G; ++t) {
       float dot = 0.0f;
 #pragma unroll
       for (int e = 0; e < NI; ++e)
-        dot += q[e] * kv[t][e];
+        dot += q[e] * at(kv[t], e);
       const float sum = warpSum(dot); // every lane takes part
       s[t] = off[t] ? -INFINITY : sum * a.scale + mk[t];
       // A NaN stays (fmaxf would drop it, also on a later key).
@@ -717,14 +755,52 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
     for (int e = 0; e < NI; ++e)
       acc[e] *= r;
 #pragma unroll
-    for (int t = 0; t < kAttnGroup; ++t) {
+    for (int t = 0; t < G; ++t) {
       const float p = s[t] == -INFINITY ? 0.0f : expf(s[t] - mNew);
       l += p;
 #pragma unroll
       for (int e = 0; e < NI; ++e)
-        acc[e] += p * vv[t][e];
+        acc[e] += p * at(vv[t], e);
     }
     m = mNew;
+  }
+  // Over a float16 past, the new rows the block's keys take in (j >= P,
+  // a few), a key a warp at a time.
+  if constexpr (HalfPast) {
+    const int64_t span = int64_t(passes) * Keys;
+    const int64_t lo = max(a.P, chunk * span), hi = min(jEnd, (chunk + 1) * span);
+    for (int64_t j = lo + warp; j < hi; j += kAttnWarps) {
+      const float *kr =
+          a.k + headRow(a.tokenMajor, b, hk, j - a.P, a.Hk, a.Sk) * D;
+      const float *vr =
+          a.v + headRow(a.tokenMajor, b, hk, j - a.P, a.Hk, a.Sk) * Dv;
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < NI; ++e) {
+        const int d = el(e);
+        dot += q[e] * (d < D ? kr[d] : 0.0f);
+      }
+      const float sum = warpSum(dot);
+      float mk = 0.0f;
+      bool off = false;
+      if (a.maskF)
+        mk = a.maskF[mRow + j * a.mStr[3]];
+      else if (a.maskB)
+        off = !a.maskB[mRow + j * a.mStr[3]];
+      const float sj = off ? -INFINITY : sum * a.scale + mk;
+      const float mNew = (m != m || sj != sj) ? NAN : fmaxf(m, sj);
+      if (mNew == -INFINITY)
+        continue;
+      const float r = m == -INFINITY ? 0.0f : expf(m - mNew);
+      const float p = sj == -INFINITY ? 0.0f : expf(sj - mNew);
+      l = l * r + p;
+#pragma unroll
+      for (int e = 0; e < NI; ++e) {
+        const int d = el(e);
+        acc[e] = acc[e] * r + p * (d < Dv ? vr[d] : 0.0f);
+      }
+      m = mNew;
+    }
   }
   if (lane == 0) {
     wm[warp] = m;
@@ -844,16 +920,21 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   }
 }
 
-/// Passes of 16 keys per block: the fewest that keep a row at no more
-/// than kAttnMaxChunks blocks (short contexts: one pass, many blocks).
+/// Keys per block and pass: 16, or 32 over a float16 past.
+int64_t attentionKeys(const DecodeAttention &a) {
+  return int64_t(kAttnWarps) * attnGroup(a.P > 0 && a.pastKHalf);
+}
+
+/// Passes per block: the fewest that keep a row at no more than
+/// kAttnMaxChunks blocks (short contexts: one pass, many blocks).
 int attentionPasses(const DecodeAttention &a) {
   const int64_t T = a.P + a.Sk;
-  const int64_t perChunk = kAttnKeys * int64_t(kAttnMaxChunks);
+  const int64_t perChunk = attentionKeys(a) * int64_t(kAttnMaxChunks);
   return int(std::max<int64_t>(1, (T + perChunk - 1) / perChunk));
 }
 
 int64_t attentionChunks(const DecodeAttention &a) {
-  const int64_t keys = int64_t(kAttnKeys) * attentionPasses(a);
+  const int64_t keys = attentionKeys(a) * attentionPasses(a);
   return std::max<int64_t>(1, (a.P + a.Sk + keys - 1) / keys);
 }
 
@@ -1289,9 +1370,9 @@ bool attentionClusters() {
   return on;
 }
 /// Launches decodeAttentionKernel<NI>: where a pass a block covers the row
-/// (up to 512 keys) and the GPU can schedule the row's blocks as one
-/// cluster (up to 16 on an H200: 256 keys), they merge as a cluster;
-/// otherwise through memory.
+/// (up to 512 keys, 1024 over a float16 past) and the GPU can schedule the
+/// row's blocks as one cluster (up to 16 on an H200: 256 or 512 keys),
+/// they merge as a cluster; otherwise through memory.
 template <int NI, bool HalfPast>
 cudaError_t launchAttention(const DecodeAttention &a, dim3 grid, int passes,
                             float *scratch, int *counters, cudaStream_t stream,
