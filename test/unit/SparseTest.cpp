@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -323,6 +324,59 @@ TEST(Predict, MatchesReference) {
     EXPECT_GT(on, 0);
     EXPECT_LT(on, checked);
   }
+}
+
+// A run marked exactFfn (generate's prompt) selects every neuron, where the
+// predictor would select some; the output side then equals the dense
+// linear on every neuron.
+TEST(Predict, ExactFfnSelectsEveryNeuron) {
+  const int64_t rows = 3, d = 16, r = 4, n = 40;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> val(-1, 1);
+  std::vector<float> x(rows * d), w1(d * r), w2(r * n);
+  for (float &v : x)
+    v = val(rng);
+  for (float &v : w1)
+    v = val(rng);
+  for (float &v : w2)
+    v = val(rng);
+  Tensor tx{x.data(), DType::f32, 2, {rows, d}};
+  Tensor t1{w1.data(), DType::f32, 2, {d, r}};
+  Tensor t2{w2.data(), DType::f32, 2, {r, n}};
+  Context ctx(kDesc, nullptr, 2);
+  Tensor predicted;
+  ASSERT_TRUE(ops::predict(ctx, tx, t1, t2, nullptr, 0.0f, 0, predicted))
+      << ctx.error;
+  const uint8_t *pm = predicted.as<uint8_t>();
+  const int64_t on = std::count(pm, pm + rows * n, uint8_t(1));
+  EXPECT_GT(on, 0);
+  EXPECT_LT(on, rows * n); // the predictor leaves some out
+  ctx.exactFfn = true;
+  Tensor all;
+  ASSERT_TRUE(ops::predict(ctx, tx, t1, t2, nullptr, 0.0f, 1, all))
+      << ctx.error;
+  ASSERT_EQ(all.dtype, DType::b1);
+  ASSERT_EQ(all.numel(), rows * n);
+  const uint8_t *am = all.as<uint8_t>();
+  EXPECT_EQ(std::count(am, am + rows * n, uint8_t(1)), rows * n);
+  // The up projection over that mask (neuron-major weight [n, d]) is the
+  // dense product on every (row, neuron).
+  std::vector<float> w(n * d);
+  for (float &v : w)
+    v = val(rng);
+  Tensor tw{w.data(), DType::f32, 2, {n, d}};
+  Tensor y;
+  ASSERT_TRUE(ops::sparseLinearOutput(ctx, tx, tw, nullptr, all,
+                                      ops::Activation::none, 0, y))
+      << ctx.error;
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int64_t i = 0; i < d; ++i)
+        ref += double(x[row * d + i]) * w[j * d + i];
+      EXPECT_NEAR(y.as<float>()[row * n + j], ref, 1e-4)
+          << "row " << row << " neuron " << j;
+    }
 }
 
 TEST(Predict, RejectsShapesThatDoNotChain) {

@@ -213,14 +213,14 @@ template <typename W>
 void outputSide(Context &ctx, const float *xp, const W *wp, const float *bp,
                 const uint8_t *mask, bool maskPerRow, Activation act, float *yp,
                 int64_t rows, int64_t k, int64_t n) {
-  // (row, neuron) pairs to compute.
+  // (row, neuron) pairs to compute, a neuron's rows together: its weight
+  // row is read from memory once for all of them (a prompt's or a batch's),
+  // then from the cache.
   std::vector<int64_t> pairs;
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t *m = mask + (maskPerRow ? r * n : 0);
-    for (int64_t j = 0; j < n; ++j)
-      if (m[j])
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < rows; ++r)
+      if (mask[(maskPerRow ? r * n : 0) + j])
         pairs.push_back(r * n + j);
-  }
   ctx.sparseActive += int64_t(pairs.size());
   ctx.sparseTotal += rows * n;
   std::fill(yp, yp + rows * n, 0.0f);
@@ -372,6 +372,12 @@ bool predict(Context &ctx, const Tensor &x, const Tensor &w1, const Tensor &w2,
   const int64_t rows = d ? x.numel() / d : 0;
   const float *bp = bias ? bias->as<float>() : nullptr;
   uint8_t *mp = out.as<uint8_t>();
+  // A run marked exactFfn (generate's prompt) selects every neuron: the
+  // FFN is then exact, its down projection skipping the actual zeros.
+  if (ctx.exactFfn) {
+    std::fill(mp, mp + rows * n, uint8_t(1));
+    return true;
+  }
   const float *xp = x.as<float>();
   withWeights(w1, [&](auto *p1) {
     withWeights(w2, [&](auto *p2) {

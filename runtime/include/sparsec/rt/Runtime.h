@@ -395,8 +395,9 @@ struct Context {
   /// whatever its rows (a device backend does so anyway above a decode
   /// batch: docs/GPU.md, "PIT on short inputs"). `generate` marks the
   /// prompt and its check of the device cache, which re-runs a prompt
-  /// token as a decode step and compares it with the prompt's logits.
-  /// x86 ignores it.
+  /// token as a decode step and compares it with the prompt's logits. On
+  /// x86 (and a hybrid build's CPU part) `predict` then selects every
+  /// neuron.
   bool exactFfn = false;
 
   /// Points `t` at slot `slot`, sized for `dtype` and `shape` (growing the
