@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/Common.h"
 #include "sparsec/rt/Half.h"
 #include "sparsec/rt/Ops.h"
 
@@ -330,52 +331,112 @@ TEST(Predict, MatchesReference) {
 // predictor would select some; the output side then equals the dense
 // linear on every neuron.
 TEST(Predict, ExactFfnSelectsEveryNeuron) {
-  const int64_t rows = 3, d = 16, r = 4, n = 40;
-  std::mt19937 rng(5);
+  // 3 rows: per (row, neuron) pair; 20: a blocked GEMM over the
+  // neuron-major weight.
+  for (const int64_t rows : {3, 20}) {
+    const int64_t d = 16, r = 4, n = 40;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> val(-1, 1);
+    std::vector<float> x(rows * d), w1(d * r), w2(r * n);
+    for (float &v : x)
+      v = val(rng);
+    for (float &v : w1)
+      v = val(rng);
+    for (float &v : w2)
+      v = val(rng);
+    Tensor tx{x.data(), DType::f32, 2, {rows, d}};
+    Tensor t1{w1.data(), DType::f32, 2, {d, r}};
+    Tensor t2{w2.data(), DType::f32, 2, {r, n}};
+    Context ctx(kDesc, nullptr, 2);
+    Tensor predicted;
+    ASSERT_TRUE(ops::predict(ctx, tx, t1, t2, nullptr, 0.0f, 0, predicted))
+        << ctx.error;
+    const uint8_t *pm = predicted.as<uint8_t>();
+    const int64_t on = std::count(pm, pm + rows * n, uint8_t(1));
+    EXPECT_GT(on, 0);
+    EXPECT_LT(on, rows * n); // the predictor leaves some out
+    ctx.exactFfn = true;
+    Tensor all;
+    ASSERT_TRUE(ops::predict(ctx, tx, t1, t2, nullptr, 0.0f, 1, all))
+        << ctx.error;
+    ASSERT_EQ(all.dtype, DType::b1);
+    ASSERT_EQ(all.numel(), rows * n);
+    const uint8_t *am = all.as<uint8_t>();
+    EXPECT_EQ(std::count(am, am + rows * n, uint8_t(1)), rows * n);
+    // The up projection over that mask (neuron-major weight [n, d]) is the
+    // dense product on every (row, neuron).
+    std::vector<float> w(n * d);
+    for (float &v : w)
+      v = val(rng);
+    Tensor tw{w.data(), DType::f32, 2, {n, d}};
+    Tensor y;
+    ASSERT_TRUE(ops::sparseLinearOutput(ctx, tx, tw, nullptr, all,
+                                        ops::Activation::none, 0, y))
+        << ctx.error;
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0;
+        for (int64_t i = 0; i < d; ++i)
+          ref += double(x[row * d + i]) * w[j * d + i];
+        EXPECT_NEAR(y.as<float>()[row * n + j], ref, 1e-4)
+            << "rows " << rows << ": row " << row << " neuron " << j;
+      }
+  }
+}
+
+// The blocked GEMM over a transposed B ([N, K], a neuron-major weight) in
+// float32, float16 and bfloat16, packing per call and through the pack
+// cache (twice: packed, then reused), against a double reference with the
+// bias and ReLU.
+TEST(Gemm, TransposedWeightMatchesReference) {
+  const int64_t K = 75, N = 53;
+  std::mt19937 rng(11);
   std::uniform_real_distribution<float> val(-1, 1);
-  std::vector<float> x(rows * d), w1(d * r), w2(r * n);
-  for (float &v : x)
-    v = val(rng);
-  for (float &v : w1)
-    v = val(rng);
-  for (float &v : w2)
-    v = val(rng);
-  Tensor tx{x.data(), DType::f32, 2, {rows, d}};
-  Tensor t1{w1.data(), DType::f32, 2, {d, r}};
-  Tensor t2{w2.data(), DType::f32, 2, {r, n}};
-  Context ctx(kDesc, nullptr, 2);
-  Tensor predicted;
-  ASSERT_TRUE(ops::predict(ctx, tx, t1, t2, nullptr, 0.0f, 0, predicted))
-      << ctx.error;
-  const uint8_t *pm = predicted.as<uint8_t>();
-  const int64_t on = std::count(pm, pm + rows * n, uint8_t(1));
-  EXPECT_GT(on, 0);
-  EXPECT_LT(on, rows * n); // the predictor leaves some out
-  ctx.exactFfn = true;
-  Tensor all;
-  ASSERT_TRUE(ops::predict(ctx, tx, t1, t2, nullptr, 0.0f, 1, all))
-      << ctx.error;
-  ASSERT_EQ(all.dtype, DType::b1);
-  ASSERT_EQ(all.numel(), rows * n);
-  const uint8_t *am = all.as<uint8_t>();
-  EXPECT_EQ(std::count(am, am + rows * n, uint8_t(1)), rows * n);
-  // The up projection over that mask (neuron-major weight [n, d]) is the
-  // dense product on every (row, neuron).
-  std::vector<float> w(n * d);
-  for (float &v : w)
-    v = val(rng);
-  Tensor tw{w.data(), DType::f32, 2, {n, d}};
-  Tensor y;
-  ASSERT_TRUE(ops::sparseLinearOutput(ctx, tx, tw, nullptr, all,
-                                      ops::Activation::none, 0, y))
-      << ctx.error;
-  for (int64_t row = 0; row < rows; ++row)
-    for (int64_t j = 0; j < n; ++j) {
-      double ref = 0;
-      for (int64_t i = 0; i < d; ++i)
-        ref += double(x[row * d + i]) * w[j * d + i];
-      EXPECT_NEAR(y.as<float>()[row * n + j], ref, 1e-4)
-          << "row " << row << " neuron " << j;
+  for (const int64_t M : {1, 7, 40})
+    for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      std::vector<float> a(M * K), w(N * K), bias(N);
+      for (float &v : a)
+        v = val(rng);
+      for (float &v : bias)
+        v = val(rng);
+      std::vector<uint16_t> w16(N * K);
+      for (int64_t i = 0; i < N * K; ++i) {
+        const float v = val(rng);
+        w16[i] = dt == DType::f16 ? floatToHalf(v) : floatToBFloat16(v);
+        w[i] = dt == DType::f16    ? halfToFloat(w16[i])
+               : dt == DType::bf16 ? bfloat16ToFloat(w16[i])
+                                   : v;
+      }
+      ops::detail::PackCache cache(size_t(1) << 24);
+      for (int pass = 0; pass < 3; ++pass) {
+        std::vector<float> c(M * N, -7.0f);
+        ops::detail::GemmArgs g;
+        g.M = M, g.N = N, g.K = K;
+        g.A = a.data(), g.lda = K;
+        if (dt == DType::f16)
+          g.Bh = reinterpret_cast<const ops::detail::Half *>(w16.data());
+        else if (dt == DType::bf16)
+          g.Bb = reinterpret_cast<const ops::detail::BFloat *>(w16.data());
+        else
+          g.B = w.data();
+        g.ldb = K;
+        g.transB = true;
+        g.C = c.data(), g.ldc = N;
+        g.bias = bias.data();
+        g.act = ops::Activation::relu;
+        g.packCache = pass ? &cache : nullptr;
+        ops::detail::gemm(nullptr, g);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double ref = bias[j];
+            for (int64_t k = 0; k < K; ++k)
+              ref += double(a[i * K + k]) * w[j * K + k];
+            ASSERT_NEAR(c[i * N + j], std::max(ref, 0.0), 1e-4)
+                << "M " << M << " dtype " << int(dt) << " pass " << pass << " ("
+                << i << ", " << j << ")";
+          }
+      }
+      EXPECT_GT(cache.bytes, 0u) << "the cache was not used";
     }
 }
 

@@ -778,6 +778,10 @@ struct GemmArgs {
   /// across calls, or null to pack on every call: only for an immutable B
   /// (a model weight), which the cache identifies by its address.
   struct PackCache *packCache = nullptr;
+  /// B (B, Bh or Bb) is stored transposed, [N, K] with row stride ldb:
+  /// element (k, j) at j * ldb + k (a neuron-major weight). The product
+  /// then always runs blocked (B is read as it is packed).
+  bool transB = false;
 };
 void gemm(ThreadPool *pool, const GemmArgs &args);
 

@@ -683,11 +683,43 @@ void epilogue(const GemmArgs &g, float *c, int64_t m, int64_t rows, int64_t n,
   }
 }
 
+/// B[k0, j0] of g's weights: the start of a panel's part (transB: [N, K]).
+template <typename W>
+const W *bAt(const GemmArgs &g, const W *B, int64_t k0, int64_t j0) {
+  return g.transB ? B + j0 * g.ldb + k0 : B + k0 * g.ldb + j0;
+}
+
 /// Packs B[0:kc, 0:nc] (row stride ldb) into strips of NR columns:
-/// bp[s][k][NR], zero padded.
+/// bp[s][k][NR], zero padded. `trans`: b is [nc, kc] (element (k, j) at
+/// j * ldb + k), read a strip's rows KG elements at a time.
 template <int NR, typename W>
-void packB(const W *b, int64_t ldb, int64_t kc, int64_t nc, float *bp) {
+void packB(const W *b, int64_t ldb, int64_t kc, int64_t nc, float *bp,
+           bool trans = false) {
   const int64_t strips = (nc + NR - 1) / NR;
+  if (trans) {
+    constexpr int64_t KG = 16;
+    for (int64_t s = 0; s < strips; ++s) {
+      const int64_t n = s * NR, w = std::min<int64_t>(NR, nc - n);
+      float *dst = bp + s * kc * NR;
+      for (int64_t k0 = 0; k0 < kc; k0 += KG) {
+        const int64_t k1 = std::min(kc, k0 + KG);
+        float seg[KG]; // a row's KG elements widened at once (F16C)
+        for (int64_t j = 0; j < w; ++j) {
+          const W *row = b + (n + j) * ldb + k0;
+          if constexpr (std::is_same_v<W, float>)
+            std::memcpy(seg, row, sizeof(float) * size_t(k1 - k0));
+          else
+            widenRow(row, seg, k1 - k0);
+          for (int64_t k = k0; k < k1; ++k)
+            dst[k * NR + j] = seg[k - k0];
+        }
+        for (int64_t j = w; j < NR; ++j)
+          for (int64_t k = k0; k < k1; ++k)
+            dst[k * NR + j] = 0.0f;
+      }
+    }
+    return;
+  }
   // Rows in small groups so that both the rows read and the strips written
   // stay within the TLB and the prefetchers' reach.
   constexpr int64_t KG = 16;
@@ -740,7 +772,8 @@ PackCache::Panels packWhole(ThreadPool *pool, const GemmArgs &g) {
   auto run = [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t pc = p * KC, kc = std::min(KC, g.K - pc);
-      packB<NR, W>(B + pc * g.ldb, g.ldb, kc, g.N, data.get() + pc * nPad);
+      packB<NR, W>(bAt(g, B, pc, 0), g.ldb, kc, g.N, data.get() + pc * nPad,
+                   g.transB);
     }
   };
   if (pool && panels > 1)
@@ -759,8 +792,9 @@ const float *cachedPack(ThreadPool *pool, const GemmArgs &g) {
     return nullptr;
   const void *key = weightsOf<W>(g);
   std::lock_guard<std::mutex> lock(cache->mutex);
-  auto id = std::make_tuple(key, g.K, g.N, g.ldb, int(Kern::KC),
-                            int(Kern::NR) * (std::is_same_v<W, float> ? 1 : -1));
+  auto id =
+      std::make_tuple(key, g.K, g.N, g.transB ? -g.ldb : g.ldb, int(Kern::KC),
+                      int(Kern::NR) * (std::is_same_v<W, float> ? 1 : -1));
   auto it = cache->entries.find(id);
   if (it != cache->entries.end())
     return it->second.get();
@@ -794,9 +828,8 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
         c[j] = 0.0f;
       for (int64_t k = 0; k < g.K; ++k) {
         const float a = g.A[i * g.lda + k];
-        const W *b = B + k * g.ldb;
         for (int64_t j = n0; j < n1; ++j)
-          c[j] += a * toFloat(b[j]);
+          c[j] += a * toFloat(*bAt(g, B, k, j));
       }
       epilogue(g, c + n0, i, 1, n0, n1 - n0);
     }
@@ -813,7 +846,7 @@ void gemmTile(const GemmArgs &g, int64_t m0, int64_t m1, int64_t n0,
       if (packed)
         panel = packed + pc * paddedColumns<Kern>(g.N) + (jc / NR) * kc * NR;
       else
-        packB<NR, W>(B + pc * g.ldb + jc, g.ldb, kc, nc, bp);
+        packB<NR, W>(bAt(g, B, pc, jc), g.ldb, kc, nc, bp, g.transB);
       for (int64_t ic = m0; ic < m1; ic += MC) {
         const int64_t mc = std::min(MC, m1 - ic);
         for (int64_t jr = 0; jr < nc; jr += NR) {
@@ -999,7 +1032,7 @@ void gemmTyped(ThreadPool *pool, const GemmArgs &g, int isa) {
   // Streaming W beats packing it up to a few dozen rows (decode, small
   // batches); measured crossover on Zen 4 is around M = 32-48. A B given
   // packed is multiplied blocked at any M.
-  if (g.M <= kStreamMaxRows && !g.Bpacked)
+  if (g.M <= kStreamMaxRows && !g.Bpacked && !g.transB)
     return gemmStream<W>(pool, g, isa);
 #if SPARSEC_RT_X86
   if (isa >= kIsaAvx512)
