@@ -844,6 +844,13 @@ struct PackCache {
 /// The cache of `ctx` (made on first use; 1 GiB at most).
 PackCache *packCacheOf(Context &ctx);
 
+/// c [M, N] = act(x [M, K] . w + bias) for a 2-D weight tensor w (float32,
+/// float16 or bfloat16): [K, N], or [N, K] where `transB` (a neuron-major
+/// weight; always blocked). A model weight is packed once for all calls of
+/// more rows than the streaming kernels take (ctx's pack cache).
+void gemmWeight(Context &ctx, const float *x, int64_t M, const Tensor &w,
+                bool transB, const float *bias, Activation act, float *c);
+
 /// sum a[i] * b[i]
 float dot(const float *a, const float *b, int64_t n);
 /// y[i] += alpha * x[i]

@@ -1122,6 +1122,33 @@ void axpy(float alpha, const float *x, float *y, int64_t n) {
 
 using namespace detail;
 
+void detail::gemmWeight(Context &ctx, const float *x, int64_t M,
+                        const Tensor &w, bool transB, const float *bias,
+                        Activation act, float *c) {
+  GemmArgs g;
+  g.M = M;
+  g.K = w.shape[transB ? 1 : 0];
+  g.N = w.shape[transB ? 0 : 1];
+  g.A = x;
+  g.lda = g.K;
+  if (w.dtype == DType::f16)
+    g.Bh = w.as<Half>();
+  else if (w.dtype == DType::bf16)
+    g.Bb = w.as<BFloat>();
+  else
+    g.B = w.as<float>();
+  g.ldb = w.shape[1];
+  g.transB = transB;
+  g.C = c;
+  g.ldc = g.N;
+  // A model weight is packed once for all batched calls.
+  if (g.M > kStreamMaxRows && ctx.weights && ctx.weights->contains(w.data))
+    g.packCache = packCacheOf(ctx);
+  g.bias = bias;
+  g.act = act;
+  gemm(&ctx.pool, g);
+}
+
 bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
             Activation act, int outSlot, Tensor &out) {
   if (!checkTensor(ctx, "linear", "x", x) ||
@@ -1142,7 +1169,7 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
                     w.describe() +
                     " do not match (expected [..., K] and "
                     "[K, N])");
-  const int64_t K = w.shape[0], N = w.shape[1];
+  const int64_t N = w.shape[1];
   if (bias && bias->numel() != N)
     return ctx.fail("linear: bias " + bias->describe() + " does not have " +
                     std::to_string(N) + " elements");
@@ -1153,27 +1180,8 @@ bool linear(Context &ctx, const Tensor &x, const Tensor &w, const Tensor *bias,
   Tensor r;
   if (!allocateOut(ctx, "linear", outSlot, r, DType::f32, x.rank, shape))
     return false;
-  GemmArgs g;
-  g.M = product(x.shape, 0, x.rank - 1);
-  g.N = N;
-  g.K = K;
-  g.A = x.as<float>();
-  g.lda = K;
-  if (w.dtype == DType::f16)
-    g.Bh = w.as<Half>();
-  else if (w.dtype == DType::bf16)
-    g.Bb = w.as<BFloat>();
-  else
-    g.B = w.as<float>();
-  g.ldb = N;
-  g.C = r.as<float>();
-  g.ldc = N;
-  // A model weight is packed once for all batched calls.
-  if (g.M > kStreamMaxRows && ctx.weights && ctx.weights->contains(w.data))
-    g.packCache = packCacheOf(ctx);
-  g.bias = bias ? bias->as<float>() : nullptr;
-  g.act = act;
-  gemm(&ctx.pool, g);
+  gemmWeight(ctx, x.as<float>(), product(x.shape, 0, x.rank - 1), w, false,
+             bias ? bias->as<float>() : nullptr, act, r.as<float>());
   out = r;
   return true;
 }

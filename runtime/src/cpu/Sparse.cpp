@@ -357,28 +357,8 @@ bool sparseLinearOutput(Context &ctx, const Tensor &x, const Tensor &w,
   // pay for packing it (per pair, a 128-row prompt took 5x the GEMM).
   if (rows >= kExactGemmRows &&
       std::all_of(mask, mask + active.numel(), [](uint8_t m) { return m; })) {
-    detail::GemmArgs g;
-    g.M = rows;
-    g.N = n;
-    g.K = k;
-    g.A = x.as<float>();
-    g.lda = k;
-    if (w.dtype == DType::f16)
-      g.Bh = w.as<detail::Half>();
-    else if (w.dtype == DType::bf16)
-      g.Bb = w.as<detail::BFloat>();
-    else
-      g.B = w.as<float>();
-    g.ldb = k;
-    g.transB = true;
-    g.C = out.as<float>();
-    g.ldc = n;
-    g.bias = bp;
-    g.act = act;
-    // A model weight is packed once for all prompts (as linear does).
-    if (rows > 32 && ctx.weights && ctx.weights->contains(w.data))
-      g.packCache = detail::packCacheOf(ctx);
-    detail::gemm(&ctx.pool, g);
+    detail::gemmWeight(ctx, x.as<float>(), rows, w, /*transB=*/true, bp, act,
+                       out.as<float>());
     ctx.sparseActive += rows * n;
     ctx.sparseTotal += rows * n;
     return true;

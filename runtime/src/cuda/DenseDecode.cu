@@ -920,9 +920,12 @@ decodeAttentionKernel(DecodeAttention a, int passes, float *scratch,
   }
 }
 
+/// Whether `a` reads a float16 past (decodeAttentionKernel's HalfPast).
+bool halfPast(const DecodeAttention &a) { return a.P > 0 && a.pastKHalf; }
+
 /// Keys per block and pass: 16, or 32 over a float16 past.
 int64_t attentionKeys(const DecodeAttention &a) {
-  return int64_t(kAttnWarps) * attnGroup(a.P > 0 && a.pastKHalf);
+  return int64_t(kAttnWarps) * attnGroup(halfPast(a));
 }
 
 /// Passes per block: the fewest that keep a row at no more than
@@ -1407,7 +1410,7 @@ cudaError_t decodeAttention(const DecodeAttention &a, float *scratch,
       (a.P > 0 && (a.pastKHalf ? !a.pastVHalf || a.pastK || a.pastV
                                : !a.pastK || !a.pastV || a.pastVHalf)))
     return cudaErrorInvalidValue;
-  const bool half = a.P > 0 && a.pastKHalf;
+  const bool half = halfPast(a);
   const int64_t chunks = attentionChunks(a);
   const int passes = attentionPasses(a);
   const dim3 grid{static_cast<unsigned>(rows), static_cast<unsigned>(chunks)};
